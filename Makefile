@@ -1,0 +1,44 @@
+# The README's commands. `make run` serves the embedded default; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+BIND ?= 127.0.0.1
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: install run test lint format bench report clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py migrate --noinput -v0
+	PORT=$(PORT) $(PY) manage.py bootstrap_tenant --port $(PORT)
+	PORT=$(PORT) scripts/run_embedded.sh $(BIND) $(PORT)
+
+test: install
+	scripts/ensure_services.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: install
+	scripts/ensure_services.sh
+	$(PY) -m bench.run_standard
+
+report: install
+	$(PY) manage.py run_usage_report
+
+clean:
+	rm -rf var/ .pytest_cache .ruff_cache

@@ -1,0 +1,147 @@
+"""Contracts, pending contract requests, pending events, stored events and their encrypted tags.
+
+Every row belongs to a tenant and, where it has one, an owner DID; every query filters on both.
+Public ids are random UUIDs (DCTRL-0004 §12.6); the bigint pk only orders rows by arrival.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class ContractQuerySet(models.QuerySet):
+    def active(self, now_s: int):
+        return self.filter(expires_at__gt=now_s)
+
+    def owned_by(self, tenant, did: str):
+        return self.filter(tenant=tenant, owner_did=did)
+
+    def registrations(self, tenant, did: str, now_s: int):
+        """Live registration contracts of `did` with this tenant (PROTOCOL-DECISIONS §4)."""
+        return self.filter(tenant=tenant, owner_did=did, requestor_did=did, recipient_did=tenant.did, expires_at__gt=now_s)
+
+    def between(self, a: str, b: str):
+        return self.filter(
+            models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a)
+        )
+
+
+class Contract(models.Model):
+    """A SignedCommunicationContract stored on behalf of `owner_did`, verbatim as received."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="contracts", db_index=False)
+    owner_did = models.CharField(max_length=2048)
+    requestor_did = models.CharField(max_length=2048)
+    recipient_did = models.CharField(max_length=2048)
+    expires_at = models.BigIntegerField(help_text="Unix seconds")
+    contract_hash = models.CharField(max_length=64)
+    signed_contract = models.TextField(help_text="canonical JSON of the signed contract")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ContractQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "owner_did", "contract_hash"], name="contract_unique_per_owner"),
+        ]
+        indexes = [
+            # registration check, TWO_WAY_PRIVATE contract check, and DID filter
+            models.Index(fields=["tenant", "owner_did", "requestor_did", "recipient_did", "expires_at"], name="contract_parties"),
+            models.Index(fields=["tenant", "owner_did", "recipient_did", "requestor_did"], name="contract_parties_rev"),
+            # QUERY_COMMUNICATION_CONTRACTS listing by arrival
+            models.Index(fields=["tenant", "owner_did", "id"], name="contract_owner_seq"),
+        ]
+
+
+class ContractRequest(models.Model):
+    """An encrypted contract request waiting for its recipient (DCTRL-0004 §8.1, forwarded)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="contract_requests", db_index=False)
+    recipient_did = models.CharField(max_length=2048)
+    sender_did = models.CharField(max_length=2048)
+    encrypted_contract_request = models.TextField()
+    requestor_ephemeral_public_key = models.CharField(max_length=64)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["tenant", "recipient_did", "id"],
+                name="creq_pending",
+                condition=models.Q(acknowledged_at__isnull=True),
+            ),
+        ]
+
+
+class PendingEvent(models.Model):
+    """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False)
+    recipient_did = models.CharField(max_length=2048)
+    sender_did = models.CharField(max_length=2048)
+    payload = models.TextField(blank=True)
+    payload_bytes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["tenant", "recipient_did", "id"],
+                name="pending_unacked",
+                condition=models.Q(acknowledged_at__isnull=True),
+            ),
+            models.Index(
+                fields=["tenant", "recipient_did", "sender_did", "id"],
+                name="pending_unacked_sender",
+                condition=models.Q(acknowledged_at__isnull=True),
+            ),
+            models.Index(fields=["created_at"], name="pending_created"),
+        ]
+
+
+class StoredEvent(models.Model):
+    """An owner's storage-encrypted event (DCTRL-0004 §8.9)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="stored_events", db_index=False)
+    owner_did = models.CharField(max_length=2048)
+    sender_did = models.CharField(max_length=2048)
+    recipient_did = models.CharField(max_length=2048)
+    contract_id = models.CharField(max_length=256, null=True, blank=True)
+    timestamp = models.BigIntegerField()
+    payload = models.TextField()
+    payload_bytes = models.PositiveIntegerField(default=0)
+    encrypted_tags = models.JSONField(default=list, help_text="tags in the order saved")
+    processed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "owner_did", "timestamp", "id"], name="event_owner_ts"),
+            models.Index(fields=["tenant", "owner_did", "sender_did", "timestamp", "id"], name="event_owner_sender"),
+            models.Index(fields=["tenant", "owner_did", "recipient_did", "timestamp", "id"], name="event_owner_recipient"),
+            models.Index(
+                fields=["tenant", "owner_did", "timestamp", "id"],
+                name="event_owner_unprocessed",
+                condition=models.Q(processed=False),
+            ),
+        ]
+
+
+class EventTag(models.Model):
+    """One encrypted tag of a stored event, indexed for exact-match lookups (DCTRL-0004 §8.10)."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
+    owner_did = models.CharField(max_length=2048)
+    event = models.ForeignKey(StoredEvent, on_delete=models.CASCADE, related_name="tags")
+    tag = models.CharField(max_length=1024)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "owner_did", "tag", "event"], name="tag_lookup")]

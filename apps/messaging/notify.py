@@ -1,0 +1,32 @@
+"""The one notify helper: services announce real-time pushes here, and they leave only after commit.
+
+The realtime app (to our right in the layering) connects a receiver to `push_requested`; without
+it, pushes are simply dropped, which is safe because a push is a wake-up, never the only copy.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.dispatch import Signal
+
+# Sent with tenant_id: int, did: str, message: dict
+push_requested = Signal()
+
+
+def notify_on_commit(*, tenant_id: int, did: str, message: dict) -> None:
+    """Queue a push to every socket of (tenant, did), sent once the current transaction commits."""
+    transaction.on_commit(lambda: push_requested.send(sender=None, tenant_id=tenant_id, did=did, message=message))
+
+
+def notify_pending_event(*, tenant_id: int, did: str, event_id: str, sender_did: str, payload: str) -> None:
+    """PENDING_EVENTS to the event recipient (DCTRL-0004 §10.6)."""
+    notify_on_commit(
+        tenant_id=tenant_id,
+        did=did,
+        message={"type": "PENDING_EVENTS", "events": [{"id": event_id, "sender_did": sender_did, "payload": payload}]},
+    )
+
+
+def notify_contracts_updated(*, tenant_id: int, did: str) -> None:
+    """CONTRACTS_UPDATED to `did` (DCTRL-0004 §10.6)."""
+    notify_on_commit(tenant_id=tenant_id, did=did, message={"type": "CONTRACTS_UPDATED"})

@@ -1,0 +1,377 @@
+"""All messaging writes and reads used by the protocol handlers.
+
+Services are keyword-only, atomic at their boundary, and announce pushes through notify (after
+commit). Errors are raised as ProtocolError with the code the client sees.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.protocol.wire import contract as wc
+from apps.protocol.wire.canonical import RawJSON, canonical_str
+from apps.protocol.wire.crypto import X25519KeyPair, sign_json_object
+from apps.protocol.wire.encoding import b64encode
+from apps.protocol.wire.envelope import Pagination
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.tenants.models import Tenant
+from apps.tenants.resolver import resolve_did
+
+from . import notify
+from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
+
+DAY_S = 86_400
+
+
+def _now_s() -> int:
+    return int(time.time())
+
+
+def _uuids(values: list[str]) -> list[uuid.UUID]:
+    """Parse client-supplied ids; anything that is not one of ours is ignored (DCTRL-0004 §8.4)."""
+    out = []
+    for v in values:
+        try:
+            out.append(uuid.UUID(v))
+        except (ValueError, AttributeError, TypeError):
+            continue
+    return out
+
+
+def _bad(detail: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_COMMAND, detail)
+
+
+def _verify_contract(signed: dict) -> wc.ContractInfo:
+    try:
+        return wc.verify_signed_contract(signed, resolve_did, now_s=_now_s())
+    except wc.ContractInvalid as exc:
+        raise _bad(str(exc)) from exc
+    except wc.ContractSignaturesInvalid as exc:
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURES) from exc
+
+
+def is_registered(*, tenant: Tenant, did: str) -> bool:
+    """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
+    return Contract.objects.registrations(tenant, did, _now_s()).exists()
+
+
+# --- contracts -------------------------------------------------------------------------------
+
+
+def contract_store(*, tenant: Tenant, owner_did: str, signed: dict, info: wc.ContractInfo) -> Contract:
+    """Store a verified contract for `owner_did`; storing the same contract again is a no-op."""
+    existing = Contract.objects.filter(tenant=tenant, owner_did=owner_did, contract_hash=info.contract_hash).first()
+    if existing:
+        return existing
+    try:
+        # A concurrent identical save loses on the unique constraint; the savepoint keeps the
+        # outer transaction usable and the winner's row is returned.
+        with transaction.atomic():
+            return Contract.objects.create(
+                tenant=tenant,
+                owner_did=owner_did,
+                requestor_did=info.requestor_did,
+                recipient_did=info.recipient_did,
+                expires_at=info.expires_at,
+                contract_hash=info.contract_hash,
+                signed_contract=canonical_str(signed),
+            )
+    except IntegrityError:
+        return Contract.objects.get(tenant=tenant, owner_did=owner_did, contract_hash=info.contract_hash)
+
+
+@transaction.atomic
+def registration_create(*, tenant: Tenant, sender_did: str, encrypted: str, ephemeral_public: str) -> dict:
+    """Register `sender_did`: decrypt, check, countersign and store its contract (PROTOCOL-DECISIONS §4)."""
+    if not tenant.registration_open:
+        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND, "registration closed")
+    now = _now_s()
+    request = None
+    last_error: Exception | None = None
+    for prekey in tenant_prekeys(tenant):
+        try:
+            request = wc.decrypt_request(encrypted, ephemeral_public, prekey.private)
+            break
+        except wc.ContractInvalid as exc:
+            last_error = exc
+    if request is None:
+        raise _bad(str(last_error or "undecryptable"))
+    terms = request["communication_contract"]
+    try:
+        info = wc.check_terms(terms, with_recipient_key=False, now_s=now)
+    except wc.ContractInvalid as exc:
+        raise _bad(str(exc)) from exc
+    if "recipient_ephemeral_public_key" in terms:
+        raise _bad("request must not carry a recipient key")
+    if info.requestor_did != sender_did or info.recipient_did != tenant.did:
+        raise _bad("request parties do not match the command")
+    if terms["requestor_ephemeral_public_key"] != ephemeral_public:
+        raise _bad("ephemeral key mismatch")
+    if info.expires_at > now + tenant.max_registration_days * DAY_S:
+        raise _bad("registration lifetime exceeds the tenant maximum")
+    try:
+        requestor = resolve_did(sender_did)
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.SENDER_NOT_FOUND) from exc
+    if not wc.verify_request_signature(request, requestor):
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURES)
+    if tenant.max_identities and not is_registered(tenant=tenant, did=sender_did):
+        live = Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now)
+        if live.values("owner_did").distinct().count() >= tenant.max_identities:
+            raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND, "identity quota reached")
+    full_terms = dict(terms)
+    # DCTRL-0004 §8.1: a fresh mediator ephemeral pair; the private half is discarded.
+    full_terms["recipient_ephemeral_public_key"] = b64encode(X25519KeyPair.generate().public)
+    signed = {
+        "communication_contract": full_terms,
+        "requestor_signature": request["requestor_signature"],
+        "recipient_signature": sign_json_object(full_terms, tenant.signing_keypair),
+    }
+    info = wc.check_terms(full_terms, with_recipient_key=True, now_s=now)
+    contract_store(tenant=tenant, owner_did=sender_did, signed=signed, info=info)
+    return signed
+
+
+def tenant_prekeys(tenant: Tenant) -> list[X25519KeyPair]:
+    """The current pre-key, then any still in their rotation grace period (issue 4 grows this)."""
+    keys = [tenant.prekey_pair]
+    previous = getattr(tenant, "previous_prekeys", None)
+    if callable(previous):
+        keys.extend(previous())
+    return keys
+
+
+@transaction.atomic
+def contract_request_forward(
+    *, tenant: Tenant, sender_did: str, recipient_did: str, encrypted: str, ephemeral_public: str
+) -> ContractRequest:
+    """Queue an encrypted contract request for a registered recipient and wake it up."""
+    req = ContractRequest.objects.create(
+        tenant=tenant,
+        recipient_did=recipient_did,
+        sender_did=sender_did,
+        encrypted_contract_request=encrypted,
+        requestor_ephemeral_public_key=ephemeral_public,
+    )
+    notify.notify_contracts_updated(tenant_id=tenant.pk, did=recipient_did)
+    return req
+
+
+@transaction.atomic
+def contract_response_store(*, tenant: Tenant, sender_did: str, recipient_did: str, signed: dict) -> Contract:
+    """COMMUNICATION_CONTRACT_RESPONSE: store the accepted contract for the other party (§8.2)."""
+    info = _peek_parties(signed)
+    if not info.has_party(sender_did):
+        raise _bad("sender is not a contract party")
+    other = info.other_party(sender_did)
+    if recipient_did != other:
+        raise _bad("recipient_did must be the other contract party")
+    if not is_registered(tenant=tenant, did=other):
+        raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
+    info = _verify_contract(signed)
+    contract = contract_store(tenant=tenant, owner_did=other, signed=signed, info=info)
+    notify.notify_contracts_updated(tenant_id=tenant.pk, did=other)
+    return contract
+
+
+def _peek_parties(signed: dict) -> wc.ContractInfo:
+    terms = signed.get("communication_contract")
+    if not isinstance(terms, dict) or not isinstance(terms.get("requestor_did"), str) or not isinstance(
+        terms.get("recipient_did"), str
+    ):
+        raise _bad("malformed contract")
+    return wc.ContractInfo(terms["requestor_did"], terms["recipient_did"], 0, "")
+
+
+@transaction.atomic
+def contract_save(*, tenant: Tenant, owner_did: str, signed: dict) -> Contract:
+    """SAVE_COMMUNICATION_CONTRACT: verify both signatures and store for the sender (§8.5)."""
+    info = _verify_contract(signed)
+    contract = contract_store(tenant=tenant, owner_did=owner_did, signed=signed, info=info)
+    notify.notify_contracts_updated(tenant_id=tenant.pk, did=owner_did)
+    return contract
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list
+    total: int
+
+
+def contract_requests_query(*, tenant: Tenant, did: str, page: Pagination) -> Page:
+    qs = ContractRequest.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+    rows = qs.order_by("id")[page.offset : page.offset + page.page_size]
+    items = [
+        {
+            "id": str(r.public_id),
+            "sender_did": r.sender_did,
+            "encrypted_contract_request": r.encrypted_contract_request,
+            "requestor_ephemeral_public_key": r.requestor_ephemeral_public_key,
+        }
+        for r in rows
+    ]
+    return Page(items, qs.count())
+
+
+def contract_requests_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
+    """Mark the sender's own requests acknowledged; others' ids are ignored (§8.4)."""
+    return ContractRequest.objects.filter(
+        tenant=tenant, recipient_did=did, public_id__in=_uuids(ids), acknowledged_at__isnull=True
+    ).update(acknowledged_at=timezone.now())
+
+
+def contracts_query(*, tenant: Tenant, did: str, flt: dict, page: Pagination) -> Page:
+    qs = Contract.objects.owned_by(tenant, did)
+    if flt.get("did") is not None:
+        qs = qs.filter(requestor_did=flt["did"]) | qs.filter(recipient_did=flt["did"])
+    if flt.get("expires_at_before") is not None:
+        qs = qs.filter(expires_at__lt=int(flt["expires_at_before"]))
+    if flt.get("expires_at_after") is not None:
+        qs = qs.filter(expires_at__gt=int(flt["expires_at_after"]))
+    rows = qs.order_by("id")[page.offset : page.offset + page.page_size]
+    items = [{"id": str(c.public_id), "signed_communication_contract": RawJSON(c.signed_contract)} for c in rows]
+    return Page(items, qs.count())
+
+
+# --- pending events --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
+    """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2)."""
+    cap = tenant.pending_queue_cap
+    # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
+    # the number of in-flight sends; nothing is ever evicted.
+    if cap and PendingEvent.objects.filter(
+        tenant=tenant, recipient_did=recipient_did, acknowledged_at__isnull=True
+    ).order_by("id")[cap - 1 : cap].exists():
+        raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
+    event = PendingEvent.objects.create(
+        tenant=tenant,
+        recipient_did=recipient_did,
+        sender_did=sender_did,
+        payload=payload,
+        payload_bytes=len(payload.encode("utf-8")),
+    )
+    notify.notify_pending_event(
+        tenant_id=tenant.pk, did=recipient_did, event_id=str(event.public_id), sender_did=sender_did, payload=payload
+    )
+    return event
+
+
+def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, page: Pagination) -> Page:
+    qs = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+    if sender_did is not None:
+        qs = qs.filter(sender_did=sender_did)
+    rows = qs.order_by("id").values_list("public_id", "payload", "sender_did")[page.offset : page.offset + page.page_size]
+    items = [{"id": str(pid), "payload": payload, "sender_did": sender} for pid, payload, sender in rows]
+    return Page(items, qs.count())
+
+
+def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_id: int = 0) -> list[dict]:
+    """Backlog for a socket that just authenticated (PROTOCOL-DECISIONS §6)."""
+    rows = (
+        PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True, id__gt=after_id)
+        .order_by("id")
+        .values_list("id", "public_id", "payload", "sender_did")[:limit]
+    )
+    return [{"seq": pk, "id": str(pid), "payload": p, "sender_did": s} for pk, pid, p, s in rows]
+
+
+def pending_events_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
+    """ACK the recipient's own events: the payload is dropped, the row keeps metadata (§8.8)."""
+    return PendingEvent.objects.filter(
+        tenant=tenant, recipient_did=did, public_id__in=_uuids(ids), acknowledged_at__isnull=True
+    ).update(acknowledged_at=timezone.now(), payload="")
+
+
+# --- stored events ---------------------------------------------------------------------------
+
+
+def _check_tags(tenant: Tenant, tags: list[str]) -> None:
+    if len(tags) > tenant.max_tags_per_event:
+        raise _bad("too many tags on one event")
+    if any(len(t) > tenant.max_tag_length for t in tags):
+        raise _bad("encrypted tag too long")
+
+
+@transaction.atomic
+def events_save(*, tenant: Tenant, owner_did: str, events: list[dict]) -> list[StoredEvent]:
+    """SAVE_EVENTS, all or nothing, within the tenant's caps (§8.9)."""
+    if len(events) > tenant.max_events_per_save:
+        raise _bad("too many events in one command")
+    for ev in events:
+        _check_tags(tenant, ev.get("encrypted_tags") or [])
+    rows = [
+        StoredEvent(
+            tenant=tenant,
+            owner_did=owner_did,
+            sender_did=ev["sender_did"],
+            recipient_did=ev["recipient_did"],
+            contract_id=ev.get("contract_id"),
+            timestamp=int(ev["timestamp"]),
+            payload=ev["payload"],
+            payload_bytes=len(ev["payload"].encode("utf-8")),
+            encrypted_tags=list(ev.get("encrypted_tags") or []),
+            processed=ev["sender_did"] == owner_did,
+        )
+        for ev in events
+    ]
+    created = StoredEvent.objects.bulk_create(rows)
+    if any(r.pk is None for r in created):  # backends without RETURNING
+        created = list(StoredEvent.objects.filter(public_id__in=[r.public_id for r in rows]).order_by("id"))
+    EventTag.objects.bulk_create(
+        [EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t) for r in created for t in dict.fromkeys(r.encrypted_tags)]
+    )
+    return created
+
+
+def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination) -> Page:
+    qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
+    if flt.get("after_timestamp") is not None:
+        qs = qs.filter(timestamp__gt=int(flt["after_timestamp"]))
+    if flt.get("before_timestamp") is not None:
+        qs = qs.filter(timestamp__lt=int(flt["before_timestamp"]))
+    if flt.get("participant_did") is not None:
+        p = flt["participant_did"]
+        qs = qs.filter(sender_did=p) | qs.filter(recipient_did=p)
+    if flt.get("encrypted_tags"):
+        tagged = EventTag.objects.filter(tenant=tenant, owner_did=owner_did, tag__in=flt["encrypted_tags"])
+        qs = qs.filter(id__in=tagged.values("event_id"))
+    if flt.get("unprocessed_only"):
+        qs = qs.filter(processed=False)
+    rows = qs.order_by("timestamp", "id").values_list("public_id", "payload", "encrypted_tags", "timestamp")[
+        page.offset : page.offset + page.page_size
+    ]
+    items = [{"id": str(pid), "payload": p, "encrypted_tags": tags, "timestamp": ts} for pid, p, tags, ts in rows]
+    return Page(items, qs.count())
+
+
+@transaction.atomic
+def event_tags_update(*, tenant: Tenant, owner_did: str, updates: list[dict]) -> int:
+    """Replace tags and mark processed; events not owned by the sender are skipped (§8.11)."""
+    for u in updates:
+        _check_tags(tenant, u["encrypted_tags"])
+    changed = 0
+    for u in updates:
+        ids = _uuids([u["event_id"]])
+        if not ids:
+            continue
+        event = StoredEvent.objects.select_for_update().filter(tenant=tenant, owner_did=owner_did, public_id=ids[0]).first()
+        if event is None:
+            continue
+        event.encrypted_tags = list(u["encrypted_tags"])
+        event.processed = True
+        event.save(update_fields=["encrypted_tags", "processed"])
+        EventTag.objects.filter(event=event).delete()
+        EventTag.objects.bulk_create(
+            [EventTag(tenant=tenant, owner_did=owner_did, event=event, tag=t) for t in dict.fromkeys(event.encrypted_tags)]
+        )
+        changed += 1
+    return changed

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProtocolConfig(AppConfig):
+    name = "apps.protocol"
+    verbose_name = "Protocol"

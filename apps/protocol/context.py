@@ -1,0 +1,28 @@
+"""The typed result of authentication, passed explicitly to every handler (STYLE §9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apps.protocol.wire.envelope import Command
+from apps.tenants.models import Tenant
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    tenant: Tenant
+    command: Command
+    transport: str  # "http" or "ws"
+    now_ms: int
+
+    @property
+    def sender_did(self) -> str:
+        return self.command.header.sender_did
+
+    @property
+    def recipient_did(self) -> str:
+        return self.command.header.recipient_did
+
+    @property
+    def payload(self):
+        return self.command.payload

@@ -1,0 +1,191 @@
+"""One dispatch path for every transport: raw bytes in, (status, reply) out (ARCHITECTURE.md).
+
+Order (PROTOCOL-DECISIONS §3): schema → timestamp window → nonce (committed) → channel
+authentication and authorization → handler (one transaction inside the service).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+
+from apps.messaging.services import is_registered
+from apps.protocol.wire.canonical import canonical_bytes
+from apps.protocol.wire.crypto import verify_json_object
+from apps.protocol.wire.did import DidError, ResolvedDid
+from apps.protocol.wire.envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE, Command, parse_command
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.tenants.models import Tenant
+from apps.tenants.resolver import resolve_did
+
+from . import handlers, hooks
+from .context import CommandContext
+from .nonces import nonce_consume
+
+log = logging.getLogger("mediator.command")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict
+    command_type: str | None = None
+    sender_did: str | None = None
+    code: str = "SUCCESS"
+    retry_after: int | None = None
+    channel: str | None = None
+
+    def body_bytes(self) -> bytes:
+        return canonical_bytes(self.body)
+
+
+def _authenticate(tenant: Tenant, cmd: Command) -> ResolvedDid:
+    """Resolve the sender, find its signing key and verify over the received object (§6.2 1-3)."""
+    h = cmd.header
+    try:
+        sender = resolve_did(h.sender_did)
+    except DidError as exc:
+        raise ProtocolError(ErrorCode.SENDER_NOT_FOUND) from exc
+    key = sender.signing_key_for(h.sender_signing_key_id)
+    if key is None:
+        raise ProtocolError(ErrorCode.SENDER_SIGNING_KEY_NOT_FOUND)
+    if not verify_json_object(cmd.signable, cmd.signature, key):
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURE)
+    return sender
+
+
+def _authorize_direct(tenant: Tenant, cmd: Command) -> None:
+    """DCTRL-0004 §6.2 step 4."""
+    h = cmd.header
+    if cmd.type in handlers.RECIPIENT_CHECKED:
+        if h.recipient_did != tenant.did and not is_registered(tenant=tenant, did=h.recipient_did):
+            raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
+        return
+    if h.recipient_did != tenant.did or not is_registered(tenant=tenant, did=h.sender_did):
+        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+
+
+def _authorize_two_way(tenant: Tenant, cmd: Command, now_ms: int) -> None:
+    """DCTRL-0004 §7.2 steps 4-6."""
+    from apps.messaging.models import Contract
+
+    h = cmd.header
+    try:
+        resolve_did(h.recipient_did)
+    except DidError as exc:
+        raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
+    if not is_registered(tenant=tenant, did=h.recipient_did):
+        raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
+    has_contract = (
+        Contract.objects.owned_by(tenant, h.recipient_did)
+        .between(h.sender_did, h.recipient_did)
+        .active(now_ms // 1000)
+        .exists()
+    )
+    if not has_contract:
+        raise ProtocolError(ErrorCode.COMMUNICATION_CONTRACT_NOT_FOUND)
+
+
+def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
+    """Replay checks, authentication, authorization and the handler for a parsed command."""
+    h = cmd.header
+    window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
+    # DCTRL-0004 §5.4: timestamp, then nonce (stored), then authentication.
+    if abs(now_ms - h.timestamp) > window:
+        raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
+    if not nonce_consume(
+        tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
+    ):
+        raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
+    _authenticate(tenant, cmd)
+    ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms)
+    if h.channel == DIRECT_AUTHENTICATED:
+        _authorize_direct(tenant, cmd)
+        return handlers.DIRECT_HANDLERS[cmd.type](ctx)
+    if h.channel == TWO_WAY_PRIVATE:
+        _authorize_two_way(tenant, cmd, now_ms)
+        return handlers.two_way_private(ctx)
+    assert h.channel == ONE_WAY_PUBLIC
+    handler = handlers.PUBLIC_HANDLERS.get(cmd.type)
+    if handler is None:
+        raise ProtocolError(ErrorCode.INVALID_COMMAND, "public channel not enabled")
+    return handler(ctx)
+
+
+def handle(raw: bytes, tenant: Tenant | None, transport: str = "http", remote_addr: str | None = None) -> tuple[Outcome, bytes]:
+    """Run one command end to end; always returns a protocol-shaped outcome and its reply bytes."""
+    started = time.perf_counter()
+    meta = hooks.RequestMeta(transport=transport, remote_addr=remote_addr, bytes_in=len(raw))
+    cmd: Command | None = None
+    try:
+        if tenant is None:
+            raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
+        if not tenant.is_active:
+            raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
+        if len(raw) > min(settings.MEDIATOR_MAX_BODY_BYTES, tenant.max_body_bytes):
+            raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
+        for check in hooks.PRE_CHECKS:
+            check(tenant, meta)
+        cmd = parse_command(raw)
+        for sender_check in hooks.SENDER_CHECKS:
+            sender_check(tenant, cmd, meta)
+        body = execute(tenant, cmd, transport, int(time.time() * 1000))
+        outcome = Outcome(200, body, cmd.type, cmd.header.sender_did, channel=cmd.header.channel)
+    except ProtocolError as err:
+        outcome = Outcome(
+            err.status,
+            err.body(),
+            cmd.type if cmd else None,
+            cmd.header.sender_did if cmd else None,
+            err.code.value,
+            err.retry_after,
+            cmd.header.channel if cmd else None,
+        )
+    except DatabaseError:
+        log.exception("database error while handling a command")
+        outcome = Outcome(
+            503,
+            {"type": "ERROR", "code": ErrorCode.MEDIATOR_UNAVAILABLE.value},
+            cmd.type if cmd else None,
+            None,
+            ErrorCode.MEDIATOR_UNAVAILABLE.value,
+        )
+    reply = outcome.body_bytes()
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    # Metadata only: never payloads, ciphertexts, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+    log.info(
+        "command tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f",
+        tenant.slug if tenant else "-",
+        transport,
+        outcome.command_type or "-",
+        outcome.code,
+        outcome.status,
+        elapsed_ms,
+    )
+    if hooks.OBSERVERS:
+        record = hooks.CommandRecord(
+            tenant_id=tenant.pk if tenant else None,
+            tenant_slug=tenant.slug if tenant else None,
+            at=timezone.now(),
+            transport=transport,
+            channel=outcome.channel,
+            command_type=outcome.command_type,
+            code=outcome.code,
+            http_status=outcome.status,
+            bytes_in=len(raw),
+            bytes_out=len(reply),
+            duration_ms=elapsed_ms,
+            sender_did=outcome.sender_did,
+            remote_addr=remote_addr,
+        )
+        for observer in hooks.OBSERVERS:
+            try:
+                observer(record)
+            except Exception:  # noqa: BLE001 - an observer must never break a command
+                log.exception("command observer failed")
+    return outcome, reply

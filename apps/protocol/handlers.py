@@ -1,0 +1,130 @@
+"""One handler per command type: read the validated payload, call one service, format the reply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from apps.messaging import services as svc
+from apps.protocol.wire.envelope import parse_pagination
+
+from .context import CommandContext
+
+SUCCESS = {"type": "SUCCESS"}
+
+
+def _page_reply(key: str, page, result: svc.Page) -> dict:
+    return {"type": "SUCCESS", "payload": {key: result.items, "pagination": page.reply(result.total)}}
+
+
+def request_communication_contract(ctx: CommandContext) -> dict:
+    p = ctx.payload
+    if ctx.recipient_did == ctx.tenant.did:
+        signed = svc.registration_create(
+            tenant=ctx.tenant,
+            sender_did=ctx.sender_did,
+            encrypted=p["encrypted_contract_request"],
+            ephemeral_public=p["requestor_ephemeral_public_key"],
+        )
+        return {
+            "type": "SUCCESS",
+            "code": "MEDIATOR_REGISTRATION_SUCCESS",
+            "payload": {"signed_communication_contract": signed},
+        }
+    svc.contract_request_forward(
+        tenant=ctx.tenant,
+        sender_did=ctx.sender_did,
+        recipient_did=ctx.recipient_did,
+        encrypted=p["encrypted_contract_request"],
+        ephemeral_public=p["requestor_ephemeral_public_key"],
+    )
+    return {"type": "SUCCESS", "code": "REQUESTED"}
+
+
+def communication_contract_response(ctx: CommandContext) -> dict:
+    svc.contract_response_store(
+        tenant=ctx.tenant,
+        sender_did=ctx.sender_did,
+        recipient_did=ctx.recipient_did,
+        signed=ctx.payload["signed_communication_contract"],
+    )
+    return SUCCESS
+
+
+def query_pending_contract_requests(ctx: CommandContext) -> dict:
+    page = parse_pagination(ctx.payload)
+    result = svc.contract_requests_query(tenant=ctx.tenant, did=ctx.sender_did, page=page)
+    return _page_reply("pending_communication_contract_requests", page, result)
+
+
+def acknowledge_pending_contract_requests(ctx: CommandContext) -> dict:
+    svc.contract_requests_acknowledge(
+        tenant=ctx.tenant, did=ctx.sender_did, ids=ctx.payload["communication_contract_ids"]
+    )
+    return SUCCESS
+
+
+def save_communication_contract(ctx: CommandContext) -> dict:
+    svc.contract_save(tenant=ctx.tenant, owner_did=ctx.sender_did, signed=ctx.payload["signed_communication_contract"])
+    return SUCCESS
+
+
+def query_communication_contracts(ctx: CommandContext) -> dict:
+    page = parse_pagination(ctx.payload)
+    result = svc.contracts_query(tenant=ctx.tenant, did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
+    return _page_reply("communication_contracts", page, result)
+
+
+def query_pending_events(ctx: CommandContext) -> dict:
+    page = parse_pagination(ctx.payload)
+    flt = ctx.payload.get("filter") or {}
+    result = svc.pending_events_query(tenant=ctx.tenant, did=ctx.sender_did, sender_did=flt.get("sender_did"), page=page)
+    return _page_reply("pending_events", page, result)
+
+
+def acknowledge_pending_events(ctx: CommandContext) -> dict:
+    svc.pending_events_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=ctx.payload["event_ids"])
+    return SUCCESS
+
+
+def save_events(ctx: CommandContext) -> dict:
+    svc.events_save(tenant=ctx.tenant, owner_did=ctx.sender_did, events=ctx.payload["events"])
+    return SUCCESS
+
+
+def query_events(ctx: CommandContext) -> dict:
+    page = parse_pagination(ctx.payload)
+    result = svc.events_query(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
+    return _page_reply("events", page, result)
+
+
+def update_event_tags(ctx: CommandContext) -> dict:
+    svc.event_tags_update(tenant=ctx.tenant, owner_did=ctx.sender_did, updates=ctx.payload["events"])
+    return SUCCESS
+
+
+def two_way_private(ctx: CommandContext) -> dict:
+    event = svc.pending_event_enqueue(
+        tenant=ctx.tenant, sender_did=ctx.sender_did, recipient_did=ctx.recipient_did, payload=ctx.payload
+    )
+    return {"type": "SUCCESS", "pendingEventId": str(event.public_id)}
+
+
+Handler = Callable[[CommandContext], dict]
+
+DIRECT_HANDLERS: dict[str, Handler] = {
+    "REQUEST_COMMUNICATION_CONTRACT": request_communication_contract,
+    "COMMUNICATION_CONTRACT_RESPONSE": communication_contract_response,
+    "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": query_pending_contract_requests,
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": acknowledge_pending_contract_requests,
+    "SAVE_COMMUNICATION_CONTRACT": save_communication_contract,
+    "QUERY_COMMUNICATION_CONTRACTS": query_communication_contracts,
+    "QUERY_PENDING_EVENTS": query_pending_events,
+    "ACKNOWLEDGE_PENDING_EVENTS": acknowledge_pending_events,
+    "SAVE_EVENTS": save_events,
+    "QUERY_EVENTS": query_events,
+    "UPDATE_EVENT_TAGS": update_event_tags,
+}
+# DCTRL-0004 §6.2 step 4: these two only check the recipient, not the sender.
+RECIPIENT_CHECKED = {"REQUEST_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE"}
+# ONE_WAY_PUBLIC handlers (DCTRL-0007) register here; the public-channels issue fills it.
+PUBLIC_HANDLERS: dict[str, Handler] = {}

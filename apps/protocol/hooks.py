@@ -1,0 +1,46 @@
+"""Extension points of the command path, filled by other apps in AppConfig.ready().
+
+- PRE_CHECKS run before parsing: (tenant, meta) -> None, may raise ProtocolError (per-IP limits, body caps).
+- SENDER_CHECKS run after the envelope parses, before replay checks: (tenant, command, meta) -> None,
+  may raise ProtocolError (per-DID limits).
+- OBSERVERS see every finished command's metadata (metering, metrics). They must never raise
+  and never receive payloads, tags or signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RequestMeta:
+    transport: str  # "http" | "ws"
+    remote_addr: str | None
+    bytes_in: int
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """Metadata of one command: what metering and metrics may see, nothing more."""
+
+    tenant_id: int | None
+    tenant_slug: str | None
+    at: datetime
+    transport: str
+    channel: str | None
+    command_type: str | None
+    code: str
+    http_status: int
+    bytes_in: int
+    bytes_out: int
+    duration_ms: float
+    sender_did: str | None
+    remote_addr: str | None
+
+
+PRE_CHECKS: list[Callable[[Any, RequestMeta], None]] = []
+SENDER_CHECKS: list[Callable[[Any, Any, RequestMeta], None]] = []
+OBSERVERS: list[Callable[[CommandRecord], None]] = []

@@ -1,0 +1,14 @@
+"""The nonce store (DCTRL-0004 §5.2): persistent, so replay protection survives restarts (§12.2)."""
+
+from django.db import models
+
+
+class Nonce(models.Model):
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
+    sender_did = models.CharField(max_length=2048)
+    nonce = models.CharField(max_length=36)
+    expires_at = models.BigIntegerField(help_text="Unix ms: header.timestamp + window")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "sender_did", "nonce"], name="nonce_unique")]
+        indexes = [models.Index(fields=["expires_at"], name="nonce_expiry")]

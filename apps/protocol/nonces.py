@@ -1,0 +1,35 @@
+"""Nonce consumption: one INSERT … ON CONFLICT in its own autocommit statement.
+
+The pair is committed before any command processing and stays consumed whatever happens after
+(PROTOCOL-DECISIONS §3). A pair whose record has expired may be reused: the conflict branch only
+refreshes rows past their expiry, so a live duplicate inserts/updates nothing and returns no row.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+from .models import Nonce
+
+_TABLE = Nonce._meta.db_table
+
+
+def nonce_consume(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms: int, now_ms: int) -> bool:
+    """True if the (nonce, sender) pair was fresh and is now consumed; False on a replay."""
+    sql = (
+        f"INSERT INTO {_TABLE} (tenant_id, sender_did, nonce, expires_at) VALUES (%s, %s, %s, %s) "
+        f"ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+        f"WHERE {_TABLE}.expires_at <= %s RETURNING id"
+    )
+    # The unique constraint is the lock: concurrent inserts of one pair serialise on it and
+    # exactly one gets a row back. Outside any atomic block this commits immediately.
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(sql, [tenant_id, sender_did, nonce, expires_at_ms, now_ms])
+            return cur.fetchone() is not None
+
+
+def nonces_prune(*, now_ms: int) -> int:
+    """Delete expired nonces (DCTRL-0004 §5.3); safe to run concurrently."""
+    deleted, _ = Nonce.objects.filter(expires_at__lte=now_ms).delete()
+    return deleted

@@ -1,0 +1,183 @@
+"""Canonical JSON with JavaScript semantics (PROTOCOL-DECISIONS §2, DCTRL-0002 §7).
+
+`canonical_bytes(obj)` is what `JSON.stringify` prints for a deep key-sorted copy of `obj`,
+encoded as UTF-8. `loads_strict(raw)` parses untrusted bytes and refuses what cannot be
+canonicalised: invalid UTF-8, NaN/Infinity, non-finite or oversized numbers, lone surrogates
+and excessive nesting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from json.encoder import encode_basestring  # C-accelerated, ensure_ascii=False flavour
+from typing import Any
+
+MAX_DEPTH = 64
+MAX_INT_DIGITS = 64
+
+
+class CanonicalError(ValueError):
+    """The value cannot be represented in canonical JSON (or parsed strictly)."""
+
+
+class RawJSON(str):
+    """Already-serialised JSON text, emitted verbatim (stored contracts are returned as received)."""
+
+
+def js_number(value: float) -> str:
+    """Format a float as ECMAScript Number#toString does."""
+    if not math.isfinite(value):
+        raise CanonicalError("non-finite number")
+    if value == 0:
+        return "0"  # also -0
+    sign = "-" if value < 0 else ""
+    r = repr(abs(value))  # shortest round-trip digits, like JS
+    if "e" in r:
+        mant, exp_s = r.split("e")
+        exp = int(exp_s)
+    else:
+        mant, exp = r, 0
+    if "." in mant:
+        int_part, frac_part = mant.split(".")
+    else:
+        int_part, frac_part = mant, ""
+    if frac_part == "0":
+        frac_part = ""
+    digits = (int_part + frac_part).lstrip("0")
+    # n: position of the decimal point relative to the start of `digits`
+    lead_zeros = len(int_part + frac_part) - len((int_part + frac_part).lstrip("0"))
+    n = len(int_part) - lead_zeros + exp
+    digits = digits.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        es = f"e+{e}" if e >= 0 else f"e-{-e}"
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + es
+    return sign + out
+
+
+def _utf16_key(s: str) -> bytes:
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def _check_str(s: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalError("lone surrogate") from exc
+
+
+def _encode(obj: Any, out: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalError("nesting too deep")
+    if obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, RawJSON):
+        out.append(obj)
+    elif isinstance(obj, str):
+        _check_str(obj)
+        out.append(encode_basestring(obj))
+    elif isinstance(obj, int):
+        out.append(str(obj))
+    elif isinstance(obj, float):
+        out.append(js_number(obj))
+    elif isinstance(obj, dict):
+        out.append("{")
+        first = True
+        for key in sorted(obj, key=_utf16_key):
+            if not isinstance(key, str):
+                raise CanonicalError("non-string key")
+            _check_str(key)
+            if not first:
+                out.append(",")
+            first = False
+            out.append(encode_basestring(key))
+            out.append(":")
+            _encode(obj[key], out, depth + 1)
+        out.append("}")
+    elif isinstance(obj, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(obj):
+            if i:
+                out.append(",")
+            _encode(item, out, depth + 1)
+        out.append("]")
+    else:
+        raise CanonicalError(f"unsupported type {type(obj).__name__}")
+
+
+def canonical_str(obj: Any) -> str:
+    """Return the canonical JSON text of `obj`."""
+    out: list[str] = []
+    _encode(obj, out, 0)
+    return "".join(out)
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """Return the canonical JSON of `obj` as UTF-8 bytes: what gets signed."""
+    return canonical_str(obj).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise CanonicalError(f"{name} is not valid JSON")
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise CanonicalError("integer too large")
+    return int(s)
+
+
+def _parse_float(s: str) -> float:
+    value = float(s)
+    if not math.isfinite(value):
+        raise CanonicalError("number out of range")
+    return value
+
+
+def loads_strict(raw: bytes | str) -> Any:
+    """Parse untrusted JSON, raising CanonicalError for anything canonical JSON cannot carry."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+        )
+    except CanonicalError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CanonicalError("malformed JSON") from exc
+    _validate(value, 0)
+    return value
+
+
+def _validate(value: Any, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalError("nesting too deep")
+    if isinstance(value, str):
+        _check_str(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_str(k)
+            _validate(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _validate(v, depth + 1)
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON for responses (not canonical; key order as built)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)

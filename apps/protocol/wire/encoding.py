@@ -1,0 +1,84 @@
+"""base64 (standard and url-safe, lenient decoding) and multibase/multicodec keys (DCTRL-0002 §§9-10)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+B58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_B58_INDEX = {c: i for i, c in enumerate(B58_ALPHABET)}
+ED25519_PUB = b"\xed\x01"
+X25519_PUB = b"\xec\x01"
+_B64_RE = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
+
+
+class EncodingError(ValueError):
+    """Input is not valid in the expected encoding."""
+
+
+def b64encode(data: bytes) -> str:
+    """Standard alphabet with padding: the protocol's output form."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64url_nopad(data: bytes) -> str:
+    """URL-safe alphabet without padding: used for DID segments."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    """Decode standard or url-safe base64, padded or not; raise EncodingError otherwise."""
+    if not isinstance(text, str) or not _B64_RE.match(text):
+        raise EncodingError("not base64")
+    body = text.rstrip("=")
+    if "=" in body:
+        raise EncodingError("not base64")
+    if len(body) % 4 == 1:
+        raise EncodingError("bad base64 length")
+    if ("+" in body or "/" in body) and ("-" in body or "_" in body):
+        raise EncodingError("mixed base64 alphabets")
+    body = body.replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EncodingError("not base64") from exc
+
+
+def b58encode(data: bytes) -> str:
+    """Bitcoin base58 encoding."""
+    n = int.from_bytes(data, "big")
+    out = []
+    while n:
+        n, rem = divmod(n, 58)
+        out.append(B58_ALPHABET[rem])
+    pad = len(data) - len(data.lstrip(b"\0"))
+    return "1" * pad + "".join(reversed(out))
+
+
+def b58decode(text: str) -> bytes:
+    """Bitcoin base58 decoding."""
+    n = 0
+    for ch in text:
+        try:
+            n = n * 58 + _B58_INDEX[ch]
+        except KeyError as exc:
+            raise EncodingError("not base58btc") from exc
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
+    pad = len(text) - len(text.lstrip("1"))
+    return b"\0" * pad + body
+
+
+def multikey_encode(prefix: bytes, key: bytes) -> str:
+    """`z` + base58btc(multicodec prefix + raw key)."""
+    return "z" + b58encode(prefix + key)
+
+
+def multikey_decode(prefix: bytes, text: str) -> bytes:
+    """Inverse of multikey_encode; checks the multibase `z`, the multicodec and a 32-byte key."""
+    if not isinstance(text, str) or not text.startswith("z") or len(text) > 60:
+        raise EncodingError("not a z-multibase key")
+    raw = b58decode(text[1:])
+    if len(raw) != 34 or raw[:2] != prefix:
+        raise EncodingError("wrong multicodec or key length")
+    return raw[2:]

@@ -1,0 +1,308 @@
+"""The command envelope of DCTRL-0004 §4 and the payload schema of every command (§8, DCTRL-0007).
+
+`parse_command(raw)` validates once, at the edge, and returns a typed `Command`; anything that
+does not match raises ProtocolError(INVALID_COMMAND) (PROTOCOL-DECISIONS §3 step 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .canonical import CanonicalError, loads_strict
+from .errors import ErrorCode, ProtocolError
+
+DIRECT_AUTHENTICATED = "DIRECT_AUTHENTICATED"
+TWO_WAY_PRIVATE = "TWO_WAY_PRIVATE"
+ONE_WAY_PUBLIC = "ONE_WAY_PUBLIC"
+CHANNELS = (DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, ONE_WAY_PUBLIC)
+
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+# Hard structural caps applied before any tenant policy (the tenant's own caps are stricter).
+MAX_DID_LEN = 2048
+MAX_ID_LIST = 1000
+MAX_STR = 6 * 1024 * 1024
+MAX_TAG_LEN = 1024
+MAX_EVENTS = 1000
+MAX_TAGS = 100
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 10
+MAX_PAGE = 10_000_000
+
+
+def invalid(detail: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_COMMAND, detail)
+
+
+def is_integral(value: Any) -> bool:
+    """JSON number with an integral value (1.0 counts as 1), never a bool (PROTOCOL-DECISIONS §2)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and value.is_integer()
+
+
+def as_int(value: Any, name: str, lo: int | None = None, hi: int | None = None) -> int:
+    if not is_integral(value):
+        raise invalid(f"{name} must be an integer")
+    n = int(value)
+    if (lo is not None and n < lo) or (hi is not None and n > hi):
+        raise invalid(f"{name} out of range")
+    return n
+
+
+def as_str(value: Any, name: str, max_len: int = MAX_STR, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise invalid(f"{name} must be a non-empty string")
+    if len(value) > max_len:
+        raise invalid(f"{name} too long")
+    return value
+
+
+def as_obj(value: Any, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise invalid(f"{name} must be an object")
+    return value
+
+
+def as_list(value: Any, name: str, max_items: int) -> list:
+    if not isinstance(value, list):
+        raise invalid(f"{name} must be an array")
+    if len(value) > max_items:
+        raise invalid(f"{name} has too many items")
+    return value
+
+
+def opt(obj: dict, key: str) -> Any:
+    """Optional member: absent and null both mean 'not given'."""
+    return obj.get(key)
+
+
+@dataclass(frozen=True)
+class Pagination:
+    page: int = 0
+    page_size: int = DEFAULT_PAGE_SIZE
+
+    @property
+    def offset(self) -> int:
+        return self.page * self.page_size
+
+    def reply(self, total: int) -> dict:
+        return {"page": self.page, "page_size": self.page_size, "total": total}
+
+
+def parse_pagination(payload: dict, max_page_size: int = MAX_PAGE_SIZE) -> Pagination:
+    """DCTRL-0004 §9 with PROTOCOL-DECISIONS §5 bounds: page ≥ 0, 1 ≤ page_size ≤ 100."""
+    raw = payload.get("pagination")
+    if raw is None:
+        return Pagination()
+    p = as_obj(raw, "pagination")
+    page = 0 if p.get("page") is None else as_int(p["page"], "page", 0, MAX_PAGE)
+    size = DEFAULT_PAGE_SIZE if p.get("page_size") is None else as_int(p["page_size"], "page_size", 1, max_page_size)
+    return Pagination(page=page, page_size=size)
+
+
+def _str_list(value: Any, name: str, max_items: int, max_len: int) -> list[str]:
+    items = as_list(value, name, max_items)
+    for item in items:
+        as_str(item, name, max_len)
+    return items
+
+
+def _v_request_contract(p: dict) -> None:
+    as_str(p.get("encrypted_contract_request"), "encrypted_contract_request", 64 * 1024)
+    as_str(p.get("requestor_ephemeral_public_key"), "requestor_ephemeral_public_key", 64)
+
+
+def _v_signed_contract(p: dict) -> None:
+    as_obj(p.get("signed_communication_contract"), "signed_communication_contract")
+
+
+def _v_query_with_page(p: dict) -> None:
+    parse_pagination(p)
+
+
+def _v_ack_requests(p: dict) -> None:
+    _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
+
+
+def _v_ack_events(p: dict) -> None:
+    _str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)
+
+
+def _v_query_contracts(p: dict) -> None:
+    parse_pagination(p)
+    f = p.get("filter")
+    if f is None:
+        return
+    as_obj(f, "filter")
+    if opt(f, "did") is not None:
+        as_str(f["did"], "filter.did", MAX_DID_LEN)
+    for key in ("expires_at_before", "expires_at_after"):
+        if opt(f, key) is not None:
+            as_int(f[key], f"filter.{key}", -(2**53), 2**53)
+
+
+def _v_query_pending(p: dict) -> None:
+    parse_pagination(p)
+    f = p.get("filter")
+    if f is None:
+        return
+    as_obj(f, "filter")
+    if opt(f, "sender_did") is not None:
+        as_str(f["sender_did"], "filter.sender_did", MAX_DID_LEN)
+
+
+def _v_save_events(p: dict) -> None:
+    events = as_list(p.get("events"), "events", MAX_EVENTS)
+    if not events:
+        raise invalid("events must not be empty")
+    for ev in events:
+        as_obj(ev, "event")
+        as_str(ev.get("sender_did"), "event.sender_did", MAX_DID_LEN)
+        as_str(ev.get("recipient_did"), "event.recipient_did", MAX_DID_LEN)
+        if opt(ev, "contract_id") is not None:
+            as_str(ev["contract_id"], "event.contract_id", 256)
+        as_int(ev.get("timestamp"), "event.timestamp", -(2**53), 2**53)
+        as_str(ev.get("payload"), "event.payload")
+        _str_list(ev.get("encrypted_tags", []), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+
+
+def _v_query_events(p: dict) -> None:
+    parse_pagination(p)
+    f = p.get("filter")
+    if f is None:
+        return
+    as_obj(f, "filter")
+    for key in ("after_timestamp", "before_timestamp"):
+        if opt(f, key) is not None:
+            as_int(f[key], f"filter.{key}", -(2**53), 2**53)
+    if opt(f, "participant_did") is not None:
+        as_str(f["participant_did"], "filter.participant_did", MAX_DID_LEN)
+    if opt(f, "encrypted_tags") is not None:
+        _str_list(f["encrypted_tags"], "filter.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+    if opt(f, "unprocessed_only") is not None and not isinstance(f["unprocessed_only"], bool):
+        raise invalid("filter.unprocessed_only must be a boolean")
+
+
+def _v_update_tags(p: dict) -> None:
+    events = as_list(p.get("events"), "events", MAX_EVENTS)
+    for ev in events:
+        as_obj(ev, "event")
+        as_str(ev.get("event_id"), "event.event_id", 64)
+        _str_list(ev.get("encrypted_tags"), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+
+
+def _v_publish(p: dict) -> None:
+    ev = as_obj(p.get("public_event"), "public_event")
+    as_str(ev.get("channel_id"), "public_event.channel_id", 256)
+    as_str(ev.get("event"), "public_event.event", allow_empty=True)
+    _str_list(ev.get("tags"), "public_event.tags", MAX_TAGS, MAX_TAG_LEN)
+    as_int(ev.get("timestamp"), "public_event.timestamp", 0, 2**53)
+    as_str(ev.get("signature"), "public_event.signature", 128)
+
+
+def _v_delete_public(p: dict) -> None:
+    as_str(p.get("public_event_id"), "public_event_id", 64)
+
+
+DIRECT_COMMANDS = {
+    "REQUEST_COMMUNICATION_CONTRACT": _v_request_contract,
+    "COMMUNICATION_CONTRACT_RESPONSE": _v_signed_contract,
+    "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_query_with_page,
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_ack_requests,
+    "SAVE_COMMUNICATION_CONTRACT": _v_signed_contract,
+    "QUERY_COMMUNICATION_CONTRACTS": _v_query_contracts,
+    "QUERY_PENDING_EVENTS": _v_query_pending,
+    "ACKNOWLEDGE_PENDING_EVENTS": _v_ack_events,
+    "SAVE_EVENTS": _v_save_events,
+    "QUERY_EVENTS": _v_query_events,
+    "UPDATE_EVENT_TAGS": _v_update_tags,
+}
+PUBLIC_COMMANDS = {
+    "PUBLISH_PUBLIC_EVENT": _v_publish,
+    "DELETE_PUBLIC_EVENT": _v_delete_public,
+}
+
+
+@dataclass(frozen=True)
+class Header:
+    channel: str
+    sender_did: str
+    sender_signing_key_id: str
+    recipient_did: str
+    timestamp: int
+    nonce: str
+
+
+@dataclass(frozen=True)
+class Command:
+    header: Header
+    payload: Any
+    signature: str
+    signable: dict  # {"header": <as received>, "payload": <as received>}
+
+    @property
+    def type(self) -> str:
+        """The command type: the payload `type`, or the channel for TWO_WAY_PRIVATE."""
+        if isinstance(self.payload, dict):
+            return self.payload["type"]
+        return self.header.channel
+
+
+def parse_header(h: Any) -> Header:
+    """Validate the six header fields (DCTRL-0004 §4.2)."""
+    h = as_obj(h, "header")
+    channel = h.get("channel")
+    if channel not in CHANNELS:
+        raise invalid("unknown channel")
+    nonce = h.get("nonce")
+    if not isinstance(nonce, str) or not UUID_RE.match(nonce):
+        raise invalid("nonce must be a UUID")
+    return Header(
+        channel=channel,
+        sender_did=as_str(h.get("sender_did"), "sender_did", MAX_DID_LEN),
+        sender_signing_key_id=as_str(h.get("sender_signing_key_id"), "sender_signing_key_id", MAX_DID_LEN + 64),
+        recipient_did=as_str(h.get("recipient_did"), "recipient_did", MAX_DID_LEN),
+        timestamp=as_int(h.get("timestamp"), "timestamp", -(2**53), 2**53),
+        nonce=nonce.lower(),
+    )
+
+
+def parse_command(raw: bytes | str) -> Command:
+    """Parse and validate a command body; ProtocolError(INVALID_COMMAND) on any mismatch."""
+    try:
+        obj = loads_strict(raw)
+    except CanonicalError as exc:
+        raise invalid(str(exc)) from exc
+    return command_from_obj(obj)
+
+
+def command_from_obj(obj: Any) -> Command:
+    """Validate an already-parsed envelope object."""
+    obj = as_obj(obj, "command")
+    if "header" not in obj or "payload" not in obj:
+        raise invalid("header and payload are required")
+    header = parse_header(obj["header"])
+    signature = obj.get("signature")
+    if not isinstance(signature, str) or len(signature) > 200:
+        raise invalid("signature must be a string")
+    payload = obj["payload"]
+    if header.channel == TWO_WAY_PRIVATE:
+        as_str(payload, "payload")
+    else:
+        table = DIRECT_COMMANDS if header.channel == DIRECT_AUTHENTICATED else PUBLIC_COMMANDS
+        as_obj(payload, "payload")
+        validator = table.get(payload.get("type")) if isinstance(payload.get("type"), str) else None
+        if validator is None:
+            raise invalid("unknown command type for channel")
+        validator(payload)
+    return Command(
+        header=header,
+        payload=payload,
+        signature=signature,
+        signable={"header": obj["header"], "payload": payload},
+    )

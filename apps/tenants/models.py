@@ -1,0 +1,92 @@
+"""A Tenant is one hosted mediator: its own did:web, keys, host and policy."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from django.db import models
+
+from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
+from apps.protocol.wire.did import ResolvedDid, mediator_document
+
+from . import keystore
+
+
+class Tenant(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        SUSPENDED = "suspended", "Suspended"
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    domain = models.CharField(max_length=255, unique=True, help_text="Host (with :port if not default) this mediator serves.")
+    did = models.CharField(max_length=300, unique=True, editable=False)
+    public_url = models.URLField(max_length=300, help_text="HTTP URL published in the DID document's service.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+
+    signing_public = models.BinaryField(max_length=32, editable=False)
+    signing_private_sealed = models.TextField(editable=False)
+    prekey_public = models.BinaryField(max_length=32, editable=False)
+    prekey_private_sealed = models.TextField(editable=False)
+
+    # Policy (PROTOCOL-DECISIONS defaults). Issue 4/5 grow and enforce the rest.
+    registration_open = models.BooleanField(default=True)
+    max_identities = models.PositiveIntegerField(default=0, help_text="0 = unlimited")
+    max_registration_days = models.PositiveIntegerField(default=365)
+    pending_event_ttl_days = models.PositiveIntegerField(default=30)
+    pending_queue_cap = models.PositiveIntegerField(default=10_000)
+    max_events_per_save = models.PositiveIntegerField(default=100)
+    max_tags_per_event = models.PositiveIntegerField(default=20)
+    max_tag_length = models.PositiveIntegerField(default=256)
+    max_page_size = models.PositiveIntegerField(default=100)
+    max_body_bytes = models.PositiveIntegerField(default=6 * 1024 * 1024)
+    # Rate limits per minute; null = the deployment default (MEDIATOR_RATE_LIMIT_PER_*), 0 = off.
+    rate_limit_per_did = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True)
+    contract_request_ttl_days = models.PositiveIntegerField(default=30)
+    metering_retention_days = models.PositiveIntegerField(default=90)
+    # Public channels (DCTRL-0007)
+    public_event_max_bytes = models.PositiveIntegerField(default=64 * 1024)
+    public_max_tags = models.PositiveIntegerField(default=20)
+    public_channel_id_max_length = models.PositiveIntegerField(default=128)
+    public_publish_per_minute = models.PositiveIntegerField(default=30)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return f"{self.slug} ({self.domain})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+    @cached_property
+    def signing_keypair(self) -> Ed25519KeyPair:
+        """The tenant's Ed25519 signing pair, decrypted with the deployment key."""
+        return Ed25519KeyPair.from_seed(keystore.unseal(self.signing_private_sealed, context=f"{self.slug}:signing"))
+
+    @cached_property
+    def prekey_pair(self) -> X25519KeyPair:
+        """The tenant's X25519 pre-key pair, decrypted with the deployment key."""
+        return X25519KeyPair.from_private(keystore.unseal(self.prekey_private_sealed, context=f"{self.slug}:prekey"))
+
+    def set_keys(self, signing: Ed25519KeyPair, prekey: X25519KeyPair) -> None:
+        """Seal and attach a new key set (callers save)."""
+        self.signing_public = signing.public
+        self.signing_private_sealed = keystore.seal(signing.seed, context=f"{self.slug}:signing")
+        self.prekey_public = prekey.public
+        self.prekey_private_sealed = keystore.seal(prekey.private, context=f"{self.slug}:prekey")
+        self.__dict__.pop("signing_keypair", None)
+        self.__dict__.pop("prekey_pair", None)
+
+    def did_document(self) -> dict:
+        """The DID document of DCTRL-0004 §3.2."""
+        return mediator_document(self.did, bytes(self.signing_public), bytes(self.prekey_public), self.public_url)
+
+    def resolved(self) -> ResolvedDid:
+        """This tenant as a resolved DID (for signature checks on contracts it signed)."""
+        return ResolvedDid(did=self.did, signing_key=bytes(self.signing_public), pre_key=bytes(self.prekey_public))

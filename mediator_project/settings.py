@@ -1,0 +1,158 @@
+"""One env-driven settings module (STYLE §12). The embedded default needs no environment at all:
+SQLite, the in-memory channel layer and a generated development deployment key.
+Production sets MEDIATOR_ENV=production, which makes every missing secret a loud failure.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env, env_bool, env_int
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("MEDIATOR_VAR_DIR", str(BASE_DIR / "var")))
+PRODUCTION = env("MEDIATOR_ENV", "development") == "production"
+
+
+def _dev_secret(filename: str, nbytes: int) -> str:
+    """Development only: a secret generated once and kept in var/ so restarts keep working."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path = VAR_DIR / filename
+    if not path.exists():
+        path.write_text(secrets.token_hex(nbytes))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _required(name: str, dev_file: str, nbytes: int) -> str:
+    value = env(name)
+    if value:
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured(f"{name} (or {name}_FILE) must be set in production")
+    return _dev_secret(dev_file, nbytes)
+
+
+SECRET_KEY = _required("DJANGO_SECRET_KEY", "django-secret.key", 32)
+# 32-byte key (hex) that encrypts tenant private keys at rest (apps/tenants/keystore.py).
+MEDIATOR_DEPLOYMENT_KEY = _required("MEDIATOR_DEPLOYMENT_KEY", "deployment.key", 32)
+DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+# Tenants own their hosts: the tenant middleware decides which Host is served (PROTOCOL-DECISIONS §7).
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "apps.tenants",
+    "apps.messaging",
+    "apps.protocol",
+]
+
+MIDDLEWARE = [
+    "apps.protocol.middleware.CorsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "apps.tenants.middleware.TenantMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mediator_project.urls"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "mediator_project.wsgi.application"
+ASGI_APPLICATION = "mediator_project.asgi.application"
+
+DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mediator.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Never wrap requests in one transaction: a consumed nonce must commit on its own (DCTRL-0004 §5.4).
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+WHITENOISE_USE_FINDERS = True
+
+# --- Mediator protocol settings ---------------------------------------------------------------
+PORT = env_int("PORT", 8000)
+# The tenant served for hosts no tenant claims (development). Empty in production means
+# UNKNOWN_MEDIATOR for unknown hosts (PROTOCOL-DECISIONS §7).
+MEDIATOR_DEFAULT_TENANT = env("MEDIATOR_DEFAULT_TENANT", "" if PRODUCTION else "default")
+MEDIATOR_PUBLIC_SCHEME = env("MEDIATOR_PUBLIC_SCHEME", "https" if PRODUCTION else "http")
+MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
+MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
+MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
+# Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
+DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
+
+LOG_LEVEL = env("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}
+
+os.environ.setdefault("MEDIATOR_SETTINGS_LOADED", "1")

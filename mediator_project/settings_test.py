@@ -1,0 +1,15 @@
+"""Test override: only what tests need. Tests run on real PostgreSQL (TEST_DATABASE_URL)."""
+
+import os
+
+import dj_database_url
+
+from .settings import *  # noqa: F403
+from .settings import DATABASES
+
+DATABASES["default"] = dj_database_url.parse(
+    os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/mediator"), conn_max_age=0
+)
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+MEDIATOR_DEFAULT_TENANT = "default"
