@@ -44,3 +44,11 @@ class CommandRecord:
 PRE_CHECKS: list[Callable[[Any, RequestMeta], None]] = []
 SENDER_CHECKS: list[Callable[[Any, Any, RequestMeta], None]] = []
 OBSERVERS: list[Callable[[CommandRecord], None]] = []
+
+# WebSocket admission (filled by the limits app, called by the realtime consumer):
+# (tenant, ip) -> None, raising ProtocolError(RATE_LIMITED) to refuse.
+WS_CONNECT_CHECKS: list[Callable[[Any, str | None], None]] = []
+WS_AUTH_CHECKS: list[Callable[[Any, str | None], None]] = []
+# WebSocket lifecycle observers (metrics): (event, tenant_slug) with event in
+# {"connect", "authenticated", "disconnect"}. Must never raise.
+WS_OBSERVERS: list[Callable[[str, str | None], None]] = []
