@@ -95,9 +95,10 @@ def _encode(obj: Any, out: list[str], depth: int) -> None:
     elif isinstance(obj, dict):
         out.append("{")
         first = True
+        # Check key types before sorting: sorting a non-str key would raise AttributeError.
+        if not all(isinstance(key, str) for key in obj):
+            raise CanonicalError("non-string key")
         for key in sorted(obj, key=_utf16_key):
-            if not isinstance(key, str):
-                raise CanonicalError("non-string key")
             _check_str(key)
             if not first:
                 out.append(",")
