@@ -47,6 +47,8 @@ ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [
     "daphne",
+    # The operator console's theme; it must come before django.contrib.admin (issue 4).
+    "unfold",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -54,6 +56,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "apps.tenants",
     "apps.messaging",
     "apps.protocol",
@@ -94,7 +100,17 @@ WSGI_APPLICATION = "mediator_project.wsgi.application"
 ASGI_APPLICATION = "mediator_project.asgi.application"
 
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mediator.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
+    # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {
+            "min_size": env_int("DB_POOL_MIN_SIZE", 2),
+            "max_size": env_int("DB_POOL_MAX_SIZE", 16),
+            "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
+        }
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
@@ -161,6 +177,37 @@ MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
+
+# --- Operator console and API (issue 4, docs/operators.md) ---------------------------------------
+# Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the
+# tenant services clear this process's cache at once; other processes see a change within the TTL.
+MEDIATOR_TENANT_CACHE_SECONDS = env_int("MEDIATOR_TENANT_CACHE_SECONDS", 5)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Decentrl mediator operator API",
+    "DESCRIPTION": "Manage hosted mediators (tenants): policy, status, key rotation, statistics.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+UNFOLD = {
+    "SITE_TITLE": "Mediator operator console",
+    "SITE_HEADER": "Decentrl mediator",
+    "SITE_SYMBOL": "hub",
+    "SHOW_HISTORY": True,
+    "SHOW_VIEW_ON_SITE": False,
+}
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
 LOGGING = {
