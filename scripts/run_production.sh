@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The production serving layout on one box (docs/serving.md), as one command:
+#   nginx :PORT  ──/ws──▶ daphne :WS_PORT (Channels consumer, Redis channel layer)
+#               └──/────▶ gunicorn :HTTP_PORT (sync WSGI workers, POST / and the rest)
+#   celery worker + celery beat on the Redis broker
+# Requires REDIS_URL and DATABASE_URL (PostgreSQL). NO_PROXY=1 skips nginx (clients then use
+# HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1 skips the Celery processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${REDIS_URL:?REDIS_URL must be set for the production layout}"
+: "${DATABASE_URL:?DATABASE_URL must be set for the production layout}"
+PORT="${PORT:-8000}"
+HTTP_PORT="${HTTP_PORT:-$((PORT + 1))}"
+WS_PORT="${WS_PORT:-$((PORT + 2))}"
+VENV="${VENV:-.venv}"
+RUN_DIR="${RUN_DIR:-var/run-$PORT}"
+mkdir -p "$RUN_DIR"
+export PORT HTTP_PORT WS_PORT PYTHONPATH="${PYTHONPATH:-$PWD}"
+
+pids=()
+cleanup() {
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+"$VENV/bin/gunicorn" -c mediator_project/gunicorn.conf.py mediator_project.wsgi:application & pids+=($!)
+"$VENV/bin/daphne" -b 127.0.0.1 -p "$WS_PORT" mediator_project.asgi:application & pids+=($!)
+if [ "${NO_CELERY:-0}" != 1 ]; then
+  "$VENV/bin/celery" -A mediator_project worker --concurrency "${CELERY_CONCURRENCY:-1}" -l warning & pids+=($!)
+  "$VENV/bin/celery" -A mediator_project beat -l warning -s "$RUN_DIR/celerybeat-schedule" & pids+=($!)
+fi
+if [ "${NO_PROXY:-0}" != 1 ]; then
+  command -v nginx >/dev/null || { echo "nginx missing: apt-get install nginx-light, or NO_PROXY=1"; exit 1; }
+  sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$PWD/$RUN_DIR#g" \
+    deploy/nginx.conf.template > "$RUN_DIR/nginx.conf"
+  nginx -c "$PWD/$RUN_DIR/nginx.conf" -g "daemon off;" & pids+=($!)
+fi
+echo "production layout: http://localhost:$PORT (gunicorn :$HTTP_PORT, daphne /ws :$WS_PORT)"
+wait -n
