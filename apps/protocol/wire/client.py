@@ -13,8 +13,17 @@ import httpx
 
 from . import contract as wc
 from .canonical import canonical_bytes
-from .crypto import Ed25519KeyPair, X25519KeyPair, aes_gcm_decrypt, aes_gcm_encrypt, encrypt_tag, sign_json_object
-from .did import ResolvedDid, decentrl_did, parse_decentrl, parse_mediator_document
+from .crypto import (
+    CryptoFailure,
+    Ed25519KeyPair,
+    X25519KeyPair,
+    aes_gcm_decrypt,
+    aes_gcm_encrypt,
+    encrypt_tag,
+    sign_json_object,
+    verify_json_object,
+)
+from .did import DidError, ResolvedDid, decentrl_did, host_for_web_did, parse_decentrl, parse_mediator_document
 from .encoding import b64decode, b64encode
 from .envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE
 
@@ -32,6 +41,8 @@ class Identity:
     storage_key: bytes = field(default_factory=lambda: X25519KeyPair.generate().private)
     # contract hash -> (signed contract, own ephemeral private key)
     contracts: dict[str, tuple[dict, bytes]] = field(default_factory=dict)
+    # requests sent and not yet picked up: our ephemeral public key (b64) -> its private half
+    requested: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
     def create(cls, alias: str, mediator_did: str) -> Identity:
@@ -112,11 +123,25 @@ class MediatorError(Exception):
 class MediatorClient:
     """HTTP access to one mediator (by base URL). `raise_errors=False` returns error replies."""
 
-    def __init__(self, base_url: str, *, timeout: float = 10.0, host: str | None = None, http: httpx.Client | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        host: str | None = None,
+        http: httpx.Client | None = None,
+        directory: MediatorDirectory | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         headers = {"Host": host} if host else {}
         self.http = http or httpx.Client(timeout=timeout, headers=headers)
         self._doc: ResolvedDid | None = None
+        # Where the other party's mediator is found (cross-mediator flows); None = this one only.
+        self.directory = directory
+        # (status, body) of the last command sent: flows that return something else keep it reachable.
+        self.last_reply: tuple[int, dict] | None = None
+        if directory is not None:
+            directory.add(self)
 
     def close(self) -> None:
         self.http.close()
@@ -149,6 +174,7 @@ class MediatorClient:
 
     def send(self, envelope: dict, *, raise_errors: bool = True) -> dict:
         status, reply = self.post_raw(canonical_bytes(envelope))
+        self.last_reply = (status, reply)
         if raise_errors and (status != 200 or reply.get("type") != "SUCCESS"):
             raise MediatorError(status, reply)
         return reply
@@ -201,19 +227,43 @@ class MediatorClient:
             },
             recipient_did=recipient_did,
         )
+        who.requested[req.ephemeral_public_b64] = req.ephemeral.private
         return req
+
+    def mediator_for(self, did: str) -> MediatorClient:
+        """The mediator hosting `did` (its DID's mediator segment): this one or one from the directory."""
+        mediator_did = did if did.startswith("did:web:") else parse_decentrl(did).mediator_did
+        if mediator_did == self.did:
+            return self
+        if self.directory is None:
+            raise DidError(f"no directory to reach mediator {mediator_did}")
+        return self.directory.client_for(mediator_did)
 
     def pending_contract_requests(self, who: Identity, page: int = 0, page_size: int = 10) -> dict:
         return self.command(
             who, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "pagination": {"page": page, "page_size": page_size}}
         )["payload"]
 
-    def accept_contract_request(self, who: Identity, item: dict, requestor_mediator: MediatorClient) -> dict:
-        """Decrypt a pending request, countersign, respond to the requestor's mediator, save on ours, ack."""
+    def open_contract_request(self, who: Identity, item: dict) -> dict:
+        """Decrypt a pending contract request addressed to `who` and check it came from its sender."""
         request = wc.decrypt_request(item["encrypted_contract_request"], item["requestor_ephemeral_public_key"], who.prekey.private)
-        requestor = parse_decentrl(request["communication_contract"]["requestor_did"])
+        terms = request["communication_contract"]
+        requestor = parse_decentrl(terms["requestor_did"])
         if not wc.verify_request_signature(request, requestor) or requestor.did != item["sender_did"]:
             raise ValueError("contract request signature does not verify")
+        if terms.get("recipient_did") != who.did or terms.get("requestor_ephemeral_public_key") != item["requestor_ephemeral_public_key"]:
+            raise ValueError("contract request is not addressed to this identity")
+        return request
+
+    def accept_contract_request(self, who: Identity, item: dict, requestor_mediator: MediatorClient | None = None) -> dict:
+        """Decrypt a pending request, countersign, respond to the requestor's mediator, save on ours, ack.
+
+        The requestor's mediator defaults to the one named in the requestor's DID (via the directory).
+        """
+        request = self.open_contract_request(who, item)
+        requestor = parse_decentrl(request["communication_contract"]["requestor_did"])
+        if requestor_mediator is None:
+            requestor_mediator = self.mediator_for(requestor.did)
         signed, eph = wc.accept_request(request, who.signing)
         requestor_mediator.command(
             who,
@@ -235,8 +285,36 @@ class MediatorClient:
         """Requestor side: keep an accepted contract (after CONTRACTS_UPDATED / query)."""
         who.remember_contract(signed, ephemeral_private)
 
-    def send_private(self, who: Identity, recipient_did: str, event: dict) -> str:
-        """Encrypt `event` under the contract root secret and send TWO_WAY_PRIVATE; returns pendingEventId."""
+    def pick_up_contracts(self, who: Identity, *, with_did: str | None = None) -> list[dict]:
+        """Requestor side: QUERY_COMMUNICATION_CONTRACTS on this (our own) mediator and adopt every
+        accepted contract answering one of our outstanding requests; returns the adopted ones.
+
+        Each is verified locally (both signatures) before it is trusted."""
+        adopted: list[dict] = []
+        page = 0
+        while who.requested:
+            reply = self.contracts(who, {"did": with_did} if with_did else None, page=page, page_size=100)
+            for item in reply["communication_contracts"]:
+                signed = item["signed_communication_contract"]
+                terms = signed.get("communication_contract") or {}
+                priv = who.requested.get(terms.get("requestor_ephemeral_public_key", ""))
+                if priv is None or terms.get("requestor_did") != who.did:
+                    continue
+                try:
+                    wc.verify_signed_contract(signed, parse_decentrl, now_s=int(time.time()))
+                except (wc.ContractInvalid, wc.ContractSignaturesInvalid):
+                    continue  # not a contract we can trust; keep waiting for a good one
+                who.remember_contract(signed, priv)
+                del who.requested[terms["requestor_ephemeral_public_key"]]
+                adopted.append(signed)
+            if (page + 1) * 100 >= reply["pagination"]["total"]:
+                break
+            page += 1
+        return adopted
+
+    def seal_private(self, who: Identity, recipient_did: str, event: dict, *, timestamp: int | None = None) -> str:
+        """The TWO_WAY_PRIVATE payload: the signed envelope {contract_id, event, timestamp, signature}
+        encrypted under the newest live contract's root secret (DCTRL-0005 transit encryption)."""
         held = who.contract_with(recipient_did)
         if held is None:
             raise ValueError(f"no contract with {recipient_did}")
@@ -244,14 +322,27 @@ class MediatorClient:
         terms = signed["communication_contract"]
         theirs = terms["recipient_ephemeral_public_key"] if terms["requestor_did"] == who.did else terms["requestor_ephemeral_public_key"]
         key = wc.root_secret(priv, theirs)
-        envelope = {"contract_id": wc.contract_hash(terms), "event": json.dumps(event, separators=(",", ":")), "timestamp": int(time.time() * 1000)}
+        envelope = {
+            "contract_id": wc.contract_hash(terms),
+            "event": json.dumps(event, separators=(",", ":")),
+            "timestamp": int(time.time() * 1000) if timestamp is None else timestamp,
+        }
         envelope["signature"] = sign_json_object(envelope, who.signing)
-        blob = aes_gcm_encrypt(key, json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
+        return aes_gcm_encrypt(key, json.dumps(envelope, separators=(",", ":")).encode("utf-8"))
+
+    def send_sealed(self, who: Identity, recipient_did: str, blob: str) -> str:
+        """Send an already sealed payload as TWO_WAY_PRIVATE to this (the recipient's) mediator."""
         env = who.sign_command(recipient_did=recipient_did, payload=blob, channel=TWO_WAY_PRIVATE)
         return self.send(env)["pendingEventId"]
 
+    def send_private(self, who: Identity, recipient_did: str, event: dict) -> str:
+        """Encrypt `event` under the contract root secret and send TWO_WAY_PRIVATE; returns pendingEventId."""
+        return self.send_sealed(who, recipient_did, self.seal_private(who, recipient_did, event))
+
     def decrypt_private(self, who: Identity, sender_did: str, blob: str) -> dict:
-        """Open a transit event from `sender_did` with any held contract's root secret."""
+        """Open a transit event from `sender_did` with any held contract's root secret, and verify
+        the envelope signature with the sender's signing key (DCTRL-0005 receive loop step 3)."""
+        sender_key = parse_decentrl(sender_did).signing_key
         for signed, priv in who.contracts.values():
             t = signed["communication_contract"]
             if sender_did not in (t["requestor_did"], t["recipient_did"]):
@@ -259,8 +350,15 @@ class MediatorClient:
             theirs = t["recipient_ephemeral_public_key"] if t["requestor_did"] == who.did else t["requestor_ephemeral_public_key"]
             try:
                 envelope = json.loads(aes_gcm_decrypt(wc.root_secret(priv, theirs), blob))
-            except Exception:  # noqa: BLE001 - try the next contract
+            except (CryptoFailure, ValueError):  # another contract's key: try the next one
                 continue
+            if not isinstance(envelope, dict):
+                continue
+            signature = envelope.pop("signature", None)
+            if not verify_json_object(envelope, signature, sender_key):
+                raise ValueError("event envelope signature does not verify")
+            if envelope.get("contract_id") != wc.contract_hash(t):
+                raise ValueError("event envelope names another contract")
             return {"contract_id": envelope["contract_id"], "event": json.loads(envelope["event"]), "timestamp": envelope["timestamp"]}
         raise ValueError("no contract opens this event")
 
@@ -300,4 +398,49 @@ class MediatorClient:
         return item
 
 
-__all__ = ["Identity", "MediatorClient", "MediatorError", "ONE_WAY_PUBLIC", "b64decode", "b64encode"]
+class MediatorDirectory:
+    """Mediator DID → MediatorClient, for flows that cross mediators: a client talks to the other
+    party's mediator directly, picked from the mediator segment of that party's DID
+    (DCTRL-0005 dual delivery; there is no mediator-to-mediator protocol).
+
+    Known mediators are added explicitly; an unknown `did:web` is reached at `<scheme>://<host>`
+    and its DID document must name that same DID."""
+
+    def __init__(self, *, scheme: str = "https", timeout: float = 10.0):
+        self.scheme = scheme
+        self.timeout = timeout
+        self.clients: dict[str, MediatorClient] = {}
+
+    def add(self, client: MediatorClient) -> MediatorClient:
+        """Register `client` under the DID its document announces."""
+        self.clients[client.did] = client
+        client.directory = self
+        return client
+
+    def client_for(self, did: str) -> MediatorClient:
+        """The client for a mediator DID, or for the mediator hosting a did:decentrl."""
+        mediator_did = did if did.startswith("did:web:") else parse_decentrl(did).mediator_did
+        if mediator_did in self.clients:
+            return self.clients[mediator_did]
+        if not mediator_did.startswith("did:web:"):
+            raise DidError(f"cannot reach mediator {mediator_did}")
+        client = MediatorClient(f"{self.scheme}://{host_for_web_did(mediator_did)}", timeout=self.timeout)
+        if client.did != mediator_did:
+            client.close()
+            raise DidError(f"{mediator_did} answers with another DID document")
+        return self.add(client)
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+__all__ = [
+    "Identity",
+    "MediatorClient",
+    "MediatorDirectory",
+    "MediatorError",
+    "ONE_WAY_PUBLIC",
+    "b64decode",
+    "b64encode",
+]
