@@ -151,4 +151,6 @@ def parse_mediator_document(doc: dict) -> ResolvedDid:
         pre = multikey_decode(X25519_PUB, doc["keyAgreement"][0]["publicKeyMultibase"])
     except (KeyError, IndexError, TypeError, EncodingError) as exc:
         raise DidError("malformed mediator DID document") from exc
+    if not isinstance(did, str) or not did.startswith("did:") or len(did) > MAX_DID_LENGTH:
+        raise DidError("malformed mediator DID document")
     return ResolvedDid(did=did, signing_key=signing, pre_key=pre, document=doc)
