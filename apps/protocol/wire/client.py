@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from . import contract as wc
-from .canonical import canonical_bytes
+from .canonical import CanonicalError, canonical_bytes
 from .crypto import (
     CryptoFailure,
     Ed25519KeyPair,
@@ -24,7 +24,7 @@ from .crypto import (
     verify_json_object,
 )
 from .did import DidError, ResolvedDid, decentrl_did, host_for_web_did, parse_decentrl, parse_mediator_document
-from .encoding import b64decode, b64encode
+from .encoding import EncodingError, b64decode, b64encode
 from .envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE
 
 DAY_S = 86_400
@@ -108,6 +108,57 @@ class Identity:
         h = wc.contract_hash(signed["communication_contract"])
         self.contracts[h] = (signed, ephemeral_private)
         return h
+
+    def to_json(self) -> dict:
+        """Everything needed to restore this identity, private keys included (keep it secret)."""
+        return {
+            "version": 1,
+            "alias": self.alias,
+            "did": self.did,
+            "mediator_did": self.mediator_did,
+            "signing_seed": b64encode(self.signing.seed),
+            "prekey_private": b64encode(self.prekey.private),
+            "storage_key": b64encode(self.storage_key),
+            "contracts": [
+                {"signed_communication_contract": signed, "ephemeral_private": b64encode(priv)}
+                for signed, priv in self.contracts.values()
+            ],
+            "requested": [{"ephemeral_public": pub, "ephemeral_private": b64encode(priv)} for pub, priv in self.requested.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Identity:
+        """Inverse of to_json; ValueError when the data is malformed or its DID does not match its keys.
+        Members it does not know are ignored (the CLI keeps its own next to these)."""
+
+        def key32(value: Any) -> bytes:
+            raw = b64decode(value) if isinstance(value, str) else b""
+            if len(raw) != 32:
+                raise ValueError("identity keys are 32 bytes of base64")
+            return raw
+
+        try:
+            if not isinstance(data, dict) or data.get("version") != 1:
+                raise ValueError("not a version 1 identity")
+            alias, mediator_did = data["alias"], data["mediator_did"]
+            if not isinstance(alias, str) or not isinstance(mediator_did, str):
+                raise ValueError("alias and mediator_did must be strings")
+            ident = cls(
+                alias=alias,
+                signing=Ed25519KeyPair.from_seed(key32(data["signing_seed"])),
+                prekey=X25519KeyPair.from_private(key32(data["prekey_private"])),
+                mediator_did=mediator_did,
+                storage_key=key32(data["storage_key"]),
+            )
+            for item in data.get("contracts", []):
+                ident.remember_contract(item["signed_communication_contract"], key32(item["ephemeral_private"]))
+            for item in data.get("requested", []):
+                ident.requested[item["ephemeral_public"]] = key32(item["ephemeral_private"])
+        except (KeyError, TypeError, AttributeError, EncodingError, CanonicalError) as exc:
+            raise ValueError(f"malformed identity: {exc}") from exc
+        if data.get("did", ident.did) != ident.did:
+            raise ValueError("identity DID does not match its keys")
+        return ident
 
 
 class MediatorError(Exception):
