@@ -13,3 +13,5 @@ DATABASES["default"] = dj_database_url.parse(
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIATOR_DEFAULT_TENANT = "default"
+# Tests change tenants with queryset updates and across processes: resolve the host every time.
+MEDIATOR_TENANT_CACHE_SECONDS = 0

@@ -5,5 +5,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("apps.tenants.api_urls")),
     path("", include("apps.protocol.urls")),
 ]

@@ -20,7 +20,7 @@ from apps.protocol.wire.encoding import b64encode
 from apps.protocol.wire.envelope import Pagination
 from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
-from apps.tenants.resolver import resolve_did
+from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
 
 from . import notify
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
@@ -49,7 +49,8 @@ def _bad(detail: str) -> ProtocolError:
 
 def _verify_contract(signed: dict) -> wc.ContractInfo:
     try:
-        return wc.verify_signed_contract(signed, resolve_did, now_s=_now_s())
+        # A hosted tenant's retired signing key still verifies the contracts it signed (issue 4).
+        return verify_contract_with_key_history(signed, now_s=_now_s())
     except wc.ContractInvalid as exc:
         raise _bad(str(exc)) from exc
     except wc.ContractSignaturesInvalid as exc:
@@ -139,7 +140,7 @@ def registration_create(*, tenant: Tenant, sender_did: str, encrypted: str, ephe
 
 
 def tenant_prekeys(tenant: Tenant) -> list[X25519KeyPair]:
-    """The current pre-key, then any still in their rotation grace period (issue 4 grows this)."""
+    """The current pre-key, then retired ones still in their rotation grace period (Tenant.previous_prekeys)."""
     keys = [tenant.prekey_pair]
     previous = getattr(tenant, "previous_prekeys", None)
     if callable(previous):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cached_property
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.protocol.wire.did import ResolvedDid, mediator_document
@@ -19,7 +22,9 @@ class Tenant(models.Model):
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
-    domain = models.CharField(max_length=255, unique=True, help_text="Host (with :port if not default) this mediator serves.")
+    domain = models.CharField(
+        max_length=255, unique=True, help_text="Host (with :port if not default) this mediator serves."
+    )
     did = models.CharField(max_length=300, unique=True, editable=False)
     public_url = models.URLField(max_length=300, help_text="HTTP URL published in the DID document's service.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
@@ -50,6 +55,10 @@ class Tenant(models.Model):
     public_max_tags = models.PositiveIntegerField(default=20)
     public_channel_id_max_length = models.PositiveIntegerField(default=128)
     public_publish_per_minute = models.PositiveIntegerField(default=30)
+    # Key rotation (issue 4): a registration request encrypted to a retired pre-key is still
+    # accepted for this many hours after the rotation.
+    prekey_grace_hours = models.PositiveIntegerField(default=72)
+    keys_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -83,6 +92,24 @@ class Tenant(models.Model):
         self.__dict__.pop("signing_keypair", None)
         self.__dict__.pop("prekey_pair", None)
 
+    def previous_prekeys(self, *, now=None) -> list[X25519KeyPair]:
+        """Retired pre-keys still inside the grace period, newest first (messaging.tenant_prekeys)."""
+        now = now or timezone.now()
+        cutoff = now - timedelta(hours=self.prekey_grace_hours)
+        rows = self.key_history.filter(purpose=TenantKey.Purpose.PREKEY, retired_at__gt=cutoff).order_by("-retired_at")
+        return [row.x25519_pair(self.slug) for row in rows]
+
+    def previous_signing_keys(self, *, now=None) -> list[bytes]:
+        """Retired signing public keys whose contracts may still be live, newest first.
+
+        A key retired at R signed nothing after R, so no contract it signed outlives
+        R + max_registration_days; older keys are no longer accepted.
+        """
+        now = now or timezone.now()
+        cutoff = now - timedelta(days=self.max_registration_days)
+        rows = self.key_history.filter(purpose=TenantKey.Purpose.SIGNING, retired_at__gt=cutoff).order_by("-retired_at")
+        return [bytes(row.public) for row in rows]
+
     def did_document(self) -> dict:
         """The DID document of DCTRL-0004 §3.2."""
         return mediator_document(self.did, bytes(self.signing_public), bytes(self.prekey_public), self.public_url)
@@ -90,3 +117,69 @@ class Tenant(models.Model):
     def resolved(self) -> ResolvedDid:
         """This tenant as a resolved DID (for signature checks on contracts it signed)."""
         return ResolvedDid(did=self.did, signing_key=bytes(self.signing_public), pre_key=bytes(self.prekey_public))
+
+
+class TenantDomain(models.Model):
+    """An extra host (alias) that serves a tenant; its did:web stays the one of `Tenant.domain`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="aliases")
+    domain = models.CharField(max_length=255, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["domain"]
+        verbose_name = "domain alias"
+        verbose_name_plural = "domain aliases"
+
+    def __str__(self) -> str:
+        return self.domain
+
+
+class TenantKey(models.Model):
+    """A retired key pair kept for rotation (its private half sealed exactly as it was)."""
+
+    class Purpose(models.TextChoices):
+        SIGNING = "signing", "Signing (Ed25519)"
+        PREKEY = "prekey", "Pre-key (X25519)"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="key_history")
+    purpose = models.CharField(max_length=16, choices=Purpose.choices)
+    public = models.BinaryField(max_length=32)
+    private_sealed = models.TextField()
+    created_at = models.DateTimeField(null=True, blank=True, help_text="when the key became current, if known")
+    retired_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "purpose", "retired_at"], name="tenantkey_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} key retired {self.retired_at:%Y-%m-%d %H:%M}"
+
+    def x25519_pair(self, slug: str) -> X25519KeyPair:
+        """The retired pre-key pair; the sealed blob moved here unchanged, so its AAD is "<slug>:prekey"."""
+        return X25519KeyPair.from_private(keystore.unseal(self.private_sealed, context=f"{slug}:{self.purpose}"))
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, through what, and the state before and after (never secrets)."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True)
+    via = models.CharField(max_length=16, help_text="admin, api or cli")
+    action = models.CharField(max_length=64)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries")
+    tenant_slug = models.CharField(max_length=64, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit log"
+        indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or '-'} {self.action} {self.tenant_slug}"

@@ -1,25 +1,85 @@
-"""Tenant lookups."""
+"""Tenant lookups. `tenant_for_host` runs on every request, so it keeps a small per-process cache.
+
+Cache: host → (Tenant, expiry). Entries live MEDIATOR_TENANT_CACHE_SECONDS (default 5, 0 = off).
+Any Tenant/TenantDomain save or delete in this process clears it (signals in apps.py); another
+process sees the change within the TTL. Race accepted: a request that started before a save may
+still be served from the entry it already read.
+"""
 
 from __future__ import annotations
 
+import copy
+import threading
+import time
+
 from django.conf import settings
 
-from .models import Tenant
+from .models import Tenant, TenantDomain
+
+_cache: dict[str, tuple[Tenant | None, float]] = {}
+_cache_lock = threading.Lock()
+_MAX_ENTRIES = 1024  # unknown hosts are cached too; cap what a Host-header scan can grow
 
 
-def tenant_for_host(host: str) -> Tenant | None:
-    """The tenant serving `host` (exact host[:port]), else the configured default tenant, else None."""
-    host = host.lower()
+def tenant_cache_clear(**_kwargs) -> None:
+    """Forget every cached host (connected to Tenant/TenantDomain post_save and post_delete)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _lookup(host: str) -> Tenant | None:
     tenant = Tenant.objects.filter(domain=host).first()
+    if tenant is None:
+        alias = TenantDomain.objects.select_related("tenant").filter(domain=host).first()
+        tenant = alias.tenant if alias else None
+    return tenant
+
+
+def _resolve(host: str) -> Tenant | None:
+    tenant = _lookup(host)
     if tenant is None and ":" in host:
         name, _, port = host.rpartition(":")
         if port in ("80", "443"):
-            tenant = Tenant.objects.filter(domain=name).first()
+            tenant = _lookup(name)
     if tenant is None and settings.MEDIATOR_DEFAULT_TENANT:
         tenant = Tenant.objects.filter(slug=settings.MEDIATOR_DEFAULT_TENANT).first()
     return tenant
 
 
+def tenant_for_host(host: str) -> Tenant | None:
+    """The tenant serving `host` (its domain or an alias, exact host[:port]), else the default tenant, else None."""
+    host = host.lower()
+    ttl = settings.MEDIATOR_TENANT_CACHE_SECONDS
+    if ttl <= 0:
+        return _resolve(host)
+    now = time.monotonic()
+    hit = _cache.get(host)
+    if hit is not None and hit[1] > now:
+        # A copy per request: callers may set attributes; the unsealed keys stay shared.
+        return copy.copy(hit[0]) if hit[0] is not None else None
+    tenant = _resolve(host)
+    with _cache_lock:
+        if len(_cache) >= _MAX_ENTRIES:
+            _cache.clear()
+        _cache[host] = (tenant, now + ttl)
+    return copy.copy(tenant) if tenant is not None else None
+
+
 def tenant_by_did(did: str) -> Tenant | None:
     """A tenant hosted by this deployment, by its did:web."""
     return Tenant.objects.filter(did=did).first()
+
+
+def tenant_by_slug(slug: str) -> Tenant | None:
+    """A tenant by its slug."""
+    return Tenant.objects.filter(slug=slug).first()
+
+
+def domain_in_use(domain: str, *, exclude_tenant_id: int | None = None) -> bool:
+    """True if `domain` is already a tenant's domain or alias (other than `exclude_tenant_id`'s)."""
+    tenants = Tenant.objects.filter(domain=domain)
+    aliases = TenantDomain.objects.filter(domain=domain)
+    if exclude_tenant_id is not None:
+        tenants = tenants.exclude(pk=exclude_tenant_id)
+        aliases = aliases.exclude(tenant_id=exclude_tenant_id)
+    return tenants.exists() or aliases.exists()

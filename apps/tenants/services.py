@@ -1,31 +1,310 @@
-"""Tenant write operations."""
+"""Tenant write operations: create, edit, suspend/resume, rotate keys, and the audit log.
+
+Every operator-facing service takes an `actor` and records one AuditEntry in the same
+transaction as the change. Snapshots hold configuration and key fingerprints, never secrets.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.protocol.wire.did import web_did_for_host
 
-from .models import Tenant
+from .models import AuditEntry, Tenant, TenantDomain, TenantKey
+from .selectors import domain_in_use, tenant_cache_clear
+
+# Editable policy and their bounds (PROTOCOL-DECISIONS defaults live on the model fields).
+POLICY_BOUNDS: dict[str, tuple[int, int]] = {
+    "max_identities": (0, 10_000_000),
+    "max_registration_days": (1, 3650),
+    "pending_event_ttl_days": (1, 3650),
+    "pending_queue_cap": (1, 10_000_000),
+    "max_events_per_save": (1, 10_000),
+    "max_tags_per_event": (0, 1_000),
+    "max_tag_length": (1, 1024),  # EventTag.tag is varchar(1024)
+    "max_page_size": (1, 100),  # PROTOCOL-DECISIONS §5: page_size 1-100
+    "max_body_bytes": (1024, 64 * 1024 * 1024),
+    "rate_limit_per_did": (0, 1_000_000),
+    "rate_limit_per_ip": (0, 1_000_000),
+    "contract_request_ttl_days": (1, 3650),
+    "metering_retention_days": (1, 3650),
+    "public_event_max_bytes": (1, 16 * 1024 * 1024),
+    "public_max_tags": (0, 1_000),
+    "public_channel_id_max_length": (1, 1024),
+    "public_publish_per_minute": (0, 1_000_000),
+    "prekey_grace_hours": (0, 24 * 365),
+}
+POLICY_FIELDS: tuple[str, ...] = ("registration_open", *POLICY_BOUNDS)
+NULLABLE_POLICY = {"rate_limit_per_did", "rate_limit_per_ip"}
+EDITABLE_FIELDS: tuple[str, ...] = ("name", "public_url", *POLICY_FIELDS)
+
+_HOST_RE = re.compile(
+    r"^(?=.{1,253}(:|$))([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:[0-9]{1,5})?$"
+)
 
 
-def tenant_create(*, slug: str, domain: str, name: str = "", public_url: str | None = None, **policy) -> Tenant:
-    """Create a tenant with fresh keys; its did:web follows its domain."""
-    domain = domain.lower()
+@dataclass(frozen=True)
+class Actor:
+    """Who performs an operator action and through which console (admin, api, cli)."""
+
+    user: Any
+    via: str
+
+    @property
+    def name(self) -> str:
+        return getattr(self.user, "get_username", lambda: "")() if self.user is not None else ""
+
+
+def fingerprint(public: bytes) -> str:
+    """A short, non-secret identifier of a public key for audit and display."""
+    return hashlib.sha256(bytes(public)).hexdigest()[:16]
+
+
+def tenant_snapshot(tenant: Tenant) -> dict:
+    """The audit-visible state of a tenant: configuration, aliases and key fingerprints only."""
+    snap = {
+        "slug": tenant.slug,
+        "name": tenant.name,
+        "domain": tenant.domain,
+        "did": tenant.did,
+        "public_url": tenant.public_url,
+        "status": tenant.status,
+        "aliases": sorted(tenant.aliases.values_list("domain", flat=True)) if tenant.pk else [],
+        "signing_key": fingerprint(tenant.signing_public) if tenant.signing_public else None,
+        "prekey": fingerprint(tenant.prekey_public) if tenant.prekey_public else None,
+    }
+    snap.update({f: getattr(tenant, f) for f in POLICY_FIELDS})
+    return snap
+
+
+def audit_record(
+    *, actor: Actor, action: str, tenant: Tenant | None, before: dict | None, after: dict | None
+) -> AuditEntry:
+    """Append one audit entry (call inside the transaction of the change it describes)."""
+    return AuditEntry.objects.create(
+        actor=actor.user if getattr(actor.user, "pk", None) else None,
+        actor_name=actor.name[:150],
+        via=actor.via,
+        action=action,
+        tenant=tenant,
+        tenant_slug=tenant.slug if tenant else "",
+        before=before,
+        after=after,
+    )
+
+
+def normalize_domain(domain: str) -> str:
+    """Lowercase host[:port], validated; raises ValidationError."""
+    value = (domain or "").strip().lower()
+    if not _HOST_RE.match(value):
+        raise ValidationError(f"{domain!r} is not a host name (host or host:port)")
+    if ":" in value and not (0 < int(value.rsplit(":", 1)[1]) < 65536):
+        raise ValidationError(f"{domain!r} has an invalid port")
+    return value
+
+
+def validate_policy(values: dict) -> dict:
+    errors: dict[str, list[str]] = {}
+    clean: dict = {}
+    for field, value in values.items():
+        if field == "registration_open":
+            if not isinstance(value, bool):
+                errors[field] = ["Must be true or false."]
+            else:
+                clean[field] = value
+            continue
+        if field not in POLICY_BOUNDS:
+            errors[field] = ["Unknown policy field."]
+            continue
+        if value is None and field in NULLABLE_POLICY:
+            clean[field] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors[field] = ["Must be an integer."]
+            continue
+        lo, hi = POLICY_BOUNDS[field]
+        if not lo <= value <= hi:
+            errors[field] = [f"Must be between {lo} and {hi}."]
+            continue
+        clean[field] = value
+    if errors:
+        raise ValidationError(errors)
+    return clean
+
+
+def validate_aliases(aliases: list[str], *, primary: str, tenant_id: int | None) -> list[str]:
+    out: list[str] = []
+    errors: list[str] = []
+    for raw in aliases:
+        try:
+            host = normalize_domain(raw)
+        except ValidationError as exc:
+            errors.extend(exc.messages)
+            continue
+        if host == primary or host in out:
+            continue
+        if domain_in_use(host, exclude_tenant_id=tenant_id):
+            errors.append(f"{host} is already served by another tenant")
+            continue
+        out.append(host)
+    if errors:
+        raise ValidationError({"aliases": errors})
+    return out
+
+
+def _set_aliases(tenant: Tenant, aliases: list[str]) -> None:
+    tenant.aliases.exclude(domain__in=aliases).delete()
+    existing = set(tenant.aliases.values_list("domain", flat=True))
+    TenantDomain.objects.bulk_create([TenantDomain(tenant=tenant, domain=d) for d in aliases if d not in existing])
+    tenant_cache_clear()
+
+
+def tenant_create(
+    *,
+    slug: str,
+    domain: str,
+    name: str = "",
+    public_url: str | None = None,
+    aliases: list[str] | None = None,
+    actor: Actor | None = None,
+    **policy,
+) -> Tenant:
+    """Create a tenant with fresh keys; its did:web follows its (primary) domain."""
+    domain = normalize_domain(domain)
+    clean_policy = validate_policy(policy)
+    if domain_in_use(domain):
+        raise ValidationError({"domain": [f"{domain} is already served by another tenant"]})
+    alias_list = validate_aliases(aliases or [], primary=domain, tenant_id=None)
     tenant = Tenant(
         slug=slug,
         name=name or slug,
         domain=domain,
         did=web_did_for_host(domain),
         public_url=public_url or f"{settings.MEDIATOR_PUBLIC_SCHEME}://{domain}",
-        **policy,
+        **clean_policy,
     )
     tenant.set_keys(Ed25519KeyPair.generate(), X25519KeyPair.generate())
     tenant.full_clean()
-    tenant.save()
+    try:
+        with transaction.atomic():
+            tenant.save()
+            _set_aliases(tenant, alias_list)
+            if actor is not None:
+                audit_record(
+                    actor=actor, action="tenant.create", tenant=tenant, before=None, after=tenant_snapshot(tenant)
+                )
+    except IntegrityError as exc:
+        # Two creates racing for one slug/domain: the unique constraints decide.
+        raise ValidationError({"slug": ["A tenant with this slug or domain already exists."]}) from exc
     return tenant
+
+
+@transaction.atomic
+def tenant_update(*, tenant: Tenant, actor: Actor, aliases: list[str] | None = None, **changes) -> Tenant:
+    """Edit a tenant's name, public URL, policy and aliases (its slug, domain and DID are fixed)."""
+    unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise ValidationError({f: ["This field cannot be changed."] for f in unknown})
+    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = tenant_snapshot(locked)
+    policy = validate_policy({k: v for k, v in changes.items() if k in POLICY_FIELDS})
+    for field, value in policy.items():
+        setattr(locked, field, value)
+    if "name" in changes:
+        locked.name = str(changes["name"])[:200]
+    if "public_url" in changes:
+        try:
+            URLValidator(schemes=["http", "https"])(changes["public_url"])
+        except ValidationError as exc:
+            raise ValidationError({"public_url": exc.messages}) from exc
+        locked.public_url = changes["public_url"]
+    locked.full_clean()
+    locked.save()
+    if aliases is not None:
+        _set_aliases(locked, validate_aliases(aliases, primary=locked.domain, tenant_id=locked.pk))
+    after = tenant_snapshot(locked)
+    if after != before:
+        audit_record(actor=actor, action="tenant.update", tenant=locked, before=before, after=after)
+    return locked
+
+
+@transaction.atomic
+def _set_status(*, tenant: Tenant, actor: Actor, status: str, action: str) -> Tenant:
+    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = {"status": locked.status}
+    locked.status = status
+    locked.save(update_fields=["status", "updated_at"])
+    audit_record(actor=actor, action=action, tenant=locked, before=before, after={"status": status})
+    return locked
+
+
+def tenant_suspend(*, tenant: Tenant, actor: Actor) -> Tenant:
+    """Suspend: POST / answers MEDIATOR_UNAVAILABLE (503) and /health 503; data is kept."""
+    return _set_status(tenant=tenant, actor=actor, status=Tenant.Status.SUSPENDED, action="tenant.suspend")
+
+
+def tenant_resume(*, tenant: Tenant, actor: Actor) -> Tenant:
+    """Resume a suspended tenant."""
+    return _set_status(tenant=tenant, actor=actor, status=Tenant.Status.ACTIVE, action="tenant.resume")
+
+
+@transaction.atomic
+def tenant_rotate_keys(*, tenant: Tenant, actor: Actor, signing: bool = True, prekey: bool = True) -> Tenant:
+    """Replace the signing and/or pre-key pair; the old ones move to the key history.
+
+    The DID document publishes the new keys at once. Old registrations stay valid (the
+    registration check reads stored contracts only, and re-saved contracts verify against the
+    key history); requests encrypted to the old pre-key work for `prekey_grace_hours`.
+    """
+    if not (signing or prekey):
+        raise ValidationError({"keys": ["Choose the signing key, the pre-key, or both."]})
+    # The row lock serialises concurrent rotations of one tenant.
+    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = {"signing_key": fingerprint(locked.signing_public), "prekey": fingerprint(locked.prekey_public)}
+    now = timezone.now()
+    since = locked.keys_rotated_at or locked.created_at
+    new_signing = Ed25519KeyPair.generate() if signing else locked.signing_keypair
+    new_prekey = X25519KeyPair.generate() if prekey else locked.prekey_pair
+    history = []
+    if signing:
+        history.append(
+            TenantKey(
+                tenant=locked,
+                purpose=TenantKey.Purpose.SIGNING,
+                public=bytes(locked.signing_public),
+                private_sealed=locked.signing_private_sealed,
+                created_at=since,
+                retired_at=now,
+            )
+        )
+    if prekey:
+        history.append(
+            TenantKey(
+                tenant=locked,
+                purpose=TenantKey.Purpose.PREKEY,
+                public=bytes(locked.prekey_public),
+                private_sealed=locked.prekey_private_sealed,
+                created_at=since,
+                retired_at=now,
+            )
+        )
+    TenantKey.objects.bulk_create(history)
+    locked.set_keys(new_signing, new_prekey)
+    locked.keys_rotated_at = now
+    locked.save()
+    after = {"signing_key": fingerprint(locked.signing_public), "prekey": fingerprint(locked.prekey_public)}
+    audit_record(actor=actor, action="tenant.rotate_keys", tenant=locked, before=before, after=after)
+    return locked
 
 
 @transaction.atomic

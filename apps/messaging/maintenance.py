@@ -1,0 +1,74 @@
+"""Purges of expired messaging data, shared by the operator console and the scheduled jobs.
+
+Each function takes an optional tenant (None = every tenant, each with its own policy), an
+optional `now` (an aware datetime, for tests and for one consistent cut-off per run) and
+`dry_run` (count only). Each returns the number of rows it removed, or would remove. Deletes go
+in primary-key batches so that no statement holds locks on a large table for long; rows that
+become eligible while a purge runs are simply left for the next run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from apps.tenants.models import Tenant
+
+from .models import Contract, ContractRequest, PendingEvent
+
+BATCH = 5_000
+
+
+def _tenants(tenant: Tenant | None):
+    if tenant is not None:
+        return [tenant]
+    return list(Tenant.objects.only("id", "slug", "pending_event_ttl_days", "contract_request_ttl_days"))
+
+
+def _purge(qs: QuerySet, *, dry_run: bool) -> int:
+    if dry_run:
+        return qs.count()
+    model = qs.model
+    total = 0
+    while True:
+        ids = list(qs.order_by("id").values_list("id", flat=True)[:BATCH])
+        if not ids:
+            return total
+        _, per_model = model.objects.filter(id__in=ids).delete()
+        total += per_model.get(model._meta.label, 0)
+
+
+def purge_expired_pending_events(
+    *, tenant: Tenant | None = None, now: datetime | None = None, dry_run: bool = False
+) -> int:
+    """Remove pending events older than their tenant's TTL, acknowledged or not (PROTOCOL-DECISIONS §5)."""
+    now = now or timezone.now()
+    total = 0
+    for t in _tenants(tenant):
+        cutoff = now - timedelta(days=t.pending_event_ttl_days)
+        total += _purge(PendingEvent.objects.filter(tenant=t, created_at__lt=cutoff), dry_run=dry_run)
+    return total
+
+
+def purge_contract_requests(*, tenant: Tenant | None = None, now: datetime | None = None, dry_run: bool = False) -> int:
+    """Remove acknowledged contract requests and those left unacknowledged past the tenant's TTL."""
+    now = now or timezone.now()
+    total = 0
+    for t in _tenants(tenant):
+        cutoff = now - timedelta(days=t.contract_request_ttl_days)
+        qs = ContractRequest.objects.filter(tenant=t).filter(
+            Q(acknowledged_at__isnull=False) | Q(created_at__lt=cutoff)
+        )
+        total += _purge(qs, dry_run=dry_run)
+    return total
+
+
+def purge_expired_contracts(*, tenant: Tenant | None = None, now: datetime | None = None, dry_run: bool = False) -> int:
+    """Remove contracts whose `expires_at` (Unix seconds) has passed; expired ones authorise nothing."""
+    now_s = int((now or timezone.now()).timestamp())
+    total = 0
+    for t in _tenants(tenant):
+        total += _purge(Contract.objects.filter(tenant=t, expires_at__lte=now_s), dry_run=dry_run)
+    return total

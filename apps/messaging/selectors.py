@@ -1,0 +1,125 @@
+"""Read-only figures about a tenant's messaging data for the operator console (admin and API).
+
+Tenants sit left of messaging, so the console adapters in apps/tenants import this module lazily
+at call time; nothing here returns payloads, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+
+from .models import Contract, ContractRequest, PendingEvent, StoredEvent
+
+
+@dataclass(frozen=True)
+class TenantStatistics:
+    registered_identities: int
+    contracts: int
+    live_contracts: int
+    pending_events: int
+    largest_queue: int
+    largest_queue_did: str | None
+    pending_contract_requests: int
+    stored_events: int
+    stored_event_bytes: int
+    last_activity: datetime | None
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["last_activity"] = self.last_activity.isoformat() if self.last_activity else None
+        return data
+
+
+def tenant_statistics(*, tenant, now_s: int | None = None) -> TenantStatistics:
+    """Live figures for one tenant (a handful of aggregate queries, each scoped to the tenant)."""
+    now_s = int(time.time()) if now_s is None else now_s
+    identities = (
+        Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
+        .filter(requestor_did=F("owner_did"))
+        .values("owner_did")
+        .distinct()
+        .count()
+    )
+    contracts = Contract.objects.filter(tenant=tenant).aggregate(
+        total=Count("id"), live=Count("id", filter=Q(expires_at__gt=now_s)), last=Max("created_at")
+    )
+    unacked = PendingEvent.objects.filter(tenant=tenant, acknowledged_at__isnull=True)
+    pending_total = unacked.count()
+    largest = (
+        unacked.values("recipient_did").annotate(n=Count("id")).order_by("-n", "recipient_did").first()
+        if pending_total
+        else None
+    )
+    pending_last = PendingEvent.objects.filter(tenant=tenant).aggregate(last=Max("created_at"))["last"]
+    requests = ContractRequest.objects.filter(tenant=tenant)
+    req_pending = requests.filter(acknowledged_at__isnull=True).count()
+    req_last = requests.aggregate(last=Max("created_at"))["last"]
+    events = StoredEvent.objects.filter(tenant=tenant).aggregate(
+        n=Count("id"), bytes=Coalesce(Sum("payload_bytes"), 0), last=Max("created_at")
+    )
+    lasts = [d for d in (contracts["last"], pending_last, req_last, events["last"]) if d is not None]
+    return TenantStatistics(
+        registered_identities=identities,
+        contracts=contracts["total"],
+        live_contracts=contracts["live"],
+        pending_events=pending_total,
+        largest_queue=largest["n"] if largest else 0,
+        largest_queue_did=largest["recipient_did"] if largest else None,
+        pending_contract_requests=req_pending,
+        stored_events=events["n"],
+        stored_event_bytes=int(events["bytes"]),
+        last_activity=max(lasts) if lasts else None,
+    )
+
+
+def tenant_list_annotations(*, now_s: int | None = None) -> dict:
+    """Correlated subqueries for a Tenant changelist page: live identities and pending depth.
+
+    Only the cheap figures: each is an index range scan on (tenant, …) per listed tenant.
+    """
+    now_s = int(time.time()) if now_s is None else now_s
+    identities = (
+        Contract.objects.filter(
+            tenant=OuterRef("pk"), recipient_did=OuterRef("did"), requestor_did=F("owner_did"), expires_at__gt=now_s
+        )
+        .order_by()
+        .values("tenant")
+        .annotate(n=Count("owner_did", distinct=True))
+        .values("n")
+    )
+    pending = (
+        PendingEvent.objects.filter(tenant=OuterRef("pk"), acknowledged_at__isnull=True)
+        .order_by()
+        .values("tenant")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return {
+        "stat_identities": Coalesce(Subquery(identities, output_field=IntegerField()), Value(0)),
+        "stat_pending": Coalesce(Subquery(pending, output_field=IntegerField()), Value(0)),
+    }
+
+
+def tenant_registrations(*, tenant, now_s: int | None = None):
+    """Live registrations of a tenant: (owner DID, expiry, created) rows only, newest first."""
+    now_s = int(time.time()) if now_s is None else now_s
+    return (
+        Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
+        .filter(requestor_did=F("owner_did"))
+        .order_by("-id")
+        .values("owner_did", "expires_at", "created_at")
+    )
+
+
+def tenant_contracts(*, tenant):
+    """Every stored contract of a tenant: owner, parties, expiry and arrival only, newest first."""
+    return (
+        Contract.objects.filter(tenant=tenant)
+        .order_by("-id")
+        .values("owner_did", "requestor_did", "recipient_did", "expires_at", "created_at")
+    )

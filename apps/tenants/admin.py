@@ -1,0 +1,583 @@
+"""The operator console (STYLE §15): the admin is not a second write path.
+
+Creating and editing go through apps.tenants.services; suspend, resume, rotate keys and purge are
+actions that call services and show a confirmation (with dry-run counts for the purge) first.
+Nothing here shows a payload, tag, signature or key: keys appear as short public fingerprints.
+Figures come from apps.messaging.selectors through apps.tenants.console (imported lazily, see
+that module for the layering note).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
+from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from rest_framework.authtoken.admin import TokenAdmin as BaseTokenAdmin
+from rest_framework.authtoken.models import TokenProxy
+from unfold.admin import ModelAdmin
+from unfold.decorators import action, display
+from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
+
+from . import console
+from .models import AuditEntry, Tenant
+from .selectors import domain_in_use
+from .services import (
+    POLICY_FIELDS,
+    Actor,
+    fingerprint,
+    normalize_domain,
+    tenant_create,
+    tenant_resume,
+    tenant_rotate_keys,
+    tenant_suspend,
+    tenant_update,
+    validate_aliases,
+    validate_policy,
+)
+
+PAGE = 50
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor(user=request.user, via="admin")
+
+
+def _humanize_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _unix(ts: int) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class TenantAdminForm(forms.ModelForm):
+    public_url = forms.URLField(
+        required=False,
+        max_length=300,
+        assume_scheme="https",
+        help_text="Published in the DID document; defaults to the domain's URL.",
+    )
+    aliases = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Extra hosts that serve this mediator, one per line (host or host:port).",
+    )
+
+    class Meta:
+        model = Tenant
+        fields = ["slug", "name", "domain", "public_url", *POLICY_FIELDS]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
+
+    def alias_list(self) -> list[str]:
+        raw = self.cleaned_data.get("aliases") or ""
+        return [line.strip() for line in raw.replace(",", "\n").splitlines() if line.strip()]
+
+    def clean_domain(self) -> str:
+        try:
+            domain = normalize_domain(self.cleaned_data["domain"])
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.messages) from exc
+        if domain_in_use(domain):
+            raise forms.ValidationError(f"{domain} is already served by another tenant.")
+        return domain
+
+    def clean(self):
+        data = super().clean()
+        policy = {f: data[f] for f in POLICY_FIELDS if f in data and f in self.fields}
+        try:
+            validate_policy(policy)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                self.add_error(field if field in self.fields else None, errors)
+        primary = data.get("domain") or self.instance.domain
+        if primary:
+            try:
+                data["alias_list"] = validate_aliases(self.alias_list(), primary=primary, tenant_id=self.instance.pk)
+            except ValidationError as exc:
+                self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
+        return data
+
+
+IDENTITY = ("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url", "did", "status"]})
+POLICY_SETS = [
+    ("Registration", {"fields": ["registration_open", "max_identities", "max_registration_days"]}),
+    (
+        "Queues and storage",
+        {
+            "fields": [
+                "pending_event_ttl_days",
+                "pending_queue_cap",
+                "contract_request_ttl_days",
+                "metering_retention_days",
+            ]
+        },
+    ),
+    (
+        "Request limits",
+        {
+            "fields": [
+                "rate_limit_per_did",
+                "rate_limit_per_ip",
+                "max_body_bytes",
+                "max_page_size",
+                "max_events_per_save",
+                "max_tags_per_event",
+                "max_tag_length",
+            ]
+        },
+    ),
+    (
+        "Public channels",
+        {
+            "fields": [
+                "public_event_max_bytes",
+                "public_max_tags",
+                "public_channel_id_max_length",
+                "public_publish_per_minute",
+            ]
+        },
+    ),
+]
+
+
+@admin.register(Tenant)
+class TenantAdmin(ModelAdmin):
+    form = TenantAdminForm
+    list_display = [
+        "slug",
+        "name",
+        "domain",
+        "status_label",
+        "identities",
+        "pending_depth",
+        "registration_open",
+        "keys_rotated_at",
+    ]
+    list_display_links = ["slug", "name"]
+    list_filter = ["status", "registration_open"]
+    search_fields = ["slug", "name", "domain", "did", "aliases__domain"]
+    ordering = ["slug"]
+    list_per_page = PAGE
+    actions = ["suspend_selected", "resume_selected", "rotate_keys_selected", "purge_selected"]
+    actions_detail = [
+        "detail_suspend_resume",
+        "detail_rotate",
+        "detail_purge",
+        "detail_registrations",
+        "detail_contracts",
+    ]
+    warn_unsaved_form = True
+
+    # --- pages ---------------------------------------------------------------------------------
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        match = getattr(request, "resolver_match", None)
+        if match is not None and match.url_name == "tenants_tenant_changelist":
+            from apps.messaging.selectors import tenant_list_annotations
+
+            qs = qs.annotate(**tenant_list_annotations())
+        return qs
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url"]}), *POLICY_SETS]
+        return [
+            IDENTITY,
+            ("Live figures", {"fields": ["live_figures"]}),
+            ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours"]}),
+            *POLICY_SETS,
+            ("Recent operator actions", {"fields": ["recent_audit"]}),
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return [
+            "slug",
+            "domain",
+            "did",
+            "status",
+            "live_figures",
+            "signing_key",
+            "prekey",
+            "keys_rotated_at",
+            "recent_audit",
+        ]
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Tenants are suspended, never deleted from the console: deletion would drop every
+        # identity's data with no way back.
+        return False
+
+    # --- columns and read-only fields ----------------------------------------------------------
+
+    @display(description="Status", label={"active": "success", "suspended": "danger"}, ordering="status")
+    def status_label(self, obj: Tenant):
+        return obj.status
+
+    @display(description="Identities", ordering="stat_identities")
+    def identities(self, obj: Tenant) -> int:
+        return getattr(obj, "stat_identities", 0)
+
+    @display(description="Pending events", ordering="stat_pending")
+    def pending_depth(self, obj: Tenant) -> int:
+        return getattr(obj, "stat_pending", 0)
+
+    @display(description="Signing key (fingerprint)")
+    def signing_key(self, obj: Tenant) -> str:
+        return fingerprint(obj.signing_public)
+
+    @display(description="Pre-key (fingerprint)")
+    def prekey(self, obj: Tenant) -> str:
+        return fingerprint(obj.prekey_public)
+
+    @display(description="Live figures")
+    def live_figures(self, obj: Tenant):
+        s = console.tenant_statistics(tenant=obj)
+        largest = f"{s.largest_queue}" + (f" ({s.largest_queue_did})" if s.largest_queue_did else "")
+        rows = [
+            ("Registered identities", s.registered_identities),
+            ("Contracts (live / stored)", f"{s.live_contracts} / {s.contracts}"),
+            ("Pending events", s.pending_events),
+            ("Largest recipient queue", largest),
+            ("Pending contract requests", s.pending_contract_requests),
+            ("Stored events", s.stored_events),
+            ("Stored event bytes", _humanize_bytes(s.stored_event_bytes)),
+            ("Last activity", s.last_activity.strftime("%Y-%m-%d %H:%M:%S UTC") if s.last_activity else "never"),
+        ]
+        body = format_html_join(
+            "",
+            '<tr><th class="pr-6 py-1 text-left font-medium">{}</th><td class="py-1" data-figure>{}</td></tr>',
+            rows,
+        )
+        return format_html('<table class="live-figures">{}</table>', body)
+
+    @display(description="Recent operator actions")
+    def recent_audit(self, obj: Tenant):
+        entries = list(obj.audit_entries.all()[:5])
+        if not entries:
+            return "none"
+        items = format_html_join(
+            "",
+            "<li>{} · {} · {} via {}</li>",
+            ((e.at.strftime("%Y-%m-%d %H:%M"), e.action, e.actor_name or "-", e.via) for e in entries),
+        )
+        url = reverse("admin:tenants_auditentry_changelist") + f"?tenant__id__exact={obj.pk}"
+        return format_html('<ul>{}</ul><a class="text-primary-600" href="{}">Full audit log</a>', items, url)
+
+    # --- writes go through services -------------------------------------------------------------
+
+    def save_model(self, request, obj: Tenant, form, change: bool) -> None:
+        data = form.cleaned_data
+        aliases = data.get("alias_list", [])
+        policy = {f: data[f] for f in POLICY_FIELDS if f in data}
+        if change:
+            saved = tenant_update(
+                tenant=obj,
+                actor=_actor(request),
+                aliases=aliases,
+                name=data.get("name", obj.name),
+                public_url=data.get("public_url") or obj.public_url,
+                **policy,
+            )
+        else:
+            saved = tenant_create(
+                slug=data["slug"],
+                domain=data["domain"],
+                name=data.get("name", ""),
+                public_url=data.get("public_url") or None,
+                aliases=aliases,
+                actor=_actor(request),
+                **policy,
+            )
+        # The admin continues with `obj` (messages, redirects): make it the saved row.
+        obj.__dict__.update({k: v for k, v in saved.__dict__.items() if not k.startswith("_")})
+        obj._state = saved._state
+
+    def save_related(self, request, form, formsets, change) -> None:
+        # Aliases are saved by the service; there are no inlines or m2m fields.
+        return None
+
+    # --- changelist actions ---------------------------------------------------------------------
+
+    @admin.action(description="Suspend selected mediators", permissions=["change"])
+    def suspend_selected(self, request, queryset):
+        for tenant in queryset:
+            tenant_suspend(tenant=tenant, actor=_actor(request))
+        self.message_user(request, f"Suspended {len(queryset)} mediator(s).", messages.SUCCESS)
+
+    @admin.action(description="Resume selected mediators", permissions=["change"])
+    def resume_selected(self, request, queryset):
+        for tenant in queryset:
+            tenant_resume(tenant=tenant, actor=_actor(request))
+        self.message_user(request, f"Resumed {len(queryset)} mediator(s).", messages.SUCCESS)
+
+    @admin.action(description="Rotate keys of selected mediators", permissions=["change"])
+    def rotate_keys_selected(self, request, queryset):
+        if request.POST.get("confirm") == "yes":
+            for tenant in queryset:
+                tenant_rotate_keys(tenant=tenant, actor=_actor(request))
+            self.message_user(request, f"Rotated the keys of {len(queryset)} mediator(s).", messages.SUCCESS)
+            return None
+        return self._confirm(
+            request,
+            title="Rotate signing key and pre-key",
+            intro="New keys are published in each DID document at once. Existing registrations stay valid "
+            "until they expire; requests encrypted to the old pre-key are accepted during the grace period.",
+            tenants=list(queryset),
+            rows=None,
+            action_name="rotate_keys_selected",
+            button="Rotate keys",
+        )
+
+    @admin.action(description="Purge expired data (dry run first)", permissions=["change"])
+    def purge_selected(self, request, queryset):
+        tenants = list(queryset)
+        if request.POST.get("confirm") == "yes":
+            for tenant in tenants:
+                result = console.tenant_purge_expired(tenant=tenant, actor=_actor(request), dry_run=False)
+                self.message_user(request, f"{tenant.slug}: {result.summary()}", messages.SUCCESS)
+            return None
+        plans = [(t, console.tenant_purge_expired(tenant=t, actor=_actor(request), dry_run=True)) for t in tenants]
+        return self._confirm(
+            request,
+            title="Purge expired data",
+            intro="Dry run: these rows would be removed. Nothing has been deleted yet.",
+            tenants=tenants,
+            rows=plans,
+            action_name="purge_selected",
+            button="Purge now",
+        )
+
+    def _confirm(self, request, *, title, intro, tenants, rows, action_name, button) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "intro": intro,
+            "tenants": tenants,
+            "plans": rows,
+            "kinds": console.PURGE_KINDS,
+            "action_name": action_name,
+            "button": button,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "bulk": True,
+        }
+        return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)
+
+    # --- change-form actions (GET shows a confirmation, POST acts) ---------------------------
+
+    def _object_or_deny(self, request, object_id) -> Tenant:
+        tenant = get_object_or_404(Tenant, pk=object_id)
+        if not self.has_change_permission(request, tenant):
+            raise PermissionDenied
+        return tenant
+
+    def _change_url(self, tenant: Tenant) -> str:
+        return reverse("admin:tenants_tenant_change", args=[tenant.pk])
+
+    def _detail_confirm(self, request, tenant, *, title, intro, button, plans=None) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": tenant,
+            "title": title,
+            "intro": intro,
+            "tenants": [tenant],
+            "plans": plans,
+            "kinds": console.PURGE_KINDS,
+            "button": button,
+            "bulk": False,
+            "cancel_url": self._change_url(tenant),
+        }
+        return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)
+
+    @action(description="Suspend / resume", url_path="status", icon="power_settings_new")
+    def detail_suspend_resume(self, request, object_id) -> HttpResponse:
+        tenant = self._object_or_deny(request, object_id)
+        if request.method == "POST":
+            if tenant.is_active:
+                tenant_suspend(tenant=tenant, actor=_actor(request))
+                self.message_user(request, f"{tenant.slug} is suspended.", messages.WARNING)
+            else:
+                tenant_resume(tenant=tenant, actor=_actor(request))
+                self.message_user(request, f"{tenant.slug} is active again.", messages.SUCCESS)
+            return HttpResponseRedirect(self._change_url(tenant))
+        if tenant.is_active:
+            return self._detail_confirm(
+                request,
+                tenant,
+                title=f"Suspend {tenant.slug}",
+                intro="POST / will answer MEDIATOR_UNAVAILABLE (503) and /health 503 until resumed. No data is removed.",
+                button="Suspend",
+            )
+        return self._detail_confirm(
+            request, tenant, title=f"Resume {tenant.slug}", intro="Serve this mediator again.", button="Resume"
+        )
+
+    @action(description="Rotate keys", url_path="rotate-keys", icon="key")
+    def detail_rotate(self, request, object_id) -> HttpResponse:
+        tenant = self._object_or_deny(request, object_id)
+        if request.method == "POST":
+            which = request.POST.get("keys", "both")
+            tenant_rotate_keys(
+                tenant=tenant,
+                actor=_actor(request),
+                signing=which in ("both", "signing"),
+                prekey=which in ("both", "prekey"),
+            )
+            self.message_user(request, f"Rotated the {which} key(s) of {tenant.slug}.", messages.SUCCESS)
+            return HttpResponseRedirect(self._change_url(tenant))
+        return self._detail_confirm(
+            request,
+            tenant,
+            title=f"Rotate keys of {tenant.slug}",
+            intro=f"The DID document publishes the new keys at once. Registrations signed with the old key stay "
+            f"valid until they expire; requests encrypted to the old pre-key are accepted for "
+            f"{tenant.prekey_grace_hours} hours.",
+            button="Rotate",
+        )
+
+    @action(description="Purge expired data", url_path="purge", icon="delete_sweep")
+    def detail_purge(self, request, object_id) -> HttpResponse:
+        tenant = self._object_or_deny(request, object_id)
+        if request.method == "POST":
+            result = console.tenant_purge_expired(tenant=tenant, actor=_actor(request), dry_run=False)
+            self.message_user(request, f"{tenant.slug}: {result.summary()}", messages.SUCCESS)
+            return HttpResponseRedirect(self._change_url(tenant))
+        plan = console.tenant_purge_expired(tenant=tenant, actor=_actor(request), dry_run=True)
+        return self._detail_confirm(
+            request,
+            tenant,
+            title=f"Purge expired data of {tenant.slug}",
+            intro="Dry run: these rows would be removed. Nothing has been deleted yet.",
+            button="Purge now",
+            plans=[(tenant, plan)],
+        )
+
+    def _listing(self, request, tenant, *, title, columns, rows_qs, row) -> TemplateResponse:
+        paginator = Paginator(rows_qs, PAGE)
+        page = paginator.get_page(request.GET.get("page"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": tenant,
+            "title": title,
+            "columns": columns,
+            "rows": [row(r) for r in page.object_list],
+            "page": page,
+            "cancel_url": self._change_url(tenant),
+        }
+        return TemplateResponse(request, "admin/tenants/tenant/listing.html", context)
+
+    @action(description="Registrations", url_path="registrations", icon="badge")
+    def detail_registrations(self, request, object_id) -> HttpResponse:
+        from apps.messaging.selectors import tenant_registrations
+
+        tenant = self._viewable(request, object_id)
+        return self._listing(
+            request,
+            tenant,
+            title=f"Registrations of {tenant.slug}",
+            columns=["Identity (DID)", "Expires", "Registered"],
+            rows_qs=tenant_registrations(tenant=tenant),
+            row=lambda r: [r["owner_did"], _unix(r["expires_at"]), r["created_at"].strftime("%Y-%m-%d %H:%M:%S UTC")],
+        )
+
+    @action(description="Contracts", url_path="contracts", icon="handshake")
+    def detail_contracts(self, request, object_id) -> HttpResponse:
+        from apps.messaging.selectors import tenant_contracts
+
+        tenant = self._viewable(request, object_id)
+        return self._listing(
+            request,
+            tenant,
+            title=f"Contracts stored by {tenant.slug}",
+            columns=["Owner", "Requestor", "Recipient", "Expires"],
+            rows_qs=tenant_contracts(tenant=tenant),
+            row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], _unix(r["expires_at"])],
+        )
+
+    def _viewable(self, request, object_id) -> Tenant:
+        tenant = get_object_or_404(Tenant, pk=object_id)
+        if not self.has_view_permission(request, tenant):
+            raise PermissionDenied
+        return tenant
+
+
+def _pretty(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True) if value is not None else "—"
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ModelAdmin):
+    list_display = ["at", "actor_name", "via", "action", "tenant_slug"]
+    list_filter = ["via", "action", "tenant"]
+    search_fields = ["actor_name", "action", "tenant_slug"]
+    date_hierarchy = "at"
+    list_select_related = ["tenant"]
+    fields = ["at", "actor_name", "via", "action", "tenant_slug", "before_json", "after_json"]
+    readonly_fields = fields
+
+    @display(description="Before")
+    def before_json(self, obj: AuditEntry):
+        return format_html("<pre>{}</pre>", _pretty(obj.before))
+
+    @display(description="After")
+    def after_json(self, obj: AuditEntry):
+        return format_html("<pre>{}</pre>", _pretty(obj.after))
+
+    # The audit log is append-only: written by services, never edited here.
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+# Users, groups and API tokens in the same theme.
+admin.site.unregister(User)
+admin.site.unregister(Group)
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(User)
+class UserAdmin(BaseUserAdmin, ModelAdmin):
+    form = UserChangeForm
+    add_form = UserCreationForm
+    change_password_form = AdminPasswordChangeForm
+
+
+@admin.register(Group)
+class GroupAdmin(BaseGroupAdmin, ModelAdmin):
+    pass
+
+
+@admin.register(TokenProxy)
+class TokenAdmin(BaseTokenAdmin, ModelAdmin):
+    pass

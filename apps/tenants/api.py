@@ -1,0 +1,251 @@
+"""Operator REST API under /api/v1/ (docs/operators.md): thin DRF adapters over the tenant services.
+
+Staff only (token authentication). Every write records an audit entry with via="api". Validation
+errors are JSON objects mapping a field to its messages, with HTTP 400.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from . import console
+from .models import AuditEntry, Tenant
+from .services import (
+    NULLABLE_POLICY,
+    POLICY_BOUNDS,
+    Actor,
+    fingerprint,
+    tenant_create,
+    tenant_resume,
+    tenant_rotate_keys,
+    tenant_suspend,
+    tenant_update,
+)
+
+
+def _actor(request: Request) -> Actor:
+    return Actor(user=request.user, via="api")
+
+
+def _call(fn, **kwargs):
+    """Run a service; its django ValidationError becomes DRF's 400 JSON."""
+    try:
+        return fn(**kwargs)
+    except DjangoValidationError as exc:
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        raise ValidationError(detail) from exc
+
+
+class StrictSerializer(serializers.Serializer):
+    """Rejects members it does not declare, so a typo is an error rather than a silent no-op."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def _policy_fields(*, required: bool) -> dict:
+    fields: dict = {"registration_open": serializers.BooleanField(required=required)}
+    for name, (lo, hi) in POLICY_BOUNDS.items():
+        fields[name] = serializers.IntegerField(
+            min_value=lo, max_value=hi, required=False, allow_null=name in NULLABLE_POLICY
+        )
+    return fields
+
+
+PolicySerializer = type("PolicySerializer", (StrictSerializer,), _policy_fields(required=False))
+
+
+class KeysSerializer(serializers.Serializer):
+    signing_key_fingerprint = serializers.CharField()
+    prekey_fingerprint = serializers.CharField()
+    rotated_at = serializers.DateTimeField(allow_null=True)
+    prekey_grace_hours = serializers.IntegerField()
+
+
+class TenantSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    domain = serializers.CharField()
+    aliases = serializers.ListField(child=serializers.CharField())
+    did = serializers.CharField()
+    public_url = serializers.URLField()
+    status = serializers.ChoiceField(choices=Tenant.Status.choices)
+    policy = PolicySerializer()
+    keys = KeysSerializer()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, tenant: Tenant) -> dict:
+        return {
+            "slug": tenant.slug,
+            "name": tenant.name,
+            "domain": tenant.domain,
+            "aliases": [a.domain for a in tenant.aliases.all()],
+            "did": tenant.did,
+            "public_url": tenant.public_url,
+            "status": tenant.status,
+            "policy": {name: getattr(tenant, name) for name in ("registration_open", *POLICY_BOUNDS)},
+            "keys": {
+                "signing_key_fingerprint": fingerprint(tenant.signing_public),
+                "prekey_fingerprint": fingerprint(tenant.prekey_public),
+                "rotated_at": tenant.keys_rotated_at.isoformat() if tenant.keys_rotated_at else None,
+                "prekey_grace_hours": tenant.prekey_grace_hours,
+            },
+            "created_at": tenant.created_at.isoformat(),
+            "updated_at": tenant.updated_at.isoformat(),
+        }
+
+
+class TenantCreateSerializer(StrictSerializer):
+    slug = serializers.SlugField(max_length=64)
+    domain = serializers.CharField(max_length=255, help_text="host or host:port; the did:web follows it")
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    public_url = serializers.URLField(max_length=300, required=False)
+    aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
+    policy = PolicySerializer(required=False)
+
+
+class TenantUpdateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    public_url = serializers.URLField(max_length=300, required=False)
+    aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
+    policy = PolicySerializer(required=False)
+
+
+class RotateSerializer(StrictSerializer):
+    signing = serializers.BooleanField(default=True)
+    prekey = serializers.BooleanField(default=True)
+
+
+class PurgeSerializer(StrictSerializer):
+    dry_run = serializers.BooleanField(default=True)
+
+
+StatisticsSerializer = inline_serializer(
+    "TenantStatistics",
+    {
+        "registered_identities": serializers.IntegerField(),
+        "contracts": serializers.IntegerField(),
+        "live_contracts": serializers.IntegerField(),
+        "pending_events": serializers.IntegerField(),
+        "largest_queue": serializers.IntegerField(),
+        "largest_queue_did": serializers.CharField(allow_null=True),
+        "pending_contract_requests": serializers.IntegerField(),
+        "stored_events": serializers.IntegerField(),
+        "stored_event_bytes": serializers.IntegerField(),
+        "last_activity": serializers.DateTimeField(allow_null=True),
+    },
+)
+PurgeResultSerializer = inline_serializer(
+    "PurgeResult",
+    {
+        "dry_run": serializers.BooleanField(),
+        "counts": serializers.DictField(child=serializers.IntegerField()),
+        "summary": serializers.CharField(),
+    },
+)
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "at", "actor_name", "via", "action", "tenant_slug", "before", "after"]
+
+
+def _payload(serializer_cls, request: Request) -> dict:
+    ser = serializer_cls(data=request.data)
+    ser.is_valid(raise_exception=True)
+    return dict(ser.validated_data)
+
+
+class TenantViewSet(viewsets.GenericViewSet):
+    """Hosted mediators: list, create, read, update policy, suspend, resume, rotate keys, statistics."""
+
+    queryset = Tenant.objects.prefetch_related("aliases").order_by("slug")
+    serializer_class = TenantSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    def _tenant(self, slug: str) -> Tenant:
+        return get_object_or_404(Tenant.objects.prefetch_related("aliases"), slug=slug)
+
+    @extend_schema(responses=TenantSerializer(many=True))
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(TenantSerializer(page, many=True).data)
+
+    @extend_schema(request=TenantCreateSerializer, responses={201: TenantSerializer})
+    def create(self, request: Request) -> Response:
+        data = _payload(TenantCreateSerializer, request)
+        policy = dict(data.pop("policy", {}) or {})
+        tenant = _call(tenant_create, actor=_actor(request), **data, **policy)
+        return Response(TenantSerializer(self._tenant(tenant.slug)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses=TenantSerializer)
+    def retrieve(self, request: Request, slug: str) -> Response:
+        return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(request=TenantUpdateSerializer, responses=TenantSerializer)
+    def partial_update(self, request: Request, slug: str) -> Response:
+        tenant = self._tenant(slug)
+        data = _payload(TenantUpdateSerializer, request)
+        policy = dict(data.pop("policy", {}) or {})
+        _call(tenant_update, tenant=tenant, actor=_actor(request), **data, **policy)
+        return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(request=None, responses=TenantSerializer)
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, slug: str) -> Response:
+        tenant_suspend(tenant=self._tenant(slug), actor=_actor(request))
+        return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(request=None, responses=TenantSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, slug: str) -> Response:
+        tenant_resume(tenant=self._tenant(slug), actor=_actor(request))
+        return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(request=RotateSerializer, responses=TenantSerializer)
+    @action(detail=True, methods=["post"], url_path="rotate-keys")
+    def rotate_keys(self, request: Request, slug: str) -> Response:
+        data = _payload(RotateSerializer, request)
+        _call(tenant_rotate_keys, tenant=self._tenant(slug), actor=_actor(request), **data)
+        return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(responses=StatisticsSerializer)
+    @action(detail=True, methods=["get"])
+    def statistics(self, request: Request, slug: str) -> Response:
+        return Response(console.tenant_statistics(tenant=self._tenant(slug)).as_dict())
+
+    @extend_schema(request=PurgeSerializer, responses=PurgeResultSerializer)
+    @action(detail=True, methods=["post"], url_path="purge-expired")
+    def purge_expired(self, request: Request, slug: str) -> Response:
+        data = _payload(PurgeSerializer, request)
+        result = console.tenant_purge_expired(tenant=self._tenant(slug), actor=_actor(request), dry_run=data["dry_run"])
+        return Response({"dry_run": result.dry_run, "counts": result.counts, "summary": result.summary()})
+
+
+class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
+    """The operator audit log, newest first; `?tenant=<slug>` narrows it to one tenant."""
+
+    serializer_class = AuditEntrySerializer
+
+    def get_queryset(self):
+        qs = AuditEntry.objects.order_by("-at", "-id")
+        slug = self.request.query_params.get("tenant")
+        return qs.filter(tenant_slug=slug) if slug else qs
+
+    @extend_schema(parameters=[OpenApiParameter("tenant", str, description="tenant slug")])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
