@@ -1,0 +1,80 @@
+"""Replay protection under real concurrency on PostgreSQL: the same signed command submitted by
+several threads at once, each on its own database connection, is accepted exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from apps.messaging.models import PendingEvent, StoredEvent
+from apps.protocol.models import Nonce
+from tests.conftest import HOST_A
+from tests.protocol.conftest import body_of, envelope, err
+from tests.support.registration import contract_both_ways, register
+
+THREADS = 8
+
+
+def post_concurrently(body: bytes, n: int = THREADS) -> list[tuple[int, dict]]:
+    barrier = threading.Barrier(n)
+    results: list[tuple[int, dict] | BaseException] = [None] * n  # type: ignore[list-item]
+
+    def worker(i: int) -> None:
+        try:
+            client = Client()
+            barrier.wait(timeout=30)
+            resp = client.post("/", data=body, content_type="application/json", HTTP_HOST=HOST_A)
+            results[i] = (resp.status_code, json.loads(resp.content))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            results[i] = exc
+        finally:
+            connection.close()  # each thread had its own connection
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once(client, tenant_a, alice, bob):
+    from tests.conftest import Poster
+
+    poster = Poster(client, HOST_A)
+    register(poster, bob, tenant_a)
+    contract_both_ways(poster, alice, bob, tenant_a)
+    env = envelope(alice, "concurrent blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+
+    results = post_concurrently(body_of(env))
+
+    statuses = sorted(s for s, _ in results)
+    assert statuses == [200] + [401] * (THREADS - 1)
+    assert [b for s, b in results if s == 401] == [err("DUPLICATE_NONCE")] * (THREADS - 1)
+    (winner,) = [b for s, b in results if s == 200]
+    assert PendingEvent.objects.count() == 1
+    assert winner == {"type": "SUCCESS", "pendingEventId": str(PendingEvent.objects.get().public_id)}
+    assert Nonce.objects.filter(nonce=env["header"]["nonce"], sender_did=alice.did).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client, tenant_a, alice):
+    from tests.conftest import Poster
+
+    poster = Poster(client, HOST_A)
+    register(poster, alice, tenant_a)
+    events = [{"sender_did": alice.did, "recipient_did": alice.did, "timestamp": 1, "payload": "once", "encrypted_tags": ["t"]}]
+    env = envelope(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)
+
+    results = post_concurrently(body_of(env), n=2)
+
+    assert sorted(results, key=lambda r: r[0]) == [(200, {"type": "SUCCESS"}), (401, err("DUPLICATE_NONCE"))]
+    assert StoredEvent.objects.count() == 1
