@@ -1,7 +1,9 @@
 """The Celery app and the whole beat schedule, in one place (STYLE §11).
 
 Broker: Redis when CELERY_BROKER_URL or REDIS_URL is set; otherwise a serverless filesystem
-broker under var/ so the embedded default runs a worker with beat and no server.
+broker under var/ so the embedded default runs a worker with beat and no server
+(scripts/run_embedded_extras.sh). Production runs `celery worker` and `celery beat` as separate
+processes on Redis (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
 
@@ -16,5 +19,53 @@ app = Celery("mediator")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+MINUTE = 60.0
+
 # name -> {"task": dotted task name, "schedule": seconds or crontab, ...}; each entry says why.
-app.conf.beat_schedule = {}
+# Every maintenance task is idempotent and skips when another run of it is in progress, so a
+# late or duplicated beat tick costs nothing. `expires` drops ticks no worker picked up in time.
+app.conf.beat_schedule = {
+    # DCTRL-0004 §5.3: "The recommended cleanup interval is 10 minutes." Nonces past
+    # header.timestamp + window can never be replayed (the timestamp check refuses them first).
+    "prune-nonces": {
+        "task": "apps.ops.tasks.prune_nonces",
+        "schedule": 10 * MINUTE,
+        "options": {"expires": 10 * MINUTE},
+    },
+    # PROTOCOL-DECISIONS §5: pending events expire after their tenant's TTL (default 30 days);
+    # hourly keeps the overshoot under an hour whatever the TTL.
+    "purge-expired-pending-events": {
+        "task": "apps.ops.tasks.purge_pending_events",
+        "schedule": 60 * MINUTE,
+        "options": {"expires": 60 * MINUTE},
+    },
+    # Acknowledged contract requests are done with; unacknowledged ones expire after the tenant's
+    # contract_request_ttl_days. Hourly, offset from the pending-event purge.
+    "purge-contract-requests": {
+        "task": "apps.ops.tasks.purge_contract_requests",
+        "schedule": crontab(minute=20),
+        "options": {"expires": 60 * MINUTE},
+    },
+    # Contracts expired for longer than MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS authorise
+    # nothing and are no longer listed. Daily, at a quiet hour.
+    "purge-expired-contracts": {
+        "task": "apps.ops.tasks.purge_expired_contracts",
+        "schedule": crontab(hour=3, minute=40),
+        "options": {"expires": 6 * 60 * MINUTE},
+    },
+    # Metering retention (issue 6): drop metering rows older than each tenant's
+    # metering_retention_days. Implemented by the usage app.
+    "prune-metering": {
+        "task": "apps.usage.tasks.prune_metering",
+        "schedule": crontab(hour=2, minute=10),
+        "options": {"expires": 6 * 60 * MINUTE},
+    },
+    # The nightly usage report (issue 6): Spark aggregates yesterday's metering for the staff
+    # dashboard. After midnight UTC so that "yesterday" is complete, before the retention prune
+    # would touch anything it needs.
+    "nightly-usage-report": {
+        "task": "apps.usage.tasks.nightly_usage_report",
+        "schedule": crontab(hour=0, minute=30),
+        "options": {"expires": 6 * 60 * MINUTE},
+    },
+}

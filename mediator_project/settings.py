@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "apps.tenants",
     "apps.messaging",
     "apps.protocol",
+    "apps.ops",
 ]
 
 MIDDLEWARE = [
@@ -151,6 +152,32 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Maintenance jobs are idempotent, so a job lost with a dying worker is simply redone: ack late.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 900)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Abuse limits (PROTOCOL-DECISIONS §7, docs/operations.md) -----------------------------------
+# Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
+MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
+MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
+MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
+MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
+# Windows are shared by every process through this Redis; empty = in-process (embedded default).
+MEDIATOR_RATE_LIMIT_REDIS_URL = env("MEDIATOR_RATE_LIMIT_REDIS_URL", REDIS_URL) or ""
+MEDIATOR_RATE_LIMIT_PREFIX = env("MEDIATOR_RATE_LIMIT_PREFIX", "mediator:rl")
+# Expired contracts stay listed this long before the scheduled purge removes them.
+MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS = env_int("MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS", 30)
+
+# --- Metrics (GET /metrics) ---------------------------------------------------------------------
+# A bearer token, and/or internal (loopback/private) addresses. Several processes add up their
+# counters through PROMETHEUS_MULTIPROC_DIR (an empty directory per deployment start).
+MEDIATOR_METRICS_TOKEN = env("MEDIATOR_METRICS_TOKEN", "") or ""
+MEDIATOR_METRICS_ALLOW_INTERNAL = env_bool("MEDIATOR_METRICS_ALLOW_INTERNAL", True)
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -210,13 +237,28 @@ UNFOLD = {
 }
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
+# LOG_FORMAT=json: one JSON object per line (command lines carry tenant, command, code, status,
+# duration_ms). SQL debug records are always redacted to "(seconds) VERB table": Django inlines
+# parameters into them, and parameters are payloads, tags and signatures (docs/operations.md).
+LOG_FORMAT = env("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured("LOG_FORMAT must be plain or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact_sql": {"()": "apps.ops.logconfig.RedactSqlFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "apps.ops.logconfig.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact_sql"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # On the originating loggers too, so that every handler sees only the redacted record.
+        "django.db.backends": {"filters": ["redact_sql"]},
+        "django.db.backends.schema": {"filters": ["redact_sql"]},
+    },
 }
 
 os.environ.setdefault("MEDIATOR_SETTINGS_LOADED", "1")

@@ -15,3 +15,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIATOR_DEFAULT_TENANT = "default"
 # Tests change tenants with queryset updates and across processes: resolve the host every time.
 MEDIATOR_TENANT_CACHE_SECONDS = 0
+# The suite sends many commands from 127.0.0.1: limits are off unless a test enables them
+# (override_settings, tenant fields, or the variable in a test server's environment).
+MEDIATOR_RATE_LIMIT_PER_DID = int(os.environ.get("MEDIATOR_RATE_LIMIT_PER_DID", "0"))
+MEDIATOR_RATE_LIMIT_PER_IP = int(os.environ.get("MEDIATOR_RATE_LIMIT_PER_IP", "0"))
+MEDIATOR_WS_CONNECT_PER_IP = int(os.environ.get("MEDIATOR_WS_CONNECT_PER_IP", "0"))
+MEDIATOR_WS_AUTH_PER_IP = int(os.environ.get("MEDIATOR_WS_AUTH_PER_IP", "0"))

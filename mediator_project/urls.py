@@ -3,8 +3,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.ops import views as ops_views
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("metrics", ops_views.metrics, name="metrics"),
     path("api/v1/", include("apps.tenants.api_urls")),
     path("", include("apps.protocol.urls")),
 ]

@@ -11,6 +11,8 @@ from django.dispatch import Signal
 
 # Sent with tenant_id: int, did: str, message: dict
 push_requested = Signal()
+# Sent after commit with tenant_id: int, count: int (events newly acknowledged; metrics count them).
+pending_events_acknowledged = Signal()
 
 
 def notify_on_commit(*, tenant_id: int, did: str, message: dict) -> None:
@@ -30,3 +32,9 @@ def notify_pending_event(*, tenant_id: int, did: str, event_id: str, sender_did:
 def notify_contracts_updated(*, tenant_id: int, did: str) -> None:
     """CONTRACTS_UPDATED to `did` (DCTRL-0004 §10.6)."""
     notify_on_commit(tenant_id=tenant_id, did=did, message={"type": "CONTRACTS_UPDATED"})
+
+
+def announce_acknowledged(*, tenant_id: int, count: int) -> None:
+    """Tell listeners (metrics) that `count` pending events were delivered, once committed."""
+    if count > 0:
+        transaction.on_commit(lambda: pending_events_acknowledged.send(sender=None, tenant_id=tenant_id, count=count))

@@ -287,9 +287,11 @@ def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_
 
 def pending_events_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
     """ACK the recipient's own events: the payload is dropped, the row keeps metadata (§8.8)."""
-    return PendingEvent.objects.filter(
+    count = PendingEvent.objects.filter(
         tenant=tenant, recipient_did=did, public_id__in=_uuids(ids), acknowledged_at__isnull=True
     ).update(acknowledged_at=timezone.now(), payload="")
+    notify.announce_acknowledged(tenant_id=tenant.pk, count=count)
+    return count
 
 
 # --- stored events ---------------------------------------------------------------------------

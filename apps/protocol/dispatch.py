@@ -158,14 +158,24 @@ def handle(raw: bytes, tenant: Tenant | None, transport: str = "http", remote_ad
     reply = outcome.body_bytes()
     elapsed_ms = (time.perf_counter() - started) * 1000
     # Metadata only: never payloads, ciphertexts, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+    slug = tenant.slug if tenant else "-"
     log.info(
         "command tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f",
-        tenant.slug if tenant else "-",
+        slug,
         transport,
         outcome.command_type or "-",
         outcome.code,
         outcome.status,
         elapsed_ms,
+        # The same fields, structured, for LOG_FORMAT=json (apps.ops.logconfig.JsonFormatter).
+        extra={
+            "tenant": slug,
+            "transport": transport,
+            "command": outcome.command_type or "-",
+            "code": outcome.code,
+            "status": outcome.status,
+            "duration_ms": round(elapsed_ms, 2),
+        },
     )
     if hooks.OBSERVERS:
         record = hooks.CommandRecord(

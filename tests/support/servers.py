@@ -101,3 +101,57 @@ def start_daphne(tmp_path: Path, *, port: int | None = None, env: dict | None = 
         time.sleep(0.2)
     server.stop()
     raise RuntimeError(f"daphne did not start:\n{server.log()}")
+
+
+@dataclass
+class CeleryWorker:
+    """A real `celery worker` process on a Redis broker, consuming one private queue."""
+
+    broker_url: str
+    queue: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def send(self, task_name: str, **kwargs) -> str:
+        """Publish `task_name(**kwargs)` to this worker's queue; returns the task id."""
+        from mediator_project.celery import app
+
+        with app.connection_for_write(self.broker_url) as conn:
+            return app.send_task(task_name, kwargs=kwargs, queue=self.queue, connection=conn).id
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+def start_celery_worker(tmp_path: Path, *, redis_db: int = 15, env: dict | None = None, beat: bool = False) -> CeleryWorker:
+    """Start `celery -A mediator_project worker` on redis://127.0.0.1:6379/<redis_db>, pointed at the
+    pytest test DB, and wait until it is ready. Its queue name is unique, so parallel test runs
+    sharing the Redis database never take each other's tasks."""
+    queue = f"test-{os.getpid()}-{free_port()}"
+    broker = f"redis://127.0.0.1:6379/{redis_db}"
+    log_path = tmp_path / f"celery-{queue}.log"
+    full_env = server_env({"CELERY_BROKER_URL": broker, **(env or {})})
+    cmd = [sys.executable, "-m", "celery", "-A", "mediator_project", "worker", "--pool", "solo", "--concurrency", "1",
+           "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"]
+    if beat:
+        cmd += ["-B", "-s", str(tmp_path / f"beat-{queue}")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    worker = CeleryWorker(broker_url=broker, queue=queue, proc=proc, log_path=log_path)
+    deadline = time.time() + 40
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited early:\n{worker.log()}")
+        if " ready." in worker.log():
+            return worker
+        time.sleep(0.2)
+    worker.stop()
+    raise RuntimeError(f"celery worker did not start:\n{worker.log()}")

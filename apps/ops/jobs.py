@@ -1,0 +1,151 @@
+"""Scheduled maintenance jobs: one function per job, shared by Celery tasks and management
+commands (STYLE §11). Each run takes one cut-off time, calls one domain function and returns a
+one-line summary.
+
+Running the same job twice at once is safe: on PostgreSQL a run holds a session advisory lock
+named after the job and a concurrent run skips with "skipped" instead of racing it (the domain
+functions are also idempotent on their own: they delete by condition, so a second pass finds
+nothing). Every run is counted in JobStat, which /metrics reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from .models import JobStat
+
+log = logging.getLogger("mediator.jobs")
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    noun: str  # what the count counts, for the summary line
+    verb: str
+    run: Callable[..., int]  # (*, now, dry_run, tenant) -> rows removed (or that would be)
+
+
+def _prune_nonces(*, now: datetime, dry_run: bool, tenant) -> int:
+    from apps.protocol.models import Nonce
+    from apps.protocol.nonces import nonces_prune
+
+    now_ms = int(now.timestamp() * 1000)
+    if tenant is None and not dry_run:
+        return nonces_prune(now_ms=now_ms)
+    qs = Nonce.objects.filter(expires_at__lte=now_ms)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.count() if dry_run else qs.delete()[0]
+
+
+def _purge_pending_events(*, now: datetime, dry_run: bool, tenant) -> int:
+    from apps.messaging.maintenance import purge_expired_pending_events
+
+    return purge_expired_pending_events(tenant=tenant, now=now, dry_run=dry_run)
+
+
+def _purge_contract_requests(*, now: datetime, dry_run: bool, tenant) -> int:
+    from apps.messaging.maintenance import purge_contract_requests
+
+    return purge_contract_requests(tenant=tenant, now=now, dry_run=dry_run)
+
+
+def _purge_expired_contracts(*, now: datetime, dry_run: bool, tenant) -> int:
+    from apps.messaging.maintenance import purge_expired_contracts
+
+    # Expired contracts stay listed by QUERY_COMMUNICATION_CONTRACTS (PROTOCOL-DECISIONS §5) for a
+    # retention period, so clients can still see and renew them; only older ones are removed.
+    cutoff = now - timedelta(days=settings.MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS)
+    return purge_expired_contracts(tenant=tenant, now=cutoff, dry_run=dry_run)
+
+
+JOBS: dict[str, Job] = {
+    j.name: j
+    for j in (
+        Job("prune_nonces", "nonces", "pruned", _prune_nonces),
+        Job("purge_pending_events", "expired pending events", "purged", _purge_pending_events),
+        Job("purge_contract_requests", "contract requests", "purged", _purge_contract_requests),
+        Job("purge_expired_contracts", "expired contracts", "purged", _purge_expired_contracts),
+    )
+}
+
+
+@contextmanager
+def _exclusive(name: str) -> Iterator[bool]:
+    """True if this run may proceed: a PostgreSQL session advisory lock per job name.
+
+    Session level (not transaction level) because the purges commit in batches. The lock goes
+    with the connection if the process dies. Other databases (SQLite: one writer at a time
+    anyway) always proceed.
+    """
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = int.from_bytes(hashlib.sha256(f"mediator-job:{name}".encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = bool(cur.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def _ensure_stat(name: str) -> None:
+    JobStat.objects.get_or_create(name=name)
+
+
+def stat_record(*, name: str, ok: bool, items: int = 0, summary: str = "") -> None:
+    """Count one run of `name` (atomic increments: concurrent recorders never lose a count)."""
+    _ensure_stat(name)
+    now = timezone.now()
+    fields: dict = {"runs": F("runs") + 1, "last_run_at": now, "last_summary": summary[:300]}
+    if ok:
+        fields.update(items=F("items") + items, last_success_at=now)
+    else:
+        fields["failures"] = F("failures") + 1
+    JobStat.objects.filter(name=name).update(**fields)
+
+
+def run_job(name: str, *, now: datetime | None = None, dry_run: bool = False, tenant_id: int | None = None) -> str:
+    """Run one job now (every tenant, or one) and return its one-line summary ("pruned 1204 nonces")."""
+    from apps.tenants.models import Tenant
+
+    job = JOBS[name]
+    now = now or timezone.now()
+    # A tenant that no longer exists has nothing left to purge: the run is a no-op, not an error.
+    tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id is not None else None
+    if tenant_id is not None and tenant is None:
+        return f"{name}: tenant {tenant_id} does not exist, nothing to do"
+    started = time.perf_counter()
+    with _exclusive(name) as proceed:
+        if not proceed:
+            summary = f"{name}: skipped, another run is in progress"
+            log.info(summary, extra={"job": name})
+            return summary
+        try:
+            count = job.run(now=now, dry_run=dry_run, tenant=tenant)
+        except Exception:
+            log.exception("job failed", extra={"job": name})
+            if not dry_run:
+                stat_record(name=name, ok=False, summary="failed")
+            raise
+    verb = f"would have {job.verb}" if dry_run else job.verb
+    summary = f"{verb} {count} {job.noun} in {time.perf_counter() - started:.2f}s"
+    if not dry_run:
+        stat_record(name=name, ok=True, items=count, summary=summary)
+    log.info("job %s: %s", name, summary, extra={"job": name, "count": count})
+    return summary

@@ -1,0 +1,75 @@
+"""Abuse limits wired into the command path and /ws (PROTOCOL-DECISIONS §7, UC-021 AF-2).
+
+- per IP, every POST / command (hooks.PRE_CHECKS), default 120/min;
+- per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min;
+- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS).
+
+Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip; null is the
+deployment default, 0 switches the limit off). A refusal is 429 RATE_LIMITED with Retry-After.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from apps.protocol.wire.crypto import verify_json_object
+from apps.protocol.wire.did import DidError
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.tenants.resolver import resolve_did
+
+from . import metrics, ratelimit
+
+
+def _limit(override: int | None, default: int) -> int:
+    return default if override is None else override
+
+
+def _enforce(scope: str, tenant_id: int | None, ident: str, limit: int) -> None:
+    decision = ratelimit.hit(scope, tenant_id, ident, limit)
+    if not decision.allowed:
+        metrics.RATE_LIMITED.labels(scope).inc()
+        raise ProtocolError(ErrorCode.RATE_LIMITED, f"{scope} limit", retry_after=decision.retry_after_s)
+
+
+def per_ip_check(tenant, meta) -> None:
+    """hooks.PRE_CHECKS: every command from one address counts, whatever its outcome."""
+    if not meta.remote_addr:
+        return
+    limit = _limit(tenant.rate_limit_per_ip, settings.MEDIATOR_RATE_LIMIT_PER_IP)
+    _enforce("ip", tenant.pk, meta.remote_addr, limit)
+
+
+def _signature_holds(cmd) -> bool:
+    h = cmd.header
+    try:
+        sender = resolve_did(h.sender_did)
+    except DidError:
+        return False
+    key = sender.signing_key_for(h.sender_signing_key_id)
+    return key is not None and verify_json_object(cmd.signable, cmd.signature, key)
+
+
+def per_did_check(tenant, cmd, meta) -> None:
+    """hooks.SENDER_CHECKS: only commands that really come from the DID count against it.
+
+    The DID in a header is a claim until the signature is checked; counting unsigned claims would
+    let anyone exhaust someone else's budget. Commands whose signature fails are left for dispatch
+    to refuse (INVALID_SIGNATURE etc.) and are still covered by the per-IP limit. This runs before
+    the nonce is consumed, so a refused command can be sent again unchanged after Retry-After.
+    """
+    limit = _limit(tenant.rate_limit_per_did, settings.MEDIATOR_RATE_LIMIT_PER_DID)
+    if limit <= 0 or not _signature_holds(cmd):
+        return
+    _enforce("did", tenant.pk, cmd.header.sender_did, limit)
+
+
+def ws_connect_check(tenant, ip: str | None) -> None:
+    """hooks.WS_CONNECT_CHECKS: /ws upgrades per address per minute."""
+    if ip:
+        _enforce("ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP)
+
+
+def ws_auth_check(tenant, ip: str | None) -> None:
+    """hooks.WS_AUTH_CHECKS: AUTHENTICATE attempts per address per minute."""
+    if ip:
+        _enforce("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP)

@@ -1,0 +1,99 @@
+"""Logging helpers referenced from settings.LOGGING (issue 5 §4).
+
+- JsonFormatter: one JSON object per line (LOG_FORMAT=json). Command lines carry the structured
+  fields dispatch passes as `extra` (tenant, transport, command, code, status, duration_ms).
+- RedactSqlFilter: Django's SQL debug log (django.db.backends at DEBUG) prints each statement
+  with its parameters inlined, which would put payloads, ciphertexts, tags and signatures in the
+  log. The filter rewrites those records to "(seconds) VERB table" and drops the `sql`/`params`
+  attributes, so SQL debugging keeps timings and shapes but never values (PROTOCOL-DECISIONS §9).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import UTC, datetime
+
+# Attributes of a LogRecord that are not user-supplied `extra`.
+_STANDARD = set(vars(logging.LogRecord("x", 0, "x", 0, "x", None, None))) | {"message", "asctime", "taskName"}
+# Extras that may be emitted: metadata only, never anything from a payload.
+STRUCTURED_FIELDS = ("tenant", "transport", "command", "code", "status", "duration_ms", "job", "count")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; only whitelisted extras are copied."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in STRUCTURED_FIELDS:
+            if key in record.__dict__:
+                out[key] = record.__dict__[key]
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+_SQL_SHAPE = re.compile(
+    r"^\s*(?P<verb>SELECT|INSERT\s+INTO|UPDATE|DELETE\s+FROM|CREATE|ALTER|DROP|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|SET|WITH)\b",
+    re.IGNORECASE,
+)
+_TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE|TABLE|JOIN)\s+"?([A-Za-z0-9_]+)"?', re.IGNORECASE)
+
+
+def sql_shape(sql: object) -> str:
+    """'SELECT messaging_pendingevent' for a statement: its verb and first table, no values."""
+    text = str(sql or "")
+    m = _SQL_SHAPE.match(text)
+    verb = " ".join(m.group("verb").upper().split()) if m else "SQL"
+    t = _TABLE.search(text)
+    return f"{verb} {t.group(1)}" if t else verb
+
+
+class RedactSqlFilter(logging.Filter):
+    """Rewrite django.db.backends records so that no statement text or parameter is logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("django.db.backends"):
+            return True
+        sql = record.__dict__.pop("sql", None)
+        record.__dict__.pop("params", None)
+        duration = record.__dict__.get("duration")
+        if sql is None and isinstance(record.args, tuple) and len(record.args) >= 2:
+            sql = record.args[1]
+        shape = sql_shape(sql) if sql is not None else "statement"
+        if isinstance(duration, (int, float)):
+            record.msg, record.args = "(%.3f) %s", (duration, shape)
+        else:
+            record.msg, record.args = "%s", (shape,)
+        return True
+
+
+def logging_config(*, level: str, fmt: str) -> dict:
+    """The LOGGING dict for settings: plain or JSON lines on stderr, SQL always redacted."""
+    formatter = "json" if fmt == "json" else "plain"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"redact_sql": {"()": "apps.ops.logconfig.RedactSqlFilter"}},
+        "formatters": {
+            "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+            "json": {"()": "apps.ops.logconfig.JsonFormatter"},
+        },
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["redact_sql"]},
+        },
+        "root": {"handlers": ["console"], "level": level},
+        "loggers": {
+            "django.request": {"level": "ERROR"},
+            # Filters on the originating loggers too, so every handler (pytest's included) sees
+            # the redacted record, not only ours.
+            "django.db.backends": {"filters": ["redact_sql"]},
+            "django.db.backends.schema": {"filters": ["redact_sql"]},
+        },
+    }

@@ -1,0 +1,182 @@
+"""Prometheus metrics (issue 5 §3): aggregate only, never a DID, a payload or a key as a label.
+
+Process-local metrics live in OPS_REGISTRY. With PROMETHEUS_MULTIPROC_DIR set (several Daphne
+processes) prometheus-client writes them to that shared directory and `/metrics` adds up every
+process's files, so counters are deployment totals whichever process is scraped.
+
+Figures that already live in the database (queue depth, nonce store size, job runs) are read at
+scrape time by DatabaseCollector and cached briefly, so they are correct across hosts too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.db import DatabaseError, connection
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+log = logging.getLogger("mediator.metrics")
+
+OPS_REGISTRY = CollectorRegistry(auto_describe=True)
+
+COMMANDS = Counter(
+    "mediator_commands_total",
+    "Commands handled, by transport, command type and result code.",
+    ["transport", "command", "code"],
+    registry=OPS_REGISTRY,
+)
+COMMAND_SECONDS = Histogram(
+    "mediator_command_duration_seconds",
+    "Time to handle one command (parse to reply), by transport and command type.",
+    ["transport", "command"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=OPS_REGISTRY,
+)
+PENDING_STORED = Counter(
+    "mediator_pending_events_stored_total", "TWO_WAY_PRIVATE events stored for a recipient.", registry=OPS_REGISTRY
+)
+PENDING_DELIVERED = Counter(
+    "mediator_pending_events_delivered_total",
+    "Pending events acknowledged by their recipient (delivered; payload dropped).",
+    registry=OPS_REGISTRY,
+)
+WS_CONNECTIONS = Gauge(
+    "mediator_websocket_connections",
+    "Open /ws sockets (all processes).",
+    registry=OPS_REGISTRY,
+    multiprocess_mode="livesum",
+)
+WS_EVENTS = Counter(
+    "mediator_websocket_events_total", "WebSocket lifecycle events (connect, authenticated, disconnect).", ["event"],
+    registry=OPS_REGISTRY,
+)
+RATE_LIMITED = Counter(
+    "mediator_rate_limited_total", "Requests refused by a rate limit, by limit scope.", ["scope"], registry=OPS_REGISTRY
+)
+RATE_LIMIT_ERRORS = Counter(
+    "mediator_rate_limiter_errors_total", "Rate-limit checks that failed open (Redis unreachable).", registry=OPS_REGISTRY
+)
+
+WS_EVENT_NAMES = {"connect", "authenticated", "disconnect"}
+
+
+def observe_command(record) -> None:
+    """hooks.OBSERVERS entry: count and time one finished command (metadata only)."""
+    command = record.command_type or "-"
+    COMMANDS.labels(record.transport, command, record.code).inc()
+    COMMAND_SECONDS.labels(record.transport, command).observe(record.duration_ms / 1000)
+    if record.channel == "TWO_WAY_PRIVATE" and record.code == "SUCCESS":
+        PENDING_STORED.inc()
+
+
+def observe_ws(event: str, tenant_slug: str | None) -> None:
+    """hooks.WS_OBSERVERS entry: the open-socket gauge and lifecycle counters."""
+    if event not in WS_EVENT_NAMES:
+        return
+    WS_EVENTS.labels(event).inc()
+    if event == "connect":
+        WS_CONNECTIONS.inc()
+    elif event == "disconnect":
+        WS_CONNECTIONS.dec()
+
+
+def observe_acknowledged(sender=None, *, count: int = 0, **kwargs) -> None:
+    """Receiver of messaging's pending_events_acknowledged signal."""
+    if count > 0:
+        PENDING_DELIVERED.inc(count)
+
+
+class DatabaseCollector:
+    """Scrape-time figures read from PostgreSQL/SQLite, cached for CACHE_S per process."""
+
+    CACHE_S = 10.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._families: list = []
+
+    def collect(self):
+        with self._lock:
+            if time.monotonic() - self._at > self.CACHE_S:
+                self._families = self._read()
+                self._at = time.monotonic()
+            return list(self._families)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._at = 0.0
+
+    def _read(self) -> list:
+        from apps.messaging.models import PendingEvent
+        from apps.protocol.models import Nonce
+
+        from .models import JobStat
+
+        up = GaugeMetricFamily("mediator_metrics_database_up", "1 if the scrape could read the database.")
+        try:
+            depth_sql = (
+                f"SELECT COUNT(*), COALESCE(SUM(c), 0), COALESCE(MAX(c), 0) FROM ("
+                f"SELECT COUNT(*) AS c FROM {PendingEvent._meta.db_table} WHERE acknowledged_at IS NULL "
+                f"GROUP BY tenant_id, recipient_did) AS q"
+            )
+            with connection.cursor() as cur:
+                cur.execute(depth_sql)
+                recipients, events, deepest = cur.fetchone()
+            nonces = Nonce.objects.count()
+            stats = list(JobStat.objects.order_by("name").values_list("name", "runs", "failures", "items", "last_success_at"))
+        except DatabaseError:
+            log.warning("metrics: database unreachable during scrape")
+            up.add_metric([], 0)
+            return [up]
+        finally:
+            # Scrapes run outside any request cycle bookkeeping in some servers; never keep a
+            # broken connection around.
+            connection.close_if_unusable_or_obsolete()
+        up.add_metric([], 1)
+        queued = GaugeMetricFamily("mediator_pending_queue_events", "Unacknowledged pending events, all recipients.")
+        queued.add_metric([], events)
+        queues = GaugeMetricFamily("mediator_pending_queue_recipients", "Recipients with at least one pending event.")
+        queues.add_metric([], recipients)
+        deepest_f = GaugeMetricFamily("mediator_pending_queue_max_depth", "Deepest single recipient queue.")
+        deepest_f.add_metric([], deepest)
+        nonce_f = GaugeMetricFamily("mediator_nonce_store_size", "Nonces held by the replay store.")
+        nonce_f.add_metric([], nonces)
+        runs = CounterMetricFamily("mediator_job_runs", "Maintenance and Celery job runs.", labels=["job"])
+        fails = CounterMetricFamily("mediator_job_failures", "Maintenance and Celery job failures.", labels=["job"])
+        items = CounterMetricFamily("mediator_job_items", "Rows a maintenance job removed.", labels=["job"])
+        last_ok = GaugeMetricFamily(
+            "mediator_job_last_success_timestamp_seconds", "When each job last succeeded.", labels=["job"]
+        )
+        expired = CounterMetricFamily("mediator_pending_events_expired", "Pending events removed past their TTL.")
+        expired_total = 0
+        for name, n_runs, n_fails, n_items, last in stats:
+            runs.add_metric([name], n_runs)
+            fails.add_metric([name], n_fails)
+            items.add_metric([name], n_items)
+            if last is not None:
+                last_ok.add_metric([name], last.timestamp())
+            if name == "purge_pending_events":
+                expired_total = n_items
+        expired.add_metric([], expired_total)
+        return [up, queued, queues, deepest_f, nonce_f, runs, fails, items, last_ok, expired]
+
+
+DATABASE_COLLECTOR = DatabaseCollector()
+
+
+def exposition() -> bytes:
+    """The text exposition of every metric: all processes' counters plus the database figures."""
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)
+        local = b""
+    else:
+        local = generate_latest(OPS_REGISTRY)
+    registry.register(DATABASE_COLLECTOR)
+    return local + generate_latest(registry)

@@ -1,0 +1,51 @@
+"""Receivers: Celery task outcomes for jobs outside apps.ops (their runs and failures show on
+/metrics beside ours), and delivered pending events for the metrics."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("mediator.jobs")
+
+_OPS_PREFIX = "apps.ops.tasks."
+
+
+def _task_name(sender) -> str | None:
+    name = getattr(sender, "name", None)
+    if not name or name.startswith(_OPS_PREFIX) or name.startswith("celery."):
+        return None  # ops jobs record themselves in run_job (also when run by hand)
+    return name
+
+
+def on_task_success(sender=None, **kwargs) -> None:
+    name = _task_name(sender)
+    if name:
+        _record(name, ok=True)
+
+
+def on_task_failure(sender=None, **kwargs) -> None:
+    name = _task_name(sender)
+    if name:
+        _record(name, ok=False)
+
+
+def _record(name: str, *, ok: bool) -> None:
+    from .jobs import stat_record
+
+    try:
+        stat_record(name=name, ok=ok, summary="ok" if ok else "failed")
+    except Exception:  # noqa: BLE001 - statistics must never fail a task
+        log.exception("could not record a task run")
+
+
+def connect() -> None:
+    """Connect every receiver once (dispatch_uid)."""
+    from celery.signals import task_failure, task_success
+
+    task_success.connect(on_task_success, dispatch_uid="apps.ops.task_success", weak=False)
+    task_failure.connect(on_task_failure, dispatch_uid="apps.ops.task_failure", weak=False)
+    from apps.messaging.notify import pending_events_acknowledged
+
+    from .metrics import observe_acknowledged
+
+    pending_events_acknowledged.connect(observe_acknowledged, dispatch_uid="apps.ops.acknowledged", weak=False)

@@ -1,0 +1,234 @@
+"""Abuse limits at their edges (issue 5 §2, PROTOCOL-DECISIONS §7): N accepted, N+1 refused.
+
+Rate limits run on both backends (in-process and Redis) with a frozen limiter clock; the
+cross-process sharing through Redis is exercised against two Daphne processes in test_e2e.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.ops import metrics
+from apps.protocol import hooks
+from apps.protocol.wire.canonical import canonical_bytes
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from tests.conftest import HOST_A, HOST_B
+from tests.support.registration import contract_both_ways, register
+
+pytestmark = pytest.mark.django_db
+
+RATE_LIMITED = {"type": "ERROR", "code": "RATE_LIMITED"}
+IP_1 = "198.51.100.7"
+IP_2 = "198.51.100.8"
+
+
+def _post(host: str, body: bytes, ip: str = IP_1):
+    resp = Client().post("/", data=body, content_type="application/json", HTTP_HOST=host, REMOTE_ADDR=ip)
+    import json
+
+    return resp.status_code, json.loads(resp.content), resp.headers.get("Retry-After")
+
+
+def _query(who, tenant, host: str = HOST_A, ip: str = IP_1):
+    env = who.sign_command(recipient_did=tenant.did, payload={"type": "QUERY_PENDING_EVENTS"})
+    return _post(host, canonical_bytes(env), ip)
+
+
+def _refused(scope: str) -> float:
+    return metrics.RATE_LIMITED.labels(scope)._value.get()
+
+
+# --- per DID ---------------------------------------------------------------------------------
+
+
+def test_the_per_did_limit_accepts_n_commands_a_minute_and_refuses_the_next(
+    limiter_clock, settings, post_a, tenant_a, alice, bob
+):
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 3
+    before = _refused("did")
+    assert [_query(alice, tenant_a)[0] for _ in range(3)] == [200, 200, 200]
+    assert _query(alice, tenant_a) == (429, RATE_LIMITED, "60")
+    assert _refused("did") == before + 1
+    # Another DID from the same address has its own window.
+    assert _query(bob, tenant_a)[0] == 200
+    # The window slides: one millisecond short of a minute still refused, then free again.
+    limiter_clock["now"] += 59_001
+    assert _query(alice, tenant_a) == (429, RATE_LIMITED, "1")
+    limiter_clock["now"] += 999
+    assert _query(alice, tenant_a)[0] == 200
+
+
+def test_a_rate_limited_command_keeps_its_nonce_and_can_be_sent_again(limiter_clock, settings, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 1
+    assert _query(alice, tenant_a)[0] == 200
+    env = canonical_bytes(alice.sign_command(recipient_did=tenant_a.did, payload={"type": "QUERY_PENDING_EVENTS"}))
+    assert _post(HOST_A, env)[:2] == (429, RATE_LIMITED)
+    limiter_clock["now"] += 60_000
+    status, body, _ = _post(HOST_A, env)
+    assert (status, body["type"]) == (200, "SUCCESS")
+
+
+def test_forged_commands_in_someone_elses_name_do_not_use_up_their_limit(
+    limiter_clock, settings, post_a, tenant_a, alice, bob
+):
+    register(post_a, alice, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 3
+    for _ in range(5):
+        forged = bob.sign_command(recipient_did=tenant_a.did, payload={"type": "QUERY_PENDING_EVENTS"})
+        forged["header"]["sender_did"] = alice.did  # claims to be Alice, signed by Bob
+        forged["header"]["sender_signing_key_id"] = alice.key_id
+        assert _post(HOST_A, canonical_bytes(forged))[:2] == (401, {"type": "ERROR", "code": "INVALID_SIGNATURE"})
+    assert [_query(alice, tenant_a)[0] for _ in range(4)] == [200, 200, 200, 429]
+
+
+def test_a_tenant_overrides_the_deployment_per_did_limit(limiter_clock, settings, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 5
+    type(tenant_a).objects.filter(pk=tenant_a.pk).update(rate_limit_per_did=2)
+    assert [_query(alice, tenant_a)[0] for _ in range(3)] == [200, 200, 429]
+
+
+def test_a_tenant_limit_of_zero_switches_the_per_did_limit_off(limiter_clock, settings, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 1
+    type(tenant_a).objects.filter(pk=tenant_a.pk).update(rate_limit_per_did=0)
+    assert [_query(alice, tenant_a)[0] for _ in range(4)] == [200, 200, 200, 200]
+
+
+# --- per IP ----------------------------------------------------------------------------------
+
+
+def test_the_per_ip_limit_counts_every_command_from_an_address(limiter_clock, settings, tenant_a):
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 4
+    before = _refused("ip")
+    junk = b'{"not":"a command"}'
+    assert [_post(HOST_A, junk)[0] for _ in range(4)] == [400, 400, 400, 400]
+    assert _post(HOST_A, junk) == (429, RATE_LIMITED, "60")
+    assert _refused("ip") == before + 1
+    assert _post(HOST_A, junk, ip=IP_2)[0] == 400  # another address is not affected
+    limiter_clock["now"] += 60_000
+    assert _post(HOST_A, junk)[0] == 400
+
+
+def test_per_ip_windows_are_per_tenant_and_tenants_override_them(limiter_clock, settings, tenant_a, tenant_b):
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 10
+    type(tenant_a).objects.filter(pk=tenant_a.pk).update(rate_limit_per_ip=2)
+    junk = b"[]"
+    assert [_post(HOST_A, junk)[0] for _ in range(3)] == [400, 400, 429]
+    # The same address on tenant B uses B's window and the deployment default (10).
+    assert [_post(HOST_B, junk)[0] for _ in range(10)] == [400] * 10
+    assert _post(HOST_B, junk)[0] == 429
+
+
+def test_a_rate_limited_sender_on_tenant_a_does_not_touch_carol_on_tenant_b(
+    limiter_clock, settings, post_a, post_b, tenant_a, tenant_b, alice, carol
+):
+    register(post_a, alice, tenant_a)
+    register(post_b, carol, tenant_b)
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 1
+    assert [_query(alice, tenant_a)[0] for _ in range(2)] == [200, 429]
+    assert _query(carol, tenant_b, host=HOST_B)[0] == 200
+
+
+# --- WebSocket admission (called by the /ws consumer through hooks) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "hook_list", "scope"),
+    [
+        ("MEDIATOR_WS_CONNECT_PER_IP", hooks.WS_CONNECT_CHECKS, "ws_connect"),
+        ("MEDIATOR_WS_AUTH_PER_IP", hooks.WS_AUTH_CHECKS, "ws_auth"),
+    ],
+)
+def test_websocket_admission_allows_n_per_minute_per_address(limiter_clock, settings, tenant_a, setting, hook_list, scope):
+    setattr(settings, setting, 3)
+    before = _refused(scope)
+
+    def admit(ip: str) -> None:
+        for check in hook_list:
+            check(tenant_a, ip)
+
+    for _ in range(3):
+        admit(IP_1)
+    with pytest.raises(ProtocolError) as refused:
+        admit(IP_1)
+    assert (refused.value.code, refused.value.retry_after) == (ErrorCode.RATE_LIMITED, 60)
+    assert _refused(scope) == before + 1
+    admit(IP_2)
+    limiter_clock["now"] += 60_000
+    admit(IP_1)
+
+
+def test_websocket_admission_limits_of_zero_admit_everyone(limiter_clock, settings, tenant_a):
+    settings.MEDIATOR_WS_CONNECT_PER_IP = 0
+    settings.MEDIATOR_WS_AUTH_PER_IP = 0
+    for _ in range(50):
+        for check in (*hooks.WS_CONNECT_CHECKS, *hooks.WS_AUTH_CHECKS):
+            check(tenant_a, IP_1)
+
+
+def test_an_unreachable_redis_fails_open_without_an_error(settings, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+    settings.MEDIATOR_RATE_LIMIT_REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings.MEDIATOR_RATE_LIMIT_PER_DID = 1
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 1
+    before = metrics.RATE_LIMIT_ERRORS._value.get()
+    assert [_query(alice, tenant_a)[0] for _ in range(3)] == [200, 200, 200]
+    assert metrics.RATE_LIMIT_ERRORS._value.get() == before + 6
+
+
+# --- recipient queue cap (507) and body cap (413) -----------------------------------------------
+
+
+def test_a_full_recipient_queue_refuses_with_507_and_evicts_nothing(post_a, tenant_a, alice, bob):
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    type(tenant_a).objects.filter(pk=tenant_a.pk).update(pending_queue_cap=3)
+
+    def send(blob: str):
+        return post_a.command(alice, blob, recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+
+    assert [send(f"blob-{i}")[0] for i in range(3)] == [200, 200, 200]
+    assert send("blob-3") == (507, {"type": "ERROR", "code": "RECIPIENT_QUEUE_FULL"})
+    status, body = post_a.command(bob, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did)
+    queued = body["payload"]["pending_events"]
+    assert [e["payload"] for e in queued] == ["blob-0", "blob-1", "blob-2"]
+    assert body["payload"]["pagination"]["total"] == 3
+    # Acknowledging one makes room for exactly one more.
+    ack = {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": [queued[0]["id"]]}
+    assert post_a.command(bob, ack, recipient_did=tenant_a.did)[0] == 200
+    assert send("blob-4")[0] == 200
+    assert send("blob-5")[0] == 507
+    status, body = post_a.command(bob, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did)
+    assert [e["payload"] for e in body["payload"]["pending_events"]] == ["blob-1", "blob-2", "blob-4"]
+
+
+def _private_of_size(alice, bob, size: int) -> bytes:
+    """A correctly signed TWO_WAY_PRIVATE command whose body is exactly `size` bytes."""
+    fixed = dict(nonce="00000000-0000-4000-8000-000000000000")
+    base = len(canonical_bytes(alice.sign_command(recipient_did=bob.did, payload="", channel="TWO_WAY_PRIVATE", **fixed)))
+    env = alice.sign_command(recipient_did=bob.did, payload="x" * (size - base), channel="TWO_WAY_PRIVATE")
+    body = canonical_bytes(env)
+    assert len(body) == size
+    return body
+
+
+@pytest.mark.parametrize("where", ["deployment", "tenant"])
+def test_the_body_cap_accepts_exactly_the_cap_and_refuses_one_byte_more(settings, post_a, tenant_a, alice, bob, where):
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    cap = 2048
+    if where == "deployment":
+        settings.MEDIATOR_MAX_BODY_BYTES = cap
+        settings.DATA_UPLOAD_MAX_MEMORY_SIZE = cap
+    else:
+        type(tenant_a).objects.filter(pk=tenant_a.pk).update(max_body_bytes=cap)
+    status, body = post_a.raw(_private_of_size(alice, bob, cap))
+    assert (status, body["type"]) == (200, "SUCCESS")
+    assert post_a.raw(_private_of_size(alice, bob, cap + 1)) == (413, {"type": "ERROR", "code": "PAYLOAD_TOO_LARGE"})
