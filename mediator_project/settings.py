@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "apps.tenants",
     "apps.messaging",
+    "apps.usage",
     "apps.protocol",
     "apps.ops",
 ]
@@ -235,6 +236,19 @@ UNFOLD = {
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
 }
+
+# --- Usage metering and reports (issue 6, docs/usage.md) ------------------------------------------
+# "buffered" (rows batched off the request thread), "sync" (one INSERT per command) or "off".
+USAGE_METERING_MODE = env("USAGE_METERING_MODE", "buffered")
+if USAGE_METERING_MODE not in ("buffered", "sync", "off"):
+    raise ImproperlyConfigured("USAGE_METERING_MODE must be buffered, sync or off")
+USAGE_METERING_BATCH = env_int("USAGE_METERING_BATCH", 500)
+USAGE_METERING_FLUSH_MS = env_int("USAGE_METERING_FLUSH_MS", 250)
+USAGE_METERING_MAX_BUFFER = env_int("USAGE_METERING_MAX_BUFFER", 100_000)
+# Celery queue of the report launcher (a worker that can start Spark consumes it); hard limit of one run.
+USAGE_REPORT_QUEUE = env("USAGE_REPORT_QUEUE", "celery")
+USAGE_REPORT_TIMEOUT_S = env_int("USAGE_REPORT_TIMEOUT_S", 3600)
+USAGE_REPORT_MAX_DAYS = env_int("USAGE_REPORT_MAX_DAYS", 366)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
 # LOG_FORMAT=json: one JSON object per line (command lines carry tenant, command, code, status,

@@ -8,6 +8,8 @@ from apps.ops import views as ops_views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", ops_views.metrics, name="metrics"),
+    path("dashboard/", include("apps.usage.urls")),
+    path("api/v1/usage/", include("apps.usage.api_urls")),
     path("api/v1/", include("apps.tenants.api_urls")),
     path("", include("apps.protocol.urls")),
 ]

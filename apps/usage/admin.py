@@ -1,0 +1,109 @@
+"""Operator console: report runs (with the "Generate usage report" page) and read-only metering."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from . import services
+from .forms import ReportRequestForm
+from .models import CommandMeter, ReportRun
+
+try:  # the console theme (django-unfold) when installed, else Django's own admin classes
+    from unfold.admin import ModelAdmin as BaseModelAdmin
+except ImportError:  # pragma: no cover
+    BaseModelAdmin = admin.ModelAdmin
+
+
+@admin.register(ReportRun)
+class ReportRunAdmin(BaseModelAdmin):
+    list_display = ("id", "kind", "status", "date_from", "date_to", "created_at", "duration", "results_link")
+    list_filter = ("status", "kind")
+    list_select_related = ("requested_by",)
+    readonly_fields = (
+        "kind",
+        "status",
+        "date_from",
+        "date_to",
+        "tenants",
+        "requested_by",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "row_counts",
+        "log_tail",
+        "results_link",
+    )
+    change_list_template = "usage/admin/reportrun_change_list.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs are created by "Generate usage report", not typed in
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    @admin.display(description="duration")
+    def duration(self, obj: ReportRun) -> str:
+        return f"{obj.duration_s:.1f} s" if obj.duration_s is not None else "-"
+
+    @admin.display(description="results")
+    def results_link(self, obj: ReportRun) -> str:
+        return format_html('<a href="{}">open</a>', reverse("usage:run-detail", args=[obj.pk]))
+
+    def get_urls(self):
+        return [
+            path("generate/", self.admin_site.admin_view(self.generate_view), name="usage_reportrun_generate"),
+            *super().get_urls(),
+        ]
+
+    def generate_view(self, request: HttpRequest) -> HttpResponse:
+        """Parse the form, request one run, go to its page (which follows it to completion)."""
+        if not request.user.is_staff:
+            return HttpResponseRedirect(reverse("admin:login"))
+        form = ReportRequestForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            run = services.report_run_request(
+                date_from=form.cleaned_data["date_from"],
+                date_to=form.cleaned_data["date_to"],
+                tenants=list(form.cleaned_data["tenants"]),
+                requested_by=request.user,
+            )
+            messages.success(request, f"Usage report #{run.pk} queued.")
+            return HttpResponseRedirect(reverse("usage:run-detail", args=[run.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Generate usage report",
+            "form": form,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "usage/admin/generate.html", context)
+
+
+@admin.register(CommandMeter)
+class CommandMeterAdmin(BaseModelAdmin):
+    """Metadata only; never editable (the admin is not a second write path)."""
+
+    list_display = (
+        "at",
+        "tenant",
+        "transport",
+        "command_type",
+        "code",
+        "http_status",
+        "bytes_in",
+        "bytes_out",
+        "duration_ms",
+    )
+    list_filter = ("transport", "code")
+    list_select_related = ("tenant",)
+    date_hierarchy = "at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

@@ -1,0 +1,53 @@
+"""Operator API for usage reports under /api/v1/usage/: trigger, list, retrieve, download."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from rest_framework import generics, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import services
+from .models import ReportRun
+from .serializers import ReportDailySerializer, ReportRequestSerializer, ReportRunSerializer
+from .views import csv_response
+
+
+class ReportRunListCreate(generics.ListAPIView):
+    """GET: runs, newest first. POST {date_from, date_to, tenants: [slug]}: queue a run (202)."""
+
+    serializer_class = ReportRunSerializer
+    queryset = ReportRun.objects.prefetch_related("tenants").order_by("-id")
+
+    def post(self, request: Request) -> Response:
+        data = ReportRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = services.report_run_request(
+            date_from=data.validated_data["date_from"],
+            date_to=data.validated_data["date_to"],
+            tenants=data.validated_data["tenants"],
+            kind=ReportRun.Kind.API,
+            requested_by=request.user,
+        )
+        return Response(ReportRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ReportRunDetail(APIView):
+    """GET: one run; once succeeded, with its per-tenant daily rows."""
+
+    def get(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(ReportRun.objects.prefetch_related("tenants"), pk=pk)
+        body = ReportRunSerializer(run).data
+        if run.status == ReportRun.Status.SUCCEEDED:
+            rows = run.daily.select_related("tenant").order_by("day", "tenant__slug")
+            body["daily"] = ReportDailySerializer(rows, many=True).data
+        return Response(body)
+
+
+class ReportRunCsv(APIView):
+    """GET ?table=daily|by_type|by_code|top: a succeeded run's table as CSV."""
+
+    def get(self, request: Request, pk: int):
+        run = get_object_or_404(ReportRun, pk=pk)
+        return csv_response(run, request.query_params.get("table", "daily"))

@@ -1,0 +1,149 @@
+"""Server-side SVG charts: no JavaScript, no CDN, works offline and in any browser.
+
+Every label is escaped; values are numbers. Each chart is an <svg class="usage-chart"> with a
+legend and a <title> tooltip on every bar and point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from django.utils.safestring import SafeString, mark_safe
+
+PALETTE = [
+    "#4f46e5",
+    "#0ea5e9",
+    "#10b981",
+    "#f59e0b",
+    "#ef4444",
+    "#8b5cf6",
+    "#ec4899",
+    "#14b8a6",
+    "#84cc16",
+    "#f97316",
+    "#64748b",
+    "#a855f7",
+]
+W, H = 720, 260
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 44
+
+
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def nice_max(value: float) -> float:
+    """The smallest 1/2/2.5/5 x 10^k at or above `value` (axis top)."""
+    if value <= 0:
+        return 1.0
+    exp = 10 ** math.floor(math.log10(value))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * exp >= value:
+            return m * exp
+    return 10 * exp
+
+
+def human(value: float, unit: str = "") -> str:
+    """Short number: 1.2k, 3.4M; bytes as kB/MB/GB."""
+    if unit == "B":
+        for suffix, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if abs(value) >= size:
+                return f"{value / size:.1f} {suffix}"
+        return f"{value:.0f} B"
+    if unit == "%":
+        return f"{value * 100:.1f}%"
+    for suffix, size in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{suffix}"
+    if unit == "ms":
+        return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
+def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: list[tuple[str, str]]) -> list[str]:
+    parts = [
+        f'<svg class="usage-chart" viewBox="0 0 {W} {H + 22 * math.ceil(len(legend) / 4)}" role="img" '
+        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+    ]
+    plot_h = H - TOP - BOTTOM
+    for i in range(5):
+        y = TOP + plot_h - plot_h * i / 4
+        parts.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(human(ymax * i / 4, unit))}</text>'
+        )
+    n = max(len(labels), 1)
+    step = (W - LEFT - RIGHT) / n
+    every = max(1, math.ceil(n / 10))
+    for i, label in enumerate(labels):
+        if i % every == 0:
+            x = LEFT + step * (i + 0.5)
+            parts.append(
+                f'<text class="tick" x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{escape(label)}</text>'
+            )
+    for i, (name, col) in enumerate(legend):
+        lx = LEFT + (i % 4) * 165
+        ly = H + 4 + 22 * (i // 4)
+        parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="2" fill="{col}"/>')
+        parts.append(f'<text class="legend" x="{lx + 18}" y="{ly + 11}">{escape(name[:24])}</text>')
+    return parts
+
+
+def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float]], unit: str = "") -> SafeString:
+    """One bar per label, stacked by series (e.g. commands per day by type)."""
+    totals = [sum(float(s[i] or 0) for s in series.values()) for i in range(len(labels))]
+    ymax = nice_max(max(totals, default=0))
+    legend = [(name, color(i)) for i, name in enumerate(series)]
+    parts = _frame(title, ymax, unit, labels, legend)
+    plot_h = H - TOP - BOTTOM
+    step = (W - LEFT - RIGHT) / max(len(labels), 1)
+    bar_w = max(2.0, step * 0.7)
+    for i, label in enumerate(labels):
+        base = 0.0
+        x = LEFT + step * i + (step - bar_w) / 2
+        for j, (name, values) in enumerate(series.items()):
+            v = float(values[i] or 0)
+            if v <= 0:
+                continue
+            y0 = TOP + plot_h - plot_h * (base + v) / ymax
+            h = plot_h * v / ymax
+            parts.append(
+                f'<rect class="bar" x="{x:.1f}" y="{y0:.1f}" width="{bar_w:.1f}" height="{max(h, 0.5):.1f}" '
+                f'fill="{color(j)}"><title>{escape(label)} · {escape(name)}: {escape(human(v, unit))}</title></rect>'
+            )
+            base += v
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # noqa: S308 - every interpolated label is escaped above
+
+
+def lines(title: str, labels: Sequence[str], series: dict[str, Sequence[float | None]], unit: str = "") -> SafeString:
+    """One line per series, with a dot on each point (gaps where a value is missing)."""
+    values = [float(v) for s in series.values() for v in s if v is not None]
+    ymax = nice_max(max(values, default=0))
+    legend = [(name, color(i)) for i, name in enumerate(series)]
+    parts = _frame(title, ymax, unit, labels, legend)
+    plot_h = H - TOP - BOTTOM
+    step = (W - LEFT - RIGHT) / max(len(labels), 1)
+    for j, (name, vals) in enumerate(series.items()):
+        points = []
+        segments: list[list[str]] = [[]]
+        for i, v in enumerate(vals):
+            if v is None:
+                segments.append([])
+                continue
+            x = LEFT + step * (i + 0.5)
+            y = TOP + plot_h - plot_h * float(v) / ymax
+            segments[-1].append(f"{x:.1f},{y:.1f}")
+            points.append(
+                f'<circle class="dot" cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color(j)}">'
+                f"<title>{escape(labels[i])} · {escape(name)}: {escape(human(float(v), unit))}</title></circle>"
+            )
+        for seg in segments:
+            if len(seg) > 1:
+                parts.append(f'<polyline class="line" points="{" ".join(seg)}" stroke="{color(j)}"/>')
+        parts.extend(points)
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # noqa: S308 - every interpolated label is escaped above

@@ -1,0 +1,179 @@
+"""Command metering (metadata only) and usage report runs with their published results.
+
+Metering rows never hold payloads, ciphertexts, tags or signatures (PROTOCOL-DECISIONS §9).
+Report result rows are written by the Spark job (spark_reports/) under the id of a run that is
+still `running`; readers only ever see rows of `succeeded` runs, so a failed run never shows a
+half-written report.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+# Caps on what a metering row keeps (a sender DID "as given" can be anything up to the body cap).
+SENDER_DID_MAX = 512
+LABEL_MAX = 64
+
+
+class CommandMeter(models.Model):
+    """One finished command: who, when, what, how it ended, how big and how long."""
+
+    # No database FK: rows are bulk-inserted off the request thread and must never fail on a
+    # concurrently deleted tenant; orphans are pruned by `prune_metering`.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", db_index=False
+    )
+    at = models.DateTimeField()
+    transport = models.CharField(max_length=8)
+    channel = models.CharField(max_length=32, blank=True, default="")
+    command_type = models.CharField(max_length=LABEL_MAX, blank=True, default="")
+    code = models.CharField(max_length=LABEL_MAX)
+    http_status = models.PositiveSmallIntegerField()
+    bytes_in = models.PositiveIntegerField()
+    bytes_out = models.PositiveIntegerField()
+    duration_ms = models.FloatField()
+    sender_did = models.CharField(max_length=SENDER_DID_MAX, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # retention pruning, the Spark extract's date filter and the dashboard's live counters
+            models.Index(fields=["tenant", "at"], name="meter_tenant_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.command_type or '-'} {self.code}"
+
+
+class ReportRun(models.Model):
+    """One execution of the usage report job over a date range and a set of tenants."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    class Kind(models.TextChoices):
+        MANUAL = "manual", "Manual"
+        NIGHTLY = "nightly", "Nightly"
+        API = "api", "API"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MANUAL)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    date_from = models.DateField(help_text="first day (UTC), inclusive")
+    date_to = models.DateField(help_text="last day (UTC), inclusive")
+    tenants = models.ManyToManyField("tenants.Tenant", blank=True, related_name="+", help_text="empty = all tenants")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    row_counts = models.JSONField(default=dict, blank=True)
+    log_tail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "date_to"], name="reportrun_status_day")]
+
+    def __str__(self) -> str:
+        return f"report #{self.pk} {self.date_from}..{self.date_to} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.SUCCEEDED, self.Status.FAILED)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class ReportDaily(models.Model):
+    """Per tenant and day: the headline numbers of a report run."""
+
+    run = models.ForeignKey(ReportRun, on_delete=models.CASCADE, related_name="daily")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    commands = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    error_rate = models.FloatField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    latency_p50_ms = models.FloatField(null=True)
+    latency_p95_ms = models.FloatField(null=True)
+    active_identities = models.BigIntegerField(default=0)
+    new_registrations = models.BigIntegerField(default=0)
+    pending_created = models.BigIntegerField(default=0)
+    pending_delivered = models.BigIntegerField(default=0)
+    delivery_p50_ms = models.FloatField(null=True)
+    delivery_p95_ms = models.FloatField(null=True)
+    stored_events = models.BigIntegerField(default=0)
+    stored_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "tenant", "day"], name="report_daily_unique")]
+        indexes = [models.Index(fields=["tenant", "day"], name="report_daily_tenant_day")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day}: {self.commands} commands"
+
+
+class ReportCommandType(models.Model):
+    """Per tenant, day and command type: how many commands, how many failed."""
+
+    run = models.ForeignKey(ReportRun, on_delete=models.CASCADE, related_name="by_type")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    command_type = models.CharField(max_length=LABEL_MAX)
+    commands = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tenant", "day", "command_type"], name="report_type_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day} {self.command_type}: {self.commands}"
+
+
+class ReportErrorCode(models.Model):
+    """Per tenant, day and result code: count and share of that day's commands."""
+
+    run = models.ForeignKey(ReportRun, on_delete=models.CASCADE, related_name="by_code")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    code = models.CharField(max_length=LABEL_MAX)
+    commands = models.BigIntegerField(default=0)
+    rate = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "tenant", "day", "code"], name="report_code_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day} {self.code}: {self.commands}"
+
+
+class ReportTopIdentity(models.Model):
+    """Per tenant and day: the ten sender DIDs with the most commands."""
+
+    run = models.ForeignKey(ReportRun, on_delete=models.CASCADE, related_name="top_identities")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    rank = models.PositiveSmallIntegerField()
+    sender_did = models.CharField(max_length=SENDER_DID_MAX)
+    commands = models.BigIntegerField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "tenant", "day", "rank"], name="report_top_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day} #{self.rank}"

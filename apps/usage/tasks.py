@@ -1,0 +1,27 @@
+"""Celery tasks: thin adapters over services (STYLE §11). Beat entries live in mediator_project/celery.py."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from . import services
+
+
+@shared_task(name="apps.usage.tasks.run_usage_report")
+def run_usage_report(run_id: int) -> str:
+    """Run one queued ReportRun's Spark job as a subprocess and publish or fail it."""
+    run = services.report_run_execute(run_id=run_id)
+    return f"usage report {run.pk} {run.status}"
+
+
+@shared_task(name="apps.usage.tasks.nightly_usage_report")
+def nightly_usage_report() -> str:
+    """Yesterday's usage report for every tenant."""
+    run = services.nightly_report_run()
+    return f"nightly usage report {run.pk} for {run.date_from} {run.status}"
+
+
+@shared_task(name="apps.usage.tasks.prune_metering")
+def prune_metering() -> str:
+    """Drop metering rows past each tenant's retention."""
+    return services.metering_prune().summary()

@@ -1,0 +1,220 @@
+"""Transform: pure DataFrame -> DataFrame functions, no I/O, no Django (STYLE §13).
+
+Per tenant and UTC day:
+- daily: commands, errors (code != SUCCESS), error rate, bytes in/out, p50/p95 command latency,
+  distinct active identities (senders with at least one successful command), new registrations,
+  pending events created and delivered (acknowledged), p50/p95 delivery latency
+  (created -> acknowledged, by the day of acknowledgement), stored-event count and bytes;
+- by_type: commands and errors per command type ("(unparsed)" when the envelope did not parse);
+- by_code: every non-SUCCESS code with its count and share of that day's commands;
+- top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
+
+Percentiles use `percentile_approx` with PERCENTILE_ACCURACY: the value returned is an element of
+the data whose rank is within n / accuracy of the exact rank (exact when n <= accuracy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+PERCENTILE_ACCURACY = 10_000
+SUCCESS = "SUCCESS"
+UNPARSED = "(unparsed)"
+TOP_N = 10
+
+DAILY_COLUMNS = [
+    "tenant_id",
+    "day",
+    "commands",
+    "errors",
+    "error_rate",
+    "bytes_in",
+    "bytes_out",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "active_identities",
+    "new_registrations",
+    "pending_created",
+    "pending_delivered",
+    "delivery_p50_ms",
+    "delivery_p95_ms",
+    "stored_events",
+    "stored_bytes",
+]
+COUNT_COLUMNS = [
+    "commands",
+    "errors",
+    "bytes_in",
+    "bytes_out",
+    "active_identities",
+    "new_registrations",
+    "pending_created",
+    "pending_delivered",
+    "stored_events",
+    "stored_bytes",
+]
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    daily: DataFrame
+    by_type: DataFrame
+    by_code: DataFrame
+    top: DataFrame
+
+    def tables(self) -> dict[str, DataFrame]:
+        return {"daily": self.daily, "by_type": self.by_type, "by_code": self.by_code, "top": self.top}
+
+
+def _in_range(day: Column, date_from: date, date_to: date) -> Column:
+    return (day >= F.lit(date_from)) & (day <= F.lit(date_to))
+
+
+def _pct(col: str, q: float, accuracy: int) -> Column:
+    return F.percentile_approx(F.col(col).cast("double"), q, accuracy).cast("double")
+
+
+def command_stats(meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY) -> DataFrame:
+    """Per tenant and day: counts, errors, bytes, latency percentiles and active identities."""
+    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+    ok = F.col("code") == F.lit(SUCCESS)
+    return m.groupBy("tenant_id", "day").agg(
+        F.count(F.lit(1)).alias("commands"),
+        F.sum(F.when(ok, 0).otherwise(1)).alias("errors"),
+        F.sum("bytes_in").alias("bytes_in"),
+        F.sum("bytes_out").alias("bytes_out"),
+        _pct("duration_ms", 0.5, accuracy).alias("latency_p50_ms"),
+        _pct("duration_ms", 0.95, accuracy).alias("latency_p95_ms"),
+        F.countDistinct(F.when(ok & (F.coalesce(F.col("sender_did"), F.lit("")) != ""), F.col("sender_did"))).alias(
+            "active_identities"
+        ),
+    )
+
+
+def registration_stats(registrations: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    r = registrations.withColumn("day", F.to_date("created_at")).where(_in_range(F.col("day"), date_from, date_to))
+    return r.groupBy("tenant_id", "day").agg(F.count(F.lit(1)).alias("new_registrations"))
+
+
+def pending_stats(pending: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY) -> DataFrame:
+    """Created per day of creation; delivered and delivery latency per day of acknowledgement."""
+    created = (
+        pending.withColumn("day", F.to_date("created_at"))
+        .where(_in_range(F.col("day"), date_from, date_to))
+        .groupBy("tenant_id", "day")
+        .agg(F.count(F.lit(1)).alias("pending_created"))
+    )
+    delivered = (
+        pending.where(F.col("acknowledged_at").isNotNull())
+        .withColumn("day", F.to_date("acknowledged_at"))
+        .where(_in_range(F.col("day"), date_from, date_to))
+        .withColumn(
+            "delivery_ms", (F.unix_micros("acknowledged_at") - F.unix_micros("created_at")).cast("double") / 1000.0
+        )
+        .groupBy("tenant_id", "day")
+        .agg(
+            F.count(F.lit(1)).alias("pending_delivered"),
+            _pct("delivery_ms", 0.5, accuracy).alias("delivery_p50_ms"),
+            _pct("delivery_ms", 0.95, accuracy).alias("delivery_p95_ms"),
+        )
+    )
+    return created.join(delivered, ["tenant_id", "day"], "full_outer")
+
+
+def stored_stats(stored: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    s = stored.withColumn("day", F.to_date("created_at")).where(_in_range(F.col("day"), date_from, date_to))
+    return s.groupBy("tenant_id", "day").agg(
+        F.count(F.lit(1)).alias("stored_events"), F.sum("payload_bytes").alias("stored_bytes")
+    )
+
+
+def daily(
+    meters: DataFrame,
+    registrations: DataFrame,
+    pending: DataFrame,
+    stored: DataFrame,
+    date_from: date,
+    date_to: date,
+    accuracy: int = PERCENTILE_ACCURACY,
+) -> DataFrame:
+    """One row per tenant and day with any activity; absent counts are 0, absent percentiles null."""
+    out = command_stats(meters, date_from, date_to, accuracy)
+    for part in (
+        registration_stats(registrations, date_from, date_to),
+        pending_stats(pending, date_from, date_to, accuracy),
+        stored_stats(stored, date_from, date_to),
+    ):
+        out = out.join(part, ["tenant_id", "day"], "full_outer")
+    for c in COUNT_COLUMNS:
+        out = out.withColumn(c, F.coalesce(F.col(c).cast("long"), F.lit(0).cast("long")))
+    out = out.withColumn(
+        "error_rate", F.when(F.col("commands") > 0, F.col("errors") / F.col("commands")).otherwise(F.lit(0.0))
+    )
+    return out.select(*DAILY_COLUMNS)
+
+
+def by_type(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+    label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
+    return (
+        m.withColumn("command_type", label)
+        .groupBy("tenant_id", "day", "command_type")
+        .agg(
+            F.count(F.lit(1)).alias("commands"),
+            F.sum(F.when(F.col("code") == SUCCESS, 0).otherwise(1)).cast("long").alias("errors"),
+        )
+    )
+
+
+def by_code(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+    per_day = Window.partitionBy("tenant_id", "day")
+    counted = m.groupBy("tenant_id", "day", "code").agg(F.count(F.lit(1)).alias("commands"))
+    return (
+        counted.withColumn("rate", F.col("commands") / F.sum("commands").over(per_day))
+        .where(F.col("code") != SUCCESS)
+        .select("tenant_id", "day", "code", "commands", "rate")
+    )
+
+
+def top_identities(meters: DataFrame, date_from: date, date_to: date, n: int = TOP_N) -> DataFrame:
+    m = (
+        meters.withColumn("day", F.to_date("at"))
+        .where(_in_range(F.col("day"), date_from, date_to))
+        .where(F.coalesce(F.col("sender_did"), F.lit("")) != "")
+    )
+    volume = m.groupBy("tenant_id", "day", "sender_did").agg(
+        F.count(F.lit(1)).alias("commands"),
+        F.sum("bytes_in").cast("long").alias("bytes_in"),
+        F.sum("bytes_out").cast("long").alias("bytes_out"),
+    )
+    order = Window.partitionBy("tenant_id", "day").orderBy(
+        F.col("commands").desc(), (F.col("bytes_in") + F.col("bytes_out")).desc(), F.col("sender_did").asc()
+    )
+    return (
+        volume.withColumn("rank", F.row_number().over(order))
+        .where(F.col("rank") <= n)
+        .select("tenant_id", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out")
+    )
+
+
+def usage_report(
+    meters: DataFrame,
+    registrations: DataFrame,
+    pending: DataFrame,
+    stored: DataFrame,
+    date_from: date,
+    date_to: date,
+    accuracy: int = PERCENTILE_ACCURACY,
+) -> UsageReport:
+    """The whole report for [date_from, date_to] from the four extracted inputs."""
+    return UsageReport(
+        daily=daily(meters, registrations, pending, stored, date_from, date_to, accuracy),
+        by_type=by_type(meters, date_from, date_to),
+        by_code=by_code(meters, date_from, date_to),
+        top=top_identities(meters, date_from, date_to),
+    )
