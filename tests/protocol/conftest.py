@@ -67,7 +67,9 @@ def row_counts() -> dict[str, int]:
     from apps.messaging.models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
     from apps.protocol.models import Nonce
 
-    return {m.__name__: m.objects.count() for m in (Contract, ContractRequest, PendingEvent, StoredEvent, EventTag, Nonce)}
+    return {
+        m.__name__: m.objects.count() for m in (Contract, ContractRequest, PendingEvent, StoredEvent, EventTag, Nonce)
+    }
 
 
 def data_counts() -> dict[str, int]:

@@ -120,13 +120,22 @@ def header_cases(alice, tenant):
             },
         },
         "tags-huge": {**good, "payload": {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"] * 100_000}}},
-        "request-missing-key": {**good, "payload": {"type": "REQUEST_COMMUNICATION_CONTRACT", "encrypted_contract_request": "x"}},
-        "save-contract-string": {**good, "payload": {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": "{}"}},
+        "request-missing-key": {
+            **good,
+            "payload": {"type": "REQUEST_COMMUNICATION_CONTRACT", "encrypted_contract_request": "x"},
+        },
+        "save-contract-string": {
+            **good,
+            "payload": {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": "{}"},
+        },
         "page-size-huge": {**good, "payload": {"type": "QUERY_EVENTS", "pagination": {"page_size": 10**9}}},
         "page-huge": {**good, "payload": {"type": "QUERY_EVENTS", "pagination": {"page": 10**30}}},
         "page-huge-float": {**good, "payload": {"type": "QUERY_EVENTS", "pagination": {"page": 1.7e308}}},
         "filter-ts-huge": {**good, "payload": {"type": "QUERY_EVENTS", "filter": {"after_timestamp": 10**300}}},
-        "expires-huge": {**good, "payload": {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": {"expires_at_after": -(10**300)}}},
+        "expires-huge": {
+            **good,
+            "payload": {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": {"expires_at_after": -(10**300)}},
+        },
     }
 
 
@@ -156,7 +165,9 @@ def test_lone_surrogates_are_invalid(post_a, tenant_a, registered, alice, bob, t
         env = envelope(alice, "@@SURROGATE@@", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
         raw = json.dumps(env)
     elif where == "tag":
-        env = envelope(alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["@@SURROGATE@@"]}}, recipient_did=tenant_a.did)
+        env = envelope(
+            alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["@@SURROGATE@@"]}}, recipient_did=tenant_a.did
+        )
         raw = json.dumps(env)
     elif where == "key":
         env = envelope(alice, {"type": "QUERY_EVENTS", "@@SURROGATE@@": 1}, recipient_did=tenant_a.did)
@@ -180,7 +191,9 @@ def test_huge_arrays_in_a_signed_command_are_refused_before_touching_storage(pos
     ids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(1001)]
     env = envelope(alice, {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ids}, recipient_did=tenant_a.did)
     assert post_a.send(env) == INVALID
-    env = envelope(alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"] * 101}}, recipient_did=tenant_a.did)
+    env = envelope(
+        alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"] * 101}}, recipient_did=tenant_a.did
+    )
     assert post_a.send(env) == INVALID
     assert row_counts() == before
 
@@ -189,7 +202,11 @@ def test_the_largest_allowed_arrays_are_accepted(post_a, tenant_a, registered, a
     ids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(1000)]
     env = envelope(alice, {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ids}, recipient_did=tenant_a.did)
     assert post_a.send(env) == (200, {"type": "SUCCESS"})
-    env = envelope(alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": [f"t{i}" for i in range(100)]}}, recipient_did=tenant_a.did)
+    env = envelope(
+        alice,
+        {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": [f"t{i}" for i in range(100)]}},
+        recipient_did=tenant_a.did,
+    )
     assert post_a.send(env)[0] == 200
 
 
@@ -200,7 +217,11 @@ def test_deep_nesting_inside_a_valid_envelope_is_invalid(post_a, tenant_a, regis
     inner: object = "x"
     for _ in range(200):
         inner = {"a": inner}
-    env = envelope(alice, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}, recipient_did=tenant_a.did)
+    env = envelope(
+        alice,
+        {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed},
+        recipient_did=tenant_a.did,
+    )
     # past the canonical form's depth cap (64): no signer could have produced it
     env["payload"]["signed_communication_contract"]["communication_contract"]["x_deep"] = inner
     before = row_counts()
@@ -225,20 +246,47 @@ def test_get_and_other_methods_on_the_command_endpoint_never_500(client, tenant_
 
 ALLOWED_STATUS = {200, 400, 401, 404, 413, 429, 503, 507}
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
 interesting_keys = st.sampled_from(
-    ["header", "payload", "signature", "channel", "sender_did", "sender_signing_key_id", "recipient_did", "timestamp", "nonce",
-     "type", "pagination", "page", "page_size", "filter", "events", "event_ids", "encrypted_tags"]
+    [
+        "header",
+        "payload",
+        "signature",
+        "channel",
+        "sender_did",
+        "sender_signing_key_id",
+        "recipient_did",
+        "timestamp",
+        "nonce",
+        "type",
+        "pagination",
+        "page",
+        "page_size",
+        "filter",
+        "events",
+        "event_ids",
+        "encrypted_tags",
+    ]
 )
 COMMAND_TYPES = [
-    "QUERY_EVENTS", "QUERY_PENDING_EVENTS", "QUERY_COMMUNICATION_CONTRACTS", "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
-    "ACKNOWLEDGE_PENDING_EVENTS", "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "SAVE_EVENTS", "UPDATE_EVENT_TAGS",
-    "SAVE_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE", "REQUEST_COMMUNICATION_CONTRACT",
+    "QUERY_EVENTS",
+    "QUERY_PENDING_EVENTS",
+    "QUERY_COMMUNICATION_CONTRACTS",
+    "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+    "ACKNOWLEDGE_PENDING_EVENTS",
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+    "SAVE_EVENTS",
+    "UPDATE_EVENT_TAGS",
+    "SAVE_COMMUNICATION_CONTRACT",
+    "COMMUNICATION_CONTRACT_RESPONSE",
+    "REQUEST_COMMUNICATION_CONTRACT",
 ]
 
 
@@ -282,7 +330,9 @@ def mutated_envelopes(draw, make):
 
 raw_bytes = st.binary(max_size=200)
 json_bodies = json_values.map(lambda v: json.dumps(v).encode())
-nasty_text = st.sampled_from([b"NaN", b"[1e400]", b'"\\ud800"', b"[" * 600, b'{"a":' * 50, b"-", b"0" * 5000, b"\xc3\x28"])
+nasty_text = st.sampled_from(
+    [b"NaN", b"[1e400]", b'"\\ud800"', b"[" * 600, b'{"a":' * 50, b"-", b"0" * 5000, b"\xc3\x28"]
+)
 
 
 def _check_reply(status: int, body) -> None:
@@ -312,7 +362,11 @@ def test_every_reply_is_a_well_formed_protocol_reply(post_a, tenant_a, registere
 
     make.resign = resign
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=200,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(body=st.one_of(mutated_envelopes(make), json_bodies, raw_bytes, nasty_text))
     def check(body):
         status, reply = post_a.raw(body)

@@ -87,7 +87,9 @@ def test_registration_returns_the_contract_countersigned_with_the_tenant_key(pos
     assert len(base64.b64decode(terms["recipient_ephemeral_public_key"])) == 32
     # The recipient signature covers the whole communication_contract and verifies with the key
     # the tenant publishes in its DID document.
-    assert ed25519_verify(bytes(tenant_a.signing_public), canonical_bytes(terms), base64.b64decode(signed["recipient_signature"]))
+    assert ed25519_verify(
+        bytes(tenant_a.signing_public), canonical_bytes(terms), base64.b64decode(signed["recipient_signature"])
+    )
     assert wc.verify_signed_contract(
         signed, lambda d: tenant_a.resolved() if d == tenant_a.did else parse_decentrl(d), now_s=int(time.time())
     )
@@ -113,11 +115,15 @@ def test_registering_again_before_expiry_creates_a_second_contract(post_a, tenan
 
 def test_registration_beyond_the_tenant_lifetime_cap_is_invalid(post_a, tenant_a, alice):
     set_policy(tenant_a, max_registration_days=1)
-    status, body = da(post_a, alice, tenant_a, registration_payload(build_registration(alice, tenant_a, lifetime_s=86_400 + 120)))
+    status, body = da(
+        post_a, alice, tenant_a, registration_payload(build_registration(alice, tenant_a, lifetime_s=86_400 + 120))
+    )
     assert (status, body) == (400, err("INVALID_COMMAND"))
     assert Contract.objects.count() == 0
     # Just inside the cap is accepted.
-    status, body = da(post_a, alice, tenant_a, registration_payload(build_registration(alice, tenant_a, lifetime_s=86_400 - 120)))
+    status, body = da(
+        post_a, alice, tenant_a, registration_payload(build_registration(alice, tenant_a, lifetime_s=86_400 - 120))
+    )
     assert status == 200 and body["code"] == "MEDIATOR_REGISTRATION_SUCCESS"
 
 
@@ -203,7 +209,9 @@ def forward_request(poster, sender, recipient):
     return status, body, req
 
 
-def test_a_forwarded_request_is_queued_for_the_recipient_and_the_sender_need_not_be_registered(post_a, tenant_a, alice, bob):
+def test_a_forwarded_request_is_queued_for_the_recipient_and_the_sender_need_not_be_registered(
+    post_a, tenant_a, alice, bob
+):
     register(post_a, bob, tenant_a)  # alice is not registered here
     before = row_counts()
 
@@ -211,8 +219,16 @@ def test_a_forwarded_request_is_queued_for_the_recipient_and_the_sender_need_not
 
     assert (status, body) == (200, {"type": "SUCCESS", "code": "REQUESTED"})
     stored = ContractRequest.objects.get()
-    assert (stored.tenant_id, stored.recipient_did, stored.sender_did, stored.acknowledged_at) == (tenant_a.pk, bob.did, alice.did, None)
-    assert (stored.encrypted_contract_request, stored.requestor_ephemeral_public_key) == (req.encrypted, req.ephemeral_public_b64)
+    assert (stored.tenant_id, stored.recipient_did, stored.sender_did, stored.acknowledged_at) == (
+        tenant_a.pk,
+        bob.did,
+        alice.did,
+        None,
+    )
+    assert (stored.encrypted_contract_request, stored.requestor_ephemeral_public_key) == (
+        req.encrypted,
+        req.ephemeral_public_b64,
+    )
     assert row_counts() == {**before, "ContractRequest": 1, "Nonce": before["Nonce"] + 1}
 
     status, body = da(post_a, bob, tenant_a, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"})
@@ -270,7 +286,10 @@ def test_acknowledging_contract_requests_ignores_others_ids_and_repeats(post_a, 
     status, body = da(post_a, bob, tenant_a, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"})
     assert body == {
         "type": "SUCCESS",
-        "payload": {"pending_communication_contract_requests": [], "pagination": {"page": 0, "page_size": 10, "total": 0}},
+        "payload": {
+            "pending_communication_contract_requests": [],
+            "pagination": {"page": 0, "page_size": 10, "total": 0},
+        },
     }
     status, body = da(post_a, dave, tenant_a, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"})
     assert [i["id"] for i in body["payload"]["pending_communication_contract_requests"]] == [str(for_dave.public_id)]
@@ -283,7 +302,9 @@ def response_payload(signed):
     return {"type": "COMMUNICATION_CONTRACT_RESPONSE", "signed_communication_contract": signed}
 
 
-def test_a_contract_response_is_stored_for_the_other_party_and_the_sender_need_not_be_registered(post_a, tenant_a, alice, bob):
+def test_a_contract_response_is_stored_for_the_other_party_and_the_sender_need_not_be_registered(
+    post_a, tenant_a, alice, bob
+):
     register(post_a, alice, tenant_a)  # bob is not registered here
     signed, _, _ = signed_contract(alice, bob)
     before = data_counts()
@@ -319,11 +340,16 @@ def test_a_contract_response_for_an_unregistered_party_is_refused(post_a, tenant
     register(post_a, bob, tenant_a)
     signed, _, _ = signed_contract(alice, bob)
     before = data_counts()
-    assert post_a.command(bob, response_payload(signed), recipient_did=alice.did) == (404, err("RECIPIENT_NOT_REGISTERED"))
+    assert post_a.command(bob, response_payload(signed), recipient_did=alice.did) == (
+        404,
+        err("RECIPIENT_NOT_REGISTERED"),
+    )
     assert data_counts() == before
 
 
-def test_a_contract_response_with_a_forged_signature_is_invalid_signatures(post_a, tenant_a, registered, alice, bob, dave):
+def test_a_contract_response_with_a_forged_signature_is_invalid_signatures(
+    post_a, tenant_a, registered, alice, bob, dave
+):
     signed, _, _ = signed_contract(alice, bob)
     forged = dict(signed, recipient_signature=sign_json_object(signed["communication_contract"], dave.signing))
     before = data_counts()
@@ -389,12 +415,16 @@ def test_saving_an_invalid_contract_stores_nothing(post_a, tenant_a, registered,
     assert data_counts() == before
 
 
-def test_query_contracts_returns_the_stored_contracts_verbatim_with_strict_filters(post_a, tenant_a, registered, alice, bob):
+def test_query_contracts_returns_the_stored_contracts_verbatim_with_strict_filters(
+    post_a, tenant_a, registered, alice, bob
+):
     reg = registered["alice"]
     reg_exp = reg["communication_contract"]["expires_at"]
     ext_exp = int(time.time()) + 2 * 86_400
     ext = contract_with_extensions(alice, bob, ext_exp)
-    assert da(post_a, alice, tenant_a, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": ext}) == (200, SUCCESS)
+    assert da(
+        post_a, alice, tenant_a, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": ext}
+    ) == (200, SUCCESS)
     reg_row = Contract.objects.get(owner_did=alice.did, recipient_did=tenant_a.did)
     ext_row = Contract.objects.get(owner_did=alice.did, recipient_did=bob.did)
     item_reg = {"id": str(reg_row.public_id), "signed_communication_contract": reg}
@@ -412,10 +442,15 @@ def test_query_contracts_returns_the_stored_contracts_verbatim_with_strict_filte
 
     assert query() == {
         "type": "SUCCESS",
-        "payload": {"communication_contracts": [item_reg, item_ext], "pagination": {"page": 0, "page_size": 10, "total": 2}},
+        "payload": {
+            "communication_contracts": [item_reg, item_ext],
+            "pagination": {"page": 0, "page_size": 10, "total": 2},
+        },
     }
     # The unknown members and their values survive byte-for-byte in canonical form.
-    assert canonical_bytes(query()["payload"]["communication_contracts"][1]["signed_communication_contract"]) == canonical_bytes(ext)
+    assert canonical_bytes(
+        query()["payload"]["communication_contracts"][1]["signed_communication_contract"]
+    ) == canonical_bytes(ext)
 
     def items(flt):
         return query(flt)["payload"]["communication_contracts"]
@@ -437,10 +472,14 @@ def test_query_contracts_returns_the_stored_contracts_verbatim_with_strict_filte
     }
     # bob owns only his registration
     status, body = da(post_a, bob, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS"})
-    assert [i["signed_communication_contract"] for i in body["payload"]["communication_contracts"]] == [registered["bob"]]
+    assert [i["signed_communication_contract"] for i in body["payload"]["communication_contracts"]] == [
+        registered["bob"]
+    ]
 
 
-def test_query_contracts_lists_expired_contracts_unless_a_filter_excludes_them(post_a, tenant_a, registered, alice, bob):
+def test_query_contracts_lists_expired_contracts_unless_a_filter_excludes_them(
+    post_a, tenant_a, registered, alice, bob
+):
     expired = Contract.objects.create(
         tenant=tenant_a,
         owner_did=alice.did,
@@ -461,10 +500,21 @@ def test_query_contracts_lists_expired_contracts_unless_a_filter_excludes_them(p
 
 @pytest.mark.parametrize(
     "flt",
-    [[], "x", {"did": 5}, {"did": ""}, {"expires_at_before": "1"}, {"expires_at_after": 1.5}, {"expires_at_after": True}],
+    [
+        [],
+        "x",
+        {"did": 5},
+        {"did": ""},
+        {"expires_at_before": "1"},
+        {"expires_at_after": 1.5},
+        {"expires_at_after": True},
+    ],
 )
 def test_query_contracts_rejects_malformed_filters(post_a, tenant_a, registered, alice, flt):
-    assert da(post_a, alice, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": flt}) == (400, err("INVALID_COMMAND"))
+    assert da(post_a, alice, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": flt}) == (
+        400,
+        err("INVALID_COMMAND"),
+    )
 
 
 # --- TWO_WAY_PRIVATE (§7) and the pending queue (§8.7, §8.8) ------------------------------------
@@ -493,7 +543,9 @@ def test_two_way_private_stores_a_pending_event_and_replies_with_its_id(post_a, 
 def test_two_way_private_accepts_a_contract_in_either_role(post_a, tenant_a, registered, alice, bob):
     # bob requested, alice accepted; bob saved it: alice (as recipient of the contract) may send.
     signed, _, _ = signed_contract(bob, alice)
-    assert da(post_a, bob, tenant_a, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}) == (200, SUCCESS)
+    assert da(
+        post_a, bob, tenant_a, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
+    ) == (200, SUCCESS)
     status, body = post_a.command(alice, "x", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
     assert status == 200 and set(body) == {"type", "pendingEventId"}
 
@@ -504,13 +556,17 @@ def send(poster, sender, recipient, blob):
     return body["pendingEventId"]
 
 
-def test_pending_events_are_listed_in_arrival_order_filtered_by_sender_and_acked(post_a, tenant_a, registered, alice, bob, dave):
+def test_pending_events_are_listed_in_arrival_order_filtered_by_sender_and_acked(
+    post_a, tenant_a, registered, alice, bob, dave
+):
     contract_both_ways(post_a, alice, bob, tenant_a)
     contract_both_ways(post_a, dave, bob, tenant_a)
     e1 = send(post_a, alice, bob, "one")
     e2 = send(post_a, dave, bob, "two")
     e3 = send(post_a, alice, bob, "three")
-    foreign = PendingEvent.objects.create(tenant=tenant_a, recipient_did=dave.did, sender_did=alice.did, payload="dave's")
+    foreign = PendingEvent.objects.create(
+        tenant=tenant_a, recipient_did=dave.did, sender_did=alice.did, payload="dave's"
+    )
 
     def query(payload_extra=None):
         status, body = da(post_a, bob, tenant_a, {"type": "QUERY_PENDING_EVENTS", **(payload_extra or {})})
@@ -558,7 +614,13 @@ def test_pending_events_are_listed_in_arrival_order_filtered_by_sender_and_acked
 
 
 def stored_event(sender, recipient, ts, payload, tags):
-    return {"sender_did": sender.did, "recipient_did": recipient.did, "timestamp": ts, "payload": payload, "encrypted_tags": tags}
+    return {
+        "sender_did": sender.did,
+        "recipient_did": recipient.did,
+        "timestamp": ts,
+        "payload": payload,
+        "encrypted_tags": tags,
+    }
 
 
 def test_save_events_stores_every_event_with_its_tags_and_processed_flag(post_a, tenant_a, registered, alice, bob):
@@ -569,9 +631,19 @@ def test_save_events_stores_every_event_with_its_tags_and_processed_flag(post_a,
     ]
     before = data_counts()
     assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": events}) == (200, SUCCESS)
-    rows = list(StoredEvent.objects.order_by("id").values_list(
-        "tenant_id", "owner_did", "sender_did", "recipient_did", "contract_id", "timestamp", "payload", "encrypted_tags", "processed"
-    ))
+    rows = list(
+        StoredEvent.objects.order_by("id").values_list(
+            "tenant_id",
+            "owner_did",
+            "sender_did",
+            "recipient_did",
+            "contract_id",
+            "timestamp",
+            "payload",
+            "encrypted_tags",
+            "processed",
+        )
+    )
     assert rows == [
         (tenant_a.pk, alice.did, alice.did, bob.did, None, 100, "mine", ["t2", "t1", "t2"], True),
         (tenant_a.pk, alice.did, bob.did, alice.did, "c-1", 200, "theirs", [], False),
@@ -603,9 +675,19 @@ def test_save_events_is_all_or_nothing_within_the_tenant_caps(post_a, tenant_a, 
 def test_save_events_with_one_malformed_event_stores_nothing(post_a, tenant_a, registered, alice, bob):
     good = stored_event(alice, bob, 1, "ok", ["t"])
     before = data_counts()
-    for bad in ({**good, "payload": 5}, {**good, "timestamp": "1"}, {**good, "timestamp": 1.5}, {**good, "encrypted_tags": [1]},
-                {k: v for k, v in good.items() if k != "sender_did"}, "event", {**good, "contract_id": 7}):
-        assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": [good, bad]}) == (400, err("INVALID_COMMAND")), bad
+    for bad in (
+        {**good, "payload": 5},
+        {**good, "timestamp": "1"},
+        {**good, "timestamp": 1.5},
+        {**good, "encrypted_tags": [1]},
+        {k: v for k, v in good.items() if k != "sender_did"},
+        "event",
+        {**good, "contract_id": 7},
+    ):
+        assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": [good, bad]}) == (
+            400,
+            err("INVALID_COMMAND"),
+        ), bad
     assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": "nope"}) == (400, err("INVALID_COMMAND"))
     assert data_counts() == before
 
@@ -619,9 +701,13 @@ def archive(post_a, tenant_a, registered, alice, bob, dave):
         stored_event(dave, alice, 200, "E3", ["t-m", "t-z", "t-b"]),
     ]
     assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": first}) == (200, SUCCESS)
-    assert da(post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": [stored_event(alice, dave, 50, "E4", [])]}) == (200, SUCCESS)
+    assert da(
+        post_a, alice, tenant_a, {"type": "SAVE_EVENTS", "events": [stored_event(alice, dave, 50, "E4", [])]}
+    ) == (200, SUCCESS)
     # bob's own archive, which alice must never see
-    assert da(post_a, bob, tenant_a, {"type": "SAVE_EVENTS", "events": [stored_event(alice, bob, 100, "B1", ["t-a"])]}) == (200, SUCCESS)
+    assert da(
+        post_a, bob, tenant_a, {"type": "SAVE_EVENTS", "events": [stored_event(alice, bob, 100, "B1", ["t-a"])]}
+    ) == (200, SUCCESS)
     ids = {e.payload: str(e.public_id) for e in StoredEvent.objects.all()}
     items = {
         "E1": {"id": ids["E1"], "payload": "E1", "encrypted_tags": ["t-z", "t-a"], "timestamp": 100},
@@ -739,8 +825,14 @@ def test_update_event_tags_over_the_tag_cap_changes_nothing(post_a, tenant_a, al
     ids, _ = archive
     Tenant.objects.filter(pk=tenant_a.pk).update(max_tags_per_event=2)
     before = list(StoredEvent.objects.order_by("id").values_list("encrypted_tags", "processed"))
-    updates = [{"event_id": ids["E2"], "encrypted_tags": ["a"]}, {"event_id": ids["E3"], "encrypted_tags": ["a", "b", "c"]}]
-    assert da(post_a, alice, tenant_a, {"type": "UPDATE_EVENT_TAGS", "events": updates}) == (400, err("INVALID_COMMAND"))
+    updates = [
+        {"event_id": ids["E2"], "encrypted_tags": ["a"]},
+        {"event_id": ids["E3"], "encrypted_tags": ["a", "b", "c"]},
+    ]
+    assert da(post_a, alice, tenant_a, {"type": "UPDATE_EVENT_TAGS", "events": updates}) == (
+        400,
+        err("INVALID_COMMAND"),
+    )
     assert list(StoredEvent.objects.order_by("id").values_list("encrypted_tags", "processed")) == before
 
 
@@ -798,7 +890,12 @@ def test_pagination_defaults_echo_and_total(post_a, tenant_a, alice, many_events
 )
 @pytest.mark.parametrize(
     "command",
-    ["QUERY_EVENTS", "QUERY_PENDING_EVENTS", "QUERY_COMMUNICATION_CONTRACTS", "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"],
+    [
+        "QUERY_EVENTS",
+        "QUERY_PENDING_EVENTS",
+        "QUERY_COMMUNICATION_CONTRACTS",
+        "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+    ],
 )
 def test_pagination_out_of_bounds_is_invalid(post_a, tenant_a, registered, alice, command, pagination):
     before = data_counts()
@@ -809,7 +906,9 @@ def test_pagination_out_of_bounds_is_invalid(post_a, tenant_a, registered, alice
 def test_pages_are_stable_and_cover_the_whole_list(post_a, tenant_a, alice, many_events):
     seen = []
     for page in range(4):
-        status, body = da(post_a, alice, tenant_a, {"type": "QUERY_EVENTS", "pagination": {"page": page, "page_size": 7}})
+        status, body = da(
+            post_a, alice, tenant_a, {"type": "QUERY_EVENTS", "pagination": {"page": page, "page_size": 7}}
+        )
         seen += [e["id"] for e in body["payload"]["events"]]
     status, body = da(post_a, alice, tenant_a, {"type": "QUERY_EVENTS", "pagination": {"page_size": 100}})
     assert seen == [e["id"] for e in body["payload"]["events"]]

@@ -71,7 +71,15 @@ def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client,
 
     poster = Poster(client, HOST_A)
     register(poster, alice, tenant_a)
-    events = [{"sender_did": alice.did, "recipient_did": alice.did, "timestamp": 1, "payload": "once", "encrypted_tags": ["t"]}]
+    events = [
+        {
+            "sender_did": alice.did,
+            "recipient_did": alice.did,
+            "timestamp": 1,
+            "payload": "once",
+            "encrypted_tags": ["t"],
+        }
+    ]
     env = envelope(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)
 
     results = post_concurrently(body_of(env), n=2)

@@ -76,7 +76,10 @@ def test_unauthorized_command_for_an_unregistered_sender(post_a, tenant_a, alice
 def test_unauthorized_command_when_not_addressed_to_the_mediator(post_a, tenant_a, registered, alice, bob):
     before = data_counts()
     assert post_a.command(alice, QUERY, recipient_did=bob.did) == (401, err("UNAUTHORIZED_COMMAND"))
-    save = {"type": "SAVE_EVENTS", "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p"}]}
+    save = {
+        "type": "SAVE_EVENTS",
+        "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p"}],
+    }
     assert post_a.command(alice, save, recipient_did=bob.did) == (401, err("UNAUTHORIZED_COMMAND"))
     assert data_counts() == before
 
@@ -86,7 +89,7 @@ def test_unauthorized_command_once_the_registration_has_expired(post_a, tenant_a
     assert post_a.command(alice, QUERY, recipient_did=tenant_a.did) == (401, err("UNAUTHORIZED_COMMAND"))
 
 
-@pytest.mark.parametrize("skew_ms", [-300_001 - 2000, 300_001 + 2000, -10**12])
+@pytest.mark.parametrize("skew_ms", [-300_001 - 2000, 300_001 + 2000, -(10**12)])
 def test_timestamp_out_of_range(post_a, tenant_a, registered, alice, skew_ms):
     before = row_counts()
     env = envelope(alice, QUERY, recipient_did=tenant_a.did, timestamp=now_ms() + skew_ms)
@@ -101,7 +104,9 @@ def test_duplicate_nonce(post_a, tenant_a, registered, alice):
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
     # The pair is (nonce, sender): the same nonce with a different payload is still a replay,
     # and the uppercase spelling of the UUID is the same nonce.
-    again = envelope(alice, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did, nonce=env["header"]["nonce"].upper())
+    again = envelope(
+        alice, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did, nonce=env["header"]["nonce"].upper()
+    )
     assert post_a.send(again) == (401, err("DUPLICATE_NONCE"))
     assert row_counts() == before
 
@@ -131,10 +136,19 @@ def test_a_nonce_stays_consumed_after_a_later_error(post_a, tenant_a, registered
         err("DUPLICATE_NONCE"),
     )
     nonce3 = str(uuid.uuid4())
-    bad_page = {"type": "SAVE_EVENTS", "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p"}] * 101}
-    assert post_a.send(envelope(alice, bad_page, recipient_did=tenant_a.did, nonce=nonce3)) == (400, err("INVALID_COMMAND"))
+    bad_page = {
+        "type": "SAVE_EVENTS",
+        "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p"}] * 101,
+    }
+    assert post_a.send(envelope(alice, bad_page, recipient_did=tenant_a.did, nonce=nonce3)) == (
+        400,
+        err("INVALID_COMMAND"),
+    )
     assert Nonce.objects.filter(nonce=nonce3).exists()
-    assert post_a.send(envelope(alice, QUERY, recipient_did=tenant_a.did, nonce=nonce3)) == (401, err("DUPLICATE_NONCE"))
+    assert post_a.send(envelope(alice, QUERY, recipient_did=tenant_a.did, nonce=nonce3)) == (
+        401,
+        err("DUPLICATE_NONCE"),
+    )
     assert PendingEvent.objects.count() == 0
 
 
@@ -176,14 +190,20 @@ def test_sender_signing_key_not_found(post_a, tenant_a, registered, alice, bob):
 def test_recipient_not_found(post_a, tenant_a, registered, alice):
     before = data_counts()
     for did in ("did:example:nobody", "did:decentrl:broken", "did:web:not.hosted.here"):
-        assert post_a.command(alice, "blob", recipient_did=did, channel="TWO_WAY_PRIVATE") == (404, err("RECIPIENT_NOT_FOUND"))
+        assert post_a.command(alice, "blob", recipient_did=did, channel="TWO_WAY_PRIVATE") == (
+            404,
+            err("RECIPIENT_NOT_FOUND"),
+        )
     assert data_counts() == before
 
 
 def test_recipient_not_registered(post_a, tenant_a, alice, bob):
     register(post_a, alice, tenant_a)
     before = data_counts()
-    assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (404, err("RECIPIENT_NOT_REGISTERED"))
+    assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (
+        404,
+        err("RECIPIENT_NOT_REGISTERED"),
+    )
     assert data_counts() == before
 
 
@@ -242,7 +262,14 @@ def test_a_body_just_under_the_cap_is_parsed(post_a, tenant_a, registered, alice
 
 def test_a_tenant_with_a_smaller_body_cap_enforces_it(post_a, tenant_a, registered, alice):
     Tenant.objects.filter(pk=tenant_a.pk).update(max_body_bytes=1024)
-    env = envelope(alice, {"type": "SAVE_EVENTS", "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p" * 2000}]}, recipient_did=tenant_a.did)
+    env = envelope(
+        alice,
+        {
+            "type": "SAVE_EVENTS",
+            "events": [{"sender_did": "a", "recipient_did": "b", "timestamp": 1, "payload": "p" * 2000}],
+        },
+        recipient_did=tenant_a.did,
+    )
     before = row_counts()
     assert post_a.send(env) == (413, err("PAYLOAD_TOO_LARGE"))
     assert row_counts() == before
@@ -278,7 +305,10 @@ def test_mediator_unavailable_for_a_suspended_tenant(client, post_a, tenant_a, r
     Tenant.objects.filter(pk=tenant_a.pk).update(status=Tenant.Status.SUSPENDED)
     before = row_counts()
     assert post_a.command(alice, QUERY, recipient_did=tenant_a.did) == (503, err("MEDIATOR_UNAVAILABLE"))
-    assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (503, err("MEDIATOR_UNAVAILABLE"))
+    assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (
+        503,
+        err("MEDIATOR_UNAVAILABLE"),
+    )
     assert post_a.raw(b"garbage") == (503, err("MEDIATOR_UNAVAILABLE"))
     resp = client.get("/", HTTP_HOST=HOST_A)
     assert (resp.status_code, json.loads(resp.content)) == (503, err("MEDIATOR_UNAVAILABLE"))
@@ -291,7 +321,9 @@ def test_mediator_unavailable_for_a_suspended_tenant(client, post_a, tenant_a, r
 
 
 def test_reordered_keys_and_whitespace_still_verify(post_a, tenant_a, registered, alice):
-    env = envelope(alice, {"type": "QUERY_EVENTS", "pagination": {"page_size": 5, "page": 0}}, recipient_did=tenant_a.did)
+    env = envelope(
+        alice, {"type": "QUERY_EVENTS", "pagination": {"page_size": 5, "page": 0}}, recipient_did=tenant_a.did
+    )
     reordered = {
         "signature": env["signature"],
         "payload": {"pagination": {"page": 0, "page_size": 5}, "type": "QUERY_EVENTS"},

@@ -48,7 +48,9 @@ def expected_document(tenant) -> dict:
             }
         ],
         "authentication": [f"{did}#signing"],
-        "service": [{"id": "#mediator-service", "type": "DecentrlMediator", "serviceEndpoint": {"uri": tenant.public_url}}],
+        "service": [
+            {"id": "#mediator-service", "type": "DecentrlMediator", "serviceEndpoint": {"uri": tenant.public_url}}
+        ],
     }
 
 
@@ -112,11 +114,15 @@ def test_cors_headers_on_get_and_post(client, post_a, tenant_a, registered, alic
     assert_cors(client.get("/", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://app.example"))
     assert_cors(client.get("/health", HTTP_HOST=HOST_A))
     env = envelope(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did)
-    resp = client.post("/", data=json.dumps(env), content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example")
+    resp = client.post(
+        "/", data=json.dumps(env), content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example"
+    )
     assert resp.status_code == 200
     assert_cors(resp)
     # error replies carry them too, so that a browser can read the code
-    resp = client.post("/", data=b"{", content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example")
+    resp = client.post(
+        "/", data=b"{", content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example"
+    )
     assert (resp.status_code, json.loads(resp.content)) == (400, err("INVALID_COMMAND"))
     assert_cors(resp)
 
@@ -148,8 +154,11 @@ def test_a_real_server_with_an_unreachable_database_answers_503_never_500(tmp_pa
             assert isinstance(body["detail"], str) and body["detail"]
             assert resp.headers["content-type"] == "application/json"
 
-            resp = http.post(server.url + "/", content=b'{"header":{},"payload":{},"signature":""}',
-                             headers={"Content-Type": "application/json"})
+            resp = http.post(
+                server.url + "/",
+                content=b'{"header":{},"payload":{},"signature":""}',
+                headers={"Content-Type": "application/json"},
+            )
             assert (resp.status_code, resp.json()) == (503, err("MEDIATOR_UNAVAILABLE"))
             resp = http.get(server.url + "/")
             assert (resp.status_code, resp.json()) == (503, err("MEDIATOR_UNAVAILABLE"))

@@ -32,13 +32,22 @@ def test_an_identity_registered_on_a_is_not_registered_on_b(post_a, post_b, tena
         {"type": "QUERY_PENDING_EVENTS"},
         {"type": "QUERY_COMMUNICATION_CONTRACTS"},
         {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"},
-        {"type": "SAVE_EVENTS", "events": [{"sender_did": alice.did, "recipient_did": carol.did, "timestamp": 1, "payload": "p"}]},
+        {
+            "type": "SAVE_EVENTS",
+            "events": [{"sender_did": alice.did, "recipient_did": carol.did, "timestamp": 1, "payload": "p"}],
+        },
     ):
         assert post_b.command(alice, payload, recipient_did=tenant_b.did) == (401, err("UNAUTHORIZED_COMMAND")), payload
     # Addressed to tenant A's DID but sent to B: B is not that mediator.
-    assert post_b.command(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did) == (401, err("UNAUTHORIZED_COMMAND"))
+    assert post_b.command(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did) == (
+        401,
+        err("UNAUTHORIZED_COMMAND"),
+    )
     # As a recipient alice is not registered on B either.
-    assert post_b.command(carol, "blob", recipient_did=alice.did, channel="TWO_WAY_PRIVATE") == (404, err("RECIPIENT_NOT_REGISTERED"))
+    assert post_b.command(carol, "blob", recipient_did=alice.did, channel="TWO_WAY_PRIVATE") == (
+        404,
+        err("RECIPIENT_NOT_REGISTERED"),
+    )
     assert data_counts() == before
 
 
@@ -55,12 +64,29 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
         signing=carol.signing,
         expires_at=int(time.time()) + 3600,
     )
-    assert post_b.command(carol, reg_payload(req), recipient_did=alice.did) == (200, {"type": "SUCCESS", "code": "REQUESTED"})
+    assert post_b.command(carol, reg_payload(req), recipient_did=alice.did) == (
+        200,
+        {"type": "SUCCESS", "code": "REQUESTED"},
+    )
     contract_both_ways(post_b, carol, alice, tenant_b)
     assert post_b.command(carol, "for alice on B", recipient_did=alice.did, channel="TWO_WAY_PRIVATE")[0] == 200
-    events = [{"sender_did": carol.did, "recipient_did": alice.did, "timestamp": 5, "payload": "on B", "encrypted_tags": ["t"]}]
-    assert post_b.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_b.did) == (200, {"type": "SUCCESS"})
-    assert post_b.command(carol, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_b.did) == (200, {"type": "SUCCESS"})
+    events = [
+        {
+            "sender_did": carol.did,
+            "recipient_did": alice.did,
+            "timestamp": 5,
+            "payload": "on B",
+            "encrypted_tags": ["t"],
+        }
+    ]
+    assert post_b.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_b.did) == (
+        200,
+        {"type": "SUCCESS"},
+    )
+    assert post_b.command(carol, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_b.did) == (
+        200,
+        {"type": "SUCCESS"},
+    )
 
     def q(poster, tenant, payload):
         status, body = poster.command(alice, payload, recipient_did=tenant.did)
@@ -73,10 +99,20 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
     }
     assert q(post_a, tenant_a, {"type": "QUERY_PENDING_EVENTS"}) == {"pending_events": [], "pagination": EMPTY_PAGE}
     assert q(post_a, tenant_a, {"type": "QUERY_EVENTS"}) == {"events": [], "pagination": EMPTY_PAGE}
-    assert q(post_a, tenant_a, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"]}}) == {"events": [], "pagination": EMPTY_PAGE}
+    assert q(post_a, tenant_a, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"]}}) == {
+        "events": [],
+        "pagination": EMPTY_PAGE,
+    }
     contracts_a = q(post_a, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS"})["communication_contracts"]
-    assert [c["signed_communication_contract"]["communication_contract"]["recipient_did"] for c in contracts_a] == [tenant_a.did]
-    assert q(post_a, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": {"did": carol.did}})["communication_contracts"] == []
+    assert [c["signed_communication_contract"]["communication_contract"]["recipient_did"] for c in contracts_a] == [
+        tenant_a.did
+    ]
+    assert (
+        q(post_a, tenant_a, {"type": "QUERY_COMMUNICATION_CONTRACTS", "filter": {"did": carol.did}})[
+            "communication_contracts"
+        ]
+        == []
+    )
 
     # ... while B shows it all
     assert q(post_b, tenant_b, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"})["pagination"]["total"] == 1
@@ -89,7 +125,10 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
     se = StoredEvent.objects.get(tenant=tenant_b, owner_did=alice.did)
     for payload in (
         {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": [str(pe.public_id)]},
-        {"type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "communication_contract_ids": [str(cr.public_id)]},
+        {
+            "type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+            "communication_contract_ids": [str(cr.public_id)],
+        },
         {"type": "UPDATE_EVENT_TAGS", "events": [{"event_id": str(se.public_id), "encrypted_tags": ["x"]}]},
     ):
         assert post_a.command(alice, payload, recipient_did=tenant_a.did) == (200, {"type": "SUCCESS"})
@@ -122,7 +161,9 @@ def test_a_contract_response_on_b_is_stored_on_b_only(post_a, post_b, tenant_a, 
     assert post_b.command(carol, payload, recipient_did=alice.did) == (404, err("RECIPIENT_NOT_REGISTERED"))
     assert post_a.command(alice, payload, recipient_did=carol.did) == (404, err("RECIPIENT_NOT_REGISTERED"))
     assert post_b.command(alice, payload, recipient_did=carol.did) == (200, {"type": "SUCCESS"})
-    assert list(Contract.objects.filter(requestor_did=carol.did, recipient_did=alice.did).values_list("tenant_id", "owner_did")) == [(tenant_b.pk, carol.did)]
+    assert list(
+        Contract.objects.filter(requestor_did=carol.did, recipient_did=alice.did).values_list("tenant_id", "owner_did")
+    ) == [(tenant_b.pk, carol.did)]
 
 
 def test_the_did_documents_of_a_and_b_differ_by_host_and_keys(client, tenant_a, tenant_b):
