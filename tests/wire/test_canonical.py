@@ -36,7 +36,7 @@ def test_keys_sort_by_utf16_code_units_so_astral_keys_come_before_private_use_ke
 
 
 def test_non_ascii_is_written_raw_as_utf8():
-    assert canonical_bytes({"k": "é😀中"}) == '{"k":"é😀中"}'.encode("utf-8")
+    assert canonical_bytes({"k": "é😀中"}) == '{"k":"é😀中"}'.encode()
     assert canonical_bytes("é") == b'"\xc3\xa9"'
 
 
@@ -83,7 +83,9 @@ def test_big_integers_are_printed_exactly():
 
 
 def test_parsed_floats_canonicalise_like_javascript():
-    assert canonical_str(loads_strict(b"[1.0,-0.0,1e21,1E-7,0.0000010,123e-20]")) == "[1,0,1e+21,1e-7,0.000001,1.23e-18]"
+    assert (
+        canonical_str(loads_strict(b"[1.0,-0.0,1e21,1E-7,0.0000010,123e-20]")) == "[1,0,1e+21,1e-7,0.000001,1.23e-18]"
+    )
 
 
 def test_null_true_false_and_empty_containers():
@@ -94,7 +96,9 @@ def test_raw_json_is_emitted_verbatim():
     assert canonical_str({"b": RawJSON('{"z":1, "a":2}'), "a": 1}) == '{"a":1,"b":{"z":1, "a":2}}'
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), "\ud800", {"\udc00": 1}, {1: 2}, b"x", {1, 2}])
+@pytest.mark.parametrize(
+    "bad", [float("nan"), float("inf"), float("-inf"), "\ud800", {"\udc00": 1}, {1: 2}, b"x", {1, 2}]
+)
 def test_values_canonical_json_cannot_carry_are_refused(bad):
     with pytest.raises(CanonicalError):
         canonical_bytes(bad)

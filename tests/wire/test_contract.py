@@ -85,7 +85,13 @@ def test_the_request_key_is_x25519_of_the_ephemeral_and_the_pre_key_without_kdf(
 def test_accepting_adds_the_recipient_key_and_both_signatures_verify(alice, bob, signed):
     terms = signed["communication_contract"]
     assert set(signed) == {"communication_contract", "requestor_signature", "recipient_signature"}
-    assert set(terms) == {"requestor_did", "recipient_did", "requestor_ephemeral_public_key", "recipient_ephemeral_public_key", "expires_at"}
+    assert set(terms) == {
+        "requestor_did",
+        "recipient_did",
+        "requestor_ephemeral_public_key",
+        "recipient_ephemeral_public_key",
+        "expires_at",
+    }
     info = wc.verify_signed_contract(signed, parse_decentrl, now_s=NOW)
     assert info == wc.ContractInfo(
         requestor_did=alice.did, recipient_did=bob.did, expires_at=NOW + 3600, contract_hash=wc.contract_hash(terms)

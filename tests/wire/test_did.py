@@ -34,7 +34,12 @@ def test_construction_and_parsing_round_trip_with_unicode_alias_and_ported_media
     signing, pre = Ed25519KeyPair.generate(), X25519KeyPair.generate()
     did = decentrl_did("Zoë 🚀", signing.public, pre.public, "did:web:localhost%3A8000")
     r = parse_decentrl(did)
-    assert (r.alias, r.signing_key, r.pre_key, r.mediator_did) == ("Zoë 🚀", signing.public, pre.public, "did:web:localhost%3A8000")
+    assert (r.alias, r.signing_key, r.pre_key, r.mediator_did) == (
+        "Zoë 🚀",
+        signing.public,
+        pre.public,
+        "did:web:localhost%3A8000",
+    )
     assert r.did == did
 
 
@@ -149,10 +154,22 @@ def test_mediator_document_is_dctrl_0004_shape_and_parses_back():
     [
         {},
         {"id": "did:web:x", "verificationMethod": [], "keyAgreement": []},
-        {"id": "did:web:x", "verificationMethod": [{"publicKeyMultibase": PREKEY_SEGMENT}], "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}]},
+        {
+            "id": "did:web:x",
+            "verificationMethod": [{"publicKeyMultibase": PREKEY_SEGMENT}],
+            "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}],
+        },
         {"id": "did:web:x", "verificationMethod": "nope", "keyAgreement": None},
-        {"id": 5, "verificationMethod": [{"publicKeyMultibase": SIGNING_SEGMENT}], "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}]},
-        {"id": "web:x", "verificationMethod": [{"publicKeyMultibase": SIGNING_SEGMENT}], "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}]},
+        {
+            "id": 5,
+            "verificationMethod": [{"publicKeyMultibase": SIGNING_SEGMENT}],
+            "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}],
+        },
+        {
+            "id": "web:x",
+            "verificationMethod": [{"publicKeyMultibase": SIGNING_SEGMENT}],
+            "keyAgreement": [{"publicKeyMultibase": PREKEY_SEGMENT}],
+        },
         [],
         "did:web:x",
     ],

@@ -22,7 +22,13 @@ from .test_vectors import ALICE_DID, COMMAND_SIG, NONCE
 MEDIATOR = "did:web:mediator.decentrl.io"
 TAG = "urAYoClLz4qgsq9JbDZ7K2s8rP5Waq054iA7cHO7XP+LGJLQqrooqI5t4rC69sSEGBgJMC170KSeOlFPiKdyBg=="
 CONTRACT = {"communication_contract": {"requestor_did": ALICE_DID}, "requestor_signature": "x"}
-EVENT = {"sender_did": ALICE_DID, "recipient_did": MEDIATOR, "timestamp": 1699123456000, "payload": "blob", "encrypted_tags": [TAG]}
+EVENT = {
+    "sender_did": ALICE_DID,
+    "recipient_did": MEDIATOR,
+    "timestamp": 1699123456000,
+    "payload": "blob",
+    "encrypted_tags": [TAG],
+}
 
 VALID_PAYLOADS = {
     "REQUEST_COMMUNICATION_CONTRACT": {
@@ -30,7 +36,10 @@ VALID_PAYLOADS = {
         "encrypted_contract_request": "AAECAwQFBgcICQoLRfzcBYlP72hMbRhm/UfgHDpoBJYNGUlycAbNgMv/ypaS",
         "requestor_ephemeral_public_key": "hSDwCYkwp1R0i33ctD73Wg2/Og0mOBr066SpjqqbTmo=",
     },
-    "COMMUNICATION_CONTRACT_RESPONSE": {"type": "COMMUNICATION_CONTRACT_RESPONSE", "signed_communication_contract": CONTRACT},
+    "COMMUNICATION_CONTRACT_RESPONSE": {
+        "type": "COMMUNICATION_CONTRACT_RESPONSE",
+        "signed_communication_contract": CONTRACT,
+    },
     "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS"},
     "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": {
         "type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
@@ -44,7 +53,10 @@ VALID_PAYLOADS = {
     },
     "QUERY_PENDING_EVENTS": {"type": "QUERY_PENDING_EVENTS", "filter": {"sender_did": ALICE_DID}},
     "ACKNOWLEDGE_PENDING_EVENTS": {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ["a", "b"]},
-    "SAVE_EVENTS": {"type": "SAVE_EVENTS", "events": [EVENT, {**EVENT, "contract_id": "ab" * 32, "encrypted_tags": []}]},
+    "SAVE_EVENTS": {
+        "type": "SAVE_EVENTS",
+        "events": [EVENT, {**EVENT, "contract_id": "ab" * 32, "encrypted_tags": []}],
+    },
     "QUERY_EVENTS": {
         "type": "QUERY_EVENTS",
         "filter": {
@@ -59,7 +71,13 @@ VALID_PAYLOADS = {
     "UPDATE_EVENT_TAGS": {"type": "UPDATE_EVENT_TAGS", "events": [{"event_id": "e1", "encrypted_tags": [TAG]}]},
     "PUBLISH_PUBLIC_EVENT": {
         "type": "PUBLISH_PUBLIC_EVENT",
-        "public_event": {"channel_id": "news", "event": "", "tags": ["t"], "timestamp": 1699123456000, "signature": "sig"},
+        "public_event": {
+            "channel_id": "news",
+            "event": "",
+            "tags": ["t"],
+            "timestamp": 1699123456000,
+            "signature": "sig",
+        },
     },
     "DELETE_PUBLIC_EVENT": {"type": "DELETE_PUBLIC_EVENT", "public_event_id": "p1"},
 }
@@ -72,7 +90,11 @@ def _channel_for(type_: str) -> str:
 def envelope(payload, chan: str | None = None, **header) -> dict:
     channel = chan
     if channel is None:
-        channel = _channel_for(payload["type"]) if isinstance(payload, dict) and isinstance(payload.get("type"), str) else "DIRECT_AUTHENTICATED"
+        channel = (
+            _channel_for(payload["type"])
+            if isinstance(payload, dict) and isinstance(payload.get("type"), str)
+            else "DIRECT_AUTHENTICATED"
+        )
     h = {
         "channel": channel,
         "sender_did": ALICE_DID,
@@ -166,7 +188,9 @@ def test_a_mistyped_header_is_invalid_command(case):
     rejected(raw(env))
 
 
-@pytest.mark.parametrize("field", ["channel", "sender_did", "sender_signing_key_id", "recipient_did", "timestamp", "nonce"])
+@pytest.mark.parametrize(
+    "field", ["channel", "sender_did", "sender_signing_key_id", "recipient_did", "timestamp", "nonce"]
+)
 def test_a_missing_header_field_is_invalid_command(field):
     env = envelope(VALID_PAYLOADS["QUERY_PENDING_EVENTS"])
     del env["header"][field]
@@ -330,12 +354,30 @@ PAYLOAD_REJECTS = [
     _p("UPDATE_EVENT_TAGS", events=[{"event_id": 1, "encrypted_tags": []}]),
     _p("UPDATE_EVENT_TAGS", events=["e1"]),
     _p("PUBLISH_PUBLIC_EVENT", public_event=...),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "news", "event": "", "tags": [], "timestamp": 1.5, "signature": "s"}),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "", "event": "", "tags": [], "timestamp": 1, "signature": "s"}),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "n", "event": 1, "tags": [], "timestamp": 1, "signature": "s"}),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "n", "event": "", "tags": "t", "timestamp": 1, "signature": "s"}),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "n", "event": "", "tags": [], "timestamp": -1, "signature": "s"}),
-    _p("PUBLISH_PUBLIC_EVENT", public_event={"channel_id": "n", "event": "", "tags": [], "timestamp": 1, "signature": None}),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "news", "event": "", "tags": [], "timestamp": 1.5, "signature": "s"},
+    ),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "", "event": "", "tags": [], "timestamp": 1, "signature": "s"},
+    ),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "n", "event": 1, "tags": [], "timestamp": 1, "signature": "s"},
+    ),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "n", "event": "", "tags": "t", "timestamp": 1, "signature": "s"},
+    ),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "n", "event": "", "tags": [], "timestamp": -1, "signature": "s"},
+    ),
+    _p(
+        "PUBLISH_PUBLIC_EVENT",
+        public_event={"channel_id": "n", "event": "", "tags": [], "timestamp": 1, "signature": None},
+    ),
     _p("DELETE_PUBLIC_EVENT", public_event_id=...),
     _p("DELETE_PUBLIC_EVENT", public_event_id=7),
 ]
