@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils import timezone
 
 
 class ContractQuerySet(models.QuerySet):
@@ -145,3 +146,54 @@ class EventTag(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "owner_did", "tag", "event"], name="tag_lookup")]
+
+
+class PublicEventQuerySet(models.QuerySet):
+    def live(self):
+        """Not deleted: deletion keeps a content-free tombstone for the publish-rate window."""
+        return self.filter(deleted_at__isnull=True)
+
+    def published_by(self, tenant, did: str):
+        return self.filter(tenant=tenant, publisher_did=did)
+
+
+class PublicEvent(models.Model):
+    """A signed public event (DCTRL-0007), stored verbatim so that every reader can re-verify it.
+
+    Deleting wipes `event`, `tags` and `signature` and sets `deleted_at`: the row stays only as a
+    tombstone so that publish-then-delete cannot dodge the per-minute publish cap; tombstones are
+    pruned by `apps.messaging.public.public_tombstones_prune`.
+    """
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="public_events", db_index=False)
+    publisher_did = models.CharField(max_length=2048)
+    channel_id = models.CharField(max_length=256)
+    event = models.TextField(blank=True, help_text="the publisher's event string, verbatim")
+    event_bytes = models.PositiveIntegerField(default=0)
+    tags = models.JSONField(default=list, help_text="plaintext tags in the order published")
+    timestamp = models.BigIntegerField(help_text="publisher-set Unix seconds (signed)")
+    signature = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PublicEventQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"public event {self.public_id}"
+
+    class Meta:
+        indexes = [
+            # GET /public/<did>, newest first, with and without the channel filter
+            models.Index(
+                fields=["tenant", "publisher_did", "-id"], name="pubev_feed", condition=models.Q(deleted_at__isnull=True)
+            ),
+            models.Index(
+                fields=["tenant", "publisher_did", "channel_id", "-id"],
+                name="pubev_channel",
+                condition=models.Q(deleted_at__isnull=True),
+            ),
+            # publish-rate window (counts tombstones too)
+            models.Index(fields=["tenant", "publisher_did", "created_at"], name="pubev_rate"),
+            models.Index(fields=["deleted_at"], name="pubev_tombstones", condition=models.Q(deleted_at__isnull=False)),
+        ]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from apps.messaging import public as public_svc
 from apps.messaging import services as svc
 from apps.protocol.wire.envelope import parse_pagination
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
 
@@ -126,5 +128,32 @@ DIRECT_HANDLERS: dict[str, Handler] = {
 }
 # DCTRL-0004 §6.2 step 4: these two only check the recipient, not the sender.
 RECIPIENT_CHECKED = {"REQUEST_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE"}
-# ONE_WAY_PUBLIC handlers (DCTRL-0007) register here; the public-channels issue fills it.
-PUBLIC_HANDLERS: dict[str, Handler] = {}
+
+
+def _authorize_public(ctx: CommandContext) -> None:
+    """DCTRL-0007 publisher rule, read as DCTRL-0004 §6.2 step 4: to this mediator, from a registered DID."""
+    if ctx.recipient_did != ctx.tenant.did or not svc.is_registered(tenant=ctx.tenant, did=ctx.sender_did):
+        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+
+
+def publish_public_event(ctx: CommandContext) -> dict:
+    _authorize_public(ctx)
+    event = public_svc.public_event_publish(
+        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event=ctx.payload["public_event"]
+    )
+    return {"type": "SUCCESS", "payload": {"public_event_id": str(event.public_id)}}
+
+
+def delete_public_event(ctx: CommandContext) -> dict:
+    _authorize_public(ctx)
+    public_svc.public_event_delete(
+        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event_id=ctx.payload["public_event_id"]
+    )
+    return SUCCESS
+
+
+# ONE_WAY_PUBLIC handlers (DCTRL-0007, PROTOCOL-DECISIONS §8).
+PUBLIC_HANDLERS: dict[str, Handler] = {
+    "PUBLISH_PUBLIC_EVENT": publish_public_event,
+    "DELETE_PUBLIC_EVENT": delete_public_event,
+}

@@ -3,6 +3,9 @@ verifier untouched (no DRF parsing in front of them)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
@@ -10,8 +13,10 @@ from django.core.exceptions import RequestDataTooBig
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
+from apps.messaging.public import public_events_list
 from apps.protocol.wire.canonical import canonical_str
-from apps.protocol.wire.errors import ErrorCode, error_body
+from apps.protocol.wire.envelope import Pagination, parse_pagination
+from apps.protocol.wire.errors import ErrorCode, ProtocolError, error_body
 
 from .dispatch import handle
 
@@ -75,3 +80,63 @@ def health(request: HttpRequest) -> HttpResponse:
     if tenant is not None and not tenant.is_active:
         return JsonResponse({"status": "error", "detail": "mediator suspended"}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+# --- GET /public/<did> (DCTRL-0007 §6, PROTOCOL-DECISIONS §8) -------------------------------------
+
+_QUERY_INT = re.compile(r"^-?[0-9]{1,16}(\.0*)?$")  # JSON-style integral number; "1.0" counts as 1
+PUBLIC_CACHE_CONTROL = "public, max-age=0, must-revalidate"
+
+
+def _public_query(params) -> tuple[str | None, Pagination]:
+    """channel_id, page, page_size from the query string; any bad value is INVALID_COMMAND."""
+    pagination: dict = {}
+    for name in ("page", "page_size"):
+        raw = params.get(name)
+        if raw is None:
+            continue
+        if not _QUERY_INT.match(raw):
+            raise ProtocolError(ErrorCode.INVALID_COMMAND, f"{name} must be an integer")
+        pagination[name] = int(raw.split(".", 1)[0])
+    channel_id = params.get("channel_id")
+    if channel_id is not None and not (0 < len(channel_id) <= 256):
+        raise ProtocolError(ErrorCode.INVALID_COMMAND, "channel_id must be 1-256 characters")
+    return channel_id, parse_pagination({"pagination": pagination})
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    """If-None-Match uses the weak comparison (RFC 9110 §13.1.2)."""
+    if header.strip() == "*":
+        return True
+    return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
+
+
+@require_http_methods(["GET", "HEAD"])
+def public_events(request: HttpRequest, did: str) -> HttpResponse:
+    """A publisher's public events, newest first, no authentication; cacheable by ETag."""
+    tenant = request.tenant
+    if tenant is None:
+        return _error(ErrorCode.UNKNOWN_MEDIATOR)
+    if not tenant.is_active:
+        return _error(ErrorCode.MEDIATOR_UNAVAILABLE)
+    try:
+        channel_id, page = _public_query(request.GET)
+        if "\x00" in (channel_id or ""):
+            raise ProtocolError(ErrorCode.INVALID_COMMAND, "NUL in channel_id")
+        result = public_events_list(tenant=tenant, did=did, channel_id=channel_id, page=page)
+    except ProtocolError as err:
+        return protocol_json(err.body(), err.status)
+    except DatabaseError:
+        return _error(ErrorCode.MEDIATOR_UNAVAILABLE)
+    body = canonical_str(
+        {"type": "SUCCESS", "payload": {"public_events": result.items, "pagination": page.reply(result.total)}}
+    ).encode("utf-8")
+    etag = '"' + hashlib.sha256(body).hexdigest()[:40] + '"'
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match and _etag_matches(if_none_match, etag):
+        response = HttpResponse(status=304)
+    else:
+        response = HttpResponse(body, content_type="application/json")
+    response["ETag"] = etag
+    response["Cache-Control"] = PUBLIC_CACHE_CONTROL
+    return response

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from . import contract as wc
+from . import public as wire_public
 from .canonical import CanonicalError, canonical_bytes
 from .crypto import (
     CryptoFailure,
@@ -447,6 +448,20 @@ class MediatorClient:
         if contract_id:
             item["contract_id"] = contract_id
         return item
+
+    # -- public channels (DCTRL-0007; the logic lives in wire/public.py) --
+    def publish_public(self, who: Identity, channel_id: str, event: str | dict, tags: list[str] | tuple = (),
+                       *, timestamp: int | None = None) -> str:
+        """Sign and publish a public event; returns its public_event_id."""
+        return wire_public.publish(self, who, channel_id=channel_id, event=event, tags=tags, timestamp=timestamp)
+
+    def delete_public_event(self, who: Identity, public_event_id: str) -> dict:
+        """Delete one of `who`'s own public events."""
+        return wire_public.delete(self, who, public_event_id)
+
+    def public_events(self, did: str, **kw) -> wire_public.PublicPage | None:
+        """GET /public/<did>, every event verified against `did` (see wire_public.read)."""
+        return wire_public.read(self, did, **kw)
 
 
 class MediatorDirectory:
