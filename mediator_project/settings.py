@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "apps.tenants",
     "apps.messaging",
+    "apps.realtime",
     "apps.usage",
     "apps.protocol",
     "apps.ops",
@@ -205,6 +206,10 @@ MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
+# /ws (DCTRL-0004 §10.1, §10.4): AUTHENTICATE deadline and PING interval, in seconds (floats
+# allowed, so tests can shorten them).
+MEDIATOR_WS_AUTH_TIMEOUT_S = float(env("MEDIATOR_WS_AUTH_TIMEOUT_S", "10") or "10")
+MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or "30")
 
 # --- Operator console and API (issue 4, docs/operators.md) ---------------------------------------
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the

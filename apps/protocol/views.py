@@ -17,6 +17,7 @@ from apps.messaging.public import public_events_list
 from apps.protocol.wire.canonical import canonical_str
 from apps.protocol.wire.envelope import Pagination, parse_pagination
 from apps.protocol.wire.errors import ErrorCode, ProtocolError, error_body
+from apps.realtime.health import channel_layer_reachable
 
 from .dispatch import handle
 
@@ -76,6 +77,9 @@ def health(request: HttpRequest) -> HttpResponse:
             cur.execute("SELECT 1")
     except DatabaseError:
         return JsonResponse({"status": "error", "detail": "database unreachable"}, status=503)
+    # Pushes to other processes ride the channel layer: a Redis that is down is a broken node.
+    if not channel_layer_reachable():
+        return JsonResponse({"status": "error", "detail": "channel layer unreachable"}, status=503)
     tenant = getattr(request, "tenant", None)
     if tenant is not None and not tenant.is_active:
         return JsonResponse({"status": "error", "detail": "mediator suspended"}, status=503)

@@ -1,0 +1,108 @@
+"""AUTHENTICATE on `/ws` (DCTRL-0004 §10.2), in the spec's order of checks.
+
+`parse_authenticate` and `check_timestamp` are pure and run on the event loop; `authenticate`
+touches the database and runs inside `database_sync_to_async`. Every failure is a `WsAuthFailed`
+carrying the AUTH_FAILED code and its close code (errors.WS_CLOSE_CODES).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from apps.messaging.services import is_registered
+from apps.protocol.nonces import nonce_consume
+from apps.protocol.wire.canonical import CanonicalError, loads_strict
+from apps.protocol.wire.crypto import verify_json_object
+from apps.protocol.wire.did import DidError
+from apps.protocol.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral
+from apps.protocol.wire.errors import WS_CLOSE_CODES
+from apps.tenants.models import Tenant
+from apps.tenants.resolver import resolve_did
+
+# An AUTHENTICATE frame is a few hundred bytes plus the DID; anything bigger is not one.
+MAX_AUTH_FRAME_CHARS = 3 * MAX_DID_LEN + 1024
+MAX_SIGNATURE_CHARS = 200
+
+
+class WsAuthFailed(Exception):
+    """AUTHENTICATE failed: `code` goes into AUTH_FAILED, `close_code` closes the socket."""
+
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.code = code
+        self.close_code = WS_CLOSE_CODES[code]
+
+
+@dataclass(frozen=True)
+class AuthFrame:
+    did: str
+    signing_key_id: str
+    timestamp: int
+    nonce: str
+    signature: str
+    # {did, signing_key_id, timestamp, nonce} exactly as received: what the signature covers.
+    signable: dict
+
+
+def _str(value: Any, max_len: int) -> str:
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise WsAuthFailed("INVALID_MESSAGE")
+    return value
+
+
+def parse_authenticate(text: str | None) -> AuthFrame:
+    """Validate the frame's shape (INVALID_MESSAGE, close 4002); unknown members are ignored."""
+    if text is None or len(text) > MAX_AUTH_FRAME_CHARS:
+        raise WsAuthFailed("INVALID_MESSAGE")
+    try:
+        obj = loads_strict(text)
+    except CanonicalError as exc:
+        raise WsAuthFailed("INVALID_MESSAGE") from exc
+    if not isinstance(obj, dict) or obj.get("type") != "AUTHENTICATE":
+        raise WsAuthFailed("INVALID_MESSAGE")
+    did = _str(obj.get("did"), MAX_DID_LEN)
+    key_id = _str(obj.get("signing_key_id"), MAX_DID_LEN + 64)
+    timestamp = obj.get("timestamp")
+    # PROTOCOL-DECISIONS §2: any JSON number with an integral value is an integer.
+    if not is_integral(timestamp) or abs(timestamp) > 2**53:
+        raise WsAuthFailed("INVALID_MESSAGE")
+    nonce = obj.get("nonce")
+    if not isinstance(nonce, str) or not UUID_RE.match(nonce):
+        raise WsAuthFailed("INVALID_MESSAGE")
+    signature = _str(obj.get("signature"), MAX_SIGNATURE_CHARS)
+    signable = {"did": did, "signing_key_id": key_id, "timestamp": timestamp, "nonce": nonce}
+    return AuthFrame(did, key_id, int(timestamp), nonce, signature, signable)
+
+
+def check_timestamp(frame: AuthFrame, *, now_ms: int, window_ms: int) -> None:
+    """Drift must be under the window (§10.2: "< 5 minutes"), else TIMESTAMP_OUT_OF_RANGE (4003)."""
+    if abs(now_ms - frame.timestamp) >= window_ms:
+        raise WsAuthFailed("TIMESTAMP_OUT_OF_RANGE")
+
+
+def authenticate(*, tenant: Tenant, frame: AuthFrame, now_ms: int, window_ms: int) -> str:
+    """Steps 4-7 of §10.2, then the nonce (PROTOCOL-DECISIONS §6); returns the authenticated DID."""
+    try:
+        resolved = resolve_did(frame.did)
+    except DidError as exc:
+        raise WsAuthFailed("DID_NOT_FOUND") from exc
+    key = resolved.signing_key_for(frame.signing_key_id)
+    if key is None:
+        raise WsAuthFailed("SIGNING_KEY_NOT_FOUND")
+    # Verified over the received values, re-canonicalised (STYLE §8), never over a re-built frame.
+    if not verify_json_object(frame.signable, frame.signature, key):
+        raise WsAuthFailed("INVALID_SIGNATURE")
+    if not is_registered(tenant=tenant, did=frame.did):
+        raise WsAuthFailed("NOT_REGISTERED")
+    # Last, so that only a verified frame consumes its nonce; a replay of the same frame (even on
+    # another process) finds the committed pair and is refused with 4008.
+    if not nonce_consume(
+        tenant_id=tenant.pk,
+        sender_did=frame.did,
+        nonce=frame.nonce.lower(),
+        expires_at_ms=frame.timestamp + window_ms,
+        now_ms=now_ms,
+    ):
+        raise WsAuthFailed("DUPLICATE_NONCE")
+    return frame.did

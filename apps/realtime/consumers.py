@@ -1,0 +1,245 @@
+"""The `/ws` consumer (DCTRL-0004 §10): an async shell over sync services (STYLE §10).
+
+It is a plain AsyncWebsocketConsumer, not the JSON one, so that the AUTHENTICATE signature is
+checked over what was received (STYLE §8). Life of a socket:
+
+  connect    tenant from Host, WS_CONNECT_CHECKS, accept, start the auth timer
+  receive    first frame must be AUTHENTICATE (§10.2 order, AUTH_FAILED + close 4001-4008),
+             then: join the (tenant, DID) group, AUTH_SUCCESS, the unacknowledged backlog in
+             PENDING_EVENTS batches, a PING every MEDIATOR_WS_PING_INTERVAL_S
+  push       group messages from apps.realtime.push, sent as they are
+  afterwards PONG is accepted, anything else is ignored
+
+Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type":"ERROR"} frame:
+4029 RATE_LIMITED (a WS_CONNECT_CHECKS/WS_AUTH_CHECKS refusal), 4404 UNKNOWN_MEDIATOR,
+4503 MEDIATOR_UNAVAILABLE (tenant suspended or database unreachable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.db import DatabaseError
+
+from apps.messaging.services import pending_events_unacked
+from apps.protocol import hooks
+from apps.protocol.wire.canonical import canonical_str
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.tenants.models import Tenant
+from apps.tenants.selectors import tenant_for_host
+
+from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
+from .groups import group_name
+
+log = logging.getLogger("mediator.realtime")
+
+# Extension close codes for refusals that are not AUTHENTICATE failures.
+EXTRA_CLOSE_CODES: dict[ErrorCode, int] = {
+    ErrorCode.RATE_LIMITED: 4029,
+    ErrorCode.UNKNOWN_MEDIATOR: 4404,
+    ErrorCode.MEDIATOR_UNAVAILABLE: 4503,
+}
+DEFAULT_REFUSAL_CLOSE = 4400
+
+# Backlog: rows read per query, and the largest PENDING_EVENTS frame we build on purpose
+# (a single bigger event still goes alone in its own frame).
+BACKLOG_ROWS_PER_QUERY = 50
+BACKLOG_FRAME_BYTES = 1024 * 1024
+
+NEW, AUTHENTICATING, AUTHENTICATED, CLOSED = "new", "authenticating", "authenticated", "closed"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _observe(event: str, tenant: Tenant | None) -> None:
+    for observer in hooks.WS_OBSERVERS:
+        try:
+            observer(event, tenant.slug if tenant else None)
+        except Exception:  # noqa: BLE001 - an observer must never break a socket
+            log.exception("websocket observer failed")
+
+
+def _admit(host: str, ip: str | None) -> Tenant:
+    """Resolve the tenant for `host` and run the connect checks; ProtocolError to refuse."""
+    tenant = tenant_for_host(host)
+    if tenant is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
+    if not tenant.is_active:
+        raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
+    for check in hooks.WS_CONNECT_CHECKS:
+        check(tenant, ip)
+    return tenant
+
+
+def _auth_checks(tenant: Tenant, ip: str | None) -> None:
+    for check in hooks.WS_AUTH_CHECKS:
+        check(tenant, ip)
+
+
+def _backlog_frames(rows: list[dict]) -> list[str]:
+    """PENDING_EVENTS frames (§10.5) for backlog rows, each at most BACKLOG_FRAME_BYTES if possible."""
+    frames: list[str] = []
+    batch: list[dict] = []
+    size = 0
+    for row in rows:
+        item = {"id": row["id"], "sender_did": row["sender_did"], "payload": row["payload"]}
+        item_size = len(row["payload"]) + len(row["sender_did"]) + 80
+        if batch and size + item_size > BACKLOG_FRAME_BYTES:
+            frames.append(canonical_str({"type": "PENDING_EVENTS", "events": batch}))
+            batch, size = [], 0
+        batch.append(item)
+        size += item_size
+    if batch:
+        frames.append(canonical_str({"type": "PENDING_EVENTS", "events": batch}))
+    return frames
+
+
+class SocketConsumer(AsyncWebsocketConsumer):
+    """One client socket on `/ws`."""
+
+    async def connect(self) -> None:
+        self.state = NEW
+        self.tenant: Tenant | None = None
+        self.did: str | None = None
+        self.group: str | None = None
+        self.observed = False
+        self.tasks: list[asyncio.Task] = []
+        headers = dict(self.scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        client = self.scope.get("client")
+        self.ip = client[0] if client else None
+        try:
+            self.tenant = await database_sync_to_async(_admit)(host, self.ip)
+        except ProtocolError as err:
+            await self.accept()
+            await self._refuse(err.code)
+            return
+        except DatabaseError:
+            log.warning("database unreachable while admitting a websocket")
+            await self.accept()
+            await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
+            return
+        await self.accept()
+        self.observed = True
+        _observe("connect", self.tenant)
+        self.tasks.append(asyncio.create_task(self._auth_timer()))
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.state == AUTHENTICATED:
+            # §10.4: PONG is accepted; nothing else is defined after authentication, so other
+            # frames are ignored (commands go over POST /).
+            return
+        if self.state != NEW:
+            return
+        self.state = AUTHENTICATING
+        try:
+            if hooks.WS_AUTH_CHECKS:
+                await database_sync_to_async(_auth_checks)(self.tenant, self.ip)
+            frame = parse_authenticate(text_data)
+            now_ms = _now_ms()
+            window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
+            check_timestamp(frame, now_ms=now_ms, window_ms=window)
+            did = await database_sync_to_async(authenticate)(
+                tenant=self.tenant, frame=frame, now_ms=now_ms, window_ms=window
+            )
+        except WsAuthFailed as failed:
+            await self._auth_failed(failed.code, failed.close_code)
+            return
+        except ProtocolError as err:
+            await self._auth_failed(err.code.value, EXTRA_CLOSE_CODES.get(err.code, DEFAULT_REFUSAL_CLOSE))
+            return
+        except DatabaseError:
+            log.warning("database unreachable during websocket authentication")
+            await self._auth_failed(
+                ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
+            )
+            return
+        if self.state == CLOSED:  # the client left while we were checking
+            return
+        self.did = did
+        self.group = group_name(self.tenant.pk, did)
+        # Join before reading the backlog: an event stored from here on is pushed to us, one
+        # stored before is in the backlog. An event in both arrives twice, which is harmless
+        # (a push is a wake-up; clients dedupe by id and ACK).
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.state = AUTHENTICATED
+        await self._send_json({"type": "AUTH_SUCCESS"})
+        _observe("authenticated", self.tenant)
+        try:
+            await self._send_backlog()
+        except DatabaseError:
+            # The socket stays up and live pushes still arrive; the client can QUERY later.
+            log.warning("database unreachable while sending the websocket backlog")
+        self.tasks.append(asyncio.create_task(self._ping_loop()))
+
+    async def realtime_push(self, event: dict) -> None:
+        """A push from apps.realtime.push: already-serialised PENDING_EVENTS or CONTRACTS_UPDATED."""
+        if self.state == AUTHENTICATED:
+            await self.send(text_data=event["text"])
+
+    async def disconnect(self, code: int) -> None:
+        self.state = CLOSED
+        for task in getattr(self, "tasks", []):
+            task.cancel()
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "observed", False):
+            _observe("disconnect", self.tenant)
+
+    # -- internals --
+
+    async def _send_json(self, message: dict) -> None:
+        await self.send(text_data=canonical_str(message))
+
+    async def _close(self, code: int) -> None:
+        self.state = CLOSED
+        await self.close(code=code)
+
+    async def _refuse(self, code: ErrorCode) -> None:
+        await self._send_json({"type": "ERROR", "code": code.value})
+        await self._close(EXTRA_CLOSE_CODES.get(code, DEFAULT_REFUSAL_CLOSE))
+
+    async def _auth_failed(self, code: str, close_code: int) -> None:
+        await self._send_json({"type": "AUTH_FAILED", "code": code})
+        await self._close(close_code)
+
+    async def _auth_timer(self) -> None:
+        """§10.1: AUTHENTICATE must arrive within the timeout, else AUTH_TIMEOUT and close 4001."""
+        await asyncio.sleep(settings.MEDIATOR_WS_AUTH_TIMEOUT_S)
+        # Only a socket that sent nothing is timed out: one whose frame arrived in time is
+        # being checked and gets its own answer.
+        if self.state == NEW:
+            await self._auth_failed("AUTH_TIMEOUT", 4001)
+
+    async def _ping_loop(self) -> None:
+        """§10.4: a PING every interval while authenticated."""
+        interval = settings.MEDIATOR_WS_PING_INTERVAL_S
+        while self.state == AUTHENTICATED:
+            await asyncio.sleep(interval)
+            if self.state != AUTHENTICATED:
+                return
+            await self._send_json({"type": "PING", "timestamp": _now_ms()})
+
+    async def _send_backlog(self) -> None:
+        """PROTOCOL-DECISIONS §6: the DID's unacknowledged pending events, in batches."""
+        after_id = 0
+        while self.state == AUTHENTICATED:
+            rows = await database_sync_to_async(pending_events_unacked)(
+                tenant=self.tenant, did=self.did, limit=BACKLOG_ROWS_PER_QUERY, after_id=after_id
+            )
+            if not rows:
+                return
+            for frame in _backlog_frames(rows):
+                if self.state != AUTHENTICATED:
+                    return
+                await self.send(text_data=frame)
+            if len(rows) < BACKLOG_ROWS_PER_QUERY:
+                return
+            after_id = rows[-1]["seq"]

@@ -1,0 +1,146 @@
+"""/health and the channel layer; unknown/suspended tenants; the WS_* hook points."""
+
+from __future__ import annotations
+
+from apps.protocol import hooks
+from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.realtime import health
+from apps.realtime.groups import group_name
+from tests.conftest import HOST_A
+from tests.support.registration import register
+
+from .conftest import communicator, connect_authenticated, expect_close, run, send
+
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+
+
+def _redis_layer(url: str) -> dict:
+    return {"default": {"BACKEND": REDIS_LAYER, "CONFIG": {"hosts": [url]}}}
+
+
+def test_health_is_ok_on_the_in_memory_layer(client, tenant_a):
+    resp = client.get("/health", HTTP_HOST=HOST_A)
+    assert (resp.status_code, resp.json()) == (200, {"status": "ok"})
+
+
+def test_health_is_ok_when_the_redis_channel_layer_answers(client, tenant_a, settings):
+    settings.CHANNEL_LAYERS = _redis_layer("redis://127.0.0.1:6379/9")
+    resp = client.get("/health", HTTP_HOST=HOST_A)
+    assert (resp.status_code, resp.json()) == (200, {"status": "ok"})
+
+
+def test_health_is_503_when_the_redis_channel_layer_is_unreachable(client, tenant_a, settings):
+    # Port 1 on loopback refuses at once; the ping's timeout bounds a black-holed host too.
+    settings.CHANNEL_LAYERS = _redis_layer("redis://127.0.0.1:1/0")
+    resp = client.get("/health", HTTP_HOST=HOST_A)
+    assert (resp.status_code, resp.json()) == (503, {"status": "error", "detail": "channel layer unreachable"})
+
+
+def test_the_health_probe_reads_dict_hosts(settings):
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": REDIS_LAYER, "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1/0"}]}}
+    }
+    assert health._redis_url() == "redis://127.0.0.1:1/0"
+    assert health.channel_layer_reachable() is False
+
+
+def test_group_names_are_valid_for_any_did():
+    name = group_name(12, "did:decentrl:" + "x" * 4000)
+    assert name.startswith("t12.") and len(name) == 44 and name.replace(".", "").isalnum()
+    assert group_name(12, "did:a") != group_name(13, "did:a") != group_name(12, "did:b")
+
+
+def _refused_on_connect(host: str, code: str, close: int) -> None:
+    async def body():
+        comm = communicator(host)
+        assert (await comm.connect())[0]
+        assert await comm.receive_json_from() == {"type": "ERROR", "code": code}
+        await expect_close(comm, close)
+        await comm.disconnect()
+
+    run(body)
+
+
+def test_an_unknown_host_is_refused_4404(settings, tenant_a):
+    settings.MEDIATOR_DEFAULT_TENANT = ""
+    _refused_on_connect("nobody.test", "UNKNOWN_MEDIATOR", 4404)
+
+
+def test_a_suspended_tenant_is_refused_4503(tenant_a):
+    tenant_a.status = tenant_a.Status.SUSPENDED
+    tenant_a.save()
+    _refused_on_connect(HOST_A, "MEDIATOR_UNAVAILABLE", 4503)
+
+
+def test_a_connect_check_refusal_closes_4029(monkeypatch, tenant_a):
+    seen = []
+
+    def limit(tenant, ip):
+        seen.append((tenant.pk, ip))
+        raise ProtocolError(ErrorCode.RATE_LIMITED, retry_after=5)
+
+    monkeypatch.setattr(hooks, "WS_CONNECT_CHECKS", [limit])
+    _refused_on_connect(HOST_A, "RATE_LIMITED", 4029)
+    assert seen == [(tenant_a.pk, "127.0.0.9")]
+
+
+def test_an_auth_check_refusal_sends_auth_failed_and_closes_4029(monkeypatch, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+
+    def limit(tenant, ip):
+        raise ProtocolError(ErrorCode.RATE_LIMITED)
+
+    monkeypatch.setattr(hooks, "WS_AUTH_CHECKS", [limit])
+
+    async def body():
+        comm = communicator()
+        assert (await comm.connect())[0]
+        await send(comm, alice.ws_authenticate())
+        assert await comm.receive_json_from() == {"type": "AUTH_FAILED", "code": "RATE_LIMITED"}
+        await expect_close(comm, 4029)
+        await comm.disconnect()
+
+    run(body)
+
+
+def test_observers_see_connect_authenticated_and_disconnect_and_may_fail(monkeypatch, post_a, tenant_a, alice):
+    register(post_a, alice, tenant_a)
+    events = []
+
+    def broken(event, slug):
+        raise RuntimeError("observer bug")
+
+    monkeypatch.setattr(hooks, "WS_OBSERVERS", [broken, lambda event, slug: events.append((event, slug))])
+
+    async def body():
+        comm = await connect_authenticated(alice)
+        await comm.disconnect()
+        refused = communicator()
+        assert (await refused.connect())[0]
+        await send(refused, "nope")
+        assert await refused.receive_json_from() == {"type": "AUTH_FAILED", "code": "INVALID_MESSAGE"}
+        await expect_close(refused, 4002)
+        await refused.disconnect()
+
+    run(body)
+    assert events == [
+        ("connect", "tenant-a"),
+        ("authenticated", "tenant-a"),
+        ("disconnect", "tenant-a"),
+        ("connect", "tenant-a"),
+        ("disconnect", "tenant-a"),
+    ]
+
+
+def test_a_push_with_the_channel_layer_down_never_fails_the_command(
+    settings, post_a, tenant_a, alice, bob, django_capture_on_commit_callbacks
+):
+    from tests.support.registration import contract_both_ways
+
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    settings.CHANNEL_LAYERS = _redis_layer("redis://127.0.0.1:1/0")
+    with django_capture_on_commit_callbacks(execute=True):
+        status, body = post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+    assert status == 200 and body["type"] == "SUCCESS"

@@ -1,0 +1,277 @@
+"""Pushes (DCTRL-0004 §10.5-§10.6), the backlog after AUTH_SUCCESS (PROTOCOL-DECISIONS §6) and
+PING/PONG (§10.4), through WebsocketCommunicator on the in-memory layer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from apps.messaging.services import pending_event_enqueue, pending_events_acknowledge
+from apps.protocol.wire import contract as wc
+from apps.protocol.wire.did import parse_decentrl
+from apps.realtime.groups import group_name
+from tests.conftest import HOST_B
+from tests.support.registration import contract_both_ways, register, signed_contract
+
+from .conftest import connect_authenticated, run, send
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):
+    """Run `fn` in the test thread and then its on-commit callbacks (the pushes), as a commit would."""
+
+    async def call(fn):
+        def inner():
+            with django_capture_on_commit_callbacks(execute=True):
+                return fn()
+
+        return await sync_to_async(inner)()
+
+    return call
+
+
+@pytest.fixture
+def pair(post_a, tenant_a, alice, bob):
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    return alice, bob
+
+
+def test_two_way_private_pushes_pending_events_to_every_socket_of_the_recipient(post_a, tenant_a, pair, committed):
+    alice, bob = pair
+    contract_both_ways(post_a, alice, bob, tenant_a)
+
+    async def body():
+        bob_phone = await connect_authenticated(bob)
+        bob_laptop = await connect_authenticated(bob)
+        alice_sock = await connect_authenticated(alice)
+        status, reply = await committed(
+            lambda: post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+        )
+        assert status == 200
+        expected = {
+            "type": "PENDING_EVENTS",
+            "events": [{"id": reply["pendingEventId"], "sender_did": alice.did, "payload": "opaque-blob"}],
+        }
+        assert await bob_phone.receive_json_from() == expected
+        assert await bob_laptop.receive_json_from() == expected
+        assert await alice_sock.receive_nothing(timeout=0.1)
+        for comm in (bob_phone, bob_laptop, alice_sock):
+            await comm.disconnect()
+
+    run(body)
+
+
+def test_a_refused_two_way_private_pushes_nothing(post_a, pair, committed):
+    alice, bob = pair  # no contract between them
+
+    async def body():
+        bob_sock = await connect_authenticated(bob)
+        status, reply = await committed(
+            lambda: post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+        )
+        assert (status, reply) == (404, {"type": "ERROR", "code": "COMMUNICATION_CONTRACT_NOT_FOUND"})
+        assert await bob_sock.receive_nothing(timeout=0.1)
+        await bob_sock.disconnect()
+
+    run(body)
+
+
+def test_a_forwarded_contract_request_pushes_contracts_updated_to_the_recipient(post_a, pair, committed):
+    alice, bob = pair
+    req = wc.build_request(
+        requestor_did=alice.did,
+        recipient_did=bob.did,
+        recipient_prekey=parse_decentrl(bob.did).pre_key,
+        signing=alice.signing,
+        expires_at=int(time.time()) + 86_400,
+    )
+    payload = {
+        "type": "REQUEST_COMMUNICATION_CONTRACT",
+        "encrypted_contract_request": req.encrypted,
+        "requestor_ephemeral_public_key": req.ephemeral_public_b64,
+    }
+
+    async def body():
+        bob_sock = await connect_authenticated(bob)
+        alice_sock = await connect_authenticated(alice)
+        status, reply = await committed(lambda: post_a.command(alice, payload, recipient_did=bob.did))
+        assert status == 200, reply
+        assert await bob_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
+        assert await alice_sock.receive_nothing(timeout=0.1)
+        await bob_sock.disconnect()
+        await alice_sock.disconnect()
+
+    run(body)
+
+
+def test_a_registration_request_pushes_nothing(post_a, tenant_a, pair, committed):
+    alice, _ = pair
+
+    async def body():
+        alice_sock = await connect_authenticated(alice)
+        await committed(lambda: register(post_a, alice, tenant_a))
+        assert await alice_sock.receive_nothing(timeout=0.1)
+        await alice_sock.disconnect()
+
+    run(body)
+
+
+def test_a_contract_response_pushes_contracts_updated_to_the_other_party(post_a, pair, committed):
+    alice, bob = pair
+    signed, _, _ = signed_contract(alice, bob)
+    payload = {"type": "COMMUNICATION_CONTRACT_RESPONSE", "signed_communication_contract": signed}
+
+    async def body():
+        alice_sock = await connect_authenticated(alice)
+        bob_sock = await connect_authenticated(bob)
+        status, reply = await committed(lambda: post_a.command(bob, payload, recipient_did=alice.did))
+        assert status == 200, reply
+        assert await alice_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
+        assert await bob_sock.receive_nothing(timeout=0.1)
+        await alice_sock.disconnect()
+        await bob_sock.disconnect()
+
+    run(body)
+
+
+def test_save_contract_pushes_contracts_updated_to_the_sender(post_a, tenant_a, pair, committed):
+    alice, bob = pair
+    signed, _, _ = signed_contract(alice, bob)
+    payload = {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
+
+    async def body():
+        alice_sock = await connect_authenticated(alice)
+        bob_sock = await connect_authenticated(bob)
+        status, reply = await committed(lambda: post_a.command(bob, payload, recipient_did=tenant_a.did))
+        assert status == 200, reply
+        assert await bob_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
+        assert await alice_sock.receive_nothing(timeout=0.1)
+        await alice_sock.disconnect()
+        await bob_sock.disconnect()
+
+    run(body)
+
+
+def test_a_push_for_one_tenant_never_reaches_another_tenants_socket(
+    post_a, post_b, tenant_a, tenant_b, pair, carol, committed
+):
+    alice, bob = pair
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    register(post_b, carol, tenant_b)
+    assert group_name(tenant_a.pk, bob.did) != group_name(tenant_b.pk, bob.did)
+
+    async def body():
+        carol_sock = await connect_authenticated(carol, host=HOST_B)
+        status, _ = await committed(
+            lambda: post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+        )
+        assert status == 200
+        assert await carol_sock.receive_nothing(timeout=0.1)
+        await carol_sock.disconnect()
+
+    run(body)
+
+
+def test_the_backlog_follows_auth_success_in_order_without_acknowledged_events(tenant_a, pair):
+    alice, bob = pair
+    events = [
+        pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"blob-{i}")
+        for i in range(4)
+    ]
+    pending_events_acknowledge(tenant=tenant_a, did=bob.did, ids=[str(events[1].public_id)])
+
+    async def body():
+        bob_sock = await connect_authenticated(bob)
+        assert await bob_sock.receive_json_from() == {
+            "type": "PENDING_EVENTS",
+            "events": [
+                {"id": str(e.public_id), "sender_did": alice.did, "payload": f"blob-{i}"}
+                for i, e in enumerate(events)
+                if i != 1
+            ],
+        }
+        assert await bob_sock.receive_nothing(timeout=0.1)
+        alice_sock = await connect_authenticated(alice)  # the sender has no backlog
+        assert await alice_sock.receive_nothing(timeout=0.1)
+        await bob_sock.disconnect()
+        await alice_sock.disconnect()
+
+    run(body)
+
+
+def test_a_long_backlog_arrives_in_batches(tenant_a, pair):
+    alice, bob = pair
+    ids = [
+        str(
+            pending_event_enqueue(
+                tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"b{i}"
+            ).public_id
+        )
+        for i in range(120)
+    ]
+
+    async def body():
+        bob_sock = await connect_authenticated(bob)
+        sizes, seen = [], []
+        for _ in range(3):
+            frame = await bob_sock.receive_json_from()
+            assert frame["type"] == "PENDING_EVENTS"
+            sizes.append(len(frame["events"]))
+            seen.extend(e["id"] for e in frame["events"])
+        assert sizes == [50, 50, 20]
+        assert seen == ids
+        assert await bob_sock.receive_nothing(timeout=0.1)
+        await bob_sock.disconnect()
+
+    run(body)
+
+
+def test_backlog_frames_stay_under_a_mebibyte_unless_one_event_is_bigger(tenant_a, pair):
+    alice, bob = pair
+    big = "A" * 600_000
+    for _ in range(3):
+        pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=big)
+    pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload="small")
+
+    async def body():
+        bob_sock = await connect_authenticated(bob)
+        counts = [len((await bob_sock.receive_json_from())["events"]) for _ in range(3)]
+        assert counts == [1, 1, 2]
+        assert await bob_sock.receive_nothing(timeout=0.1)
+        await bob_sock.disconnect()
+
+    run(body)
+
+
+def test_it_pings_at_the_configured_interval_and_accepts_pong(settings, pair):
+    settings.MEDIATOR_WS_PING_INTERVAL_S = 0.2
+    alice, _ = pair
+
+    async def body():
+        comm = await connect_authenticated(alice)
+        before = int(time.time() * 1000)
+        ping = await comm.receive_json_from(timeout=2)
+        assert set(ping) == {"type", "timestamp"} and ping["type"] == "PING"
+        assert before <= ping["timestamp"] <= int(time.time() * 1000)
+        await send(comm, {"type": "PONG", "timestamp": ping["timestamp"]})
+        second = await comm.receive_json_from(timeout=2)
+        assert second["type"] == "PING" and second["timestamp"] >= ping["timestamp"]
+        await comm.disconnect()
+
+    run(body)
+
+
+def test_no_ping_before_authentication(settings, pair):
+    settings.MEDIATOR_WS_PING_INTERVAL_S = 0.05
+    from .conftest import communicator
+
+    async def body():
+        comm = communicator()
+        assert (await comm.connect())[0]
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+
+    run(body)
