@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import F
 from django.utils import timezone
@@ -64,10 +63,9 @@ def _purge_contract_requests(*, now: datetime, dry_run: bool, tenant) -> int:
 def _purge_expired_contracts(*, now: datetime, dry_run: bool, tenant) -> int:
     from apps.messaging.maintenance import purge_expired_contracts
 
-    # Expired contracts stay listed by QUERY_COMMUNICATION_CONTRACTS (PROTOCOL-DECISIONS §5) for a
-    # retention period, so clients can still see and renew them; only older ones are removed.
-    cutoff = now - timedelta(days=settings.MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS)
-    return purge_expired_contracts(tenant=tenant, now=cutoff, dry_run=dry_run)
+    # Only contracts expired longer than MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS go: until then
+    # QUERY_COMMUNICATION_CONTRACTS still lists them (PROTOCOL-DECISIONS §5).
+    return purge_expired_contracts(tenant=tenant, now=now, dry_run=dry_run)
 
 
 JOBS: dict[str, Job] = {
