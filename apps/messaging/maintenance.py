@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -65,9 +66,21 @@ def purge_contract_requests(*, tenant: Tenant | None = None, now: datetime | Non
     return total
 
 
-def purge_expired_contracts(*, tenant: Tenant | None = None, now: datetime | None = None, dry_run: bool = False) -> int:
-    """Remove contracts whose `expires_at` (Unix seconds) has passed; expired ones authorise nothing."""
-    now_s = int((now or timezone.now()).timestamp())
+def purge_expired_contracts(
+    *,
+    tenant: Tenant | None = None,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    retention_days: int | None = None,
+) -> int:
+    """Remove contracts expired more than `retention_days` ago (default MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS).
+
+    Expired contracts authorise nothing, but QUERY_COMMUNICATION_CONTRACTS still lists them
+    (PROTOCOL-DECISIONS §5), so they are kept for the retention period before they go.
+    """
+    if retention_days is None:
+        retention_days = getattr(settings, "MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS", 0)
+    now_s = int((now or timezone.now()).timestamp()) - retention_days * 86_400
     total = 0
     for t in _tenants(tenant):
         total += _purge(Contract.objects.filter(tenant=t, expires_at__lte=now_s), dry_run=dry_run)

@@ -19,7 +19,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -202,7 +202,11 @@ class TenantAdmin(ModelAdmin):
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
-            return [("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url"]}), *POLICY_SETS]
+            return [
+                ("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url"]}),
+                *POLICY_SETS,
+                ("Keys", {"fields": ["prekey_grace_hours"]}),
+            ]
         return [
             IDENTITY,
             ("Live figures", {"fields": ["live_figures"]}),
@@ -389,8 +393,14 @@ class TenantAdmin(ModelAdmin):
 
     # --- change-form actions (GET shows a confirmation, POST acts) ---------------------------
 
+    @staticmethod
+    def _get(object_id) -> Tenant:
+        if not str(object_id).isdigit():
+            raise Http404("no such mediator")
+        return get_object_or_404(Tenant, pk=int(object_id))
+
     def _object_or_deny(self, request, object_id) -> Tenant:
-        tenant = get_object_or_404(Tenant, pk=object_id)
+        tenant = self._get(object_id)
         if not self.has_change_permission(request, tenant):
             raise PermissionDenied
         return tenant
@@ -521,7 +531,7 @@ class TenantAdmin(ModelAdmin):
         )
 
     def _viewable(self, request, object_id) -> Tenant:
-        tenant = get_object_or_404(Tenant, pk=object_id)
+        tenant = self._get(object_id)
         if not self.has_view_permission(request, tenant):
             raise PermissionDenied
         return tenant

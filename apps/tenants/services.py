@@ -180,7 +180,10 @@ def tenant_create(
     **policy,
 ) -> Tenant:
     """Create a tenant with fresh keys; its did:web follows its (primary) domain."""
-    domain = normalize_domain(domain)
+    try:
+        domain = normalize_domain(domain)
+    except ValidationError as exc:
+        raise ValidationError({"domain": exc.messages}) from exc
     clean_policy = validate_policy(policy)
     if domain_in_use(domain):
         raise ValidationError({"domain": [f"{domain} is already served by another tenant"]})

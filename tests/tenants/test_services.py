@@ -39,15 +39,19 @@ def test_create_sets_did_web_from_the_domain_and_records_an_audit_entry(db, acto
 
 
 def test_fixture_defaults_follow_protocol_decisions(tenant_a):
-    assert (tenant_a.max_registration_days, tenant_a.pending_event_ttl_days, tenant_a.pending_queue_cap) == (365, 30, 10_000)
+    assert (tenant_a.max_registration_days, tenant_a.pending_event_ttl_days, tenant_a.pending_queue_cap) == (
+        365,
+        30,
+        10_000,
+    )
     assert (tenant_a.max_page_size, tenant_a.max_body_bytes, tenant_a.prekey_grace_hours) == (100, 6 * 1024 * 1024, 72)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"domain": "not a host"}, "__all__"),
-        ({"domain": "ok.test:99999"}, "__all__"),
+        ({"domain": "not a host"}, "domain"),
+        ({"domain": "ok.test:99999"}, "domain"),
         ({"domain": "ok.test", "max_page_size": 101}, "max_page_size"),
         ({"domain": "ok.test", "max_registration_days": 0}, "max_registration_days"),
         ({"domain": "ok.test", "pending_queue_cap": -1}, "pending_queue_cap"),
@@ -133,7 +137,10 @@ def test_production_settings_fail_loudly_without_a_deployment_key(tmp_path):
         {"MEDIATOR_ENV": "production", "DJANGO_SECRET_KEY": "x" * 50, "MEDIATOR_VAR_DIR": str(tmp_path)}
     )
     assert result.returncode != 0
-    assert "ImproperlyConfigured: MEDIATOR_DEPLOYMENT_KEY (or MEDIATOR_DEPLOYMENT_KEY_FILE) must be set in production" in result.stderr
+    assert (
+        "ImproperlyConfigured: MEDIATOR_DEPLOYMENT_KEY (or MEDIATOR_DEPLOYMENT_KEY_FILE) must be set in production"
+        in result.stderr
+    )
 
 
 def test_production_settings_accept_the_deployment_key_from_a_file(tmp_path):

@@ -1,0 +1,292 @@
+"""The operator console, exercised as a staff user: pages render with live figures, writes go through
+services with validation and audit, actions confirm first, and non-staff users are refused."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.messaging.models import Contract, ContractRequest, PendingEvent
+from apps.tenants.models import AuditEntry, Tenant, TenantKey
+from tests.support.registration import contract_both_ways, register
+
+CHANGELIST = "/admin/tenants/tenant/"
+ADD = "/admin/tenants/tenant/add/"
+
+
+def change_url(tenant) -> str:
+    return reverse("admin:tenants_tenant_change", args=[tenant.pk])
+
+
+def action_url(tenant, name: str) -> str:
+    return f"/admin/tenants/tenant/{tenant.pk}/{name}/"
+
+
+def _text(resp) -> str:
+    return resp.content.decode()
+
+
+def _add_form(**overrides) -> dict:
+    data = {
+        "slug": "acme",
+        "name": "Acme Corp",
+        "domain": "mediator.acme.test",
+        "aliases": "acme-mediator.test\nmediator.acme.test:8443",
+        "public_url": "",
+        "registration_open": "on",
+        "max_identities": "500",
+        "max_registration_days": "365",
+        "pending_event_ttl_days": "30",
+        "pending_queue_cap": "10000",
+        "contract_request_ttl_days": "30",
+        "metering_retention_days": "90",
+        "rate_limit_per_did": "",
+        "rate_limit_per_ip": "",
+        "max_body_bytes": str(6 * 1024 * 1024),
+        "max_page_size": "100",
+        "max_events_per_save": "100",
+        "max_tags_per_event": "20",
+        "max_tag_length": "256",
+        "public_event_max_bytes": "65536",
+        "public_max_tags": "20",
+        "public_channel_id_max_length": "128",
+        "public_publish_per_minute": "30",
+        "prekey_grace_hours": "72",
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def busy_a(post_a, tenant_a, alice, bob):
+    """Tenant A with two registrations, a contract, two pending events for alice and a stored event."""
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, bob, alice, tenant_a)
+    for blob in ("one", "two"):
+        assert post_a.command(bob, blob, recipient_did=alice.did, channel="TWO_WAY_PRIVATE")[0] == 200
+    event = {
+        "sender_did": alice.did,
+        "recipient_did": bob.did,
+        "timestamp": 1,
+        "payload": "x" * 100,
+        "encrypted_tags": ["tag-secret"],
+    }
+    assert post_a.command(alice, {"type": "SAVE_EVENTS", "events": [event]}, recipient_did=tenant_a.did)[0] == 200
+    return tenant_a
+
+
+def test_the_changelist_shows_every_tenant_with_live_figures(
+    staff_client, busy_a, tenant_b, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(12):
+        resp = staff_client.get(CHANGELIST)
+    assert resp.status_code == 200
+    html = _text(resp)
+    assert "tenant-a" in html and "tenant-b" in html and "a.mediator.test" in html
+    cl = resp.context["cl"]
+    figures = {t.slug: (t.stat_identities, t.stat_pending) for t in cl.result_list}
+    assert figures == {"tenant-a": (2, 2), "tenant-b": (0, 0)}
+
+
+def test_the_change_page_shows_figures_and_fingerprints_but_no_secrets(staff_client, busy_a, alice):
+    resp = staff_client.get(change_url(busy_a))
+    assert resp.status_code == 200
+    html = _text(resp)
+    cells = re.findall(r"<td class=\"py-1\" data-figure>(.*?)</td>", html)
+    # identities, contracts live/stored, pending, largest queue, pending requests, events, bytes, last activity
+    assert cells[:7] == ["2", "3 / 3", "2", f"2 ({alice.did})", "0", "1", "100 B"]
+    assert busy_a.signing_private_sealed not in html and busy_a.prekey_private_sealed not in html
+    assert "tag-secret" not in html and "x" * 100 not in html
+    assert Contract.objects.first().signed_contract not in html
+
+
+def test_creating_a_tenant_goes_through_the_service_and_is_audited(staff_client, operator):
+    resp = staff_client.post(ADD, _add_form())
+    assert resp.status_code == 302, resp.context["adminform"].form.errors if resp.context else resp
+    tenant = Tenant.objects.get(slug="acme")
+    assert tenant.did == "did:web:mediator.acme.test"
+    assert tenant.public_url == "http://mediator.acme.test"
+    assert tenant.max_identities == 500
+    assert sorted(tenant.aliases.values_list("domain", flat=True)) == ["acme-mediator.test", "mediator.acme.test:8443"]
+    assert len(bytes(tenant.signing_public)) == 32 and tenant.signing_private_sealed.startswith("v1:")
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.via, entry.actor_id, entry.tenant_id) == (
+        "tenant.create",
+        "admin",
+        operator.pk,
+        tenant.pk,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"domain": "not a host!"}, "domain", "is not a host name"),
+        ({"domain": "a.mediator.test"}, "domain", "already served by another tenant"),
+        ({"aliases": "a.mediator.test"}, "aliases", "already served by another tenant"),
+        ({"max_page_size": "500"}, "max_page_size", "Must be between 1 and 100."),
+        ({"max_registration_days": "0"}, "max_registration_days", "Must be between 1 and 3650."),
+    ],
+)
+def test_the_add_form_shows_validation_errors(staff_client, tenant_a, overrides, field, message):
+    resp = staff_client.post(ADD, _add_form(**overrides))
+    assert resp.status_code == 200
+    errors = resp.context["adminform"].form.errors
+    assert any(message in e for e in errors[field]), errors
+    assert not Tenant.objects.filter(slug="acme").exists()
+    assert AuditEntry.objects.count() == 0
+
+
+def test_editing_policy_is_audited_with_before_and_after(staff_client, tenant_a):
+    data = _add_form(
+        name="Tenant A renamed", max_identities="3", aliases="a-alias.test", public_url="https://a.example"
+    )
+    for fixed in ("slug", "domain"):
+        data.pop(fixed)
+    data.pop("registration_open")  # unchecked: registration closed
+    resp = staff_client.post(change_url(tenant_a), data)
+    assert resp.status_code == 302, resp.context["adminform"].form.errors if resp.context else resp
+    tenant_a.refresh_from_db()
+    assert (tenant_a.name, tenant_a.max_identities, tenant_a.registration_open) == ("Tenant A renamed", 3, False)
+    assert tenant_a.public_url == "https://a.example" and tenant_a.domain == "a.mediator.test"
+    entry = AuditEntry.objects.get(action="tenant.update")
+    assert (entry.before["max_identities"], entry.after["max_identities"]) == (0, 3)
+    assert (entry.before["registration_open"], entry.after["registration_open"]) == (True, False)
+    assert entry.after["aliases"] == ["a-alias.test"]
+
+
+def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, tenant_a, client):
+    url = action_url(tenant_a, "status")
+    resp = staff_client.get(url)
+    assert resp.status_code == 200 and "MEDIATOR_UNAVAILABLE" in _text(resp)
+    tenant_a.refresh_from_db()
+    assert tenant_a.is_active  # a GET changes nothing
+    assert staff_client.post(url).status_code == 302
+    tenant_a.refresh_from_db()
+    assert tenant_a.status == "suspended"
+    assert client.get("/health", HTTP_HOST="a.mediator.test").status_code == 503
+    assert staff_client.post(url).status_code == 302
+    tenant_a.refresh_from_db()
+    assert tenant_a.status == "active"
+    assert list(AuditEntry.objects.order_by("id").values_list("action", "via")) == [
+        ("tenant.suspend", "admin"),
+        ("tenant.resume", "admin"),
+    ]
+
+
+def test_rotate_keys_from_the_change_page(staff_client, tenant_a):
+    old_signing, old_prekey = bytes(tenant_a.signing_public), bytes(tenant_a.prekey_public)
+    url = action_url(tenant_a, "rotate-keys")
+    assert staff_client.get(url).status_code == 200
+    assert staff_client.post(url, {"keys": "prekey"}).status_code == 302
+    tenant_a.refresh_from_db()
+    assert bytes(tenant_a.signing_public) == old_signing and bytes(tenant_a.prekey_public) != old_prekey
+    assert list(TenantKey.objects.values_list("purpose", flat=True)) == ["prekey"]
+    assert AuditEntry.objects.get().action == "tenant.rotate_keys"
+
+
+def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
+    old = timezone.now() - timedelta(days=31)
+    PendingEvent.objects.filter(tenant=busy_a).update(created_at=old)
+    ContractRequest.objects.create(
+        tenant=busy_a,
+        recipient_did=alice.did,
+        sender_did="did:x",
+        encrypted_contract_request="e",
+        requestor_ephemeral_public_key="k",
+        acknowledged_at=timezone.now(),
+    )
+    Contract.objects.filter(tenant=busy_a, owner_did=alice.did).exclude(recipient_did=busy_a.did).update(expires_at=1)
+    url = action_url(busy_a, "purge")
+
+    resp = staff_client.get(url)
+    assert resp.status_code == 200
+    cells = dict(re.findall(r'data-kind="(\w+)">(\d+)<', _text(resp)))
+    assert cells == {"nonces": "0", "pending_events": "2", "contract_requests": "1", "contracts": "1"}
+    assert PendingEvent.objects.filter(tenant=busy_a).count() == 2  # nothing deleted by the dry run
+    assert AuditEntry.objects.count() == 0
+
+    assert staff_client.post(url).status_code == 302
+    assert PendingEvent.objects.filter(tenant=busy_a).count() == 0
+    assert ContractRequest.objects.filter(tenant=busy_a).count() == 0
+    assert Contract.objects.filter(tenant=busy_a).count() == 2
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.after) == (
+        "tenant.purge_expired",
+        {"nonces": 0, "pending_events": 2, "contract_requests": 1, "contracts": 1},
+    )
+
+
+def test_bulk_actions_suspend_and_purge_dry_run(staff_client, tenant_a, tenant_b):
+    ids = [str(tenant_a.pk), str(tenant_b.pk)]
+    resp = staff_client.post(CHANGELIST, {"action": "suspend_selected", "_selected_action": ids})
+    assert resp.status_code == 302
+    assert set(Tenant.objects.values_list("status", flat=True)) == {"suspended"}
+    resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids})
+    assert resp.status_code == 200 and 'id="purge-plan"' in _text(resp)
+    resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids, "confirm": "yes"})
+    assert resp.status_code == 302
+    assert AuditEntry.objects.filter(action="tenant.purge_expired").count() == 2
+
+
+def test_registrations_and_contracts_list_dids_and_expiry_only(staff_client, busy_a, alice, bob):
+    resp = staff_client.get(action_url(busy_a, "registrations"))
+    html = _text(resp)
+    assert resp.status_code == 200 and alice.did in html and bob.did in html and "2 in total" in html
+    resp = staff_client.get(action_url(busy_a, "contracts"))
+    html = _text(resp)
+    assert resp.status_code == 200 and "3 in total" in html
+    for contract in Contract.objects.all():
+        assert contract.signed_contract not in html
+        for secret in ("requestor_signature", "recipient_ephemeral_public_key"):
+            assert secret not in html
+
+
+def test_the_audit_log_is_visible_and_read_only(staff_client, tenant_a, actor):
+    from apps.tenants.services import tenant_suspend
+
+    tenant_suspend(tenant=tenant_a, actor=actor)
+    entry = AuditEntry.objects.get()
+    resp = staff_client.get("/admin/tenants/auditentry/")
+    assert resp.status_code == 200 and "tenant.suspend" in _text(resp)
+    resp = staff_client.get(f"/admin/tenants/auditentry/{entry.pk}/change/")
+    assert resp.status_code == 200 and "&quot;suspended&quot;" in _text(resp)
+    assert staff_client.get("/admin/tenants/auditentry/add/").status_code == 403
+    assert staff_client.post(f"/admin/tenants/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_tenants_cannot_be_deleted_from_the_console(staff_client, tenant_a):
+    assert staff_client.post(change_url(tenant_a).replace("/change/", "/delete/"), {"post": "yes"}).status_code == 403
+    assert Tenant.objects.filter(pk=tenant_a.pk).exists()
+
+
+@pytest.mark.parametrize("path", [CHANGELIST, ADD, "/admin/tenants/auditentry/", "status/", "purge/", "registrations/"])
+def test_non_staff_users_are_refused(client, plain_user, tenant_a, path):
+    client.force_login(plain_user)
+    url = action_url(tenant_a, path.strip("/")) if not path.startswith("/") else path
+    resp = client.get(url)
+    assert resp.status_code == 302 and resp["Location"].startswith("/admin/login/")
+    resp = client.post(url)
+    assert resp.status_code == 302 and resp["Location"].startswith("/admin/login/")
+    tenant_a.refresh_from_db()
+    assert tenant_a.is_active and AuditEntry.objects.count() == 0
+
+
+def test_staff_without_permissions_cannot_act(client, django_user_model, tenant_a):
+    viewer = django_user_model.objects.create_user("vic", password="pw-pw-pw-pw", is_staff=True)
+    client.force_login(viewer)
+    assert client.get(CHANGELIST).status_code == 403
+    assert client.post(action_url(tenant_a, "status")).status_code == 403
+    tenant_a.refresh_from_db()
+    assert tenant_a.is_active
+
+
+def test_the_login_page_and_dashboard_render(client, staff_client):
+    assert client.get("/admin/login/").status_code == 200
+    resp = staff_client.get("/admin/")
+    assert resp.status_code == 200 and "Mediator operator console" in _text(resp)

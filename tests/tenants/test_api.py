@@ -1,0 +1,236 @@
+"""The operator API (/api/v1/): staff-only token auth, validation as JSON, audit entries, schema and docs."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.tenants.models import AuditEntry, Tenant, TenantKey
+from tests.support.registration import register
+
+
+def test_anonymous_requests_are_refused(client, tenant_a):
+    resp = client.get("/api/v1/tenants/")
+    assert resp.status_code == 401
+    assert resp.json() == {"detail": "Authentication credentials were not provided."}
+
+
+def test_a_bad_token_is_refused(client, tenant_a):
+    resp = client.get("/api/v1/tenants/", HTTP_AUTHORIZATION="Token nope")
+    assert (resp.status_code, resp.json()) == (401, {"detail": "Invalid token."})
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/tenants/"),
+        ("post", "/api/v1/tenants/"),
+        ("get", "/api/v1/tenants/tenant-a/"),
+        ("patch", "/api/v1/tenants/tenant-a/"),
+        ("post", "/api/v1/tenants/tenant-a/suspend/"),
+        ("post", "/api/v1/tenants/tenant-a/rotate-keys/"),
+        ("get", "/api/v1/tenants/tenant-a/statistics/"),
+        ("get", "/api/v1/audit/"),
+        ("get", "/api/v1/schema/"),
+    ],
+)
+def test_a_non_staff_token_is_forbidden(plain_api, tenant_a, method, path):
+    resp = getattr(plain_api, method)(path, {}, format="json")
+    assert resp.status_code == 403
+    assert b"You do not have permission to perform this action." in resp.content
+    tenant_a.refresh_from_db()
+    assert tenant_a.is_active and AuditEntry.objects.count() == 0
+
+
+def test_list_and_retrieve(api, tenant_a, tenant_b):
+    resp = api.get("/api/v1/tenants/")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["count"] == 2 and [t["slug"] for t in body["results"]] == ["tenant-a", "tenant-b"]
+    resp = api.get("/api/v1/tenants/tenant-a/")
+    data = resp.json()
+    assert resp.status_code == 200
+    assert data["did"] == "did:web:a.mediator.test" and data["status"] == "active" and data["aliases"] == []
+    assert data["policy"]["max_registration_days"] == 365 and data["policy"]["rate_limit_per_did"] is None
+    assert set(data["keys"]) == {"signing_key_fingerprint", "prekey_fingerprint", "rotated_at", "prekey_grace_hours"}
+    assert "sealed" not in str(data)
+    assert api.get("/api/v1/tenants/nope/").status_code == 404
+
+
+def test_create_returns_201_and_is_audited(api, operator, client):
+    resp = api.post(
+        "/api/v1/tenants/",
+        {
+            "slug": "acme",
+            "domain": "acme.test:8443",
+            "aliases": ["m.acme.test"],
+            "policy": {"max_identities": 10, "registration_open": False},
+        },
+        format="json",
+    )
+    assert resp.status_code == 201, resp.json()
+    data = resp.json()
+    assert (data["did"], data["aliases"], data["policy"]["max_identities"]) == (
+        "did:web:acme.test%3A8443",
+        ["m.acme.test"],
+        10,
+    )
+    assert data["policy"]["registration_open"] is False
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.via, entry.actor_id, entry.tenant_slug) == ("tenant.create", "api", operator.pk, "acme")
+    # Its DID document is served on its host and on its alias at once.
+    for host in ("acme.test:8443", "m.acme.test"):
+        doc = client.get("/", HTTP_HOST=host)
+        assert doc.status_code == 200 and doc.json()["id"] == "did:web:acme.test%3A8443"
+
+
+@pytest.mark.parametrize(
+    ("payload", "errors"),
+    [
+        ({"domain": "x.test"}, {"slug": ["This field is required."]}),
+        (
+            {"slug": "bad slug!", "domain": "x.test"},
+            {"slug": ['Enter a valid "slug" consisting of letters, numbers, underscores or hyphens.']},
+        ),
+        ({"slug": "x", "domain": "not a host"}, {"domain": ["'not a host' is not a host name (host or host:port)"]}),
+        (
+            {"slug": "x", "domain": "a.mediator.test"},
+            {"domain": ["a.mediator.test is already served by another tenant"]},
+        ),
+        (
+            {"slug": "x", "domain": "x.test", "policy": {"max_page_size": 0}},
+            {"policy": {"max_page_size": ["Ensure this value is greater than or equal to 1."]}},
+        ),
+        (
+            {"slug": "x", "domain": "x.test", "policy": {"max_page_sise": 5}},
+            {"policy": {"max_page_sise": ["Unknown field."]}},
+        ),
+        ({"slug": "x", "domain": "x.test", "colour": "red"}, {"colour": ["Unknown field."]}),
+        (
+            {"slug": "x", "domain": "x.test", "aliases": ["a.mediator.test"]},
+            {"aliases": ["a.mediator.test is already served by another tenant"]},
+        ),
+        ({"slug": "tenant-a", "domain": "x.test"}, {"slug": ["Tenant with this Slug already exists."]}),
+    ],
+)
+def test_create_validation_errors_are_clear_json(api, tenant_a, payload, errors):
+    resp = api.post("/api/v1/tenants/", payload, format="json")
+    assert resp.status_code == 400
+    assert resp.json() == errors
+    assert Tenant.objects.count() == 1 and AuditEntry.objects.count() == 0
+
+
+def test_a_body_that_is_not_json_is_a_clear_400(api, tenant_a):
+    resp = api.generic("POST", "/api/v1/tenants/", "{not json", content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["detail"].startswith("JSON parse error")
+
+
+def test_update_policy_is_audited_with_before_and_after(api, tenant_a):
+    resp = api.patch(
+        "/api/v1/tenants/tenant-a/",
+        {"name": "A", "policy": {"pending_queue_cap": 50, "rate_limit_per_ip": 10}, "aliases": ["a2.test"]},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.json()
+    data = resp.json()
+    assert (
+        data["name"],
+        data["policy"]["pending_queue_cap"],
+        data["policy"]["rate_limit_per_ip"],
+        data["aliases"],
+    ) == ("A", 50, 10, ["a2.test"])
+    entry = AuditEntry.objects.get()
+    assert entry.action == "tenant.update" and entry.via == "api"
+    assert (entry.before["pending_queue_cap"], entry.after["pending_queue_cap"]) == (10_000, 50)
+    assert (entry.before["rate_limit_per_ip"], entry.after["rate_limit_per_ip"]) == (None, 10)
+    resp = api.patch("/api/v1/tenants/tenant-a/", {"domain": "elsewhere.test"}, format="json")
+    assert (resp.status_code, resp.json()) == (400, {"domain": ["Unknown field."]})
+    resp = api.patch("/api/v1/tenants/tenant-a/", {"policy": {"max_body_bytes": "big"}}, format="json")
+    assert (resp.status_code, resp.json()) == (400, {"policy": {"max_body_bytes": ["A valid integer is required."]}})
+
+
+def test_suspend_resume_and_rotate(api, client, tenant_a):
+    resp = api.post("/api/v1/tenants/tenant-a/suspend/")
+    assert (resp.status_code, resp.json()["status"]) == (200, "suspended")
+    assert client.get("/health", HTTP_HOST="a.mediator.test").status_code == 503
+    resp = api.post("/api/v1/tenants/tenant-a/resume/")
+    assert (resp.status_code, resp.json()["status"]) == (200, "active")
+    before = api.get("/api/v1/tenants/tenant-a/").json()["keys"]
+    resp = api.post("/api/v1/tenants/tenant-a/rotate-keys/", {"signing": True, "prekey": False}, format="json")
+    after = resp.json()["keys"]
+    assert resp.status_code == 200
+    assert after["signing_key_fingerprint"] != before["signing_key_fingerprint"]
+    assert after["prekey_fingerprint"] == before["prekey_fingerprint"] and after["rotated_at"] is not None
+    assert list(TenantKey.objects.values_list("purpose", flat=True)) == ["signing"]
+    resp = api.post("/api/v1/tenants/tenant-a/rotate-keys/", {"signing": False, "prekey": False}, format="json")
+    assert (resp.status_code, resp.json()) == (400, {"keys": ["Choose the signing key, the pre-key, or both."]})
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", "via"))
+    assert actions == [("tenant.suspend", "api"), ("tenant.resume", "api"), ("tenant.rotate_keys", "api")]
+    resp = api.get("/api/v1/audit/?tenant=tenant-a")
+    assert [e["action"] for e in resp.json()["results"]] == ["tenant.rotate_keys", "tenant.resume", "tenant.suspend"]
+
+
+def test_statistics_and_purge(api, post_a, tenant_a, alice, tenant_b):
+    register(post_a, alice, tenant_a)
+    resp = api.get("/api/v1/tenants/tenant-a/statistics/")
+    data = resp.json()
+    assert resp.status_code == 200
+    assert {
+        k: data[k]
+        for k in (
+            "registered_identities",
+            "contracts",
+            "live_contracts",
+            "pending_events",
+            "stored_events",
+            "stored_event_bytes",
+        )
+    } == {
+        "registered_identities": 1,
+        "contracts": 1,
+        "live_contracts": 1,
+        "pending_events": 0,
+        "stored_events": 0,
+        "stored_event_bytes": 0,
+    }
+    assert data["last_activity"] is not None
+    assert api.get("/api/v1/tenants/tenant-b/statistics/").json()["registered_identities"] == 0
+    resp = api.post("/api/v1/tenants/tenant-a/purge-expired/", {}, format="json")
+    assert resp.status_code == 200
+    assert resp.json() == {
+        "dry_run": True,
+        "counts": {"nonces": 0, "pending_events": 0, "contract_requests": 0, "contracts": 0},
+        "summary": "would purge 0 nonces, 0 pending events, 0 contract requests, 0 contracts",
+    }
+    assert AuditEntry.objects.count() == 0
+    resp = api.post("/api/v1/tenants/tenant-a/purge-expired/", {"dry_run": False}, format="json")
+    assert resp.json()["dry_run"] is False and AuditEntry.objects.get().action == "tenant.purge_expired"
+
+
+def test_the_openapi_schema_and_offline_docs_are_served(api, staff_client):
+    resp = api.get("/api/v1/schema/?format=json")
+    assert resp.status_code == 200
+    schema = resp.json()
+    assert schema["info"]["title"] == "Decentrl mediator operator API"
+    assert {"/api/v1/tenants/", "/api/v1/tenants/{slug}/rotate-keys/", "/api/v1/tenants/{slug}/statistics/"} <= set(
+        schema["paths"]
+    )
+    for path in ("/api/v1/docs/", "/api/v1/redoc/"):
+        resp = staff_client.get(path)
+        assert resp.status_code == 200
+        html = resp.content.decode()
+        # The UI bundles come from the sidecar (our own static files), not a CDN.
+        assert "cdn.jsdelivr.net" not in html and "/static/drf_spectacular_sidecar/" in html
+    assert staff_client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
+
+
+def test_the_operator_token_command_prints_a_staff_token(operator, plain_user):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+    from rest_framework.authtoken.models import Token
+
+    out = StringIO()
+    call_command("operator_token", "olivia", stdout=out)
+    assert out.getvalue().strip() == Token.objects.get(user=operator).key
+    with pytest.raises(CommandError):
+        call_command("operator_token", "mallory")
