@@ -86,6 +86,12 @@ def test_alice_messages_bob_from_the_shell(mediator, tmp_path):
     out = ok("register", "--identity", str(alice_file))
     [reg] = held_with(load(alice_file), tenant.did)
     assert out == f"registered with {tenant.did} until {iso(reg['expires_at'])}\n"
+
+    # Bob is not registered yet: his mediator refuses to queue a request for him.
+    out = cli("request-contract", "--identity", str(alice_file), "--to", bob_did)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == "error: the mediator replied 404 RECIPIENT_NOT_REGISTERED\n"
+    assert load(alice_file)["requested"] == []
     out = ok("register", "--identity", str(bob_file), "--days", "10")
     [bob_reg] = held_with(load(bob_file), tenant.did)
     assert out == f"registered with {tenant.did} until {iso(bob_reg['expires_at'])}\n"
@@ -136,6 +142,50 @@ def test_alice_messages_bob_from_the_shell(mediator, tmp_path):
         f"bob ({bob_did}): hi alice\nacknowledged 1 message(s)\n"
     )
     assert stat.S_IMODE(alice_file.stat().st_mode) == 0o600
+
+
+def test_identities_on_two_mediators_find_each_other_through_their_did_web(mediator, tmp_path):
+    """alice on 127.0.0.1:<port>, carol on localhost:<port>: the same Daphne hosts both tenants,
+    and each CLI call reaches the other party's mediator from the did:web in its DID (--scheme http)."""
+    from apps.tenants.services import tenant_create
+
+    tenant, server = mediator
+    other = tenant_create(slug="cli-b", domain=f"localhost:{server.port}", public_url=f"http://localhost:{server.port}")
+    alice_file, carol_file = tmp_path / "alice.json", tmp_path / "carol.json"
+    alice_did = ok("new-identity", "--alias", "alice", "--mediator", server.url, "--out", str(alice_file)).strip()
+    carol_did = ok(
+        "new-identity", "--alias", "carol", "--mediator", f"http://localhost:{server.port}", "--out", str(carol_file)
+    ).strip()
+    assert load(carol_file)["mediator_did"] == other.did != tenant.did
+    ok("register", "--identity", str(alice_file))
+    ok("register", "--identity", str(carol_file))
+
+    # Without --scheme http the CLI would look for https://localhost:<port>, which does not answer.
+    # (The TLS handshake with a plain-HTTP server stalls until the timeout, or the connection is refused.)
+    out = cli("request-contract", "--identity", str(alice_file), "--to", carol_did, "--timeout", "1")
+    assert (out.returncode, out.stdout) == (1, "")
+    assert re.fullmatch(r"error: Connect(Error|Timeout): [^\n]*\n", out.stderr), out.stderr
+    assert load(alice_file)["requested"] == []
+
+    http = ("--scheme", "http")
+    assert ok("request-contract", "--identity", str(alice_file), "--to", carol_did, *http) == (
+        f"requested a contract with carol ({carol_did})\n"
+    )
+    assert (
+        ok("accept-requests", "--identity", str(carol_file), *http) == f"accepted a contract with alice ({alice_did})\n"
+    )
+    assert ok("contracts", "--identity", str(alice_file)).startswith(f"adopted a contract with carol ({carol_did})\n")
+    assert re.fullmatch(
+        f"sent {UUID}\n", ok("send", "--identity", str(alice_file), "--to", carol_did, "--text", "hé 👋", *http)
+    )
+    assert (
+        ok("inbox", "--identity", str(carol_file), "--ack")
+        == f"alice ({alice_did}): hé 👋\nacknowledged 1 message(s)\n"
+    )
+    assert re.fullmatch(
+        f"sent {UUID}\n", ok("send", "--identity", str(carol_file), "--to", alice_did, "--text", "\x1b[2Jhi", *http)
+    )
+    assert ok("inbox", "--identity", str(alice_file)) == f"carol ({carol_did}): \\u001b[2Jhi\n"
 
 
 def test_cli_refuses_to_overwrite_an_identity_and_reports_unreachable_mediators(tmp_path):
