@@ -12,6 +12,7 @@ REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ def build_session(app_name: str = "mediator-usage-report"):
     """The SparkSession for a job: master from SPARK_MASTER, UI off, UTC, quiet logs, JDBC jars."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     log4j = ROOT / "spark_reports" / "log4j2.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"

@@ -108,7 +108,11 @@ def pending_stats(pending: DataFrame, date_from: date, date_to: date, accuracy: 
         .groupBy("tenant_id", "day")
         .agg(F.count(F.lit(1)).alias("pending_created"))
     )
-    delivered = (
+    return _merge([created, _delivered(pending, date_from, date_to, accuracy)])
+
+
+def _delivered(pending: DataFrame, date_from: date, date_to: date, accuracy: int) -> DataFrame:
+    return (
         pending.where(F.col("acknowledged_at").isNotNull())
         .withColumn("day", F.to_date("acknowledged_at"))
         .where(_in_range(F.col("day"), date_from, date_to))
@@ -122,7 +126,6 @@ def pending_stats(pending: DataFrame, date_from: date, date_to: date, accuracy: 
             _pct("delivery_ms", 0.95, accuracy).alias("delivery_p95_ms"),
         )
     )
-    return created.join(delivered, ["tenant_id", "day"], "full_outer")
 
 
 def stored_stats(stored: DataFrame, date_from: date, date_to: date) -> DataFrame:
@@ -130,6 +133,30 @@ def stored_stats(stored: DataFrame, date_from: date, date_to: date) -> DataFrame
     return s.groupBy("tenant_id", "day").agg(
         F.count(F.lit(1)).alias("stored_events"), F.sum("payload_bytes").alias("stored_bytes")
     )
+
+
+def _merge(parts: list[DataFrame]) -> DataFrame:
+    """Combine per-(tenant, day) partial results with one union and one shuffle instead of outer joins.
+
+    Each part has at most one row per key and its own columns, so `max` over the union picks the
+    one non-null value of every column.
+    """
+    columns: list[str] = []
+    for part in parts:
+        columns += [c for c in part.columns if c not in ("tenant_id", "day") and c not in columns]
+    types = {f.name: f.dataType for part in parts for f in part.schema.fields}
+    aligned = [
+        part.select(
+            F.col("tenant_id").cast("long").alias("tenant_id"),
+            F.col("day"),
+            *[(F.col(c) if c in part.columns else F.lit(None).cast(types[c])).alias(c) for c in columns],
+        )
+        for part in parts
+    ]
+    union = aligned[0]
+    for part in aligned[1:]:
+        union = union.unionByName(part)
+    return union.groupBy("tenant_id", "day").agg(*[F.max(c).alias(c) for c in columns])
 
 
 def daily(
@@ -142,13 +169,21 @@ def daily(
     accuracy: int = PERCENTILE_ACCURACY,
 ) -> DataFrame:
     """One row per tenant and day with any activity; absent counts are 0, absent percentiles null."""
-    out = command_stats(meters, date_from, date_to, accuracy)
-    for part in (
-        registration_stats(registrations, date_from, date_to),
-        pending_stats(pending, date_from, date_to, accuracy),
-        stored_stats(stored, date_from, date_to),
-    ):
-        out = out.join(part, ["tenant_id", "day"], "full_outer")
+    created = (
+        pending.withColumn("day", F.to_date("created_at"))
+        .where(_in_range(F.col("day"), date_from, date_to))
+        .groupBy("tenant_id", "day")
+        .agg(F.count(F.lit(1)).alias("pending_created"))
+    )
+    out = _merge(
+        [
+            command_stats(meters, date_from, date_to, accuracy),
+            registration_stats(registrations, date_from, date_to),
+            created,
+            _delivered(pending, date_from, date_to, accuracy),
+            stored_stats(stored, date_from, date_to),
+        ]
+    )
     for c in COUNT_COLUMNS:
         out = out.withColumn(c, F.coalesce(F.col(c).cast("long"), F.lit(0).cast("long")))
     out = out.withColumn(

@@ -1,0 +1,130 @@
+"""transform.py on tiny hand-built DataFrames: every figure checked against a value worked out by hand."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+import pytest
+from pyspark.sql import Row
+
+from spark_reports import transform
+
+pytestmark = pytest.mark.spark
+
+D1, D2 = date(2026, 3, 1), date(2026, 3, 2)
+
+
+def ts(day: date, h: int, m: int = 0, s: int = 0, ms: int = 0) -> datetime:
+    return datetime(day.year, day.month, day.day, h, m, s, ms * 1000)
+
+
+METER_COLS = "tenant_id at command_type code http_status bytes_in bytes_out duration_ms sender_did".split()
+
+
+def meters(spark, rows):
+    return spark.createDataFrame([Row(**dict(zip(METER_COLS, r, strict=True))) for r in rows], schema=(
+        "tenant_id long, at timestamp, command_type string, code string, http_status int, bytes_in long,"
+        " bytes_out long, duration_ms double, sender_did string"
+    ))
+
+
+def empty(spark, schema: str):
+    return spark.createDataFrame([], schema=schema)
+
+
+@pytest.fixture
+def inputs(spark):
+    m = meters(
+        spark,
+        [
+            (1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 100, 50, 1.0, "did:a"),
+            (1, ts(D1, 2), "QUERY_EVENTS", "SUCCESS", 200, 100, 50, 2.0, "did:a"),
+            (1, ts(D1, 3), "SAVE_EVENTS", "SUCCESS", 200, 300, 20, 3.0, "did:b"),
+            (1, ts(D1, 4), "SAVE_EVENTS", "INVALID_SIGNATURE", 401, 300, 40, 4.0, "did:c"),
+            (1, ts(D1, 5), None, "INVALID_COMMAND", 400, 10, 40, 5.0, None),
+            (1, ts(D2, 23, 59, 59, 999), "ACKNOWLEDGE_EVENTS", "SUCCESS", 200, 70, 30, 7.0, "did:a"),
+            (2, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 1, 1, 9.0, "did:z"),
+            # outside the range: the day after D2
+            (1, ts(date(2026, 3, 3), 0), "QUERY_EVENTS", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
+        ],
+    )
+    regs = spark.createDataFrame([(1, ts(D1, 6)), (1, ts(D1, 7)), (2, ts(D2, 1))], "tenant_id long, created_at timestamp")
+    pending = spark.createDataFrame(
+        [
+            (1, ts(D1, 10), ts(D1, 10, 0, 1)),  # delivered after 1 s
+            (1, ts(D1, 11), ts(D2, 11)),  # delivered the next day after 24 h
+            (1, ts(D1, 12), None),  # still pending
+            (1, ts(date(2026, 2, 28), 12), ts(D1, 12, 0, 3)),  # created before the range, delivered in it
+        ],
+        "tenant_id long, created_at timestamp, acknowledged_at timestamp",
+    )
+    stored = spark.createDataFrame(
+        [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)], "tenant_id long, created_at timestamp, payload_bytes long"
+    )
+    return m, regs, pending, stored
+
+
+def collect(df, *keys):
+    return {tuple(r[k] for k in keys): r.asDict() for r in df.collect()}
+
+
+def test_daily_figures_per_tenant_and_day(inputs):
+    report = transform.usage_report(*inputs, D1, D2)
+    daily = collect(report.daily, "tenant_id", "day")
+    assert set(daily) == {(1, D1), (1, D2), (2, D1), (2, D2)}
+    a1 = daily[(1, D1)]
+    assert (a1["commands"], a1["errors"], a1["bytes_in"], a1["bytes_out"]) == (5, 2, 810, 200)
+    assert a1["error_rate"] == pytest.approx(0.4)
+    # nearest-rank percentiles of 1..5 ms: p50 -> 3rd value, p95 -> 5th value
+    assert (a1["latency_p50_ms"], a1["latency_p95_ms"]) == (3.0, 5.0)
+    # did:a and did:b succeeded; did:c only failed; the unparsed command has no sender
+    assert a1["active_identities"] == 2
+    assert a1["new_registrations"] == 2
+    assert (a1["pending_created"], a1["pending_delivered"]) == (3, 2)
+    assert (a1["stored_events"], a1["stored_bytes"]) == (2, 350)
+    a2 = daily[(1, D2)]
+    assert (a2["commands"], a2["errors"], a2["pending_created"], a2["pending_delivered"]) == (1, 0, 0, 1)
+    assert a2["delivery_p50_ms"] == 24 * 3600 * 1000.0
+    b2 = daily[(2, D2)]
+    assert (b2["commands"], b2["new_registrations"], b2["stored_events"], b2["stored_bytes"]) == (0, 1, 1, 7)
+    assert b2["latency_p50_ms"] is None and b2["error_rate"] == 0.0
+
+
+def test_delivery_latency_is_counted_on_the_acknowledgement_day(inputs):
+    daily = collect(transform.usage_report(*inputs, D1, D2).daily, "tenant_id", "day")
+    # D1 acknowledgements: 1 s (created D1 10:00), and 24 h 3 s (created Feb 28, before the range)
+    assert daily[(1, D1)]["pending_delivered"] == 2
+    assert daily[(1, D1)]["delivery_p50_ms"] == 1000.0
+    assert daily[(1, D1)]["delivery_p95_ms"] == 24 * 3600 * 1000.0 + 3000.0
+
+
+def test_commands_by_type_and_errors_by_code(inputs):
+    report = transform.usage_report(*inputs, D1, D2)
+    types = {k: (v["commands"], v["errors"]) for k, v in collect(report.by_type, "tenant_id", "day", "command_type").items()}
+    assert types == {
+        (1, D1, "QUERY_EVENTS"): (2, 0),
+        (1, D1, "SAVE_EVENTS"): (2, 1),
+        (1, D1, transform.UNPARSED): (1, 1),
+        (1, D2, "ACKNOWLEDGE_EVENTS"): (1, 0),
+        (2, D1, "QUERY_EVENTS"): (1, 0),
+    }
+    codes = {k: (v["commands"], v["rate"]) for k, v in collect(report.by_code, "tenant_id", "day", "code").items()}
+    assert codes == {(1, D1, "INVALID_SIGNATURE"): (1, 0.2), (1, D1, "INVALID_COMMAND"): (1, 0.2)}
+
+
+def test_top_identities_rank_by_commands_then_bytes(spark):
+    rows = []
+    for i in range(12):
+        for _ in range(12 - i):  # did:00 sends 12 commands, did:11 sends 1
+            rows.append((1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, f"did:{i:02d}"))
+    rows.append((1, ts(D1, 2), "QUERY_EVENTS", "SUCCESS", 200, 500, 10, 1.0, "did:big"))  # 1 command, more bytes
+    m = meters(spark, rows)
+    top = transform.top_identities(m, D1, D1).orderBy("rank").collect()
+    assert [r["rank"] for r in top] == list(range(1, 11))
+    assert [r["sender_did"] for r in top] == [f"did:{i:02d}" for i in range(10)]
+    assert (top[0]["commands"], top[0]["bytes_in"], top[0]["bytes_out"]) == (12, 120, 120)
+
+
+def test_an_empty_range_gives_empty_tables(spark, inputs):
+    report = transform.usage_report(*inputs, date(2020, 1, 1), date(2020, 1, 2))
+    assert [df.count() for df in report.tables().values()] == [0, 0, 0, 0]
