@@ -1,0 +1,225 @@
+"""/ws against real Daphne processes with a real `websockets` client (issue 3).
+
+- several sockets of one DID all receive the push (one process, in-memory layer);
+- two Daphne processes sharing Redis and PostgreSQL: a TWO_WAY_PRIVATE handled by one reaches a
+  socket held by the other;
+- durability: a socket dropped mid-stream gets the backlog again on reconnect, and an event that
+  was answered before a kill -9 is still pending after the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from apps.protocol.wire.client import Identity, MediatorClient
+from apps.protocol.wire.ws import MediatorSocket, open_authenticated
+from tests.support.registration import signed_contract
+from tests.support.servers import Server, free_port, start_daphne
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+# Redis database for the cross-process test; the key prefix keeps parallel runs apart anyway
+# (groups are named by tenant id and a hash of a freshly generated DID).
+REDIS_DB_URL = "redis://127.0.0.1:6379/11"
+
+
+class Deployment:
+    """One tenant at 127.0.0.1:<port>, served by one or more Daphne processes."""
+
+    def __init__(self, tmp_path, *, processes: int = 1, env: dict | None = None):
+        from apps.tenants.services import tenant_create
+
+        self.tmp_path = tmp_path
+        self.env = {"REDIS_URL": "", **(env or {})}
+        self.ports = [free_port() for _ in range(processes)]
+        self.host = f"127.0.0.1:{self.ports[0]}"
+        self.tenant = tenant_create(slug="rt", domain=self.host, rate_limit_per_did=0, rate_limit_per_ip=0)
+        # Started side by side: each takes a few seconds to boot.
+        with ThreadPoolExecutor(processes) as pool:
+            self.servers: list[Server] = list(pool.map(self._start, self.ports))
+        # Every process answers for the tenant's host, as behind a load balancer.
+        self.clients = [MediatorClient(f"http://127.0.0.1:{p}", host=self.host) for p in self.ports]
+
+    def _start(self, port: int) -> Server:
+        return start_daphne(self.tmp_path, port=port, env=self.env, wait_host=self.host)
+
+    def restart(self, i: int = 0) -> None:
+        self.servers[i] = self._start(self.ports[i])
+
+    async def socket(self, who: Identity, i: int = 0) -> MediatorSocket:
+        """An authenticated socket on process `i`, with the tenant's Host header."""
+        return await open_authenticated(f"ws://{self.host}/ws", who, connect_to=("127.0.0.1", self.ports[i]))
+
+    def pair(self) -> tuple[Identity, Identity]:
+        """Alice and Bob registered here, Bob holding a contract with Alice (so she may send)."""
+        alice = Identity.create("alice", self.tenant.did)
+        bob = Identity.create("bob", self.tenant.did)
+        http = self.clients[0]
+        http.register(alice)
+        http.register(bob)
+        signed, _, _ = signed_contract(alice, bob)
+        http.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+        return alice, bob
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+def deploy(transactional_db, tmp_path):
+    made: list[Deployment] = []
+
+    def make(**kw) -> Deployment:
+        d = Deployment(tmp_path, **kw)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+def _expected(event_id: str, sender: Identity, payload: str) -> dict:
+    return {"type": "PENDING_EVENTS", "events": [{"id": event_id, "sender_did": sender.did, "payload": payload}]}
+
+
+async def _no_frame(sock: MediatorSocket, seconds: float = 0.3) -> bool:
+    try:
+        await sock.recv(seconds)
+    except TimeoutError:
+        return True
+    return False
+
+
+def test_every_socket_of_a_did_receives_the_push(deploy):
+    d = deploy()
+    alice, bob = d.pair()
+    http = d.clients[0]
+
+    async def body():
+        bob_sockets = [await d.socket(bob) for _ in range(3)]
+        alice_socket = await d.socket(alice)
+        blob = http.seal_private(alice, bob.did, {"type": "chat.message", "text": "hi"})
+        event_id = await asyncio.to_thread(http.send_sealed, alice, bob.did, blob)
+        for sock in bob_sockets:
+            frame = await sock.next_of("PENDING_EVENTS", 5)
+            assert frame == _expected(event_id, alice, blob)
+            assert http.decrypt_private(bob, alice.did, frame["events"][0]["payload"])["event"] == {
+                "type": "chat.message",
+                "text": "hi",
+            }
+        assert await _no_frame(alice_socket)
+        for sock in [*bob_sockets, alice_socket]:
+            await sock.close()
+
+    asyncio.run(body())
+
+
+def test_the_server_refuses_a_bad_signature_with_4006_over_a_real_socket(deploy):
+    d = deploy()
+    alice, _ = d.pair()
+
+    async def body():
+        sock = await MediatorSocket.open(f"ws://{d.host}/ws")
+        frame = alice.ws_authenticate()
+        frame["nonce"] = str(uuid.uuid4())  # no longer what was signed
+        await sock.send_json(frame)
+        assert await sock.recv() == {"type": "AUTH_FAILED", "code": "INVALID_SIGNATURE"}
+        assert await sock.wait_closed() == 4006
+
+    asyncio.run(body())
+
+
+def test_a_push_crosses_daphne_processes_over_redis(deploy):
+    d = deploy(processes=2, env={"REDIS_URL": REDIS_DB_URL})
+    alice, bob = d.pair()
+    for client in d.clients:
+        assert client.health() == (200, {"status": "ok"})
+
+    async def body():
+        bob_on_2 = await d.socket(bob, 1)
+        bob_on_1 = await d.socket(bob, 0)
+        alice_on_2 = await d.socket(alice, 1)
+        # Handled by process 1 (the HTTP client of port 0) ...
+        blob = d.clients[0].seal_private(alice, bob.did, {"n": 1})
+        event_id = await asyncio.to_thread(d.clients[0].send_sealed, alice, bob.did, blob)
+        # ... reaches the socket held by process 2, and the one on process 1.
+        assert await bob_on_2.next_of("PENDING_EVENTS", 5) == _expected(event_id, alice, blob)
+        assert await bob_on_1.next_of("PENDING_EVENTS", 5) == _expected(event_id, alice, blob)
+        # The other way round: bob saves a contract through process 2; CONTRACTS_UPDATED goes to
+        # him (the sender, §10.6) on both processes and to nobody else.
+        signed, _, _ = signed_contract(bob, alice)
+        await asyncio.to_thread(
+            d.clients[1].command, bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
+        )
+        assert await bob_on_1.next_of("CONTRACTS_UPDATED", 5) == {"type": "CONTRACTS_UPDATED"}
+        assert await bob_on_2.next_of("CONTRACTS_UPDATED", 5) == {"type": "CONTRACTS_UPDATED"}
+        assert await _no_frame(alice_on_2)
+        for sock in (bob_on_1, bob_on_2, alice_on_2):
+            await sock.close()
+
+    asyncio.run(body())
+
+
+def test_a_socket_dropped_mid_stream_gets_the_backlog_again_on_reconnect(deploy):
+    d = deploy()
+    alice, bob = d.pair()
+    http = d.clients[0]
+
+    async def send(n: int) -> tuple[str, str]:
+        blob = http.seal_private(alice, bob.did, {"n": n})
+        return await asyncio.to_thread(http.send_sealed, alice, bob.did, blob), blob
+
+    async def body():
+        sock = await d.socket(bob)
+        sent = [await send(0), await send(1), await send(2)]
+        first = await sock.next_of("PENDING_EVENTS", 5)
+        assert first == _expected(sent[0][0], alice, sent[0][1])
+        sock.abort()  # the device loses its network: no close handshake, nothing acknowledged
+        sent += [await send(3), await send(4)]
+
+        again = await d.socket(bob)
+        frame = await again.next_of("PENDING_EVENTS", 5)
+        assert frame == {
+            "type": "PENDING_EVENTS",
+            "events": [{"id": i, "sender_did": alice.did, "payload": b} for i, b in sent],
+        }
+        assert await _no_frame(again)
+        await asyncio.to_thread(http.ack_events, bob, [i for i, _ in sent])
+        await again.close()
+
+        # Acknowledged events are gone from the backlog.
+        last = await d.socket(bob)
+        assert await _no_frame(last, 0.5)
+        await last.close()
+
+    asyncio.run(body())
+
+
+def test_an_answered_event_survives_kill_9_and_arrives_as_backlog(deploy):
+    d = deploy()
+    alice, bob = d.pair()
+    http = d.clients[0]
+    blob = http.seal_private(alice, bob.did, {"n": "before the crash"})
+    event_id = http.send_sealed(alice, bob.did, blob)
+    assert http.last_reply[0] == 200
+
+    d.servers[0].kill9()
+    assert d.servers[0].proc.returncode == -9
+    d.restart()
+
+    assert http.pending_events(bob)["pending_events"] == [{"id": event_id, "payload": blob, "sender_did": alice.did}]
+
+    async def body():
+        sock = await d.socket(bob)
+        assert await sock.next_of("PENDING_EVENTS", 5) == _expected(event_id, alice, blob)
+        await sock.close()
+
+    asyncio.run(body())
