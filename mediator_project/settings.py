@@ -215,6 +215,8 @@ MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or 
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the
 # tenant services clear this process's cache at once; other processes see a change within the TTL.
 MEDIATOR_TENANT_CACHE_SECONDS = env_int("MEDIATOR_TENANT_CACHE_SECONDS", 5)
+# The console theme's login form carries no "next": land operators on the console, not /accounts/profile/.
+LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
