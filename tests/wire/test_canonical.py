@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -184,3 +186,20 @@ def test_canonical_output_is_stable_under_key_permutation_and_reparsing(value, s
     reparsed = loads_strict(first)
     assert canonical_bytes(reparsed) == first
     assert canonical_bytes(loads_strict(canonical_bytes(_shuffled(reparsed, random.Random(seed + 1))))) == first
+
+
+# -- an independent encoder: answers recorded from Node.js (tests/wire/data/js_reference.json) ----
+
+JS_REFERENCE = json.loads((Path(__file__).parent / "data" / "js_reference.json").read_text(encoding="utf-8"))
+
+
+def test_numbers_print_exactly_as_nodejs_prints_them():
+    assert len(JS_REFERENCE["numbers"]) > 400
+    mismatches = [(r, js) for r, js in JS_REFERENCE["numbers"] if js_number(float(r)) != js]
+    assert mismatches == []
+
+
+def test_objects_canonicalise_exactly_as_nodejs_does():
+    for obj, js in JS_REFERENCE["objects"]:
+        assert canonical_str(obj) == js
+        assert canonical_str(loads_strict(json.dumps(obj).encode())) == js
