@@ -51,6 +51,8 @@ def test_b64decode_round_trips_every_length():
         "Y=Q=",  # padding in the middle
         "YW Jj",  # whitespace
         "YWJj\n",  # trailing newline
+        "YW==\n",
+        "\nYWJj",
         "YWJj!",  # junk
         "é",  # non-ASCII
     ],

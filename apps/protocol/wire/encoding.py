@@ -29,7 +29,7 @@ def b64url_nopad(data: bytes) -> str:
 
 def b64decode(text: str) -> bytes:
     """Decode standard or url-safe base64, padded or not; raise EncodingError otherwise."""
-    if not isinstance(text, str) or not _B64_RE.match(text):
+    if not isinstance(text, str) or not _B64_RE.fullmatch(text):  # fullmatch: `$` alone allows a trailing newline
         raise EncodingError("not base64")
     body = text.rstrip("=")
     if "=" in body:
