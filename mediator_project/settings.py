@@ -178,6 +178,11 @@ MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS = env_int("MEDIATOR_EXPIRED_CONTRACT_RE
 # counters through PROMETHEUS_MULTIPROC_DIR (an empty directory per deployment start).
 MEDIATOR_METRICS_TOKEN = env("MEDIATOR_METRICS_TOKEN", "") or ""
 MEDIATOR_METRICS_ALLOW_INTERNAL = env_bool("MEDIATOR_METRICS_ALLOW_INTERNAL", True)
+MEDIATOR_METRICS_INTERNAL_NETWORKS = [
+    n.strip()
+    for n in (env("MEDIATOR_METRICS_INTERNAL_NETWORKS", "") or "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7").split(",")
+    if n.strip()
+]
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 

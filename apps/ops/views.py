@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from functools import lru_cache
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -13,12 +14,22 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from .metrics import exposition
 
 
+@lru_cache(maxsize=8)
+def _networks(spec: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in spec if n.strip())
+
+
 def _internal(addr: str) -> bool:
+    """Inside MEDIATOR_METRICS_INTERNAL_NETWORKS (loopback and RFC 1918 / RFC 4193 by default).
+
+    An explicit list, not ipaddress' is_private, which also counts the documentation ranges."""
     try:
         ip = ipaddress.ip_address(addr.strip())
     except ValueError:
         return False
-    return ip.is_loopback or ip.is_private
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in _networks(tuple(settings.MEDIATOR_METRICS_INTERNAL_NETWORKS)))
 
 
 def metrics_allowed(request: HttpRequest) -> bool:
