@@ -12,9 +12,12 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
-from apps.protocol.wire.client import Identity
+from apps.protocol.wire.client import Identity, MediatorClient
+from apps.protocol.wire.crypto import X25519KeyPair
+from apps.protocol.wire.encoding import b64encode
 from tests.support.servers import ROOT, free_port, start_daphne
 
 pytestmark = pytest.mark.e2e
@@ -95,6 +98,20 @@ def test_alice_messages_bob_from_the_shell(mediator, tmp_path):
     out = ok("register", "--identity", str(bob_file), "--days", "10")
     [bob_reg] = held_with(load(bob_file), tenant.did)
     assert out == f"registered with {tenant.did} until {iso(bob_reg['expires_at'])}\n"
+
+    # A request bob cannot decrypt is dropped (acknowledged), not accepted and not kept.
+    mallory = Identity.create("mallory", tenant.did)
+    junk = {
+        "type": "REQUEST_COMMUNICATION_CONTRACT",
+        "encrypted_contract_request": b64encode(os.urandom(64)),
+        "requestor_ephemeral_public_key": b64encode(X25519KeyPair.generate().public),
+    }
+    with httpx.Client() as http:
+        MediatorClient(server.url, http=http).command(mallory, junk, recipient_did=bob_did)
+    out = cli("accept-requests", "--identity", str(bob_file))
+    assert (out.returncode, out.stdout) == (0, "")
+    assert out.stderr == f"dropped an invalid request from {mallory.did}: contract request does not decrypt\n"
+    assert ok("accept-requests", "--identity", str(bob_file)) == "no pending contract requests\n"
 
     # Alice asks bob for a contract through bob's mediator (reached by an explicit URL here).
     out = ok("request-contract", "--identity", str(alice_file), "--to", bob_did, "--mediator-url", server.url)

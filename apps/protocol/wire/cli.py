@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 
-from . import contract as wc
 from .client import DAY_S, Identity, MediatorClient, MediatorDirectory, MediatorError
 from .did import DidError, parse_decentrl
 
@@ -194,20 +193,40 @@ def cmd_accept_requests(s: Session, args: argparse.Namespace) -> None:
         lambda page: s.own.pending_contract_requests(s.ident, page=page, page_size=PAGE_SIZE),
         "pending_communication_contract_requests",
     )
-    accepted = 0
+    accepted = failed = 0
     for item in items:
         sender = str(item.get("sender_did", "?"))
         try:
             s.own.accept_contract_request(s.ident, item)
-        except (ValueError, KeyError, TypeError, DidError, wc.ContractInvalid) as exc:
-            print(f"skipped a request from {safe(sender)}: {safe(str(exc))}", file=sys.stderr)
+        except MediatorError as exc:
+            # Not acknowledged: the request stays pending and the next run tries again.
+            failed += 1
+            print(f"could not accept the request from {safe(sender)}: {exc.status} {exc.code}", file=sys.stderr)
+            continue
+        except httpx.HTTPError as exc:
+            failed += 1
+            print(f"could not accept the request from {safe(sender)}: {type(exc).__name__}", file=sys.stderr)
+            continue
+        except (ValueError, KeyError, TypeError, DidError) as exc:
+            # It does not decrypt, verify or name us: it never will, so drop it instead of seeing it again.
+            print(f"dropped an invalid request from {safe(sender)}: {safe(str(exc))}", file=sys.stderr)
+            if isinstance(item.get("id"), str):
+                s.own.command(
+                    s.ident,
+                    {
+                        "type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+                        "communication_contract_ids": [item["id"]],
+                    },
+                )
             continue
         finally:
             s.save()  # keep every contract accepted so far, whatever happens next
         accepted += 1
         print(f"accepted a contract with {who(sender)}")
-    if not accepted:
-        print("no pending contract requests" if not items else "no contract request accepted")
+    if not items:
+        print("no pending contract requests")
+    if failed:
+        raise CliError(f"{failed} contract request(s) not accepted")
 
 
 def cmd_contracts(s: Session, args: argparse.Namespace) -> None:
@@ -249,7 +268,8 @@ def cmd_inbox(s: Session, args: argparse.Namespace) -> None:
     if not items:
         print("no pending messages")
     if args.ack and opened:
-        s.own.ack_events(s.ident, opened)
+        for i in range(0, len(opened), PAGE_SIZE):  # an ACK carries at most 1000 ids (envelope cap)
+            s.own.ack_events(s.ident, opened[i : i + PAGE_SIZE])
         print(f"acknowledged {len(opened)} message(s)")
 
 
