@@ -280,6 +280,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact_sql"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Django's default config pins "django" at INFO with its own handler; naming it here drops
+        # that handler (no duplicate lines) and lets LOG_LEVEL=DEBUG reach the SQL log when DEBUG.
+        "django": {"level": LOG_LEVEL},
         "django.request": {"level": "ERROR"},
         # On the originating loggers too, so that every handler sees only the redacted record.
         "django.db.backends": {"filters": ["redact_sql"]},

@@ -59,8 +59,9 @@ class RedactSqlFilter(logging.Filter):
     """Rewrite django.db.backends records so that no statement text or parameter is logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith("django.db.backends"):
+        if not record.name.startswith("django.db.backends") or record.__dict__.get("sql_redacted"):
             return True
+        record.sql_redacted = True  # the logger's filter and the handler's both see it: once is enough
         sql = record.__dict__.pop("sql", None)
         record.__dict__.pop("params", None)
         duration = record.__dict__.get("duration")
