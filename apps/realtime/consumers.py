@@ -78,9 +78,15 @@ def _admit(host: str, ip: str | None) -> Tenant:
     return tenant
 
 
-def _auth_checks(tenant: Tenant, ip: str | None) -> None:
+def _authenticate(tenant: Tenant, ip: str | None, text: str | None) -> str:
+    """WS_AUTH_CHECKS, then §10.2 in order; one thread hop for the whole AUTHENTICATE."""
     for check in hooks.WS_AUTH_CHECKS:
         check(tenant, ip)
+    frame = parse_authenticate(text)
+    now_ms = _now_ms()
+    window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
+    check_timestamp(frame, now_ms=now_ms, window_ms=window)
+    return authenticate(tenant=tenant, frame=frame, now_ms=now_ms, window_ms=window)
 
 
 def _backlog_frames(rows: list[dict]) -> list[str]:
@@ -140,15 +146,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
             return
         self.state = AUTHENTICATING
         try:
-            if hooks.WS_AUTH_CHECKS:
-                await database_sync_to_async(_auth_checks)(self.tenant, self.ip)
-            frame = parse_authenticate(text_data)
-            now_ms = _now_ms()
-            window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
-            check_timestamp(frame, now_ms=now_ms, window_ms=window)
-            did = await database_sync_to_async(authenticate)(
-                tenant=self.tenant, frame=frame, now_ms=now_ms, window_ms=window
-            )
+            did = await database_sync_to_async(_authenticate)(self.tenant, self.ip, text_data)
         except WsAuthFailed as failed:
             await self._auth_failed(failed.code, failed.close_code)
             return
