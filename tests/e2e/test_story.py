@@ -51,7 +51,9 @@ def deployment(transactional_db, tmp_path):
     tenant_b = tenant_create(
         slug="tenant-b", domain=f"localhost:{port}", public_url=f"http://localhost:{port}", **policy
     )
-    server = start_daphne(tmp_path, port=port)
+    # Debug logging, SQL included: the privacy check below then covers every log line a server
+    # can print, not just the one-line-per-command INFO log.
+    server = start_daphne(tmp_path, port=port, env={"LOG_LEVEL": "DEBUG", "DJANGO_DEBUG": "1", "LOG_FORMAT": "plain"})
     directory = MediatorDirectory(scheme="http")
     try:
         yield {
