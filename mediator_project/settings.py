@@ -5,6 +5,7 @@ Production sets MEDIATOR_ENV=production, which makes every missing secret a loud
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -170,6 +171,9 @@ MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
 MEDIATOR_RATE_LIMIT_REDIS_URL = env("MEDIATOR_RATE_LIMIT_REDIS_URL", REDIS_URL) or ""
 MEDIATOR_RATE_LIMIT_PREFIX = env("MEDIATOR_RATE_LIMIT_PREFIX", "mediator:rl")
+# Reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client for per-IP
+# limits; e.g. "127.0.0.1/32" behind the nginx of scripts/run_production.sh. Empty = the peer.
+MEDIATOR_TRUSTED_PROXIES = [p.strip() for p in (env("MEDIATOR_TRUSTED_PROXIES", "") or "").split(",") if p.strip()]
 # Expired contracts stay listed this long before the scheduled purge removes them.
 MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS = env_int("MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS", 30)
 
@@ -183,6 +187,11 @@ MEDIATOR_METRICS_INTERNAL_NETWORKS = [
     for n in (env("MEDIATOR_METRICS_INTERNAL_NETWORKS", "") or "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7").split(",")
     if n.strip()
 ]
+for _net in MEDIATOR_TRUSTED_PROXIES + MEDIATOR_METRICS_INTERNAL_NETWORKS:
+    try:
+        ipaddress.ip_network(_net, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"not an IP network: {_net!r} ({_exc})") from _exc
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 

@@ -232,3 +232,35 @@ def test_the_body_cap_accepts_exactly_the_cap_and_refuses_one_byte_more(settings
     status, body = post_a.raw(_private_of_size(alice, bob, cap))
     assert (status, body["type"]) == (200, "SUCCESS")
     assert post_a.raw(_private_of_size(alice, bob, cap + 1)) == (413, {"type": "ERROR", "code": "PAYLOAD_TOO_LARGE"})
+
+
+# --- client address behind proxies --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trusted", "peer", "xff", "client"),
+    [
+        ([], "127.0.0.1", "203.0.113.9", "127.0.0.1"),  # no trusted proxy: the header is ignored
+        (["127.0.0.1/32"], "127.0.0.1", "203.0.113.9", "203.0.113.9"),
+        (["127.0.0.1/32"], "198.51.100.1", "203.0.113.9", "198.51.100.1"),  # peer is not a trusted proxy
+        (["127.0.0.1/32", "10.0.0.0/8"], "127.0.0.1", "6.6.6.6, 203.0.113.9, 10.0.0.2", "203.0.113.9"),
+        (["127.0.0.1/32"], "127.0.0.1", None, "127.0.0.1"),
+    ],
+)
+def test_the_client_address_trusts_only_configured_proxies(settings, trusted, peer, xff, client):
+    from apps.protocol.views import forwarded_client
+
+    settings.MEDIATOR_TRUSTED_PROXIES = trusted
+    assert forwarded_client(peer, xff) == client
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_ip_window(limiter_clock, settings, tenant_a):
+    settings.MEDIATOR_TRUSTED_PROXIES = ["127.0.0.1/32"]
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 2
+
+    def post(xff: str) -> int:
+        return Client().post("/", data=b"[]", content_type="application/json", HTTP_HOST=HOST_A,
+                             REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=xff).status_code
+
+    assert [post(IP_1) for _ in range(3)] == [400, 400, 429]
+    assert [post(IP_2) for _ in range(2)] == [400, 400]
