@@ -11,6 +11,10 @@ DATABASES["default"] = dj_database_url.parse(
     os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/mediator"), conn_max_age=0
 )
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+# Several suites may run on one PostgreSQL at once (developers, CI): MEDIATOR_TEST_DB_NAME
+# gives a run its own test database. Servers a test starts connect to that database by URL.
+if os.environ.get("MEDIATOR_TEST_DB_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["MEDIATOR_TEST_DB_NAME"]}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIATOR_DEFAULT_TENANT = "default"
 # Tests change tenants with queryset updates and across processes: resolve the host every time.
