@@ -1,12 +1,24 @@
 """The receiver of `messaging.notify.push_requested`: hands a push to the channel layer group of
-(tenant, DID). Runs after the transaction has committed (notify uses on_commit)."""
+(tenant, DID). Runs after the transaction has committed (notify uses on_commit), in whatever
+thread committed it: a Daphne worker thread, a gunicorn worker, a Celery task, a test.
+
+How the coroutine `group_send` is run from that sync code:
+- the in-memory layer keeps asyncio queues that belong to the ASGI server's event loop, so
+  `async_to_sync` must hand the call to that loop (it does, from a thread asgiref started);
+- a Redis layer holds nothing in the process, so the call goes to one long-lived background
+  loop per process. Without it, `async_to_sync` in a plain WSGI worker would make a new event
+  loop, and so a new Redis connection, for every single push.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from apps.protocol.wire.canonical import canonical_str
 
@@ -16,6 +28,23 @@ log = logging.getLogger("mediator.realtime")
 
 # The group message type handled by SocketConsumer.realtime_push.
 PUSH_TYPE = "realtime.push"
+# A push that the layer cannot take within this long is dropped (it is only a wake-up).
+SEND_TIMEOUT_S = 2.0
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid: int | None = None
+_loop_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    """This process's push loop, started on first use (and again after a fork)."""
+    global _loop, _loop_pid
+    with _loop_lock:
+        if _loop is None or _loop_pid != os.getpid() or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            _loop_pid = os.getpid()
+            threading.Thread(target=_loop.run_forever, name="realtime-push", daemon=True).start()
+        return _loop
 
 
 def push_to_sockets(sender, *, tenant_id: int, did: str, message: dict, **kwargs) -> None:
@@ -28,8 +57,17 @@ def push_to_sockets(sender, *, tenant_id: int, did: str, message: dict, **kwargs
     if layer is None:
         return
     # Serialised once here, not once per socket.
-    text = canonical_str(message)
+    group_message = {"type": PUSH_TYPE, "text": canonical_str(message)}
+    group = group_name(tenant_id, did)
     try:
-        async_to_sync(layer.group_send)(group_name(tenant_id, did), {"type": PUSH_TYPE, "text": text})
+        if isinstance(layer, InMemoryChannelLayer):
+            async_to_sync(layer.group_send)(group, group_message)
+        else:
+            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, group_message), _background_loop())
+            try:
+                future.result(timeout=SEND_TIMEOUT_S)
+            except TimeoutError:
+                future.cancel()
+                raise
     except Exception:  # noqa: BLE001 - see docstring; never log the message (it carries payloads)
         log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, message.get("type"))

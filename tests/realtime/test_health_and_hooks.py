@@ -144,3 +144,31 @@ def test_a_push_with_the_channel_layer_down_never_fails_the_command(
     with django_capture_on_commit_callbacks(execute=True):
         status, body = post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
     assert status == 200 and body["type"] == "SUCCESS"
+
+
+def test_a_push_from_plain_sync_code_reaches_a_redis_group(settings):
+    """The gunicorn/Celery path: no event loop in the thread, Redis layer, one background loop."""
+    import uuid
+
+    from asgiref.sync import async_to_sync, sync_to_async
+    from channels.layers import get_channel_layer
+
+    from apps.realtime.push import PUSH_TYPE, push_to_sockets
+
+    settings.CHANNEL_LAYERS = _redis_layer("redis://127.0.0.1:6379/11")
+    did = f"did:test:{uuid.uuid4()}"
+
+    async def body():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(7, did), channel)
+        # A worker thread with no event loop of its own, like a WSGI worker.
+        for _ in range(2):
+            await sync_to_async(push_to_sockets, thread_sensitive=False)(
+                None, tenant_id=7, did=did, message={"type": "CONTRACTS_UPDATED"}
+            )
+        for _ in range(2):
+            assert await layer.receive(channel) == {"type": PUSH_TYPE, "text": '{"type":"CONTRACTS_UPDATED"}'}
+        await layer.group_discard(group_name(7, did), channel)
+
+    async_to_sync(body)()
