@@ -74,9 +74,10 @@ def test_aes_gcm_refuses_any_flipped_bit():
         (KEY, "not base64!"),
         (KEY, base64.b64encode(bytes(27)).decode()),  # shorter than nonce + tag
         (KEY, ""),
-        (os.urandom(32), "AAECAwQFBgcICQoLRfzcBYlP72hMbRhm/UfgHDpoBJYNGUlycAbNgMv/ypaS"),  # wrong key
+        (b"\x42" * 32, "AAECAwQFBgcICQoLRfzcBYlP72hMbRhm/UfgHDpoBJYNGUlycAbNgMv/ypaS"),  # wrong key
         (b"short key", "AAECAwQFBgcICQoLRfzcBYlP72hMbRhm/UfgHDpoBJYNGUlycAbNgMv/ypaS"),
     ],
+    ids=["not-base64", "too-short", "empty", "wrong-key", "short-key"],
 )
 def test_aes_gcm_decrypt_refuses_malformed_or_foreign_blobs(key, blob):
     with pytest.raises(CryptoFailure):
