@@ -52,14 +52,18 @@ WS_CONNECTIONS = Gauge(
     multiprocess_mode="livesum",
 )
 WS_EVENTS = Counter(
-    "mediator_websocket_events_total", "WebSocket lifecycle events (connect, authenticated, disconnect).", ["event"],
+    "mediator_websocket_events_total",
+    "WebSocket lifecycle events (connect, authenticated, disconnect).",
+    ["event"],
     registry=OPS_REGISTRY,
 )
 RATE_LIMITED = Counter(
     "mediator_rate_limited_total", "Requests refused by a rate limit, by limit scope.", ["scope"], registry=OPS_REGISTRY
 )
 RATE_LIMIT_ERRORS = Counter(
-    "mediator_rate_limiter_errors_total", "Rate-limit checks that failed open (Redis unreachable).", registry=OPS_REGISTRY
+    "mediator_rate_limiter_errors_total",
+    "Rate-limit checks that failed open (Redis unreachable).",
+    registry=OPS_REGISTRY,
 )
 
 WS_EVENT_NAMES = {"connect", "authenticated", "disconnect"}
@@ -129,7 +133,9 @@ class DatabaseCollector:
                 cur.execute(depth_sql)
                 recipients, events, deepest = cur.fetchone()
             nonces = Nonce.objects.count()
-            stats = list(JobStat.objects.order_by("name").values_list("name", "runs", "failures", "items", "last_success_at"))
+            stats = list(
+                JobStat.objects.order_by("name").values_list("name", "runs", "failures", "items", "last_success_at")
+            )
         except DatabaseError:
             log.warning("metrics: database unreachable during scrape")
             up.add_metric([], 0)

@@ -114,7 +114,9 @@ class RedisBackend:
         self.script = self.client.register_script(_LUA)
 
     def hit(self, key: str, limit: int, now_ms: int, window_ms: int) -> Decision:
-        allowed, retry_ms = self.script(keys=[key], args=[now_ms, window_ms, limit, f"{now_ms}:{uuid.uuid4().hex[:12]}"])
+        allowed, retry_ms = self.script(
+            keys=[key], args=[now_ms, window_ms, limit, f"{now_ms}:{uuid.uuid4().hex[:12]}"]
+        )
         if int(allowed):
             return Decision(True)
         return Decision(False, _retry_seconds(int(retry_ms)))

@@ -143,8 +143,11 @@ def test_purge_pending_events_for_one_tenant_by_slug(tenant_a, tenant_b):
 def test_purge_contract_requests_removes_acknowledged_and_stale_requests(tenant_a):
     def req(age: timedelta, acked: bool) -> ContractRequest:
         r = ContractRequest.objects.create(
-            tenant=tenant_a, recipient_did="did:example:bob", sender_did="did:example:alice",
-            encrypted_contract_request="ct", requestor_ephemeral_public_key="k",
+            tenant=tenant_a,
+            recipient_did="did:example:bob",
+            sender_did="did:example:alice",
+            encrypted_contract_request="ct",
+            requestor_ephemeral_public_key="k",
         )
         ContractRequest.objects.filter(pk=r.pk).update(
             created_at=timezone.now() - age, acknowledged_at=timezone.now() if acked else None
@@ -165,8 +168,13 @@ def test_expired_contracts_stay_listed_for_the_retention_period_then_go(settings
 
     def contract(expires_at: int, tag: str) -> Contract:
         return Contract.objects.create(
-            tenant=tenant_a, owner_did="did:example:bob", requestor_did="did:example:alice",
-            recipient_did="did:example:bob", expires_at=expires_at, contract_hash=tag * 64, signed_contract="{}",
+            tenant=tenant_a,
+            owner_did="did:example:bob",
+            requestor_did="did:example:alice",
+            recipient_did="did:example:bob",
+            expires_at=expires_at,
+            contract_hash=tag * 64,
+            signed_contract="{}",
         )
 
     live = contract(now + 86_400, "a")
@@ -201,13 +209,22 @@ def test_two_concurrent_runs_of_a_job_are_safe(transactional_db, tenant_a, comma
     expired, kept = 3000, 5
     if command == "prune_nonces":
         Nonce.objects.bulk_create(
-            [Nonce(tenant=tenant_a, sender_did="did:example:x", nonce=f"old-{i}", expires_at=now_ms - 1000) for i in range(expired)]
-            + [Nonce(tenant=tenant_a, sender_did="did:example:x", nonce=f"new-{i}", expires_at=now_ms + 300_000) for i in range(kept)]
+            [
+                Nonce(tenant=tenant_a, sender_did="did:example:x", nonce=f"old-{i}", expires_at=now_ms - 1000)
+                for i in range(expired)
+            ]
+            + [
+                Nonce(tenant=tenant_a, sender_did="did:example:x", nonce=f"new-{i}", expires_at=now_ms + 300_000)
+                for i in range(kept)
+            ]
         )
         remaining = Nonce.objects.count
     else:
         PendingEvent.objects.bulk_create(
-            [PendingEvent(tenant=tenant_a, recipient_did="did:example:bob", sender_did="did:example:s", payload="p") for _ in range(expired + kept)]
+            [
+                PendingEvent(tenant=tenant_a, recipient_did="did:example:bob", sender_did="did:example:s", payload="p")
+                for _ in range(expired + kept)
+            ]
         )
         old_ids = list(PendingEvent.objects.order_by("id").values_list("id", flat=True)[:expired])
         PendingEvent.objects.filter(id__in=old_ids).update(created_at=timezone.now() - 31 * DAY)
@@ -215,7 +232,14 @@ def test_two_concurrent_runs_of_a_job_are_safe(transactional_db, tenant_a, comma
 
     env = server_env()
     procs = [
-        subprocess.Popen([sys.executable, "manage.py", command], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "manage.py", command],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outputs = [p.communicate(timeout=60) for p in procs]

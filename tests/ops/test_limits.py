@@ -144,7 +144,9 @@ def test_a_rate_limited_sender_on_tenant_a_does_not_touch_carol_on_tenant_b(
         ("MEDIATOR_WS_AUTH_PER_IP", hooks.WS_AUTH_CHECKS, "ws_auth"),
     ],
 )
-def test_websocket_admission_allows_n_per_minute_per_address(limiter_clock, settings, tenant_a, setting, hook_list, scope):
+def test_websocket_admission_allows_n_per_minute_per_address(
+    limiter_clock, settings, tenant_a, setting, hook_list, scope
+):
     setattr(settings, setting, 3)
     before = _refused(scope)
 
@@ -211,7 +213,9 @@ def test_a_full_recipient_queue_refuses_with_507_and_evicts_nothing(post_a, tena
 def _private_of_size(alice, bob, size: int) -> bytes:
     """A correctly signed TWO_WAY_PRIVATE command whose body is exactly `size` bytes."""
     fixed = dict(nonce="00000000-0000-4000-8000-000000000000")
-    base = len(canonical_bytes(alice.sign_command(recipient_did=bob.did, payload="", channel="TWO_WAY_PRIVATE", **fixed)))
+    base = len(
+        canonical_bytes(alice.sign_command(recipient_did=bob.did, payload="", channel="TWO_WAY_PRIVATE", **fixed))
+    )
     env = alice.sign_command(recipient_did=bob.did, payload="x" * (size - base), channel="TWO_WAY_PRIVATE")
     body = canonical_bytes(env)
     assert len(body) == size
@@ -259,8 +263,18 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_ip_window(limi
     settings.MEDIATOR_RATE_LIMIT_PER_IP = 2
 
     def post(xff: str) -> int:
-        return Client().post("/", data=b"[]", content_type="application/json", HTTP_HOST=HOST_A,
-                             REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=xff).status_code
+        return (
+            Client()
+            .post(
+                "/",
+                data=b"[]",
+                content_type="application/json",
+                HTTP_HOST=HOST_A,
+                REMOTE_ADDR="127.0.0.1",
+                HTTP_X_FORWARDED_FOR=xff,
+            )
+            .status_code
+        )
 
     assert [post(IP_1) for _ in range(3)] == [400, 400, 429]
     assert [post(IP_2) for _ in range(2)] == [400, 400]

@@ -44,7 +44,9 @@ def test_the_story_at_debug_level_logs_no_payload_tag_signature_or_key(transacti
 
     port = free_port()
     tenant = tenant_create(slug="tenant-a", domain=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}")
-    server = start_daphne(tmp_path, port=port, env={"LOG_LEVEL": "DEBUG", "DJANGO_DEBUG": "1", "LOG_FORMAT": log_format})
+    server = start_daphne(
+        tmp_path, port=port, env={"LOG_LEVEL": "DEBUG", "DJANGO_DEBUG": "1", "LOG_FORMAT": log_format}
+    )
     directory = MediatorDirectory(scheme="http")
     client = RecordingClient(f"http://127.0.0.1:{port}", directory=directory)
     client.sent = []
@@ -76,10 +78,19 @@ def test_the_story_at_debug_level_logs_no_payload_tag_signature_or_key(transacti
         sends = [r for r in commands if r["command"] == "TWO_WAY_PRIVATE"]
         assert len(sends) == 2
         assert {k for k in sends[0] if k not in ("ts", "duration_ms", "msg")} == {
-            "level", "logger", "tenant", "transport", "command", "code", "status"
+            "level",
+            "logger",
+            "tenant",
+            "transport",
+            "command",
+            "code",
+            "status",
         }
         assert (sends[0]["tenant"], sends[0]["code"], sends[0]["status"], sends[0]["transport"]) == (
-            "tenant-a", "SUCCESS", 200, "http"
+            "tenant-a",
+            "SUCCESS",
+            200,
+            "http",
         )
         assert isinstance(sends[0]["duration_ms"], float)
         assert any(r["logger"] == "django.db.backends" for r in lines)
@@ -94,7 +105,9 @@ async def _push_over_websocket(client: MediatorClient, port: int, alice: Identit
         auth = bob.ws_authenticate()
         await sock.send_json(auth)
         assert (await sock.recv())["type"] == "AUTH_SUCCESS"
-        await asyncio.to_thread(client.send_private, alice, bob.did, {"type": "chat.message", "data": "over the socket"})
+        await asyncio.to_thread(
+            client.send_private, alice, bob.did, {"type": "chat.message", "data": "over the socket"}
+        )
         frame = await sock.next_of("PENDING_EVENTS")
         return [auth["signature"], *(e["payload"] for e in frame["events"])]
     finally:
@@ -111,10 +124,15 @@ def _record(name: str, msg: str, args: tuple, **extra) -> logging.LogRecord:
 
 
 def test_the_sql_filter_keeps_the_timing_and_the_table_and_drops_every_value():
-    sql = "INSERT INTO \"messaging_pendingevent\" (\"payload\") VALUES ('c2VjcmV0LWNpcGhlcnRleHQ=') RETURNING id"
+    sql = 'INSERT INTO "messaging_pendingevent" ("payload") VALUES (\'c2VjcmV0LWNpcGhlcnRleHQ=\') RETURNING id'
     record = _record(
-        "django.db.backends", "(%.3f) %s; args=%s; alias=%s", (0.0123, sql, ("c2VjcmV0",), "default"),
-        duration=0.0123, sql=sql, params=("c2VjcmV0",), alias="default",
+        "django.db.backends",
+        "(%.3f) %s; args=%s; alias=%s",
+        (0.0123, sql, ("c2VjcmV0",), "default"),
+        duration=0.0123,
+        sql=sql,
+        params=("c2VjcmV0",),
+        alias="default",
     )
     assert RedactSqlFilter().filter(record) is True
     assert record.getMessage() == "(0.012) INSERT INTO messaging_pendingevent"
@@ -125,7 +143,13 @@ def test_the_sql_filter_keeps_the_timing_and_the_table_and_drops_every_value():
 
 
 def test_the_sql_filter_also_redacts_schema_statements_and_leaves_other_loggers_alone():
-    record = _record("django.db.backends.schema", "%s; (params %r)", ("ALTER TABLE x ADD y DEFAULT 'k'", ["k"]), sql="ALTER TABLE x", params=["k"])
+    record = _record(
+        "django.db.backends.schema",
+        "%s; (params %r)",
+        ("ALTER TABLE x ADD y DEFAULT 'k'", ["k"]),
+        sql="ALTER TABLE x",
+        params=["k"],
+    )
     RedactSqlFilter().filter(record)
     assert record.getMessage() == "ALTER x"
     other = _record("mediator.command", "command tenant=%s", ("a",))
@@ -152,5 +176,10 @@ def test_the_json_formatter_writes_one_line_with_only_whitelisted_extras():
     line = JsonFormatter().format(record)
     assert "\n" not in line
     data = json.loads(line)
-    assert (data["msg"], data["tenant"], data["code"], data["logger"]) == ("command x", "t", "SUCCESS", "mediator.command")
+    assert (data["msg"], data["tenant"], data["code"], data["logger"]) == (
+        "command x",
+        "t",
+        "SUCCESS",
+        "mediator.command",
+    )
     assert "payload" not in data and "SECRET" not in line
