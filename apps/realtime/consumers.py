@@ -51,6 +51,9 @@ DEFAULT_REFUSAL_CLOSE = 4400
 BACKLOG_ROWS_PER_QUERY = 50
 BACKLOG_FRAME_BYTES = 1024 * 1024
 
+# Re-join the group this often (channel layers expire memberships after a day by default).
+GROUP_REFRESH_S = 3600
+
 NEW, AUTHENTICATING, AUTHENTICATED, CLOSED = "new", "authenticating", "authenticated", "closed"
 
 
@@ -217,13 +220,19 @@ class SocketConsumer(AsyncWebsocketConsumer):
             await self._auth_failed("AUTH_TIMEOUT", 4001)
 
     async def _ping_loop(self) -> None:
-        """§10.4: a PING every interval while authenticated."""
+        """§10.4: a PING every interval while authenticated; keeps the group membership fresh."""
         interval = settings.MEDIATOR_WS_PING_INTERVAL_S
+        joined = time.monotonic()
         while self.state == AUTHENTICATED:
             await asyncio.sleep(interval)
             if self.state != AUTHENTICATED:
                 return
             await self._send_json({"type": "PING", "timestamp": _now_ms()})
+            # Channel layers forget group members after `group_expiry` (a day by default); a
+            # socket may live longer, so it re-joins well before that.
+            if time.monotonic() - joined >= GROUP_REFRESH_S:
+                await self.channel_layer.group_add(self.group, self.channel_name)
+                joined = time.monotonic()
 
     async def _send_backlog(self) -> None:
         """PROTOCOL-DECISIONS §6: the DID's unacknowledged pending events, in batches."""
