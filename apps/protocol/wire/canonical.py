@@ -147,8 +147,11 @@ def _parse_float(s: str) -> float:
     return value
 
 
-def loads_strict(raw: bytes | str) -> Any:
-    """Parse untrusted JSON, raising CanonicalError for anything canonical JSON cannot carry."""
+def loads_strict(raw: bytes | str, *, forbid_nul: bool = False) -> Any:
+    """Parse untrusted JSON, raising CanonicalError for anything canonical JSON cannot carry.
+
+    `forbid_nul` also refuses U+0000 in any string or key: the mediator's database cannot store it.
+    """
     try:
         text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
         value = json.loads(
@@ -161,22 +164,28 @@ def loads_strict(raw: bytes | str) -> Any:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CanonicalError("malformed JSON") from exc
-    _validate(value, 0)
+    _validate(value, 0, forbid_nul)
     return value
 
 
-def _validate(value: Any, depth: int) -> None:
+def _check_untrusted_str(s: str, forbid_nul: bool) -> None:
+    _check_str(s)
+    if forbid_nul and "\x00" in s:
+        raise CanonicalError("U+0000 is not accepted")
+
+
+def _validate(value: Any, depth: int, forbid_nul: bool = False) -> None:
     if depth > MAX_DEPTH:
         raise CanonicalError("nesting too deep")
     if isinstance(value, str):
-        _check_str(value)
+        _check_untrusted_str(value, forbid_nul)
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_str(k)
-            _validate(v, depth + 1)
+            _check_untrusted_str(k, forbid_nul)
+            _validate(v, depth + 1, forbid_nul)
     elif isinstance(value, list):
         for v in value:
-            _validate(v, depth + 1)
+            _validate(v, depth + 1, forbid_nul)
 
 
 def dumps(obj: Any) -> str:

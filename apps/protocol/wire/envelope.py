@@ -275,7 +275,7 @@ def parse_header(h: Any) -> Header:
 def parse_command(raw: bytes | str) -> Command:
     """Parse and validate a command body; ProtocolError(INVALID_COMMAND) on any mismatch."""
     try:
-        obj = loads_strict(raw)
+        obj = loads_strict(raw, forbid_nul=True)
     except CanonicalError as exc:
         raise invalid(str(exc)) from exc
     return command_from_obj(obj)
