@@ -54,6 +54,8 @@ class Contract(models.Model):
             models.Index(fields=["tenant", "owner_did", "recipient_did", "requestor_did"], name="contract_parties_rev"),
             # QUERY_COMMUNICATION_CONTRACTS listing by arrival
             models.Index(fields=["tenant", "owner_did", "id"], name="contract_owner_seq"),
+            # identity quota: distinct owners of live registrations (recipient = the tenant's DID)
+            models.Index(fields=["tenant", "recipient_did", "expires_at", "owner_did"], name="contract_registrations"),
         ]
 
 

@@ -10,7 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.protocol.wire import contract as wc
@@ -60,6 +60,20 @@ def _verify_contract(signed: dict) -> wc.ContractInfo:
 def is_registered(*, tenant: Tenant, did: str) -> bool:
     """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
     return Contract.objects.registrations(tenant, did, _now_s()).exists()
+
+
+def delivery_checks(*, tenant: Tenant, sender_did: str, recipient_did: str, now_s: int) -> tuple[bool, bool]:
+    """(recipient registered, live contract owned by the recipient naming both) in one round trip (§7.2 steps 5-6)."""
+    registered = Contract.objects.registrations(tenant, recipient_did, now_s).values("id")[:1]
+    contract = (
+        Contract.objects.owned_by(tenant, recipient_did).between(sender_did, recipient_did).active(now_s).values("id")
+    )
+    reg_sql, reg_params = registered.query.sql_with_params()
+    con_sql, con_params = contract[:1].query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT EXISTS({reg_sql}), EXISTS({con_sql})", (*reg_params, *con_params))
+        is_reg, has_contract = cur.fetchone()
+    return bool(is_reg), bool(has_contract)
 
 
 # --- contracts -------------------------------------------------------------------------------
@@ -205,9 +219,17 @@ class Page:
     total: int
 
 
+def _page_total(qs, page: Pagination, n_rows: int) -> int:
+    """`total` for a page of `n_rows` items: a partial page (or an empty first page) implies it,
+    which spares the COUNT on the common small-queue path; otherwise count."""
+    if n_rows < page.page_size and (n_rows > 0 or page.page == 0):
+        return page.offset + n_rows
+    return qs.count()
+
+
 def contract_requests_query(*, tenant: Tenant, did: str, page: Pagination) -> Page:
     qs = ContractRequest.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
-    rows = qs.order_by("id")[page.offset : page.offset + page.page_size]
+    rows = list(qs.order_by("id")[page.offset : page.offset + page.page_size])
     items = [
         {
             "id": str(r.public_id),
@@ -217,7 +239,7 @@ def contract_requests_query(*, tenant: Tenant, did: str, page: Pagination) -> Pa
         }
         for r in rows
     ]
-    return Page(items, qs.count())
+    return Page(items, _page_total(qs, page, len(rows)))
 
 
 def contract_requests_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
@@ -235,9 +257,9 @@ def contracts_query(*, tenant: Tenant, did: str, flt: dict, page: Pagination) ->
         qs = qs.filter(expires_at__lt=int(flt["expires_at_before"]))
     if flt.get("expires_at_after") is not None:
         qs = qs.filter(expires_at__gt=int(flt["expires_at_after"]))
-    rows = qs.order_by("id")[page.offset : page.offset + page.page_size]
+    rows = list(qs.order_by("id")[page.offset : page.offset + page.page_size])
     items = [{"id": str(c.public_id), "signed_communication_contract": RawJSON(c.signed_contract)} for c in rows]
-    return Page(items, qs.count())
+    return Page(items, _page_total(qs, page, len(rows)))
 
 
 # --- pending events --------------------------------------------------------------------------
@@ -270,9 +292,11 @@ def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, pa
     qs = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
     if sender_did is not None:
         qs = qs.filter(sender_did=sender_did)
-    rows = qs.order_by("id").values_list("public_id", "payload", "sender_did")[page.offset : page.offset + page.page_size]
+    rows = list(
+        qs.order_by("id").values_list("public_id", "payload", "sender_did")[page.offset : page.offset + page.page_size]
+    )
     items = [{"id": str(pid), "payload": payload, "sender_did": sender} for pid, payload, sender in rows]
-    return Page(items, qs.count())
+    return Page(items, _page_total(qs, page, len(rows)))
 
 
 def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_id: int = 0) -> list[dict]:
@@ -349,11 +373,13 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
         qs = qs.filter(id__in=tagged.values("event_id"))
     if flt.get("unprocessed_only"):
         qs = qs.filter(processed=False)
-    rows = qs.order_by("timestamp", "id").values_list("public_id", "payload", "encrypted_tags", "timestamp")[
-        page.offset : page.offset + page.page_size
-    ]
+    rows = list(
+        qs.order_by("timestamp", "id").values_list("public_id", "payload", "encrypted_tags", "timestamp")[
+            page.offset : page.offset + page.page_size
+        ]
+    )
     items = [{"id": str(pid), "payload": p, "encrypted_tags": tags, "timestamp": ts} for pid, p, tags, ts in rows]
-    return Page(items, qs.count())
+    return Page(items, _page_total(qs, page, len(rows)))
 
 
 @transaction.atomic

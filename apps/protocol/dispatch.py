@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from apps.messaging.services import is_registered
+from apps.messaging.services import delivery_checks, is_registered
 from apps.protocol.wire.canonical import canonical_bytes
 from apps.protocol.wire.crypto import verify_json_object
 from apps.protocol.wire.did import DidError, ResolvedDid
@@ -72,21 +72,17 @@ def _authorize_direct(tenant: Tenant, cmd: Command) -> None:
 
 def _authorize_two_way(tenant: Tenant, cmd: Command, now_ms: int) -> None:
     """DCTRL-0004 §7.2 steps 4-6."""
-    from apps.messaging.models import Contract
-
     h = cmd.header
     try:
         resolve_did(h.recipient_did)
     except DidError as exc:
         raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
-    if not is_registered(tenant=tenant, did=h.recipient_did):
-        raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
-    has_contract = (
-        Contract.objects.owned_by(tenant, h.recipient_did)
-        .between(h.sender_did, h.recipient_did)
-        .active(now_ms // 1000)
-        .exists()
+    # Steps 5 and 6 in one query: this is the hottest path of the mediator.
+    registered, has_contract = delivery_checks(
+        tenant=tenant, sender_did=h.sender_did, recipient_did=h.recipient_did, now_s=now_ms // 1000
     )
+    if not registered:
+        raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
     if not has_contract:
         raise ProtocolError(ErrorCode.COMMUNICATION_CONTRACT_NOT_FOUND)
 

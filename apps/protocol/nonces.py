@@ -7,7 +7,7 @@ refreshes rows past their expiry, so a live duplicate inserts/updates nothing an
 
 from __future__ import annotations
 
-from django.db import connection, transaction
+from django.db import connection
 
 from .models import Nonce
 
@@ -22,11 +22,12 @@ def nonce_consume(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms:
         f"WHERE {_TABLE}.expires_at <= %s RETURNING id"
     )
     # The unique constraint is the lock: concurrent inserts of one pair serialise on it and
-    # exactly one gets a row back. Outside any atomic block this commits immediately.
-    with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(sql, [tenant_id, sender_did, nonce, expires_at_ms, now_ms])
-            return cur.fetchone() is not None
+    # exactly one gets a row back. Dispatch runs in autocommit, so this one statement commits by
+    # itself (no BEGIN/COMMIT round trips on the hot path); inside a caller's atomic block it
+    # would share that block's fate, which dispatch never does.
+    with connection.cursor() as cur:
+        cur.execute(sql, [tenant_id, sender_did, nonce, expires_at_ms, now_ms])
+        return cur.fetchone() is not None
 
 
 def nonces_prune(*, now_ms: int) -> int:
