@@ -140,10 +140,6 @@ class DatabaseCollector:
             log.warning("metrics: database unreachable during scrape")
             up.add_metric([], 0)
             return [up]
-        finally:
-            # Scrapes run outside any request cycle bookkeeping in some servers; never keep a
-            # broken connection around.
-            connection.close_if_unusable_or_obsolete()
         up.add_metric([], 1)
         queued = GaugeMetricFamily("mediator_pending_queue_events", "Unacknowledged pending events, all recipients.")
         queued.add_metric([], events)
