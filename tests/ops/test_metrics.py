@@ -124,3 +124,13 @@ def test_job_runs_and_failures_are_reported_from_the_database(tenant_a):
     assert after[("mediator_job_runs_total", (("job", "apps.usage.tasks.prune_metering"),))] == 1
     assert after[("mediator_job_failures_total", (("job", "apps.usage.tasks.prune_metering"),))] == 1
     assert after[("mediator_pending_events_expired_total", ())] == 0
+
+
+def test_job_statistics_are_listed_read_only_in_the_operator_console(admin_client, tenant_a):
+    from apps.ops.jobs import run_job
+
+    run_job("prune_nonces")
+    resp = admin_client.get("/admin/ops/jobstat/", HTTP_HOST=HOST_A)
+    assert resp.status_code == 200
+    assert b"prune_nonces" in resp.content
+    assert admin_client.get("/admin/ops/jobstat/add/", HTTP_HOST=HOST_A).status_code == 403
