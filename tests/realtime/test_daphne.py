@@ -98,7 +98,7 @@ async def _no_frame(sock: MediatorSocket, seconds: float = 0.3) -> bool:
     return False
 
 
-def test_every_socket_of_a_did_receives_the_push(deploy):
+def test_every_socket_of_a_did_receives_the_push_and_a_refusal_carries_its_close_code(deploy):
     d = deploy()
     alice, bob = d.pair()
     http = d.clients[0]
@@ -119,14 +119,7 @@ def test_every_socket_of_a_did_receives_the_push(deploy):
         for sock in [*bob_sockets, alice_socket]:
             await sock.close()
 
-    asyncio.run(body())
-
-
-def test_the_server_refuses_a_bad_signature_with_4006_over_a_real_socket(deploy):
-    d = deploy()
-    alice, _ = d.pair()
-
-    async def body():
+        # A refusal reaches a real client as AUTH_FAILED and then the close code.
         sock = await MediatorSocket.open(f"ws://{d.host}/ws")
         frame = alice.ws_authenticate()
         frame["nonce"] = str(uuid.uuid4())  # no longer what was signed
