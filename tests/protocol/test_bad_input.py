@@ -45,6 +45,8 @@ BODIES = {
     "deep-array": deep(100_000).encode(),
     "deep-object": ('{"a":' * 5000 + "1" + "}" * 5000).encode(),
     "lone-surrogate-key": b'{"\\ud800": 1}',
+    "nul-escaped": b'{"header": "\\u0000"}',
+    "nul-raw": b'{"header": "\x00"}',
 }
 
 
@@ -180,6 +182,31 @@ def test_lone_surrogates_are_invalid(post_a, tenant_a, registered, alice, bob, t
     assert row_counts() == before
 
 
+@pytest.mark.parametrize("where", ["two-way-payload", "tag", "event-payload", "key", "did"])
+def test_nul_anywhere_in_a_signed_command_is_invalid_and_never_reaches_the_database(
+    post_a, tenant_a, registered, alice, bob, where
+):
+    ev = {"sender_did": alice.did, "recipient_did": bob.did, "timestamp": 1, "payload": "p"}
+    recipient, channel, payload = tenant_a.did, "DIRECT_AUTHENTICATED", {"type": "QUERY_EVENTS"}
+    if where == "two-way-payload":
+        recipient, channel, payload = bob.did, "TWO_WAY_PRIVATE", "a\x00b"
+    elif where == "tag":
+        payload = {"type": "SAVE_EVENTS", "events": [{**ev, "encrypted_tags": ["t\x00"]}]}
+    elif where == "event-payload":
+        payload = {"type": "SAVE_EVENTS", "events": [{**ev, "payload": "\x00"}]}
+    elif where == "key":
+        payload = {"type": "QUERY_EVENTS", "\x00": 1}
+    else:
+        payload = {"type": "QUERY_EVENTS", "filter": {"participant_did": "did:x\x00"}}
+    before = row_counts()
+    raw = json.dumps({"header": {}, "payload": payload})  # signing refuses NUL: sign around it
+    env = envelope(alice, "x", recipient_did=recipient, channel=channel)
+    env["payload"] = payload
+    assert "\\u0000" in raw
+    assert post_a.raw(json.dumps(env)) == INVALID
+    assert row_counts() == before
+
+
 def test_a_properly_paired_surrogate_is_fine(post_a, tenant_a, registered, alice):
     env = envelope(alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["😀"]}}, recipient_did=tenant_a.did)
     assert json.dumps(env).count("\\ud83d\\ude00") == 1
@@ -244,7 +271,9 @@ def test_get_and_other_methods_on_the_command_endpoint_never_500(client, tenant_
 
 # --- property-based: every reply is a well-formed protocol reply -------------------------------
 
-ALLOWED_STATUS = {200, 400, 401, 404, 413, 429, 503, 507}
+# 503 is not allowed: the tenant is active and the database up, so MEDIATOR_UNAVAILABLE here would
+# mean a database error leaking through (as U+0000 did before it was refused at the edge).
+ALLOWED_STATUS = {200, 400, 401, 404, 413, 429, 507}
 
 json_scalars = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -86,3 +87,45 @@ def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client,
 
     assert sorted(results, key=lambda r: r[0]) == [(200, {"type": "SUCCESS"}), (401, err("DUPLICATE_NONCE"))]
     assert StoredEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, alice, bob):
+    """The handler's transaction rolls back (identity quota refused inside it); the nonce does not."""
+    from apps.protocol.wire import contract as wc
+    from apps.tenants.models import Tenant
+    from tests.conftest import Poster
+
+    poster = Poster(client, HOST_A)
+    register(poster, alice, tenant_a)
+    Tenant.objects.filter(pk=tenant_a.pk).update(max_identities=1)
+
+    req = wc.build_request(
+        requestor_did=bob.did,
+        recipient_did=tenant_a.did,
+        recipient_prekey=bytes(tenant_a.prekey_public),
+        signing=bob.signing,
+        expires_at=int(time.time()) + 3600,
+    )
+    payload = {
+        "type": "REQUEST_COMMUNICATION_CONTRACT",
+        "encrypted_contract_request": req.encrypted,
+        "requestor_ephemeral_public_key": req.ephemeral_public_b64,
+    }
+    env = envelope(bob, payload, recipient_did=tenant_a.did)
+    assert poster.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
+    # Seen from another connection: committed, not merely visible inside our own transaction.
+    seen: list[bool] = []
+
+    def look() -> None:
+        try:
+            seen.append(Nonce.objects.filter(nonce=env["header"]["nonce"], sender_did=bob.did).exists())
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=look)
+    t.start()
+    t.join(timeout=30)
+    assert seen == [True]
+    Tenant.objects.filter(pk=tenant_a.pk).update(max_identities=0)
+    assert poster.send(env) == (401, err("DUPLICATE_NONCE"))

@@ -376,3 +376,22 @@ def test_an_identity_on_another_mediator_is_resolved_locally(post_a, tenant_a, r
     contract_both_ways(post_a, stranger, bob, tenant_a)
     status, body = post_a.command(stranger, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
     assert status == 200 and set(body) == {"type", "pendingEventId"}
+
+
+def test_recipient_queue_full(post_a, tenant_a, registered, alice, bob):
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=2)
+    assert post_a.command(alice, "1", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")[0] == 200
+    assert post_a.command(alice, "2", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")[0] == 200
+    before = data_counts()
+    assert post_a.command(alice, "3", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (
+        507,
+        err("RECIPIENT_QUEUE_FULL"),
+    )
+    assert data_counts() == before
+    # Acknowledging frees room: nothing was evicted to make it.
+    first = PendingEvent.objects.order_by("id").first()
+    ack = {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": [str(first.public_id)]}
+    assert post_a.command(bob, ack, recipient_did=tenant_a.did) == (200, {"type": "SUCCESS"})
+    assert post_a.command(alice, "3", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")[0] == 200
+    assert list(PendingEvent.objects.order_by("id").values_list("payload", flat=True)) == ["", "2", "3"]
