@@ -172,6 +172,7 @@ class SocketPool:
     sockets: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     failures: int = 0
+    failure_kinds: dict = field(default_factory=dict)
 
     async def open(self, url: str, identities: list, n: int, concurrency: int = 50) -> None:
         from apps.protocol.wire.ws import open_authenticated
@@ -182,8 +183,10 @@ class SocketPool:
             async with sem:
                 try:
                     sock = await open_authenticated(url, identities[i % len(identities)], open_timeout=30)
-                except Exception:  # noqa: BLE001 - counted and reported
+                except Exception as exc:  # noqa: BLE001 - counted and reported
                     self.failures += 1
+                    kind = f"{type(exc).__name__}:{getattr(exc, 'code', '')}"
+                    self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + 1
                     return
             self.sockets.append(sock)
             self.tasks.append(asyncio.create_task(_drain(sock)))

@@ -80,6 +80,7 @@ async def one_run(steps: list[int], identities: int, redis: bool, settle_s: floa
                 "open": len(pool.sockets),
                 "alive": alive,
                 "open_failures": pool.failures,
+                "failure_kinds": pool.failure_kinds,
                 "open_rate_per_s": round(new / open_s, 1) if open_s else None,
                 "rss_mib": round(rss / 1024, 1),
                 "baseline_rss_mib": round(baseline / 1024, 1),

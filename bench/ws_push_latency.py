@@ -108,6 +108,7 @@ async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
             "others": others,
             "others_open": len(pool.sockets),
             "open_failures": pool.failures,
+            "failure_kinds": pool.failure_kinds,
             "rss_mib_with_sockets": round(rss_with_sockets / 1024, 1),
             "resp_to_frame_p50_ms": round(wc_.percentile(resp_to_frame, 50), 2),
             "resp_to_frame_p99_ms": round(wc_.percentile(resp_to_frame, 99), 2),
