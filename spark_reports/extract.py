@@ -45,26 +45,40 @@ def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
     return f" AND {column} IN ({','.join(str(int(t)) for t in tenant_ids)})"
 
 
-def read_partitioned(spark: SparkSession, db: Database, query: str, *, partitions: int | None = None) -> DataFrame:
+def _bounds(spark: SparkSession, db: Database, query: str) -> tuple[int | None, int | None, int]:
+    """MIN(id), MAX(id), COUNT(*) of `query`, asked over one plain JDBC connection on the driver
+    (no Spark job: on a busy machine each job costs seconds)."""
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.Properties()
+    for key, value in db.properties.items():
+        if key != "driver":
+            props.setProperty(key, value)
+    # spark.jars live in Spark's class loader, which DriverManager does not search: load the driver there.
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    conn = loader.loadClass(db.properties["driver"]).newInstance().connect(db.url, props)
+    try:
+        stmt = conn.createStatement()
+        rs = stmt.executeQuery(f"SELECT MIN(id), MAX(id), COUNT(*) FROM ({query}) b")
+        rs.next()
+        n = rs.getLong(3)
+        return (rs.getLong(1), rs.getLong(2), n) if n else (None, None, 0)
+    finally:
+        conn.close()
+
+
+def read_partitioned(
+    spark: SparkSession, db: Database, query: str, *, text_columns: tuple[str, ...] = (), partitions: int | None = None
+) -> DataFrame:
     """`query` (which selects an `id` column) read in id ranges, one JDBC connection per range."""
     partitions = partitions or env_int("SPARK_JDBC_PARTITIONS", 4)
-    bounds = (
-        spark.read.format("jdbc")
-        .options(
-            url=db.url,
-            dbtable=f"(SELECT MIN(id) AS lo, MAX(id) AS hi, COUNT(*) AS n FROM ({query}) b) q",
-            **db.properties,
-        )
-        .load()
-        .collect()[0]
-    )
+    lo, hi, n = _bounds(spark, db, query)
     reader = spark.read.format("jdbc").options(url=db.url, dbtable=f"({query}) q", fetchsize="10000", **db.properties)
-    if bounds["n"] and int(bounds["n"]) > 0 and partitions > 1 and bounds["hi"] > bounds["lo"]:
+    if db.is_sqlite and text_columns:
+        # SQLite's driver guesses a column's type from its declaration (datetime -> NUMERIC); read the text.
+        reader = reader.option("customSchema", ", ".join(f"{c} STRING" for c in text_columns))
+    if n and partitions > 1 and lo is not None and hi is not None and hi > lo:
         reader = reader.options(
-            partitionColumn="id",
-            lowerBound=str(int(bounds["lo"])),
-            upperBound=str(int(bounds["hi"]) + 1),
-            numPartitions=str(partitions),
+            partitionColumn="id", lowerBound=str(lo), upperBound=str(hi + 1), numPartitions=str(min(partitions, n))
         )
     return reader.load()
 
@@ -86,6 +100,7 @@ def extract(
         db,
         f"SELECT id, tenant_id, {_ts(db, 'at')}, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did"
         f" FROM usage_commandmeter WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
+        text_columns=("at",),
     )
     # A registration is a contract the identity owns and requested from this tenant's own DID
     # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
@@ -96,6 +111,7 @@ def extract(
         " JOIN tenants_tenant t ON t.id = c.tenant_id"
         " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did"
         f" AND c.created_at >= {lo} AND c.created_at < {hi}{_tenant_filter('c.tenant_id', tenant_ids)}",
+        text_columns=("created_at",),
     )
     pending = read_partitioned(
         spark,
@@ -103,15 +119,18 @@ def extract(
         f"SELECT id, tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')} FROM messaging_pendingevent"
         f" WHERE ((created_at >= {lo} AND created_at < {hi}) OR (acknowledged_at >= {lo} AND acknowledged_at < {hi}))"
         f"{_tenant_filter('tenant_id', tenant_ids)}",
+        text_columns=("created_at", "acknowledged_at"),
     )
     stored = read_partitioned(
         spark,
         db,
         f"SELECT id, tenant_id, {_ts(db, 'created_at')}, payload_bytes FROM messaging_storedevent"
         f" WHERE created_at >= {lo} AND created_at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
+        text_columns=("created_at",),
     )
     return ReportInputs(
-        meters=_as_timestamp(meters, "at").drop("id"),
+        # Four outputs read the metering rows: keep them once (spills to disk when large).
+        meters=_as_timestamp(meters, "at").drop("id").persist(),
         registrations=_as_timestamp(registrations, "created_at").drop("id"),
         pending=_as_timestamp(pending, "created_at", "acknowledged_at").drop("id"),
         stored=_as_timestamp(stored, "created_at").drop("id"),

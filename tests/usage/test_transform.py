@@ -22,10 +22,13 @@ METER_COLS = "tenant_id at command_type code http_status bytes_in bytes_out dura
 
 
 def meters(spark, rows):
-    return spark.createDataFrame([Row(**dict(zip(METER_COLS, r, strict=True))) for r in rows], schema=(
-        "tenant_id long, at timestamp, command_type string, code string, http_status int, bytes_in long,"
-        " bytes_out long, duration_ms double, sender_did string"
-    ))
+    return spark.createDataFrame(
+        [Row(**dict(zip(METER_COLS, r, strict=True))) for r in rows],
+        schema=(
+            "tenant_id long, at timestamp, command_type string, code string, http_status int, bytes_in long,"
+            " bytes_out long, duration_ms double, sender_did string"
+        ),
+    )
 
 
 def empty(spark, schema: str):
@@ -48,7 +51,9 @@ def inputs(spark):
             (1, ts(date(2026, 3, 3), 0), "QUERY_EVENTS", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
         ],
     )
-    regs = spark.createDataFrame([(1, ts(D1, 6)), (1, ts(D1, 7)), (2, ts(D2, 1))], "tenant_id long, created_at timestamp")
+    regs = spark.createDataFrame(
+        [(1, ts(D1, 6)), (1, ts(D1, 7)), (2, ts(D2, 1))], "tenant_id long, created_at timestamp"
+    )
     pending = spark.createDataFrame(
         [
             (1, ts(D1, 10), ts(D1, 10, 0, 1)),  # delivered after 1 s
@@ -59,7 +64,8 @@ def inputs(spark):
         "tenant_id long, created_at timestamp, acknowledged_at timestamp",
     )
     stored = spark.createDataFrame(
-        [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)], "tenant_id long, created_at timestamp, payload_bytes long"
+        [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)],
+        "tenant_id long, created_at timestamp, payload_bytes long",
     )
     return m, regs, pending, stored
 
@@ -100,7 +106,9 @@ def test_delivery_latency_is_counted_on_the_acknowledgement_day(inputs):
 
 def test_commands_by_type_and_errors_by_code(inputs):
     report = transform.usage_report(*inputs, D1, D2)
-    types = {k: (v["commands"], v["errors"]) for k, v in collect(report.by_type, "tenant_id", "day", "command_type").items()}
+    types = {
+        k: (v["commands"], v["errors"]) for k, v in collect(report.by_type, "tenant_id", "day", "command_type").items()
+    }
     assert types == {
         (1, D1, "QUERY_EVENTS"): (2, 0),
         (1, D1, "SAVE_EVENTS"): (2, 1),

@@ -1,0 +1,175 @@
+"""The real report job (extract over JDBC -> transform -> load -> publish) on PostgreSQL data built
+here, checked against the same figures computed independently in SQL.
+
+Percentile tolerance: the job uses percentile_approx with accuracy 10 000, which returns an element
+of the data within n/10 000 ranks of the exact nearest-rank percentile. Every group here has far
+fewer than 10 000 values, so it must equal PostgreSQL's percentile_disc exactly (float equality
+within 1e-9).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from apps.usage import services
+from apps.usage.models import ReportCommandType, ReportDaily, ReportErrorCode, ReportRun, ReportTopIdentity
+from spark_reports.config import database_from_url
+from spark_reports.usage_report import run as run_job
+
+from . import dataset
+
+pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
+TOL = 1e-9
+
+
+def sql(query: str, params: list) -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute(query, params)
+        return cur.fetchall()
+
+
+def expected_daily(ids: list[int], first, last) -> dict:
+    """Per (tenant_id, day) figures straight from SQL."""
+    rng = [ids, first, last]
+    out: dict = {}
+
+    def put(rows, names):
+        for row in rows:
+            entry = out.setdefault((row[0], row[1]), {})
+            entry.update(dict(zip(names, row[2:], strict=True)))
+
+    day = "(({col}) AT TIME ZONE 'UTC')::date"
+    put(
+        sql(
+            f"""SELECT tenant_id, {day.format(col="at")} d, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END),
+                sum(bytes_in), sum(bytes_out),
+                percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms), percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms),
+                count(DISTINCT sender_did) FILTER (WHERE code = 'SUCCESS' AND sender_did <> '')
+              FROM usage_commandmeter WHERE tenant_id = ANY(%s) GROUP BY 1, 2 HAVING {day.format(col="at")} BETWEEN %s AND %s""",
+            rng,
+        ),
+        ["commands", "errors", "bytes_in", "bytes_out", "latency_p50_ms", "latency_p95_ms", "active_identities"],
+    )
+    put(
+        sql(
+            f"""SELECT c.tenant_id, {day.format(col="c.created_at")} d, count(*) FROM messaging_contract c
+              JOIN tenants_tenant t ON t.id = c.tenant_id
+              WHERE c.tenant_id = ANY(%s) AND c.owner_did = c.requestor_did AND c.recipient_did = t.did
+              GROUP BY 1, 2 HAVING {day.format(col="c.created_at")} BETWEEN %s AND %s""",
+            rng,
+        ),
+        ["new_registrations"],
+    )
+    put(
+        sql(
+            f"""SELECT tenant_id, {day.format(col="created_at")} d, count(*) FROM messaging_pendingevent
+              WHERE tenant_id = ANY(%s) GROUP BY 1, 2 HAVING {day.format(col="created_at")} BETWEEN %s AND %s""",
+            rng,
+        ),
+        ["pending_created"],
+    )
+    put(
+        sql(
+            f"""SELECT tenant_id, {day.format(col="acknowledged_at")} d, count(*),
+                percentile_disc(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM acknowledged_at - created_at) * 1000),
+                percentile_disc(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM acknowledged_at - created_at) * 1000)
+              FROM messaging_pendingevent WHERE tenant_id = ANY(%s) AND acknowledged_at IS NOT NULL
+              GROUP BY 1, 2 HAVING {day.format(col="acknowledged_at")} BETWEEN %s AND %s""",
+            rng,
+        ),
+        ["pending_delivered", "delivery_p50_ms", "delivery_p95_ms"],
+    )
+    put(
+        sql(
+            f"""SELECT tenant_id, {day.format(col="created_at")} d, count(*), sum(payload_bytes) FROM messaging_storedevent
+              WHERE tenant_id = ANY(%s) GROUP BY 1, 2 HAVING {day.format(col="created_at")} BETWEEN %s AND %s""",
+            rng,
+        ),
+        ["stored_events", "stored_bytes"],
+    )
+    return out
+
+
+@pytest.fixture
+def built(spark, tenant_a, tenant_b):
+    ds = dataset.build(["a", "b"])
+    dataset.write_orm(ds, {"a": tenant_a, "b": tenant_b})
+    return ds
+
+
+def run_report(spark, tenants, first, last) -> ReportRun:
+    run = ReportRun.objects.create(date_from=first, date_to=last, status=ReportRun.Status.RUNNING)
+    run.tenants.set(tenants)
+    db = database_from_url(services.report_database_url())
+    counts = run_job(spark, db, run_id=run.pk, date_from=first, date_to=last, tenant_ids=[t.pk for t in tenants])
+    return services.report_run_publish(run=run, result=counts, output="")
+
+
+def test_the_job_on_postgresql_matches_sql(spark, built, tenant_a, tenant_b):
+    first, last = dataset.DAYS[0], dataset.DAYS[-1]
+    run = run_report(spark, [tenant_a, tenant_b], first, last)
+    assert run.status == ReportRun.Status.SUCCEEDED, run.log_tail
+
+    ids = [tenant_a.pk, tenant_b.pk]
+    expected = expected_daily(ids, first, last)
+    got = {(r.tenant_id, r.day): r for r in ReportDaily.objects.filter(run=run)}
+    assert set(got) == set(expected)
+    assert len(got) == 6  # two tenants x three days; the days just outside the range are excluded
+    for key, exp in expected.items():
+        row = got[key]
+        for name, value in exp.items():
+            actual = getattr(row, name)
+            if isinstance(actual, float) or isinstance(value, float):
+                assert actual == pytest.approx(float(value), abs=TOL), (key, name)
+            else:
+                assert actual == value, (key, name)
+        assert row.error_rate == pytest.approx(exp["errors"] / exp["commands"], abs=TOL)
+    assert run.row_counts["daily"] == 6
+
+    types = sql(
+        """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, CASE WHEN command_type = '' THEN '(unparsed)' ELSE command_type END,
+             count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END)
+           FROM usage_commandmeter WHERE tenant_id = ANY(%s) AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s GROUP BY 1, 2, 3""",
+        [ids, first, last],
+    )
+    assert {(t, d, c): (n, e) for t, d, c, n, e in types} == {
+        (r.tenant_id, r.day, r.command_type): (r.commands, r.errors) for r in ReportCommandType.objects.filter(run=run)
+    }
+
+    codes = sql(
+        """SELECT tenant_id, d, code, n, n::float / sum(n) OVER (PARTITION BY tenant_id, d) FROM (
+             SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, code, count(*) n FROM usage_commandmeter
+             WHERE tenant_id = ANY(%s) AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s GROUP BY 1, 2, 3) x""",
+        [ids, first, last],
+    )
+    exp_codes = {(t, d, c): (n, rate) for t, d, c, n, rate in codes if c != "SUCCESS"}
+    got_codes = {(r.tenant_id, r.day, r.code): (r.commands, r.rate) for r in ReportErrorCode.objects.filter(run=run)}
+    assert set(got_codes) == set(exp_codes)
+    for key, (n, rate) in exp_codes.items():
+        assert got_codes[key][0] == n and got_codes[key][1] == pytest.approx(rate, abs=TOL)
+
+    top = sql(
+        """SELECT tenant_id, d, rk, sender_did, n, bi, bo FROM (
+             SELECT tenant_id, d, sender_did, n, bi, bo,
+               row_number() OVER (PARTITION BY tenant_id, d ORDER BY n DESC, bi + bo DESC, sender_did COLLATE "C") rk
+             FROM (SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, sender_did, count(*) n, sum(bytes_in) bi, sum(bytes_out) bo
+                   FROM usage_commandmeter WHERE tenant_id = ANY(%s) AND sender_did <> ''
+                     AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s GROUP BY 1, 2, 3) v) r WHERE rk <= 10""",
+        [ids, first, last],
+    )
+    assert {(t, d, rk): (did, n, bi, bo) for t, d, rk, did, n, bi, bo in top} == {
+        (r.tenant_id, r.day, r.rank): (r.sender_did, r.commands, r.bytes_in, r.bytes_out)
+        for r in ReportTopIdentity.objects.filter(run=run)
+    }
+    assert ReportTopIdentity.objects.filter(run=run, tenant=tenant_a).count() == 30  # 10 per day for the busy tenant
+
+
+def test_a_run_for_one_tenant_contains_only_that_tenant(spark, built, tenant_a, tenant_b):
+    day = dataset.DAYS[1]
+    run = run_report(spark, [tenant_a], day, day)
+    assert run.status == ReportRun.Status.SUCCEEDED
+    assert set(ReportDaily.objects.filter(run=run).values_list("tenant_id", "day")) == {(tenant_a.pk, day)}
+    for model in (ReportCommandType, ReportErrorCode, ReportTopIdentity):
+        assert not model.objects.filter(run=run, tenant=tenant_b).exists()
+    assert ReportDaily.objects.get(run=run).commands == 120
