@@ -312,6 +312,22 @@ def test_alice_on_tenant_a_and_bob_on_tenant_b_talk_across_mediators(deployment)
     with pytest.raises(MediatorError) as err:
         ma.send_private(alice, bob.did, EVENT)
     assert (err.value.status, err.value.body) == (404, {"type": "ERROR", "code": "RECIPIENT_NOT_REGISTERED"})
+    # The other way round: the contract the RESPONSE stored for Alice lets Bob write to her on A.
+    reply_event = {"type": "chat.message", "data": {"id": "m-2", "chatId": "c1", "content": "Hi Alice"}}
+    reply_blob = mb.seal_private(bob, alice.did, reply_event, timestamp=T_ENVELOPE + 1)
+    reply_id = _uuid(mb.mediator_for(alice.did).send_sealed(bob, alice.did, reply_blob))
+    assert ma.last_reply == (200, {"type": "SUCCESS", "pendingEventId": reply_id})
+    assert ma.pending_events(alice) == {
+        "pending_events": [{"id": reply_id, "payload": reply_blob, "sender_did": bob.did}],
+        "pagination": _page(1),
+    }
+    assert ma.decrypt_private(alice, bob.did, reply_blob) == {
+        "contract_id": wc.contract_hash(alice.contract_with(bob.did)[0]["communication_contract"]),
+        "event": reply_event,
+        "timestamp": T_ENVELOPE + 1,
+    }
+    assert ma.ack_events(alice, [reply_id]) == {"type": "SUCCESS"}
+    assert ma.pending_events(alice) == {"pending_events": [], "pagination": _page(0)}
     # The contract Bob saved lives on his mediator only; Alice's copy only on hers.
     assert ma.contracts(alice)["pagination"] == _page(2)
     assert mb.contracts(bob)["pagination"] == _page(2)
