@@ -1,0 +1,104 @@
+"""Report run lifecycle (claim, publish, fail without leftovers) and metering retention."""
+
+from __future__ import annotations
+
+import sys
+from datetime import date, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from apps.usage import services, tasks
+from apps.usage.models import CommandMeter, ReportDaily, ReportRun
+
+pytestmark = pytest.mark.django_db
+DAY = date(2026, 1, 10)
+
+
+def meter(tenant, at, **kw) -> CommandMeter:
+    fields = dict(transport="http", code="SUCCESS", http_status=200, bytes_in=1, bytes_out=1, duration_ms=1.0)
+    fields.update(kw)
+    return CommandMeter.objects.create(tenant_id=tenant.pk if tenant else 999_999_999, at=at, **fields)
+
+
+def staged_run(tenant) -> ReportRun:
+    run = services.report_run_request(date_from=DAY, date_to=DAY, enqueue=False)
+    ReportDaily.objects.create(run=run, tenant=tenant, day=DAY, commands=5)
+    return run
+
+
+def fake_job(monkeypatch, code: str) -> None:
+    monkeypatch.setattr(services, "_job_command", lambda run: [sys.executable, "-c", code])
+
+
+def test_a_failed_job_leaves_no_half_written_report(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    fake_job(monkeypatch, "print('extract ok'); print('load: connection reset'); raise SystemExit(3)")
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.FAILED
+    assert not ReportDaily.objects.filter(run=run).exists()
+    assert "load: connection reset" in run.log_tail
+    assert run.log_tail.endswith("job exited with 3")
+    assert run.started_at and run.finished_at
+
+
+def test_a_job_whose_counts_disagree_with_the_rows_fails(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 2, "by_type": 0, "by_code": 0, "top": 0}\')')
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.FAILED
+    assert "row counts differ" in run.log_tail
+    assert not ReportDaily.objects.filter(run=run).exists()
+
+
+def test_a_clean_job_publishes_the_staged_rows(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 1, "by_type": 0, "by_code": 0, "top": 0, "total_seconds": 1.5}\')')
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.SUCCEEDED
+    assert run.row_counts == {"daily": 1, "by_type": 0, "by_code": 0, "top": 0, "job_seconds": 1.5, "spark_seconds": None}
+
+
+def test_a_run_is_executed_once(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    ReportRun.objects.filter(pk=run.pk).update(status=ReportRun.Status.RUNNING)
+    fake_job(monkeypatch, "raise SystemExit(1)")
+    again = services.report_run_execute(run_id=run.pk)
+    assert again.status == ReportRun.Status.RUNNING  # another worker holds it; nothing ran here
+    assert ReportDaily.objects.filter(run=run).count() == 1
+
+
+def test_a_request_with_an_inverted_or_huge_range_is_refused(settings):
+    with pytest.raises(services.ReportRequestError):
+        services.report_run_request(date_from=DAY, date_to=DAY - timedelta(days=1), enqueue=False)
+    settings.USAGE_REPORT_MAX_DAYS = 7
+    with pytest.raises(services.ReportRequestError):
+        services.report_run_request(date_from=DAY, date_to=DAY + timedelta(days=7), enqueue=False)
+    assert not ReportRun.objects.exists()
+
+
+def test_a_request_enqueues_only_after_commit(tenant_a, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        run = services.report_run_request(date_from=DAY, date_to=DAY, tenants=[tenant_a])
+    assert len(callbacks) == 1
+    assert run.status == ReportRun.Status.QUEUED and list(run.tenants.all()) == [tenant_a]
+
+
+def test_prune_keeps_each_tenants_retention(tenant_a, tenant_b, capsys):
+    services.metering_prune()  # rows other tests left behind, so that the count below is exact
+    now = timezone.now()
+    tenant_a.metering_retention_days = 1
+    tenant_a.save(update_fields=["metering_retention_days"])
+    keep_a = meter(tenant_a, now - timedelta(hours=20))
+    meter(tenant_a, now - timedelta(days=2))
+    keep_b = meter(tenant_b, now - timedelta(days=30))
+    meter(tenant_b, now - timedelta(days=91))
+    meter(None, now)  # a deleted tenant's row
+    assert tasks.prune_metering().startswith("pruned 3 metering rows across ")
+    assert set(CommandMeter.objects.filter(tenant_id__in=[tenant_a.pk, tenant_b.pk]).values_list("pk", flat=True)) == {
+        keep_a.pk,
+        keep_b.pk,
+    }
+    call_command("prune_metering")
+    assert capsys.readouterr().out.startswith("pruned 0 metering rows")
