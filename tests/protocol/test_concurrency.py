@@ -20,7 +20,9 @@ from tests.support.registration import contract_both_ways, register
 THREADS = 8
 
 
-def post_concurrently(body: bytes, n: int = THREADS) -> list[tuple[int, dict]]:
+def post_concurrently(body: bytes | list[bytes], n: int = THREADS) -> list[tuple[int, dict]]:
+    bodies = body if isinstance(body, list) else [body] * n
+    n = len(bodies)
     barrier = threading.Barrier(n)
     results: list[tuple[int, dict] | BaseException] = [None] * n  # type: ignore[list-item]
 
@@ -28,7 +30,7 @@ def post_concurrently(body: bytes, n: int = THREADS) -> list[tuple[int, dict]]:
         try:
             client = Client()
             barrier.wait(timeout=30)
-            resp = client.post("/", data=body, content_type="application/json", HTTP_HOST=HOST_A)
+            resp = client.post("/", data=bodies[i], content_type="application/json", HTTP_HOST=HOST_A)
             results[i] = (resp.status_code, json.loads(resp.content))
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             results[i] = exc
@@ -129,3 +131,22 @@ def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, a
     assert seen == [True]
     Tenant.objects.filter(pk=tenant_a.pk).update(max_identities=0)
     assert poster.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_contract_saved_concurrently_under_different_nonces_is_stored_once(client, tenant_a, alice, bob):
+    """Idempotent SAVE under a race: the loser hits the unique constraint and returns the winner's row."""
+    from apps.messaging.models import Contract
+    from tests.conftest import Poster
+    from tests.support.registration import signed_contract
+
+    poster = Poster(client, HOST_A)
+    register(poster, bob, tenant_a)
+    signed, _, _ = signed_contract(alice, bob)
+    payload = {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
+    bodies = [body_of(envelope(bob, payload, recipient_did=tenant_a.did)) for _ in range(4)]
+
+    results = post_concurrently(bodies)
+
+    assert results == [(200, {"type": "SUCCESS"})] * 4
+    assert Contract.objects.filter(owner_did=bob.did, requestor_did=alice.did).count() == 1
