@@ -29,4 +29,9 @@ def spark():
 
 @pytest.fixture
 def staff_user(django_user_model):
-    return django_user_model.objects.create_user("staff", "staff@example.test", "staff-pass-123", is_staff=True)
+    """A staff member who may view report runs and metering in the admin."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("staff", "staff@example.test", "staff-pass-123", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="usage", codename__startswith="view_"))
+    return user

@@ -1,0 +1,128 @@
+"""Staff pages (dashboard, run pages, CSV), the admin launch page and the operator API."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from apps.usage.models import ReportCommandType, ReportDaily, ReportRun
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def published(tenant_a, tenant_b):
+    """A succeeded run over the last three days, and a newer still-running run that must stay invisible."""
+    today = timezone.now().date()
+    run = ReportRun.objects.create(date_from=today - timedelta(days=2), date_to=today, status=ReportRun.Status.SUCCEEDED,
+                                   started_at=timezone.now(), finished_at=timezone.now(), row_counts={"daily": 3})
+    for i, (tenant, n) in enumerate([(tenant_a, 40), (tenant_a, 60), (tenant_b, 7)]):
+        day = today - timedelta(days=i % 2)
+        ReportDaily.objects.create(run=run, tenant=tenant, day=day, commands=n, errors=2, error_rate=2 / n, bytes_in=1000, latency_p50_ms=3.5, latency_p95_ms=9.0)
+        ReportCommandType.objects.create(run=run, tenant=tenant, day=day, command_type="QUERY_EVENTS", commands=n, errors=2)
+    staging = ReportRun.objects.create(date_from=today, date_to=today, status=ReportRun.Status.RUNNING)
+    ReportDaily.objects.create(run=staging, tenant=tenant_a, day=today, commands=999_999)
+    return run
+
+
+def test_the_dashboard_is_for_staff_only(client, django_user_model):
+    resp = client.get("/dashboard/")
+    assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
+    django_user_model.objects.create_user("user", password="pw-123456")
+    client.login(username="user", password="pw-123456")
+    assert client.get("/dashboard/").status_code == 302
+    assert client.get("/dashboard/reports/").status_code == 302
+
+
+def test_the_dashboard_charts_only_published_reports(client, staff_user, published, tenant_a):
+    client.force_login(staff_user)
+    resp = client.get("/dashboard/?days=7")
+    assert resp.status_code == 200
+    html = resp.content.decode()
+    assert html.count('<svg class="usage-chart"') == 9
+    assert "Commands per day by type" in html
+    assert resp.context["totals"]["commands"] == 107
+    assert "999999" not in html and "999.9k" not in html  # the running run's staged rows stay invisible
+    one = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7")
+    assert one.context["totals"]["commands"] == 100
+    assert [c.tenant.slug for c in one.context["live"]] == [tenant_a.slug]
+
+
+def test_the_run_page_shows_tables_charts_and_csv(client, staff_user, published):
+    client.force_login(staff_user)
+    html = client.get(f"/dashboard/reports/{published.pk}/").content.decode()
+    assert 'id="daily-table"' in html and '<svg class="usage-chart"' in html
+    resp = client.get(f"/dashboard/reports/{published.pk}/csv?table=daily")
+    assert resp["Content-Type"] == "text/csv"
+    rows = list(csv.reader(io.StringIO(b"".join(resp.streaming_content).decode())))
+    assert rows[0][:4] == ["tenant", "day", "commands", "errors"]
+    assert sorted(int(r[2]) for r in rows[1:]) == [7, 40, 60]
+    assert client.get(f"/dashboard/reports/{published.pk}/csv?table=nope").status_code == 404
+
+
+def test_a_running_report_page_refreshes_and_has_no_download(client, staff_user, published):
+    client.force_login(staff_user)
+    running = ReportRun.objects.get(status=ReportRun.Status.RUNNING)
+    html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
+    assert 'http-equiv="refresh"' in html
+    assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
+    assert client.get(f"/dashboard/reports/{running.pk}/status").json() == {"id": running.pk, "status": "running", "finished": False}
+
+
+def test_the_admin_button_queues_a_run_for_the_chosen_tenants(client, staff_user, tenant_a, tenant_b, django_capture_on_commit_callbacks):
+    client.force_login(staff_user)
+    url = reverse("admin:usage_reportrun_generate")
+    assert "Generate usage report" in client.get(url).content.decode()
+    assert "Generate usage report" in client.get(reverse("admin:usage_reportrun_changelist")).content.decode()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        resp = client.post(url, {"date_from": "2026-01-01", "date_to": "2026-01-07", "tenants": [tenant_b.pk]})
+    run = ReportRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/dashboard/reports/{run.pk}/"
+    assert (run.status, str(run.date_from), str(run.date_to), run.requested_by) == ("queued", "2026-01-01", "2026-01-07", staff_user)
+    assert list(run.tenants.all()) == [tenant_b]
+    assert len(callbacks) == 1
+    bad = client.post(url, {"date_from": "2026-01-07", "date_to": "2026-01-01"})
+    assert bad.status_code == 200 and ReportRun.objects.count() == 1
+
+
+@pytest.fixture
+def api(staff_user) -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff_user).key}")
+    return c
+
+
+def test_the_api_lists_retrieves_and_downloads(api, published):
+    listing = api.get("/api/v1/usage/reports/").json()
+    assert [r["id"] for r in listing["results"]] == [published.pk + 1, published.pk]
+    detail = api.get(f"/api/v1/usage/reports/{published.pk}/").json()
+    assert detail["status"] == "succeeded" and len(detail["daily"]) == 3
+    assert sorted(r["commands"] for r in detail["daily"]) == [7, 40, 60]
+    resp = api.get(f"/api/v1/usage/reports/{published.pk}/csv?table=by_type")
+    assert resp.status_code == 200 and b"QUERY_EVENTS" in b"".join(resp.streaming_content)
+    assert api.get("/api/v1/usage/reports/999999/").status_code == 404
+
+
+def test_the_api_triggers_a_run_for_one_tenant_only(api, tenant_a, tenant_b, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        resp = api.post("/api/v1/usage/reports/", {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": [tenant_a.slug]}, format="json")
+    assert resp.status_code == 202
+    assert resp.json()["tenants"] == [tenant_a.slug] and resp.json()["kind"] == "api"
+    unknown = api.post("/api/v1/usage/reports/", {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": ["nope"]}, format="json")
+    assert unknown.status_code == 400 and unknown.json() == {"tenants": ["unknown tenant: nope"]}
+    assert ReportRun.objects.count() == 1
+
+
+def test_the_api_refuses_non_staff_tokens(django_user_model):
+    user = django_user_model.objects.create_user("plain", password="pw-123456")
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    assert c.get("/api/v1/usage/reports/").status_code == 403
+    assert APIClient().get("/api/v1/usage/reports/").status_code in (401, 403)
