@@ -290,3 +290,8 @@ def test_the_login_page_and_dashboard_render(client, staff_client):
     assert client.get("/admin/login/").status_code == 200
     resp = staff_client.get("/admin/")
     assert resp.status_code == 200 and "Mediator operator console" in _text(resp)
+
+
+@pytest.mark.parametrize("path", ["999999/status/", "abc/purge/", "999999/registrations/"])
+def test_actions_on_a_missing_tenant_are_404(staff_client, path):
+    assert staff_client.get(f"/admin/tenants/tenant/{path}").status_code == 404
