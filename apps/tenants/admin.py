@@ -210,7 +210,7 @@ class TenantAdmin(ModelAdmin):
         return [
             IDENTITY,
             ("Live figures", {"fields": ["live_figures"]}),
-            ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours"]}),
+            ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
             ("Recent operator actions", {"fields": ["recent_audit"]}),
         ]
@@ -227,6 +227,7 @@ class TenantAdmin(ModelAdmin):
             "signing_key",
             "prekey",
             "keys_rotated_at",
+            "key_history",
             "recent_audit",
         ]
 
@@ -256,6 +257,17 @@ class TenantAdmin(ModelAdmin):
     @display(description="Pre-key (fingerprint)")
     def prekey(self, obj: Tenant) -> str:
         return fingerprint(obj.prekey_public)
+
+    @display(description="Retired keys")
+    def key_history(self, obj: Tenant):
+        rows = list(obj.key_history.order_by("-retired_at")[:10])
+        if not rows:
+            return "none"
+        return format_html_join(
+            "",
+            "<div>{} {} · retired {}</div>",
+            ((k.purpose, fingerprint(k.public), k.retired_at.strftime("%Y-%m-%d %H:%M UTC")) for k in rows),
+        )
 
     @display(description="Live figures")
     def live_figures(self, obj: Tenant):

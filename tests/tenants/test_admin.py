@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
+from apps.tenants.services import fingerprint
 from tests.support.registration import contract_both_ways, register
 
 CHANGELIST = "/admin/tenants/tenant/"
@@ -188,6 +189,9 @@ def test_rotate_keys_from_the_change_page(staff_client, tenant_a):
     assert bytes(tenant_a.signing_public) == old_signing and bytes(tenant_a.prekey_public) != old_prekey
     assert list(TenantKey.objects.values_list("purpose", flat=True)) == ["prekey"]
     assert AuditEntry.objects.get().action == "tenant.rotate_keys"
+    html = _text(staff_client.get(change_url(tenant_a)))
+    assert f"prekey {fingerprint(old_prekey)} · retired" in html
+    assert TenantKey.objects.get().private_sealed not in html
 
 
 def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
