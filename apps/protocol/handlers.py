@@ -6,12 +6,17 @@ from collections.abc import Callable
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
-from apps.protocol.wire.envelope import parse_pagination
+from apps.protocol.wire.envelope import MAX_PAGE_SIZE, parse_pagination
 from apps.protocol.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
 
 SUCCESS = {"type": "SUCCESS"}
+
+
+def _pagination(ctx: CommandContext):
+    """Pagination within the tenant's page cap (at most the protocol-wide 100)."""
+    return parse_pagination(ctx.payload, max_page_size=min(ctx.tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE))
 
 
 def _page_reply(key: str, page, result: svc.Page) -> dict:
@@ -53,7 +58,7 @@ def communication_contract_response(ctx: CommandContext) -> dict:
 
 
 def query_pending_contract_requests(ctx: CommandContext) -> dict:
-    page = parse_pagination(ctx.payload)
+    page = _pagination(ctx)
     result = svc.contract_requests_query(tenant=ctx.tenant, did=ctx.sender_did, page=page)
     return _page_reply("pending_communication_contract_requests", page, result)
 
@@ -71,13 +76,13 @@ def save_communication_contract(ctx: CommandContext) -> dict:
 
 
 def query_communication_contracts(ctx: CommandContext) -> dict:
-    page = parse_pagination(ctx.payload)
+    page = _pagination(ctx)
     result = svc.contracts_query(tenant=ctx.tenant, did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
     return _page_reply("communication_contracts", page, result)
 
 
 def query_pending_events(ctx: CommandContext) -> dict:
-    page = parse_pagination(ctx.payload)
+    page = _pagination(ctx)
     flt = ctx.payload.get("filter") or {}
     result = svc.pending_events_query(tenant=ctx.tenant, did=ctx.sender_did, sender_did=flt.get("sender_did"), page=page)
     return _page_reply("pending_events", page, result)
@@ -94,7 +99,7 @@ def save_events(ctx: CommandContext) -> dict:
 
 
 def query_events(ctx: CommandContext) -> dict:
-    page = parse_pagination(ctx.payload)
+    page = _pagination(ctx)
     result = svc.events_query(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
     return _page_reply("events", page, result)
 
