@@ -13,6 +13,7 @@ import threading
 import time
 
 from django.conf import settings
+from django.db import transaction
 
 from .models import Tenant, TenantDomain
 
@@ -21,10 +22,18 @@ _cache_lock = threading.Lock()
 _MAX_ENTRIES = 1024  # unknown hosts are cached too; cap what a Host-header scan can grow
 
 
-def tenant_cache_clear(**_kwargs) -> None:
-    """Forget every cached host (connected to Tenant/TenantDomain post_save and post_delete)."""
+def _clear() -> None:
     with _cache_lock:
         _cache.clear()
+
+
+def tenant_cache_clear(**_kwargs) -> None:
+    """Forget every cached host now and again after commit (Tenant/TenantDomain save and delete signals).
+
+    The second clear drops an entry another request may have cached from the pre-commit state.
+    """
+    _clear()
+    transaction.on_commit(_clear)
 
 
 def _lookup(host: str) -> Tenant | None:

@@ -114,6 +114,7 @@ def normalize_domain(domain: str) -> str:
 
 
 def validate_policy(values: dict) -> dict:
+    """Check policy values against POLICY_BOUNDS; returns them or raises a per-field ValidationError."""
     errors: dict[str, list[str]] = {}
     clean: dict = {}
     for field, value in values.items():
@@ -143,6 +144,7 @@ def validate_policy(values: dict) -> dict:
 
 
 def validate_aliases(aliases: list[str], *, primary: str, tenant_id: int | None) -> list[str]:
+    """Normalise alias hosts, drop duplicates and the primary domain, refuse hosts another tenant serves."""
     out: list[str] = []
     errors: list[str] = []
     for raw in aliases:
