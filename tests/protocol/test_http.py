@@ -167,3 +167,30 @@ def test_a_real_server_with_an_unreachable_database_answers_503_never_500(tmp_pa
         assert "Traceback" not in server.log()
     finally:
         server.stop()
+
+
+@pytest.mark.e2e
+def test_a_real_server_refuses_oversized_bodies_with_413(tmp_path, transactional_db):
+    """Over a real socket: a declared length over 6 MiB and a chunked body over it are both 413."""
+    from apps.tenants.services import tenant_create
+
+    tenant_create(slug="big", domain="big.mediator.test")
+    server = start_daphne(tmp_path)
+    big = b"x" * (6 * 1024 * 1024 + 1)
+
+    def chunks():
+        for i in range(0, len(big), 256 * 1024):
+            yield big[i : i + 256 * 1024]
+
+    try:
+        with httpx.Client(timeout=30, headers={"Host": "big.mediator.test"}) as http:
+            resp = http.post(server.url + "/", content=big, headers={"Content-Type": "application/json"})
+            assert (resp.status_code, resp.json()) == (413, err("PAYLOAD_TOO_LARGE"))
+            resp = http.post(server.url + "/", content=chunks(), headers={"Content-Type": "application/json"})
+            assert "content-length" not in {k.lower() for k in resp.request.headers}
+            assert (resp.status_code, resp.json()) == (413, err("PAYLOAD_TOO_LARGE"))
+            resp = http.post(server.url + "/", content=b"{}", headers={"Content-Type": "application/json"})
+            assert (resp.status_code, resp.json()) == (400, err("INVALID_COMMAND"))
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()
