@@ -63,6 +63,7 @@ def human(value: float, unit: str = "") -> str:
 
 
 def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: list[tuple[str, str]]) -> list[str]:
+    """Axes, grid, day labels and legend of a chart."""
     parts = [
         f'<svg class="usage-chart" viewBox="0 0 {W} {H + 22 * math.ceil(len(legend) / 4)}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
@@ -92,11 +93,14 @@ def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: li
     return parts
 
 
-def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float]], unit: str = "") -> SafeString:
+def stacked_bars(
+    title: str, labels: Sequence[str], series: dict[str, Sequence[float]], unit: str = "", colors: Sequence[str] = ()
+) -> SafeString:
     """One bar per label, stacked by series (e.g. commands per day by type)."""
     totals = [sum(float(s[i] or 0) for s in series.values()) for i in range(len(labels))]
     ymax = nice_max(max(totals, default=0))
-    legend = [(name, color(i)) for i, name in enumerate(series)]
+    palette = list(colors) or [color(i) for i in range(len(series))]
+    legend = [(name, palette[i % len(palette)]) for i, name in enumerate(series)]
     parts = _frame(title, ymax, unit, labels, legend)
     plot_h = H - TOP - BOTTOM
     step = (W - LEFT - RIGHT) / max(len(labels), 1)
@@ -112,7 +116,7 @@ def stacked_bars(title: str, labels: Sequence[str], series: dict[str, Sequence[f
             h = plot_h * v / ymax
             parts.append(
                 f'<rect class="bar" x="{x:.1f}" y="{y0:.1f}" width="{bar_w:.1f}" height="{max(h, 0.5):.1f}" '
-                f'fill="{color(j)}"><title>{escape(label)} · {escape(name)}: {escape(human(v, unit))}</title></rect>'
+                f'fill="{palette[j % len(palette)]}"><title>{escape(label)} · {escape(name)}: {escape(human(v, unit))}</title></rect>'
             )
             base += v
     parts.append("</svg>")

@@ -24,6 +24,27 @@ class _Echo:
 
 
 def _charts(series: dict, labels: list[str]) -> list[dict]:
+    """Every chart of the dashboard and of a run page, each with a visible caption."""
+    charts_ = _chart_list(series, labels)
+    for chart in charts_:
+        chart["title"] = CAPTIONS[chart["id"]]
+    return charts_
+
+
+CAPTIONS = {
+    "commands-by-type": "Commands per day by type",
+    "errors": "Succeeded and failed commands",
+    "error-rate": "Error rate",
+    "bytes": "Bytes in and out",
+    "latency": "Command latency (p50 / p95)",
+    "identities": "Active identities and new registrations",
+    "pending": "Pending events created and delivered",
+    "delivery": "Delivery latency, stored → acknowledged (p50 / p95)",
+    "stored": "Stored events",
+}
+
+
+def _chart_list(series: dict, labels: list[str]) -> list[dict]:
     s = series["sums"]
     return [
         {"id": "commands-by-type", "svg": charts.stacked_bars("Commands per day by type", labels, series["by_type"])},
@@ -36,6 +57,7 @@ def _charts(series: dict, labels: list[str]) -> list[dict]:
                     "succeeded": [c - e for c, e in zip(s.get("commands", []), s.get("errors", []), strict=True)],
                     "failed": s.get("errors", []),
                 },
+                colors=("#10b981", "#ef4444"),
             ),
         },
         {"id": "error-rate", "svg": charts.lines("Error rate", labels, {"error rate": series["error_rate"]}, "%")},

@@ -51,7 +51,11 @@ def test_rejected_commands_are_metered_with_their_error_code(post_a, tenant_a, a
     status, _ = post_a.raw(b'{"not": "a command"}')
     assert status == 400
     metering.flush()
-    assert list(CommandMeter.objects.filter(tenant=tenant_a).order_by("id").values_list("command_type", "code", "http_status", "sender_did")) == [
+    assert list(
+        CommandMeter.objects.filter(tenant=tenant_a)
+        .order_by("id")
+        .values_list("command_type", "code", "http_status", "sender_did")
+    ) == [
         ("QUERY_EVENTS", "UNAUTHORIZED_COMMAND", 401, alice.did),
         ("", "INVALID_COMMAND", 400, ""),
     ]
@@ -63,7 +67,10 @@ def test_each_tenant_meters_only_its_own_commands(post_a, post_b, tenant_a, tena
     post_b.send(query_events(carol, tenant_b))
     metering.flush()
     assert CommandMeter.objects.filter(tenant=tenant_a).count() == 1
-    assert list(CommandMeter.objects.filter(tenant=tenant_b).values_list("sender_did", flat=True)) == [carol.did, carol.did]
+    assert list(CommandMeter.objects.filter(tenant=tenant_b).values_list("sender_did", flat=True)) == [
+        carol.did,
+        carol.did,
+    ]
 
 
 def test_a_command_for_no_tenant_is_not_metered(client, settings):

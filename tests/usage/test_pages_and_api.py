@@ -21,12 +21,30 @@ pytestmark = pytest.mark.django_db
 def published(tenant_a, tenant_b):
     """A succeeded run over the last three days, and a newer still-running run that must stay invisible."""
     today = timezone.now().date()
-    run = ReportRun.objects.create(date_from=today - timedelta(days=2), date_to=today, status=ReportRun.Status.SUCCEEDED,
-                                   started_at=timezone.now(), finished_at=timezone.now(), row_counts={"daily": 3})
+    run = ReportRun.objects.create(
+        date_from=today - timedelta(days=2),
+        date_to=today,
+        status=ReportRun.Status.SUCCEEDED,
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        row_counts={"daily": 3},
+    )
     for i, (tenant, n) in enumerate([(tenant_a, 40), (tenant_a, 60), (tenant_b, 7)]):
         day = today - timedelta(days=i % 2)
-        ReportDaily.objects.create(run=run, tenant=tenant, day=day, commands=n, errors=2, error_rate=2 / n, bytes_in=1000, latency_p50_ms=3.5, latency_p95_ms=9.0)
-        ReportCommandType.objects.create(run=run, tenant=tenant, day=day, command_type="QUERY_EVENTS", commands=n, errors=2)
+        ReportDaily.objects.create(
+            run=run,
+            tenant=tenant,
+            day=day,
+            commands=n,
+            errors=2,
+            error_rate=2 / n,
+            bytes_in=1000,
+            latency_p50_ms=3.5,
+            latency_p95_ms=9.0,
+        )
+        ReportCommandType.objects.create(
+            run=run, tenant=tenant, day=day, command_type="QUERY_EVENTS", commands=n, errors=2
+        )
     staging = ReportRun.objects.create(date_from=today, date_to=today, status=ReportRun.Status.RUNNING)
     ReportDaily.objects.create(run=staging, tenant=tenant_a, day=today, commands=999_999)
     return run
@@ -73,10 +91,16 @@ def test_a_running_report_page_refreshes_and_has_no_download(client, staff_user,
     html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
     assert 'http-equiv="refresh"' in html
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
-    assert client.get(f"/dashboard/reports/{running.pk}/status").json() == {"id": running.pk, "status": "running", "finished": False}
+    assert client.get(f"/dashboard/reports/{running.pk}/status").json() == {
+        "id": running.pk,
+        "status": "running",
+        "finished": False,
+    }
 
 
-def test_the_admin_button_queues_a_run_for_the_chosen_tenants(client, staff_user, tenant_a, tenant_b, django_capture_on_commit_callbacks):
+def test_the_admin_button_queues_a_run_for_the_chosen_tenants(
+    client, staff_user, tenant_a, tenant_b, django_capture_on_commit_callbacks
+):
     client.force_login(staff_user)
     url = reverse("admin:usage_reportrun_generate")
     assert "Generate usage report" in client.get(url).content.decode()
@@ -85,7 +109,12 @@ def test_the_admin_button_queues_a_run_for_the_chosen_tenants(client, staff_user
         resp = client.post(url, {"date_from": "2026-01-01", "date_to": "2026-01-07", "tenants": [tenant_b.pk]})
     run = ReportRun.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/dashboard/reports/{run.pk}/"
-    assert (run.status, str(run.date_from), str(run.date_to), run.requested_by) == ("queued", "2026-01-01", "2026-01-07", staff_user)
+    assert (run.status, str(run.date_from), str(run.date_to), run.requested_by) == (
+        "queued",
+        "2026-01-01",
+        "2026-01-07",
+        staff_user,
+    )
     assert list(run.tenants.all()) == [tenant_b]
     assert len(callbacks) == 1
     bad = client.post(url, {"date_from": "2026-01-07", "date_to": "2026-01-01"})
@@ -112,10 +141,18 @@ def test_the_api_lists_retrieves_and_downloads(api, published):
 
 def test_the_api_triggers_a_run_for_one_tenant_only(api, tenant_a, tenant_b, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False):
-        resp = api.post("/api/v1/usage/reports/", {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": [tenant_a.slug]}, format="json")
+        resp = api.post(
+            "/api/v1/usage/reports/",
+            {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": [tenant_a.slug]},
+            format="json",
+        )
     assert resp.status_code == 202
     assert resp.json()["tenants"] == [tenant_a.slug] and resp.json()["kind"] == "api"
-    unknown = api.post("/api/v1/usage/reports/", {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": ["nope"]}, format="json")
+    unknown = api.post(
+        "/api/v1/usage/reports/",
+        {"date_from": "2026-01-01", "date_to": "2026-01-02", "tenants": ["nope"]},
+        format="json",
+    )
     assert unknown.status_code == 400 and unknown.json() == {"tenants": ["unknown tenant: nope"]}
     assert ReportRun.objects.count() == 1
 

@@ -54,10 +54,20 @@ def test_a_job_whose_counts_disagree_with_the_rows_fails(tenant_a, monkeypatch):
 
 def test_a_clean_job_publishes_the_staged_rows(tenant_a, monkeypatch):
     run = staged_run(tenant_a)
-    fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 1, "by_type": 0, "by_code": 0, "top": 0, "total_seconds": 1.5}\')')
+    fake_job(
+        monkeypatch,
+        'print(\'USAGE_REPORT_RESULT {"daily": 1, "by_type": 0, "by_code": 0, "top": 0, "total_seconds": 1.5}\')',
+    )
     run = services.report_run_execute(run_id=run.pk)
     assert run.status == ReportRun.Status.SUCCEEDED
-    assert run.row_counts == {"daily": 1, "by_type": 0, "by_code": 0, "top": 0, "job_seconds": 1.5, "spark_seconds": None}
+    assert run.row_counts == {
+        "daily": 1,
+        "by_type": 0,
+        "by_code": 0,
+        "top": 0,
+        "job_seconds": 1.5,
+        "spark_seconds": None,
+    }
 
 
 def test_a_run_is_executed_once(tenant_a, monkeypatch):
