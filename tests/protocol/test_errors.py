@@ -23,14 +23,14 @@ from tests.support.registration import contract_both_ways, register, signed_cont
 QUERY = {"type": "QUERY_EVENTS"}
 
 
-def test_invalid_command(post_a, tenant_a, registered, alice):
+def test_an_unknown_command_type_is_invalid_command_and_consumes_no_nonce(post_a, tenant_a, registered, alice):
     before = row_counts()
     env = envelope(alice, {"type": "NO_SUCH_COMMAND"}, recipient_did=tenant_a.did)
     assert post_a.send(env) == (400, err("INVALID_COMMAND"))
     assert row_counts() == before  # refused before the nonce step
 
 
-def test_invalid_signature(post_a, tenant_a, registered, alice):
+def test_a_tampered_or_malformed_signature_is_invalid_signature(post_a, tenant_a, registered, alice):
     env = envelope(alice, QUERY, recipient_did=tenant_a.did)
     env["payload"] = {"type": "QUERY_EVENTS", "filter": {"unprocessed_only": True}}
     before = data_counts()
@@ -52,7 +52,7 @@ def test_invalid_signature_for_two_way_private_stores_no_event(post_a, tenant_a,
     assert PendingEvent.objects.count() == 0
 
 
-def test_invalid_signatures(post_a, tenant_a, registered, alice, bob):
+def test_a_contract_with_a_forged_signature_is_invalid_signatures(post_a, tenant_a, registered, alice, bob):
     signed, _, _ = signed_contract(alice, bob)
     signed["recipient_signature"] = sign_json_object(signed["communication_contract"], alice.signing)
     before = data_counts()
@@ -90,14 +90,14 @@ def test_unauthorized_command_once_the_registration_has_expired(post_a, tenant_a
 
 
 @pytest.mark.parametrize("skew_ms", [-300_001 - 2000, 300_001 + 2000, -(10**12)])
-def test_timestamp_out_of_range(post_a, tenant_a, registered, alice, skew_ms):
+def test_it_rejects_a_timestamp_outside_the_window(post_a, tenant_a, registered, alice, skew_ms):
     before = row_counts()
     env = envelope(alice, QUERY, recipient_did=tenant_a.did, timestamp=now_ms() + skew_ms)
     assert post_a.send(env) == (401, err("TIMESTAMP_OUT_OF_RANGE"))
     assert row_counts() == before  # the nonce is not consumed by a refused timestamp
 
 
-def test_duplicate_nonce(post_a, tenant_a, registered, alice):
+def test_it_rejects_a_replayed_nonce(post_a, tenant_a, registered, alice):
     env = envelope(alice, QUERY, recipient_did=tenant_a.did)
     assert post_a.send(env)[0] == 200
     before = row_counts()
@@ -169,7 +169,7 @@ def test_the_nonce_expires_one_window_after_the_header_timestamp(post_a, tenant_
     assert Nonce.objects.get(nonce=env["header"]["nonce"]).expires_at == ts + 300_000
 
 
-def test_sender_not_found(post_a, tenant_a, alice):
+def test_an_unresolvable_sender_is_sender_not_found(post_a, tenant_a, alice):
     before = data_counts()
     for did in ("did:example:123", "did:decentrl:not:a:valid:did", "not a did", "did:web:elsewhere.test"):
         env = envelope(alice, QUERY, recipient_did=tenant_a.did, sender_did=did, sender_signing_key_id=f"{did}#signing")
@@ -177,7 +177,7 @@ def test_sender_not_found(post_a, tenant_a, alice):
     assert data_counts() == before
 
 
-def test_sender_signing_key_not_found(post_a, tenant_a, registered, alice, bob):
+def test_a_key_id_outside_the_sender_document_is_sender_signing_key_not_found(post_a, tenant_a, registered, alice, bob):
     before = data_counts()
     for key_id in (f"{alice.did}#prekey", f"{bob.did}#signing", "#other", alice.did):
         env = envelope(alice, QUERY, recipient_did=tenant_a.did, sender_signing_key_id=key_id)
@@ -187,7 +187,7 @@ def test_sender_signing_key_not_found(post_a, tenant_a, registered, alice, bob):
     assert data_counts() == before
 
 
-def test_recipient_not_found(post_a, tenant_a, registered, alice):
+def test_an_unresolvable_recipient_is_recipient_not_found(post_a, tenant_a, registered, alice):
     before = data_counts()
     for did in ("did:example:nobody", "did:decentrl:broken", "did:web:not.hosted.here"):
         assert post_a.command(alice, "blob", recipient_did=did, channel="TWO_WAY_PRIVATE") == (
@@ -197,7 +197,7 @@ def test_recipient_not_found(post_a, tenant_a, registered, alice):
     assert data_counts() == before
 
 
-def test_recipient_not_registered(post_a, tenant_a, alice, bob):
+def test_delivery_to_an_unregistered_recipient_is_recipient_not_registered(post_a, tenant_a, alice, bob):
     register(post_a, alice, tenant_a)
     before = data_counts()
     assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (
@@ -207,7 +207,9 @@ def test_recipient_not_registered(post_a, tenant_a, alice, bob):
     assert data_counts() == before
 
 
-def test_communication_contract_not_found(post_a, tenant_a, registered, alice, bob, dave):
+def test_delivery_without_a_contract_owned_by_the_recipient_is_contract_not_found(
+    post_a, tenant_a, registered, alice, bob, dave
+):
     before = data_counts()
     assert post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE") == (
         404,
@@ -241,7 +243,7 @@ def test_an_expired_contract_does_not_count(post_a, tenant_a, registered, alice,
     assert PendingEvent.objects.count() == 0
 
 
-def test_payload_too_large(post_a, tenant_a, registered, alice):
+def test_a_body_over_6_mib_is_payload_too_large(post_a, tenant_a, registered, alice):
     before = row_counts()
     blob = "A" * (6 * 1024 * 1024)
     env = envelope(alice, blob, recipient_did=tenant_a.did, channel="TWO_WAY_PRIVATE")
@@ -275,7 +277,7 @@ def test_a_tenant_with_a_smaller_body_cap_enforces_it(post_a, tenant_a, register
     assert row_counts() == before
 
 
-def test_unknown_mediator(client, tenant_a, settings, alice):
+def test_an_unknown_host_without_a_default_tenant_is_unknown_mediator(client, tenant_a, settings, alice):
     settings.MEDIATOR_DEFAULT_TENANT = ""
     before = row_counts()
     env = envelope(alice, QUERY, recipient_did=tenant_a.did)
@@ -300,7 +302,7 @@ def test_the_host_port_80_is_the_bare_domain(client, tenant_a, settings):
     assert resp.status_code == 200 and json.loads(resp.content)["id"] == tenant_a.did
 
 
-def test_mediator_unavailable_for_a_suspended_tenant(client, post_a, tenant_a, registered, alice, bob):
+def test_a_suspended_tenant_is_mediator_unavailable(client, post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     Tenant.objects.filter(pk=tenant_a.pk).update(status=Tenant.Status.SUSPENDED)
     before = row_counts()
@@ -378,7 +380,7 @@ def test_an_identity_on_another_mediator_is_resolved_locally(post_a, tenant_a, r
     assert status == 200 and set(body) == {"type", "pendingEventId"}
 
 
-def test_recipient_queue_full(post_a, tenant_a, registered, alice, bob):
+def test_a_full_queue_is_recipient_queue_full_and_evicts_nothing(post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=2)
     assert post_a.command(alice, "1", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")[0] == 200
