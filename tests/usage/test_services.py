@@ -112,3 +112,21 @@ def test_prune_keeps_each_tenants_retention(tenant_a, tenant_b, capsys):
     }
     call_command("prune_metering")
     assert capsys.readouterr().out.startswith("pruned 0 metering rows")
+
+
+def test_the_nightly_task_reports_yesterday_for_every_tenant(tenant_a, monkeypatch):
+    fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 0, "by_type": 0, "by_code": 0, "top": 0}\')')
+    summary = tasks.nightly_usage_report()
+    run = ReportRun.objects.get()
+    yesterday = timezone.now().date() - timedelta(days=1)
+    assert (run.kind, run.date_from, run.date_to, run.tenants.count()) == ("nightly", yesterday, yesterday, 0)
+    assert summary == f"nightly usage report {run.pk} for {yesterday} succeeded"
+
+
+def test_the_job_command_names_the_run_range_and_tenants(tenant_a, tenant_b):
+    run = services.report_run_request(date_from=DAY, date_to=DAY, tenants=[tenant_b, tenant_a], enqueue=False)
+    cmd = services._job_command(run)
+    assert cmd[1:] == ["-m", "spark_reports.usage_report", "--run-id", str(run.pk), "--from", "2026-01-10", "--to", "2026-01-10",
+                       "--tenant", str(min(tenant_a.pk, tenant_b.pk)), "--tenant", str(max(tenant_a.pk, tenant_b.pk))]
+    url = services.report_database_url()
+    assert url.startswith("postgresql://") and "password" not in " ".join(cmd)

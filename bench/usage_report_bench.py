@@ -1,0 +1,199 @@
+"""Usage report benchmark: the Spark job over 1M and 5M metering rows, cold and warm, beside the
+same aggregates computed by PostgreSQL alone.
+
+    .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
+    .venv/bin/python -m bench.usage_report_bench --rows 1000000 --runs 1
+
+- cold: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
+  starts: JVM start, session, extract, transform, load (wall clock of the process);
+- warm: the same run() again inside an already started SparkSession (JIT and JDBC classes warm);
+- sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
+  top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded.
+
+Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
+with generate_series: 3 tenants, 7 days, 500 sender DIDs, 12 command types, ~6% errors.
+Medians go to stdout and bench/results/usage_report-<rows>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DB = os.environ.get("BENCH_USAGE_DB", "mediator_bench_usage")
+PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+DAYS = 7
+FIRST = date(2026, 1, 1)
+LAST = FIRST + timedelta(days=DAYS - 1)
+
+SQL_EQUIVALENT = [
+    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END),
+         sum(bytes_in), sum(bytes_out),
+         percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms), percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms),
+         count(DISTINCT sender_did) FILTER (WHERE code = 'SUCCESS' AND sender_did <> '')
+       FROM usage_commandmeter WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2""",
+    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, command_type, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END)
+       FROM usage_commandmeter WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2, 3""",
+    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, code, count(*) FROM usage_commandmeter
+       WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2, 3""",
+    """SELECT * FROM (SELECT tenant_id, d, sender_did, n, row_number() OVER (PARTITION BY tenant_id, d ORDER BY n DESC, b DESC, sender_did) rk
+         FROM (SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, sender_did, count(*) n, sum(bytes_in + bytes_out) b
+               FROM usage_commandmeter WHERE at >= %(lo)s AND at < %(hi)s AND sender_did <> '' GROUP BY 1, 2, 3) v) r WHERE rk <= 10""",
+]
+
+
+def psql(sql: str, db: str = "postgres") -> None:
+    subprocess.run(["psql", f"{PG}/{db}", "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, stdout=subprocess.DEVNULL)
+
+
+def django_env() -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
+            "DATABASE_URL": f"{PG}/{DB}",
+            "USAGE_METERING_MODE": "off",
+            "PYTHONPATH": str(ROOT),
+            "REPORT_DATABASE_URL": f"{PG}/{DB}",
+        }
+    )
+    return env
+
+
+def prepare(rows: int) -> list[int]:
+    """Fresh database with `rows` metering rows; returns the tenant ids."""
+    psql(f"DROP DATABASE IF EXISTS {DB}")
+    psql(f"CREATE DATABASE {DB}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=django_env(), check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup()\n"
+            "from apps.tenants.services import tenant_create\n"
+            "print(','.join(str(tenant_create(slug=f'bench-{i}', domain=f'bench{i}.test').pk) for i in range(3)))",
+        ],
+        cwd=ROOT,
+        env=django_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    ids = [int(x) for x in out.stdout.strip().splitlines()[-1].split(",")]
+    types = "ARRAY['QUERY_EVENTS','SAVE_EVENTS','ACKNOWLEDGE_EVENTS','QUERY_PENDING_EVENTS','TWO_WAY_PRIVATE','REQUEST_COMMUNICATION_CONTRACT','QUERY_COMMUNICATION_CONTRACTS','SAVE_COMMUNICATION_CONTRACT','UPDATE_EVENT_TAGS','COMMUNICATION_CONTRACT_RESPONSE','QUERY_PENDING_CONTRACT_REQUESTS','ACKNOWLEDGE_CONTRACT_REQUESTS']"
+    t0 = time.perf_counter()
+    psql(
+        f"""INSERT INTO usage_commandmeter (tenant_id, at, transport, channel, command_type, code, http_status,
+              bytes_in, bytes_out, duration_ms, sender_did)
+            SELECT (ARRAY[{','.join(map(str, ids))}])[1 + (g % 3)],
+                   TIMESTAMPTZ '{FIRST.isoformat()} 00:00:00+00' + (g::float / {rows} * {DAYS} * 86400) * INTERVAL '1 second',
+                   CASE WHEN g % 5 = 0 THEN 'ws' ELSE 'http' END, 'DIRECT_AUTHENTICATED',
+                   ({types})[1 + (g * 7 % 12)],
+                   CASE WHEN g % 17 = 0 THEN 'INVALID_SIGNATURE' WHEN g % 31 = 0 THEN 'RATE_LIMITED' ELSE 'SUCCESS' END,
+                   200, 200 + (g * 13 % 4000), 60 + (g * 11 % 9000), (g * 37 % 20000) / 100.0,
+                   'did:decentrl:user' || (g * 7919 % 500) || ':z6MkBenchSigningKey:z6LSBenchPreKey:did:web:bench'
+            FROM generate_series(1::bigint, {rows}::bigint) g""",
+        DB,
+    )
+    psql("VACUUM ANALYZE usage_commandmeter", DB)
+    print(f"inserted {rows} metering rows in {time.perf_counter() - t0:.1f}s", flush=True)
+    return ids
+
+
+def new_run_id() -> int:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup()\n"
+            "from apps.usage.models import ReportRun\n"
+            f"print(ReportRun.objects.create(date_from='{FIRST}', date_to='{LAST}', status='running').pk)",
+        ],
+        cwd=ROOT,
+        env=django_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def cold(run_id: int) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "spark_reports.usage_report", "--run-id", str(run_id), "--from", FIRST.isoformat(), "--to", LAST.isoformat()],
+        cwd=ROOT,
+        env=django_env(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - t0
+
+
+def sql_only() -> float:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/{DB}") as conn:
+        t0 = time.perf_counter()
+        for q in SQL_EQUIVALENT:
+            conn.execute(q, {"lo": f"{FIRST} 00:00:00+00", "hi": f"{LAST + timedelta(days=1)} 00:00:00+00"}).fetchall()
+        return time.perf_counter() - t0
+
+
+def bench(rows: int, runs: int) -> dict:
+    prepare(rows)
+    result: dict = {"rows": rows, "runs": runs, "cold_s": [], "warm_s": [], "sql_s": []}
+    for _ in range(runs):
+        result["sql_s"].append(round(sql_only(), 2))
+        result["cold_s"].append(round(cold(new_run_id()), 2))
+        print(f"  sql {result['sql_s'][-1]}s  cold {result['cold_s'][-1]}s", flush=True)
+    # Warm: one session, a first run to warm it, then timed runs.
+    os.environ.update({k: v for k, v in django_env().items() if k.startswith("REPORT_")})
+    from spark_reports.config import build_session, database_from_url
+    from spark_reports.usage_report import run as run_job
+
+    spark = build_session("usage-report-bench")
+    db = database_from_url(f"{PG}/{DB}")
+    try:
+        run_job(spark, db, run_id=new_run_id(), date_from=FIRST, date_to=LAST, tenant_ids=None)
+        for _ in range(runs):
+            rid = new_run_id()
+            t0 = time.perf_counter()
+            run_job(spark, db, run_id=rid, date_from=FIRST, date_to=LAST, tenant_ids=None)
+            result["warm_s"].append(round(time.perf_counter() - t0, 2))
+            print(f"  warm {result['warm_s'][-1]}s", flush=True)
+    finally:
+        spark.stop()
+    for key in ("cold_s", "warm_s", "sql_s"):
+        result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, action="append")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for rows in args.rows or [1_000_000, 5_000_000]:
+        print(f"== {rows} metering rows", flush=True)
+        res = bench(rows, args.runs)
+        res["load_average"] = os.getloadavg()
+        res["cpus"] = os.cpu_count()
+        (out_dir / f"usage_report-{rows}.json").write_text(json.dumps(res, indent=2))
+        print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
