@@ -26,6 +26,7 @@ from apps.protocol.wire import contract as wc
 from apps.protocol.wire.canonical import canonical_bytes
 from apps.protocol.wire.client import Identity, MediatorClient
 from apps.protocol.wire.did import parse_decentrl
+from bench.cpu import CpuSampler
 
 DAY_S = 86_400
 
@@ -46,8 +47,11 @@ def build_world(url: str, host: str | None, pairs: int) -> World:
         client.register(who, lifetime_s=DAY_S)
     for s, r in zip(senders, recipients, strict=True):
         req = wc.build_request(
-            requestor_did=s.did, recipient_did=r.did, recipient_prekey=parse_decentrl(r.did).pre_key,
-            signing=s.signing, expires_at=int(time.time()) + DAY_S,
+            requestor_did=s.did,
+            recipient_did=r.did,
+            recipient_prekey=parse_decentrl(r.did).pre_key,
+            signing=s.signing,
+            expires_at=int(time.time()) + DAY_S,
         )
         signed, eph = wc.accept_request(req.request, r.signing)
         s.remember_contract(signed, req.ephemeral.private)
@@ -58,7 +62,7 @@ def build_world(url: str, host: str | None, pairs: int) -> World:
 
 def gen_two_way(world: World, n: int, payload_bytes: int = 256) -> list[bytes]:
     """n signed TWO_WAY_PRIVATE commands, round-robin over the pairs."""
-    blob = ("A" * payload_bytes)
+    blob = "A" * payload_bytes
     out = []
     for i in range(n):
         s = world.senders[i % len(world.senders)]
@@ -98,28 +102,41 @@ def _worker(url: str, host: str | None, bodies: list[bytes], deadline: float, q)
         lat.append(time.perf_counter() - t0)
         code = "SUCCESS" if resp.status == 200 else json.loads(data).get("code", str(resp.status))
         codes[code] = codes.get(code, 0) + 1
-    q.put((lat, codes))
+    t = os.times()
+    q.put((lat, codes, t.user + t.system))
 
 
-def drive(url: str, host: str | None, bodies: list[bytes], clients: int, seconds: float) -> dict:
-    """Split `bodies` over `clients` processes and run them at once."""
+def drive(
+    url: str, host: str | None, bodies: list[bytes], clients: int, seconds: float, cpu: CpuSampler | None = None
+) -> dict:
+    """Split `bodies` over `clients` processes and run them at once.
+
+    With a CpuSampler the result also says where the CPU went during the run: server processes,
+    PostgreSQL backends of the bench database, the load generator's own clients, and the rest of
+    the machine (other work sharing the cores).
+    """
     chunks = [bodies[i::clients] for i in range(clients)]
     q: mp.Queue = mp.Queue()
+    before = cpu.sample() if cpu else None
     ctx_start = time.perf_counter()
     deadline = ctx_start + seconds
     procs = [mp.Process(target=_worker, args=(url, host, c, deadline, q)) for c in chunks]
     for p in procs:
         p.start()
     results = [q.get() for _ in procs]
+    elapsed = time.perf_counter() - ctx_start
+    after = cpu.sample() if cpu else None
     for p in procs:
         p.join()
-    elapsed = time.perf_counter() - ctx_start
     lat = sorted(x for r in results for x in r[0])
     codes: dict[str, int] = {}
-    for _, c in results:
+    for _, c, _cpu in results:
         for k, v in c.items():
             codes[k] = codes.get(k, 0) + v
-    return summarize(lat, codes, elapsed, clients)
+    out = summarize(lat, codes, elapsed, clients)
+    if cpu and before and after:
+        out["cpu"] = cpu.report(before, after, elapsed, len(lat), client_cpu_s=sum(r[2] for r in results))
+    return out
 
 
 def pct(sorted_vals: list[float], p: float) -> float:
@@ -143,111 +160,220 @@ def summarize(lat: list[float], codes: dict, elapsed: float, clients: int) -> di
     }
 
 
-def scenario_two_way_private(world: World, args) -> tuple[list[bytes], dict]:
-    return gen_two_way(world, args.requests), {}
+# --- scenarios: setup once per world, then fresh signed bodies for every run --------------------
 
 
-def scenario_query_pending_ack(world: World, args) -> tuple[list[bytes], dict]:
-    """Fill queues, then alternate QUERY_PENDING_EVENTS (page of 10) and ACK of a real page."""
-    seed = gen_two_way(world, min(args.requests, 5000))
-    drive(args.url, args.host, seed, min(args.clients, 8), 300)
+def setup_none(world: World, args) -> dict:
+    return {}
+
+
+def bodies_two_way_private(world: World, args, state: dict) -> tuple[list[bytes], dict]:
+    return gen_two_way(world, args.requests), {"payload_bytes": 256}
+
+
+def bodies_query_pending_ack(world: World, args, state: dict) -> tuple[list[bytes], dict]:
+    """Fill queues (not timed), then alternate QUERY_PENDING_EVENTS (page of 10) and an ACK of 10
+    ids that are really pending: every ACK removes what the next QUERY would have returned."""
+    seed = gen_two_way(world, min(args.requests, 100 * len(world.recipients)))
+    drive(args.url, args.host, seed, min(args.clients, 8), 600)
     bodies = []
     # ACK ids are those currently pending: fetch them through the protocol, then pre-sign.
     for r in world.recipients:
         page = world.client.pending_events(r, page_size=100)
         ids = [e["id"] for e in page["pending_events"]]
         for i in range(0, len(ids), 10):
-            bodies.append(canonical_bytes(r.sign_command(recipient_did=world.client.did, payload={"type": "QUERY_PENDING_EVENTS", "pagination": {"page": 0, "page_size": 10}})))
-            bodies.append(canonical_bytes(r.sign_command(recipient_did=world.client.did, payload={"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ids[i : i + 10]})))
+            query = {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": 0, "page_size": 10}}
+            bodies.append(canonical_bytes(r.sign_command(recipient_did=world.client.did, payload=query)))
+            ack = {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ids[i : i + 10]}
+            bodies.append(canonical_bytes(r.sign_command(recipient_did=world.client.did, payload=ack)))
     return bodies, {}
 
 
 def _event(who: Identity, other: Identity, i: int, tags: list[str]) -> dict:
     return {
-        "sender_did": who.did,
-        "recipient_did": other.did,
+        "sender_did": other.did,
+        "recipient_did": who.did,
         "timestamp": 1_700_000_000 + i,
         "payload": "B" * 200,
         "encrypted_tags": tags,
     }
 
 
-def scenario_save_events(world: World, args) -> tuple[list[bytes], dict]:
-    tag_cache = {r.did: [r.tag(f"chat.{k}") for k in range(10)] for r in world.recipients}
+def setup_save_events(world: World, args) -> dict:
+    return {"tags": {r.did: [r.tag(f"chat.{k}") for k in range(10)] for r in world.recipients}}
+
+
+def bodies_save_events(world: World, args, state: dict) -> tuple[list[bytes], dict]:
     rec = world.recipients
+    tags = state["tags"]
 
     def payload(i, who):
         other = world.senders[rec.index(who)]
-        return {"type": "SAVE_EVENTS", "events": [_event(who, other, i * 10 + j, [tag_cache[who.did][(i + j) % 10]]) for j in range(10)]}
+        return {
+            "type": "SAVE_EVENTS",
+            "events": [_event(who, other, i * 10 + j, [tags[who.did][(i + j) % 10]]) for j in range(10)],
+        }
 
     return gen_direct(world, rec, args.requests, payload), {"events_per_command": 10}
 
 
-def scenario_query_events_by_tag(world: World, args) -> tuple[list[bytes], dict]:
-    """Seed `--stored` events (through SAVE_EVENTS, 100 per command), then query by a tag."""
-    rec = world.recipients
-    tags = {r.did: [r.tag(f"t{k}") for k in range(1000)] for r in rec}
-    per_cmd = 100
-    total_cmds = args.stored // per_cmd
+TAGS_PER_OWNER = 1000
 
-    def seed_payload(i, who):
-        other = world.senders[rec.index(who)]
-        return {"type": "SAVE_EVENTS", "events": [_event(who, other, i * per_cmd + j, [tags[who.did][(i * per_cmd + j) % 1000]]) for j in range(per_cmd)]}
 
-    if total_cmds:
+def _bulk_seed_sql(
+    database_url: str, tenant_did: str, owners: list[Identity], others: list[Identity], tags: dict, total: int
+) -> None:
+    """Store `total` events spread over `owners` straight into PostgreSQL, with the rows exactly as
+    SAVE_EVENTS stores them (one StoredEvent + one EventTag per event, real encrypted tags), then
+    VACUUM ANALYZE. ~20x faster than seeding through the protocol; docs/benchmarks.md says so."""
+    import psycopg
+
+    per_owner = total // len(owners)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        tenant_id = conn.execute("SELECT id FROM tenants_tenant WHERE did = %s", [tenant_did]).fetchone()[0]
+        for who, other in zip(owners, others, strict=True):
+            conn.execute(
+                """
+                WITH ev AS (
+                    INSERT INTO messaging_storedevent (public_id, tenant_id, owner_did, sender_did, recipient_did,
+                        contract_id, timestamp, payload, payload_bytes, encrypted_tags, processed, created_at)
+                    SELECT gen_random_uuid(), %(t)s, %(owner)s, %(other)s, %(owner)s, NULL, 1700000000 + g,
+                        %(payload)s, 200, jsonb_build_array((%(tags)s::text[])[1 + g %% %(ntags)s]), false, now()
+                    FROM generate_series(0, %(n)s - 1) g
+                    RETURNING id, encrypted_tags->>0 AS tag
+                )
+                INSERT INTO messaging_eventtag (tenant_id, owner_did, event_id, tag)
+                SELECT %(t)s, %(owner)s, id, tag FROM ev
+                """,
+                {"t": tenant_id, "owner": who.did, "other": other.did, "payload": "B" * 200, "tags": tags[who.did],
+                 "ntags": TAGS_PER_OWNER, "n": per_owner},
+            )  # fmt: skip
+            print(f"seeded {per_owner} events for one owner", file=sys.stderr)
+        conn.execute("VACUUM ANALYZE messaging_storedevent")
+        conn.execute("VACUUM ANALYZE messaging_eventtag")
+
+
+def setup_query_events_by_tag(world: World, args) -> dict:
+    """Seed `--stored` events over `--tag-owners` owners, `TAGS_PER_OWNER` tags each, so that a
+    tag matches stored/(owners*1000) events (1M, 10 owners: 100 events per tag, a full page)."""
+    owners = world.recipients[: args.tag_owners]
+    others = world.senders[: args.tag_owners]
+    tags = {r.did: [r.tag(f"t{k}") for k in range(TAGS_PER_OWNER)] for r in owners}
+    started = time.perf_counter()
+    if args.stored and args.seed == "sql":
+        _bulk_seed_sql(args.database_url, world.client.did, owners, others, tags, args.stored)
+    elif args.stored:
+        per_cmd = 100
+        total_cmds = args.stored // per_cmd
         done = 0
-        batch = 2000
         while done < total_cmds:
-            n = min(batch, total_cmds - done)
-            bodies = gen_direct(world, rec, n, lambda i, who, base=done: seed_payload(base + i, who))
+            n = min(2000, total_cmds - done)
+
+            def seed_payload(i, who, base=done):
+                other = others[owners.index(who)]
+                k = (base + i) * per_cmd
+                events = [_event(who, other, k + j, [tags[who.did][(k + j) % TAGS_PER_OWNER]]) for j in range(per_cmd)]
+                return {"type": "SAVE_EVENTS", "events": events}
+
+            bodies = gen_direct(world, owners, n, seed_payload)
             res = drive(args.url, args.host, bodies, min(args.clients, 8), 600)
             done += n
             print(f"seeded {done * per_cmd} events ({res['throughput_rps']} cmd/s)", file=sys.stderr)
+    return {"owners": owners, "tags": tags, "seed_s": round(time.perf_counter() - started, 1)}
+
+
+def bodies_query_events_by_tag(world: World, args, state: dict) -> tuple[list[bytes], dict]:
+    owners, tags = state["owners"], state["tags"]
 
     def q(i, who):
-        return {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": [tags[who.did][i % 1000]]}, "pagination": {"page": 0, "page_size": 10}}
+        return {
+            "type": "QUERY_EVENTS",
+            "filter": {"encrypted_tags": [tags[who.did][(i * 7919) % TAGS_PER_OWNER]]},
+            "pagination": {"page": 0, "page_size": 10},
+        }
 
-    return gen_direct(world, rec, args.requests, q), {"stored_events": args.stored}
+    bodies = gen_direct(world, owners, args.requests, q)
+    return bodies, {"stored_events": args.stored, "seed": args.seed, "seed_s": state["seed_s"]}
 
 
 SCENARIOS = {
-    "two_way_private": scenario_two_way_private,
-    "query_pending_ack": scenario_query_pending_ack,
-    "save_events": scenario_save_events,
-    "query_events_by_tag": scenario_query_events_by_tag,
+    "two_way_private": (setup_none, bodies_two_way_private),
+    "query_pending_ack": (setup_none, bodies_query_pending_ack),
+    "save_events": (setup_save_events, bodies_save_events),
+    "query_events_by_tag": (setup_query_events_by_tag, bodies_query_events_by_tag),
 }
+
+MD_HEADER = (
+    "| scenario | clients | requests | req/s | p50 ms | p95 ms | p99 ms | server CPU ms/req | PG CPU ms/req "
+    "| client CPU share | other CPU share | codes |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def markdown_row(name: str, r: dict) -> str:
-    return f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']} | {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | {r['codes']} |"
+    c = r.get("cpu") or {}
+    return (
+        f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']} | {r['p50_ms']} | {r['p95_ms']} "
+        f"| {r['p99_ms']} | {c.get('server_cpu_ms_per_req', '-')} | {c.get('postgres_cpu_ms_per_req', '-')} "
+        f"| {c.get('client_cpu_share', '-')} | {c.get('other_cpu_share', '-')} | {r['codes']} |"
+    )
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _median(runs: list[dict], key: str, sub: str | None = None):
+    vals = [(r.get(sub) or {}).get(key) if sub else r.get(key) for r in runs]
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def run_scenario(args, world: World | None = None, cpu: CpuSampler | None = None) -> dict:
+    """Setup once, then `args.runs` timed runs with fresh bodies; returns the report with medians."""
+    world = world or build_world(args.url, args.host, args.pairs)
+    setup, make_bodies = SCENARIOS[args.scenario]
+    state = setup(world, args)
+    runs = []
+    for _ in range(args.runs):
+        bodies, extra = make_bodies(world, args, state)
+        res = drive(args.url, args.host, bodies, args.clients, args.seconds, cpu)
+        res.update(extra)
+        runs.append(res)
+        print(json.dumps(res), file=sys.stderr)
+    med = {k: _median(runs, k) for k in ("throughput_rps", "p50_ms", "p95_ms", "p99_ms")}
+    for k in ("server_cpu_ms_per_req", "postgres_cpu_ms_per_req", "client_cpu_ms_per_req", "client_cpu_share",
+              "other_cpu_share", "capacity_rps_all_cores"):  # fmt: skip
+        med[k] = _median(runs, k, "cpu")
+    return {"scenario": args.scenario, "clients": args.clients, "runs": runs, "median": med, "id": str(uuid.uuid4())}
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--host", default=None, help="Host header (tenant) if it differs from the URL")
     ap.add_argument("--scenario", choices=sorted(SCENARIOS), default="two_way_private")
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--pairs", type=int, default=32)
-    ap.add_argument("--requests", type=int, default=20_000)
-    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=20_000, help="bodies pre-signed per run (upper bound)")
+    ap.add_argument("--seconds", type=float, default=20, help="a run stops at this deadline")
     ap.add_argument("--stored", type=int, default=0, help="events to seed for query_events_by_tag")
+    ap.add_argument("--seed", choices=("protocol", "sql"), default="protocol", help="how to seed --stored events")
+    ap.add_argument("--tag-owners", type=int, default=10, help="owners the stored events are spread over")
+    ap.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="for --seed sql")
+    ap.add_argument("--server-pgid", type=int, default=None, help="process group of the server (CPU accounting)")
+    ap.add_argument("--database", default=None, help="database name of the server (PostgreSQL CPU accounting)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--json", dest="json_out", default=None)
-    args = ap.parse_args(argv)
-    world = build_world(args.url, args.host, args.pairs)
-    runs = []
-    for _ in range(args.runs):
-        bodies, extra = SCENARIOS[args.scenario](world, args)
-        res = drive(args.url, args.host, bodies, args.clients, args.seconds)
-        res.update(extra)
-        runs.append(res)
-        print(json.dumps(res), file=sys.stderr)
-    med = {k: statistics.median(r[k] for r in runs) for k in ("throughput_rps", "p50_ms", "p95_ms", "p99_ms")}
-    report = {"scenario": args.scenario, "runs": runs, "median": med, "clients": args.clients, "pid": os.getpid(), "id": str(uuid.uuid4())}
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    cpu = (
+        CpuSampler(server_pgid=args.server_pgid, database=args.database)
+        if (args.server_pgid or args.database)
+        else None
+    )
+    report = run_scenario(args, cpu=cpu)
     print(json.dumps(report, indent=2))
-    print("\n| scenario | clients | requests | req/s | p50 ms | p95 ms | p99 ms | codes |\n|---|---|---|---|---|---|---|---|")
-    for r in runs:
+    print("\n" + MD_HEADER)
+    for r in report["runs"]:
         print(markdown_row(args.scenario, r))
     if args.json_out:
         with open(args.json_out, "w") as fh:

@@ -217,6 +217,12 @@ MEDIATOR_DEFAULT_TENANT = env("MEDIATOR_DEFAULT_TENANT", "" if PRODUCTION else "
 MEDIATOR_PUBLIC_SCHEME = env("MEDIATOR_PUBLIC_SCHEME", "https" if PRODUCTION else "http")
 MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
 MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
+# TWO_WAY_PRIVATE as one SQL statement on PostgreSQL (apps/messaging/fastpath.py, issue 8);
+# 0 keeps the ORM path everywhere (for comparisons). SQLite always uses the ORM path.
+MEDIATOR_TWO_WAY_FASTPATH = env_bool("MEDIATOR_TWO_WAY_FASTPATH", True)
+# …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
+# (pgbouncer < 1.21) that cannot keep prepared statements.
+MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

@@ -15,6 +15,7 @@ WS_PORT="${WS_PORT:-$((PORT + 2))}"
 VENV="${VENV:-.venv}"
 RUN_DIR="${RUN_DIR:-var/run-$PORT}"
 mkdir -p "$RUN_DIR"
+RUN_DIR_ABS="$(cd "$RUN_DIR" && pwd)"
 export PORT HTTP_PORT WS_PORT PYTHONPATH="${PYTHONPATH:-$PWD}"
 
 pids=()
@@ -31,10 +32,11 @@ if [ "${NO_CELERY:-0}" != 1 ]; then
   "$VENV/bin/celery" -A mediator_project beat -l warning -s "$RUN_DIR/celerybeat-schedule" & pids+=($!)
 fi
 if [ "${NO_PROXY:-0}" != 1 ]; then
-  command -v nginx >/dev/null || { echo "nginx missing: apt-get install nginx-light, or NO_PROXY=1"; exit 1; }
-  sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$PWD/$RUN_DIR#g" \
-    deploy/nginx.conf.template > "$RUN_DIR/nginx.conf"
-  nginx -c "$PWD/$RUN_DIR/nginx.conf" -g "daemon off;" & pids+=($!)
+  NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
+  [ -x "$NGINX" ] || { echo "nginx missing: scripts/ensure_extra_nginx.sh (nginx-light), or NO_PROXY=1"; exit 1; }
+  sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
+    deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
+  "$NGINX" -c "$RUN_DIR_ABS/nginx.conf" -g "daemon off;" & pids+=($!)
 fi
 echo "production layout: http://localhost:$PORT (gunicorn :$HTTP_PORT, daphne /ws :$WS_PORT)"
 wait -n

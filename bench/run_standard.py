@@ -1,0 +1,360 @@
+"""The standard benchmark set (`make bench`), one command:
+
+1. a fresh PostgreSQL database (BENCH_DB, default `mediator_bench`), migrated, one tenant;
+2. the production layout (scripts/run_production.sh: nginx → gunicorn for HTTP, Daphne for /ws,
+   Redis channel layer, Celery) with rate limits off and metering on (buffered, the default);
+3. the HTTP scenarios through the protocol (bench/loadgen.py), each `--runs` times:
+   TWO_WAY_PRIVATE at 16 clients, QUERY_PENDING_EVENTS + ACKNOWLEDGE, SAVE_EVENTS, QUERY_EVENTS
+   by tag over `--stored` events (seeded with a bulk INSERT shaped exactly like SAVE_EVENTS rows,
+   see docs/benchmarks.md; `--seed protocol` seeds through SAVE_EVENTS instead);
+4. push latency through the layout with 1,000 sockets (bench/push_production.py), then the
+   realtime benchmarks if present: bench/ws_push_latency.py (Daphne alone, Redis layer) and
+   bench/ws_idle_capacity.py (10,000 idle authenticated sockets, RSS);
+5. JSON + Markdown under bench/results/, medians printed.
+
+    .venv/bin/python -m bench.run_standard            # ~12-15 min on 2 cores
+    .venv/bin/python -m bench.run_standard --quick    # ~3 min: 1 run, 100k stored events, 1000 idle sockets
+    BENCH_ENV="GUNICORN_WORKERS=3" .venv/bin/python -m bench.run_standard --only two_way_private
+
+Every HTTP run also records where the CPU went (bench/cpu.py): server processes, PostgreSQL
+backends, the load generator itself and the rest of the machine, so that numbers from a shared
+box can be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+HTTP_SCENARIOS = ("two_way_private", "query_pending_ack", "save_events", "query_events_by_tag")
+
+
+def db_url(name: str) -> str:
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def machine() -> dict:
+    def run(cmd: str) -> str:
+        try:
+            return subprocess.run(shlex.split(cmd), capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return "?"
+
+    import django
+    import gunicorn
+    import psycopg
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    return {
+        "nproc": run("nproc"),
+        "cpu": cpu,
+        "mem": run("free -h").splitlines()[1] if run("free -h") else "?",
+        "kernel": run("uname -r"),
+        "python": sys.version.split()[0],
+        "django": django.__version__,
+        "psycopg": psycopg.__version__,
+        "gunicorn": gunicorn.__version__,
+        "postgres": run("psql -V"),
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False).stderr.strip(),
+        "redis": run("redis-server --version"),
+        "loadavg_at_start": os.getloadavg(),
+    }
+
+
+def server_env(args) -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
+            "DATABASE_URL": db_url(args.db),
+            "REDIS_URL": args.redis_url,
+            "DJANGO_DEBUG": "0",
+            "LOG_LEVEL": "WARNING",
+            "MEDIATOR_RATE_LIMIT_PER_DID": "0",
+            "MEDIATOR_RATE_LIMIT_PER_IP": "0",
+            "MEDIATOR_WS_CONNECT_PER_IP": "0",
+            "MEDIATOR_WS_AUTH_PER_IP": "0",
+            "MEDIATOR_VAR_DIR": str(ROOT / "var" / "bench"),
+            "PORT": str(args.port),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    for item in shlex.split(os.environ.get("BENCH_ENV", "")) + args.env:
+        k, _, v = item.partition("=")
+        env[k] = v
+    return env
+
+
+def prepare_database(args) -> None:
+    """Drop and recreate the bench database, migrate it and bootstrap the tenant for the port."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [args.db],
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{args.db}"')
+        conn.execute(f'CREATE DATABASE "{args.db}"')
+    env = server_env(args)
+    py = sys.executable
+    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([py, "manage.py", "bootstrap_tenant", "--port", str(args.port)], cwd=ROOT, env=env, check=True)
+
+
+class Layout:
+    """scripts/run_production.sh in its own session: its pid is the process group of the set."""
+
+    def __init__(self, args):
+        self.args = args
+        log_dir = ROOT / "var" / "bench"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"production-{args.port}.log"
+        env = server_env(args)
+        if args.no_celery:
+            env["NO_CELERY"] = "1"
+        self.proc = subprocess.Popen(
+            ["scripts/run_production.sh"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.url = f"http://127.0.0.1:{args.port}"
+        self.host = f"localhost:{args.port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log_path.read_text(errors="replace"))
+            try:
+                if httpx.get(self.url + "/health", headers={"Host": self.host}, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            self.stop()
+            raise RuntimeError("the production layout did not start:\n" + self.log_path.read_text(errors="replace"))
+        time.sleep(1.0)  # let every gunicorn worker finish booting
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pgid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+
+def run_http(args, layout: Layout) -> list[dict]:
+    from bench import loadgen
+    from bench.cpu import CpuSampler
+
+    cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
+    world = loadgen.build_world(layout.url, layout.host, args.pairs)
+    reports = []
+    for scenario in [s for s in HTTP_SCENARIOS if s in args.only]:
+        ns = SimpleNamespace(
+            url=layout.url,
+            host=layout.host,
+            scenario=scenario,
+            clients=args.clients,
+            pairs=args.pairs,
+            requests=args.requests,
+            seconds=args.seconds,
+            stored=args.stored,
+            seed=args.seed,
+            tag_owners=args.tag_owners,
+            database_url=db_url(args.db),
+            runs=args.runs,
+        )
+        print(f"== {scenario}: {args.runs} run(s) x {args.seconds}s at {args.clients} clients", file=sys.stderr)
+        rep = loadgen.run_scenario(ns, world=world, cpu=cpu)
+        reports.append(rep)
+        m = rep["median"]
+        print(
+            f"   median {m['throughput_rps']} req/s  p50 {m['p50_ms']} ms  p99 {m['p99_ms']} ms  "
+            f"server {m['server_cpu_ms_per_req']} + PG {m['postgres_cpu_ms_per_req']} CPU ms/req  "
+            f"client share {m['client_cpu_share']}  other share {m['other_cpu_share']}",
+            file=sys.stderr,
+        )
+    return reports
+
+
+def _json_lines(out: str) -> list[dict]:
+    rows = []
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def run_module(module: str, argv: list[str], timeout: int) -> dict:
+    """Run one of the realtime benchmarks as its own process; keep its JSON lines and Markdown."""
+    if not (ROOT / "bench" / (module.rsplit(".", 1)[1] + ".py")).exists():
+        return {"module": module, "skipped": "not present"}
+    print(f"== {module} {' '.join(argv)}", file=sys.stderr)
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    except subprocess.TimeoutExpired:
+        return {"module": module, "argv": argv, "error": f"timeout after {timeout}s"}
+    res = {
+        "module": module,
+        "argv": argv,
+        "returncode": proc.returncode,
+        "seconds": round(time.perf_counter() - started, 1),
+        "json": _json_lines(proc.stdout),
+        "markdown": [ln for ln in proc.stdout.splitlines() if ln.startswith("|")],
+    }
+    if proc.returncode:
+        res["stderr_tail"] = proc.stderr[-2000:]
+    for ln in res["markdown"]:
+        print("   " + ln, file=sys.stderr)
+    return res
+
+
+def run_push_production(args, layout: Layout) -> list[dict]:
+    rows = []
+    for _ in range(args.ws_runs):
+        r = run_module(
+            "bench.push_production",
+            ["--url", layout.url, "--host", layout.host, "--others", str(args.sockets), "--sends", str(args.sends)],
+            600,
+        )
+        rows.extend(r.get("json", []) or [r])
+        print(f"   {rows[-1]}", file=sys.stderr)
+    return rows
+
+
+def markdown(report: dict) -> str:
+    from bench.loadgen import MD_HEADER, markdown_row
+
+    out = [f"# make bench — {report['started']}", "", "```", json.dumps(report["machine"], indent=1), "```", ""]
+    out += ["Command: `" + report["command"] + "`", "", "## HTTP scenarios (every run)", "", MD_HEADER]
+    for rep in report["http"]:
+        for r in rep["runs"]:
+            out.append(markdown_row(rep["scenario"], r))
+    out += ["", "## Medians", "", "| scenario | req/s | p50 ms | p95 ms | p99 ms | server CPU ms/req | PG CPU ms/req "
+            "| client CPU share | other CPU share | capacity req/s (all cores, server+PG only) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for rep in report["http"]:
+        m = rep["median"]
+        out.append(
+            f"| {rep['scenario']} | {m['throughput_rps']} | {m['p50_ms']} | {m['p95_ms']} | {m['p99_ms']} "
+            f"| {m['server_cpu_ms_per_req']} | {m['postgres_cpu_ms_per_req']} | {m['client_cpu_share']} "
+            f"| {m['other_cpu_share']} | {m['capacity_rps_all_cores']} |"
+        )
+    if report.get("push_production"):
+        out += ["", "## Push latency through the production layout", "",
+                "| other sockets | open | response→frame p50 ms | p99 ms | request→frame p50 ms | p99 ms |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in report["push_production"]:
+            if "resp_to_frame_p99_ms" in r:
+                out.append(
+                    f"| {r['others']} | {r['others_open']} | {r['resp_to_frame_p50_ms']} | {r['resp_to_frame_p99_ms']} "
+                    f"| {r['req_to_frame_p50_ms']} | {r['req_to_frame_p99_ms']} |"
+                )
+    for key in ("ws_push_latency", "ws_idle_capacity"):
+        r = report.get(key)
+        if r and r.get("markdown"):
+            out += ["", f"## {key} (`python -m {r['module']} {' '.join(r['argv'])}`)", "", *r["markdown"]]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 run, 8 s, 100k stored events, 1000 idle sockets")
+    ap.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench"))
+    ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8300")))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=30_000)
+    ap.add_argument("--stored", type=int, default=1_000_000)
+    ap.add_argument("--seed", choices=("sql", "protocol"), default="sql")
+    ap.add_argument("--tag-owners", type=int, default=10)
+    ap.add_argument("--only", nargs="+", default=[*HTTP_SCENARIOS, "push", "ws"], help="scenarios (and push, ws)")
+    ap.add_argument("--sockets", type=int, default=1000, help="other sockets for the push latency runs")
+    ap.add_argument("--sends", type=int, default=200)
+    ap.add_argument("--ws-runs", type=int, default=3)
+    ap.add_argument("--idle", type=int, nargs="+", default=[1000, 5000, 10000], help="idle capacity steps")
+    ap.add_argument("--idle-runs", type=int, default=1)
+    ap.add_argument("--no-celery", action="store_true")
+    ap.add_argument("--env", nargs="*", default=[], help="extra KEY=VALUE for the server (also BENCH_ENV)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.seconds, args.requests, args.stored = 1, 8, 15_000, min(args.stored, 100_000)
+        args.ws_runs, args.sends, args.idle = 1, 100, [1000]
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
+    started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    report: dict = {
+        "started": started,
+        "command": "python -m bench.run_standard " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "server_env": {k: v for k, v in server_env(args).items() if k.startswith(("GUNICORN_", "MEDIATOR_", "USAGE_", "DB_POOL"))},
+        "http": [],
+    }  # fmt: skip
+    t0 = time.perf_counter()
+    print(f"== fresh database {args.db}", file=sys.stderr)
+    prepare_database(args)
+    layout = Layout(args)
+    try:
+        report["http"] = run_http(args, layout)
+        if "push" in args.only:
+            report["push_production"] = run_push_production(args, layout)
+    finally:
+        layout.stop()
+    if "ws" in args.only:
+        report["ws_push_latency"] = run_module(
+            "bench.ws_push_latency",
+            ["--redis", "--others", str(args.sockets), "--sends", str(args.sends), "--runs", str(args.ws_runs)],
+            900,
+        )
+        report["ws_idle_capacity"] = run_module(
+            "bench.ws_idle_capacity", ["--steps", *map(str, args.idle), "--runs", str(args.idle_runs)], 900
+        )
+    report["total_s"] = round(time.perf_counter() - t0, 1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    base = RESULTS / f"standard-{started}"
+    base.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    md = markdown(report)
+    base.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"results: {base}.json / .md ({report['total_s']} s)", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    main()

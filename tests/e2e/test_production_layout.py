@@ -1,0 +1,163 @@
+"""The production serving layout end to end (issue 8, docs/serving.md): `scripts/run_production.sh`
+starts nginx on one public port, gunicorn sync workers behind it for HTTP and Daphne for /ws,
+with the Redis channel layer between them. Two identities register through nginx → gunicorn,
+Alice sends TWO_WAY_PRIVATE through the same path, and Bob's socket, opened through
+nginx → Daphne, receives the PENDING_EVENTS push that left a gunicorn worker after commit and
+crossed Redis to the Daphne process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from apps.protocol.wire import contract as wc
+from apps.protocol.wire.client import Identity, MediatorClient
+from apps.protocol.wire.did import parse_decentrl
+from apps.protocol.wire.ws import open_authenticated
+from tests.support import servers
+from tests.support.servers import ROOT, free_port, server_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+REDIS_DB = 10  # dedicated to this module: no other test or benchmark uses it
+DAY = 86_400
+
+
+@pytest.fixture
+def layout(transactional_db, tmp_path):
+    """The whole layout on free ports; the tenant answers for nginx's address."""
+    from apps.tenants.services import tenant_create
+
+    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
+    port, http_port, ws_port = free_port(), free_port(), free_port()
+    tenant = tenant_create(
+        slug="prod-layout",
+        domain=f"127.0.0.1:{port}",
+        public_url=f"http://127.0.0.1:{port}",
+        rate_limit_per_did=0,
+        rate_limit_per_ip=0,
+    )
+    env = server_env(
+        {
+            "DATABASE_URL": servers.test_database_url(),
+            "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+            "PORT": str(port),
+            "HTTP_PORT": str(http_port),
+            "WS_PORT": str(ws_port),
+            "GUNICORN_WORKERS": "2",
+            "NO_CELERY": "1",
+            "DJANGO_DEBUG": "0",  # production-like: the TWO_WAY_PRIVATE statement runs prepared
+            "RUN_DIR": str(tmp_path / "run"),
+            "VENV": str(Path(sys.executable).parent.parent),  # this interpreter's environment
+            "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
+        }
+    )
+    log_path = tmp_path / "layout.log"
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "run_production.sh")],
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: stopping it stops every process it started
+    )
+
+    def log() -> str:
+        return log_path.read_text(errors="replace")
+
+    try:
+        deadline = time.time() + 60
+        up = set()
+        while time.time() < deadline and len(up) < 3:
+            assert proc.poll() is None, f"run_production.sh exited early:\n{log()}"
+            for p in (port, http_port, ws_port) if len(up) < 3 else ():
+                if p in up:
+                    continue
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{p}/health", headers={"Host": f"127.0.0.1:{port}"}, timeout=1)
+                    if r.status_code == 200:
+                        up.add(p)
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.2)
+        assert len(up) == 3, f"layout did not come up ({sorted(up)}):\n{log()}"
+        yield {"url": f"http://127.0.0.1:{port}", "ws": f"ws://127.0.0.1:{port}/ws", "tenant": tenant, "log": log}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+
+def test_a_send_through_nginx_and_gunicorn_is_pushed_to_a_socket_through_nginx_and_daphne(layout):
+    from apps.messaging.models import PendingEvent
+
+    tenant = layout["tenant"]
+    client = MediatorClient(layout["url"], timeout=30)
+    assert client.did == tenant.did
+    alice = Identity.create("alice", tenant.did)
+    bob = Identity.create("bob", tenant.did)
+    for who in (alice, bob):
+        signed = client.register(who, lifetime_s=DAY)  # verifies the tenant's countersignature
+        assert client.last_reply[1]["code"] == "MEDIATOR_REGISTRATION_SUCCESS"
+        assert signed["communication_contract"]["recipient_did"] == tenant.did
+    req = wc.build_request(
+        requestor_did=alice.did,
+        recipient_did=bob.did,
+        recipient_prekey=parse_decentrl(bob.did).pre_key,
+        signing=alice.signing,
+        expires_at=int(time.time()) + DAY,
+    )
+    signed, _ = wc.accept_request(req.request, bob.signing)
+    assert client.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}) == {
+        "type": "SUCCESS"
+    }
+
+    envelope = alice.sign_command(recipient_did=bob.did, payload="sealed-blob-1", channel="TWO_WAY_PRIVATE")
+
+    async def story() -> tuple[dict, dict]:
+        sock = await open_authenticated(layout["ws"], bob)
+        try:
+            sent = await asyncio.to_thread(client.send, envelope)
+            deadline = time.monotonic() + 10
+            while True:
+                frame = await sock.recv(timeout=max(0.1, deadline - time.monotonic()))
+                if frame.get("type") == "PING":
+                    await sock.pong(frame)
+                    continue
+                if frame.get("type") != "CONTRACTS_UPDATED":
+                    return sent, frame
+        finally:
+            await sock.close()
+
+    sent, frame = asyncio.run(story())
+    event_id = sent["pendingEventId"]
+    assert sent == {"type": "SUCCESS", "pendingEventId": event_id}
+    assert frame == {
+        "type": "PENDING_EVENTS",
+        "events": [{"id": event_id, "sender_did": alice.did, "payload": "sealed-blob-1"}],
+    }
+    stored = PendingEvent.objects.get(public_id=event_id)
+    assert (stored.tenant_id, stored.recipient_did, stored.sender_did, stored.payload) == (
+        tenant.pk,
+        bob.did,
+        alice.did,
+        "sealed-blob-1",
+    )
+    # The same command again through the layout is a replay, and stores nothing.
+    assert client.send(envelope, raise_errors=False) == {"type": "ERROR", "code": "DUPLICATE_NONCE"}
+    assert client.last_reply[0] == 401
+    assert PendingEvent.objects.filter(tenant=tenant, recipient_did=bob.did).count() == 1
+    client.close()
