@@ -36,6 +36,17 @@ def tenant_cache_clear(**_kwargs) -> None:
     transaction.on_commit(_clear)
 
 
+def _clone(tenant: Tenant | None) -> Tenant | None:
+    """A per-request copy of a cached tenant (callers may set attributes); cheaper than copy.copy."""
+    if tenant is None:
+        return None
+    clone = Tenant.__new__(Tenant)
+    clone.__dict__.update(tenant.__dict__)
+    clone._state = copy.copy(tenant._state)
+    clone._state.fields_cache = {}
+    return clone
+
+
 def _lookup(host: str) -> Tenant | None:
     tenant = Tenant.objects.filter(domain=host).first()
     if tenant is None:
@@ -64,14 +75,13 @@ def tenant_for_host(host: str) -> Tenant | None:
     now = time.monotonic()
     hit = _cache.get(host)
     if hit is not None and hit[1] > now:
-        # A copy per request: callers may set attributes; the unsealed keys stay shared.
-        return copy.copy(hit[0]) if hit[0] is not None else None
+        return _clone(hit[0])
     tenant = _resolve(host)
     with _cache_lock:
         if len(_cache) >= _MAX_ENTRIES:
             _cache.clear()
         _cache[host] = (tenant, now + ttl)
-    return copy.copy(tenant) if tenant is not None else None
+    return _clone(tenant)
 
 
 def tenant_by_did(did: str) -> Tenant | None:
