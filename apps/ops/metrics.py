@@ -16,7 +16,7 @@ import threading
 import time
 
 from django.db import DatabaseError, connection
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -172,10 +172,47 @@ class DatabaseCollector:
 DATABASE_COLLECTOR = DatabaseCollector()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def forget_dead_processes(path: str) -> list[int]:
+    """Drop the live-gauge files of processes that no longer exist (a Daphne killed with -9 never
+    decrements its open-socket gauge). Counters of dead processes are kept: they still count.
+    The directory is per host, so every pid in it is a pid of this host."""
+    dead = []
+    for name in os.listdir(path):
+        if not (name.startswith("gauge_live") and name.endswith(".db")):
+            continue
+        try:
+            pid = int(name[: -len(".db")].rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid not in dead and not _alive(pid):
+            multiprocess.mark_process_dead(pid, path)
+            dead.append(pid)
+    return dead
+
+
+def mark_process_dead(pid: int) -> None:
+    """For process managers (gunicorn's child_exit hook): forget a worker that exited."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        multiprocess.mark_process_dead(pid, path)
+
+
 def exposition() -> bytes:
     """The text exposition of every metric: all processes' counters plus the database figures."""
     registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        forget_dead_processes(path)
         MultiProcessCollector(registry)
         local = b""
     else:
