@@ -64,6 +64,7 @@ def test_an_operator_creates_a_tenant_in_the_browser_and_its_host_serves_the_did
             page.click("button[name=_save]")
             page.wait_for_url(f"{daphne.url}/admin/tenants/tenant/")
             assert "browser-made" in page.content()
+            page.screenshot(path=str(ARTIFACTS / "operator-console-list.png"))
 
             page.click("text=Made in the browser")
             page.wait_for_selector("table.live-figures")
