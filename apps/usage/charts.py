@@ -35,11 +35,12 @@ def color(i: int) -> str:
 
 
 def nice_max(value: float) -> float:
-    """The smallest 1/2/2.5/5 x 10^k at or above `value` (axis top)."""
+    """The smallest 1/2/4/6/8 x 10^k at or above `value` (axis top)."""
     if value <= 0:
         return 1.0
     exp = 10 ** math.floor(math.log10(value))
-    for m in (1, 2, 2.5, 5, 10):
+    # Candidates whose quarter is still a round number (4 grid steps).
+    for m in (1, 2, 4, 6, 8, 10):
         if m * exp >= value:
             return m * exp
     return 10 * exp
@@ -54,12 +55,16 @@ def human(value: float, unit: str = "") -> str:
         return f"{value:.0f} B"
     if unit == "%":
         return f"{value * 100:.1f}%"
+    if unit == "ms" and value >= 1000:
+        for suffix, size in (("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+            if value >= size:
+                return f"{value / size:.1f} {suffix}"
     for suffix, size in (("M", 1e6), ("k", 1e3)):
         if abs(value) >= size:
             return f"{value / size:.1f}{suffix}"
     if unit == "ms":
         return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
 
 
 def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: list[tuple[str, str]]) -> list[str]:
