@@ -143,9 +143,11 @@ else:
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
     _broker_dir = VAR_DIR / "celery-broker"
-    for _sub in ("in", "processed"):
+    for _sub in ("in", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # kombu's default control folder is ./control in the working directory: keep it in var/.
+        "control_folder": str(_broker_dir / "control"),
         "data_folder_in": str(_broker_dir / "in"),
         "data_folder_out": str(_broker_dir / "in"),
         "processed_folder": str(_broker_dir / "processed"),
