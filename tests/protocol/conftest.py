@@ -110,3 +110,11 @@ def body_of(env: dict) -> bytes:
 def registered(post_a, tenant_a, alice, bob):
     """alice and bob registered on tenant A (their registration contracts are returned)."""
     return {"alice": register(post_a, alice, tenant_a), "bob": register(post_a, bob, tenant_a)}
+
+
+@pytest.fixture(params=["one-statement", "orm"])
+def both_two_way_paths(request, settings):
+    """Run a TWO_WAY_PRIVATE test on both implementations: the one-statement PostgreSQL path
+    (MEDIATOR_TWO_WAY_FASTPATH, the default) and the ORM path (SQLite, or the setting off)."""
+    settings.MEDIATOR_TWO_WAY_FASTPATH = request.param == "one-statement"
+    return request.param

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from apps.messaging.models import Contract, ContractRequest, PendingEvent, StoredEvent
 from apps.protocol.wire import contract as wc
 from apps.protocol.wire.did import parse_decentrl
@@ -140,6 +142,7 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
     assert (se.encrypted_tags, se.processed) == (["t"], False)
 
 
+@pytest.mark.usefixtures("both_two_way_paths")
 def test_a_contract_saved_on_b_does_not_authorize_delivery_on_a(post_a, post_b, tenant_a, tenant_b, alice, bob, carol):
     register(post_a, bob, tenant_a)
     register(post_b, bob, tenant_b)
