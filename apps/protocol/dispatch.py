@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import traceback
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -218,8 +219,14 @@ def handle(raw: bytes, tenant: Tenant | None, transport: str = "http", remote_ad
             err.retry_after,
             cmd.header.channel if cmd else None,
         )
-    except DatabaseError:
-        log.exception("database error while handling a command")
+    except Exception as exc:  # noqa: BLE001 - never a 500: a protocol-shaped 503 instead
+        # Log the exception type and code path only: its message may quote input (PROTOCOL-DECISIONS §9).
+        log.error(
+            "%s while handling a command: %s at %s",
+            "database error" if isinstance(exc, DatabaseError) else "unexpected error",
+            type(exc).__name__,
+            " <- ".join(f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__))),
+        )
         outcome = Outcome(
             503,
             {"type": "ERROR", "code": ErrorCode.MEDIATOR_UNAVAILABLE.value},
