@@ -64,16 +64,20 @@ async def one_run(steps: list[int], identities: int, redis: bool, settle_s: floa
             open_s = time.perf_counter() - t0
             await asyncio.sleep(settle_s)
             alive = sum(1 for s in pool.sockets if s.close_code is None)
-            probe_sock = await open_authenticated(url, probe)
-            blob = "B" * 64
-            env = alice.sign_command(recipient_did=probe.did, payload=blob, channel="TWO_WAY_PRIVATE")
-            t_send = time.perf_counter()
-            await asyncio.to_thread(http.send, env)
-            frame = await probe_sock.next_of("PENDING_EVENTS", 10)
-            push_ms = (time.perf_counter() - t_send) * 1000
-            await probe_sock.close()
-            ids = [e["id"] for e in frame["events"]]
-            await asyncio.to_thread(http.ack_events, probe, ids)
+            push_ms: float | None = None
+            probe_error = None
+            try:
+                probe_sock = await open_authenticated(url, probe, open_timeout=30)
+                blob = "B" * 64
+                env = alice.sign_command(recipient_did=probe.did, payload=blob, channel="TWO_WAY_PRIVATE")
+                t_send = time.perf_counter()
+                await asyncio.to_thread(http.send, env)
+                frame = await probe_sock.next_of("PENDING_EVENTS", 10)
+                push_ms = round((time.perf_counter() - t_send) * 1000, 1)
+                await probe_sock.close()
+                await asyncio.to_thread(http.ack_events, probe, [e["id"] for e in frame["events"]])
+            except Exception as exc:  # noqa: BLE001 - recorded in the row
+                probe_error = type(exc).__name__
             rss = server.rss_kib()
             row = {
                 "target": target,
@@ -85,7 +89,8 @@ async def one_run(steps: list[int], identities: int, redis: bool, settle_s: floa
                 "rss_mib": round(rss / 1024, 1),
                 "baseline_rss_mib": round(baseline / 1024, 1),
                 "kib_per_socket": round((rss - baseline) / max(1, len(pool.sockets)), 1),
-                "probe_push_ms": round(push_ms, 1),
+                "probe_push_ms": push_ms,
+                "probe_error": probe_error,
                 "server_alive": server.proc.poll() is None,
             }
             print(json.dumps(row), flush=True)
@@ -95,6 +100,11 @@ async def one_run(steps: list[int], identities: int, redis: bool, settle_s: floa
         await pool.close()
         await asyncio.to_thread(server.stop)
     return rows
+
+
+def _median(values: list) -> float | str:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else "failed"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(
             f"| {layer} | {target} | {statistics.median(c['alive'] for c in col):.0f} | "
             f"{statistics.median(c['rss_mib'] for c in col)} | {statistics.median(c['kib_per_socket'] for c in col)} | "
-            f"{statistics.median(c['probe_push_ms'] for c in col)} |"
+            f"{_median([c['probe_push_ms'] for c in col])} |"
         )
     return runs
 

@@ -183,7 +183,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
     async def realtime_push(self, event: dict) -> None:
         """A push from apps.realtime.push: already-serialised PENDING_EVENTS or CONTRACTS_UPDATED."""
         if self.state == AUTHENTICATED:
-            await self.send(text_data=event["text"])
+            await self._send_text(event["text"])
 
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
@@ -197,7 +197,20 @@ class SocketConsumer(AsyncWebsocketConsumer):
     # -- internals --
 
     async def _send_json(self, message: dict) -> None:
-        await self.send(text_data=canonical_str(message))
+        await self._send_text(canonical_str(message))
+
+    async def _send_text(self, text: str) -> bool:
+        """Send one frame; False (and the socket counts as closed) if the peer is already gone.
+
+        The server may learn that the TCP connection died before our disconnect handler runs,
+        and then refuses to send (Daphne raises); a ping or push in that window is just dropped.
+        """
+        try:
+            await self.send(text_data=text)
+        except Exception:  # noqa: BLE001 - the server's "closed protocol" error type is its own
+            self.state = CLOSED
+            return False
+        return True
 
     async def _close(self, code: int) -> None:
         self.state = CLOSED
@@ -244,9 +257,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
             if not rows:
                 return
             for frame in _backlog_frames(rows):
-                if self.state != AUTHENTICATED:
+                if self.state != AUTHENTICATED or not await self._send_text(frame):
                     return
-                await self.send(text_data=frame)
             if len(rows) < BACKLOG_ROWS_PER_QUERY:
                 return
             after_id = rows[-1]["seq"]

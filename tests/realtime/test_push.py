@@ -302,3 +302,21 @@ def _tenant_pk(who) -> int:
     from apps.tenants.models import Tenant
 
     return Tenant.objects.get(did=who.mediator_did).pk
+
+
+def test_a_push_to_a_socket_the_server_already_closed_is_dropped_quietly():
+    from apps.realtime.consumers import AUTHENTICATED, CLOSED, SocketConsumer
+
+    consumer = SocketConsumer()
+    consumer.state = AUTHENTICATED
+
+    async def refuse(**kwargs):
+        raise RuntimeError("Attempt to send on a closed protocol")
+
+    consumer.send = refuse
+
+    async def body():
+        await consumer.realtime_push({"type": "realtime.push", "text": '{"type":"CONTRACTS_UPDATED"}'})
+
+    run(body)
+    assert consumer.state == CLOSED

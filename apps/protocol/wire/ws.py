@@ -129,7 +129,11 @@ class MediatorSocket:
 async def open_authenticated(url: str, identity: Any, **kwargs: Any) -> MediatorSocket:
     """Open `/ws` and authenticate; raises SocketClosed with the close code if refused."""
     sock = await MediatorSocket.open(url, **kwargs)
-    reply = await sock.authenticate(identity)
+    try:
+        reply = await sock.authenticate(identity, timeout=kwargs.get("open_timeout", 10.0))
+    except BaseException:
+        sock.abort()
+        raise
     if reply.get("type") != "AUTH_SUCCESS":
         code = await sock.wait_closed()
         raise SocketClosed(code, str(reply.get("code")))
