@@ -47,12 +47,22 @@ _TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE|TABLE|JOIN)\s+"?([A-Za-z0-9_]+)"?', 
 
 
 def sql_shape(sql: object) -> str:
-    """'SELECT messaging_pendingevent' for a statement: its verb and first table, no values."""
+    """'SELECT messaging_pendingevent' for a statement: its verb and the tables it names (at most
+    four, in order), never a value. Table names come only from identifiers after FROM/INTO/
+    UPDATE/TABLE/JOIN, so a literal in the statement cannot end up here."""
     text = str(sql or "")
     m = _SQL_SHAPE.match(text)
     verb = " ".join(m.group("verb").upper().split()) if m else "SQL"
-    t = _TABLE.search(text)
-    return f"{verb} {t.group(1)}" if t else verb
+    tables = list(dict.fromkeys(t.group(1) for t in _TABLE.finditer(_strip_literals(text))))[:4]
+    return f"{verb} {', '.join(tables)}" if tables else verb
+
+
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+
+
+def _strip_literals(sql: str) -> str:
+    """Drop quoted literals first, so that e.g. "VALUES ('from x')" names no table x."""
+    return _LITERAL.sub("''", sql)
 
 
 class RedactSqlFilter(logging.Filter):
