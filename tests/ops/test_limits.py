@@ -82,6 +82,9 @@ def test_forged_commands_in_someone_elses_name_do_not_use_up_their_limit(
         forged["header"]["sender_did"] = alice.did  # claims to be Alice, signed by Bob
         forged["header"]["sender_signing_key_id"] = alice.key_id
         assert _post(HOST_A, canonical_bytes(forged))[:2] == (401, {"type": "ERROR", "code": "INVALID_SIGNATURE"})
+    garbled = alice.sign_command(recipient_did=tenant_a.did, payload={"type": "QUERY_PENDING_EVENTS"})
+    garbled["signature"] = "not base64 at all!"
+    assert _post(HOST_A, canonical_bytes(garbled))[:2] == (401, {"type": "ERROR", "code": "INVALID_SIGNATURE"})
     assert [_query(alice, tenant_a)[0] for _ in range(4)] == [200, 200, 200, 429]
 
 
