@@ -53,6 +53,13 @@ app.conf.beat_schedule = {
         "schedule": crontab(hour=3, minute=40),
         "options": {"expires": 6 * 60 * MINUTE},
     },
+    # Deleted public events (DCTRL-0007) keep an empty tombstone that still counts for the
+    # publisher's rate cap; once past that window it authorises nothing and goes.
+    "prune-public-tombstones": {
+        "task": "apps.ops.tasks.prune_public_tombstones",
+        "schedule": 10 * MINUTE,
+        "options": {"expires": 10 * MINUTE},
+    },
     # Metering retention (issue 6): drop metering rows older than each tenant's
     # metering_retention_days. Implemented by the usage app.
     "prune-metering": {

@@ -157,7 +157,11 @@ def public_events_list(*, tenant: Tenant, did: str, channel_id: str | None, page
     return Page(items, total)
 
 
-def public_tombstones_prune(*, older_than: timedelta = TOMBSTONE_RETENTION) -> int:
+def public_tombstones_prune(
+    *, older_than: timedelta = TOMBSTONE_RETENTION, tenant=None, now=None, dry_run: bool = False
+) -> int:
     """Drop deleted events' tombstones once they no longer count for the publish rate."""
-    deleted, _ = PublicEvent.objects.filter(deleted_at__lt=timezone.now() - older_than).delete()
-    return deleted
+    qs = PublicEvent.objects.filter(deleted_at__lt=(now or timezone.now()) - older_than)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.count() if dry_run else qs.delete()[0]

@@ -68,6 +68,12 @@ def _purge_expired_contracts(*, now: datetime, dry_run: bool, tenant) -> int:
     return purge_expired_contracts(tenant=tenant, now=now, dry_run=dry_run)
 
 
+def _prune_public_tombstones(*, now: datetime, dry_run: bool, tenant) -> int:
+    from apps.messaging.public import public_tombstones_prune
+
+    return public_tombstones_prune(tenant=tenant, now=now, dry_run=dry_run)
+
+
 JOBS: dict[str, Job] = {
     j.name: j
     for j in (
@@ -75,6 +81,7 @@ JOBS: dict[str, Job] = {
         Job("purge_pending_events", "expired pending events", "purged", _purge_pending_events),
         Job("purge_contract_requests", "contract requests", "purged", _purge_contract_requests),
         Job("purge_expired_contracts", "expired contracts", "purged", _purge_expired_contracts),
+        Job("prune_public_tombstones", "public event tombstones", "pruned", _prune_public_tombstones),
     )
 }
 

@@ -31,3 +31,9 @@ def purge_contract_requests(tenant_id: int | None = None) -> str:
 def purge_expired_contracts(tenant_id: int | None = None) -> str:
     """Contracts whose expires_at has passed."""
     return run_job("purge_expired_contracts", tenant_id=tenant_id)
+
+
+@shared_task(name="apps.ops.tasks.prune_public_tombstones", ignore_result=True)
+def prune_public_tombstones(tenant_id: int | None = None) -> str:
+    """DCTRL-0007 deletes leave tombstones that count for the publish rate for a while; then they go."""
+    return run_job("prune_public_tombstones", tenant_id=tenant_id)

@@ -268,9 +268,36 @@ def test_the_beat_schedule_names_real_tasks_at_their_intervals():
         "purge-expired-pending-events": "apps.ops.tasks.purge_pending_events",
         "purge-contract-requests": "apps.ops.tasks.purge_contract_requests",
         "purge-expired-contracts": "apps.ops.tasks.purge_expired_contracts",
+        "prune-public-tombstones": "apps.ops.tasks.prune_public_tombstones",
         "prune-metering": "apps.usage.tasks.prune_metering",
         "nightly-usage-report": "apps.usage.tasks.nightly_usage_report",
     }
     assert schedule["prune-nonces"]["schedule"] == 600.0  # DCTRL-0004 §5.3
     for entry in schedule.values():
         assert entry["task"] in app.tasks
+
+
+@pytest.mark.django_db
+def test_prune_public_tombstones_drops_only_tombstones_past_the_rate_window(tenant_a):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.messaging.models import PublicEvent
+
+    def event(deleted_ago: timedelta | None) -> PublicEvent:
+        return PublicEvent.objects.create(
+            tenant=tenant_a,
+            publisher_did="did:example:p",
+            channel_id="feed",
+            event="" if deleted_ago else "{}",
+            tags=[],
+            timestamp=1,
+            signature="" if deleted_ago else "sig",
+            deleted_at=timezone.now() - deleted_ago if deleted_ago else None,
+        )
+
+    live, recent, old = event(None), event(timedelta(minutes=1)), event(timedelta(hours=1))
+    assert _run("prune_public_tombstones", "--dry-run").startswith("would have pruned 1 public event tombstones in ")
+    assert _run("prune_public_tombstones").startswith("pruned 1 public event tombstones in ")
+    assert set(PublicEvent.objects.values_list("pk", flat=True)) == {live.pk, recent.pk}
