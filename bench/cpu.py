@@ -50,9 +50,18 @@ def _machine_busy() -> tuple[float, float]:
     return (total - idle) / TICK, total / TICK
 
 
+def _kind(pid: str) -> str:
+    cmd = _cmdline(pid)
+    for kind in ("gunicorn", "daphne", "nginx", "celery"):
+        if kind in cmd:
+            return kind
+    return "other"
+
+
 @dataclass
 class Sample:
     server: dict[str, float]
+    kinds: dict[str, str]
     postgres: dict[str, float]
     machine_busy: float
     machine_total: float
@@ -67,6 +76,7 @@ class CpuSampler:
 
     def sample(self) -> Sample:
         server: dict[str, float] = {}
+        kinds: dict[str, str] = {}
         postgres: dict[str, float] = {}
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
@@ -77,12 +87,13 @@ class CpuSampler:
             pgrp, cpu_s = st
             if self.server_pgid is not None and pgrp == self.server_pgid:
                 server[pid] = cpu_s
+                kinds[pid] = _kind(pid)
             elif self.db_marker:
                 cmd = _cmdline(pid)
                 if cmd.startswith("postgres: ") and self.db_marker in cmd:
                     postgres[pid] = cpu_s
         busy, total = _machine_busy()
-        return Sample(server, postgres, busy, total)
+        return Sample(server, kinds, postgres, busy, total)
 
     @staticmethod
     def _delta(a: dict[str, float], b: dict[str, float]) -> float:
@@ -98,7 +109,12 @@ class CpuSampler:
         per = (lambda x: round(x * 1000 / requests, 3)) if requests else (lambda x: None)
         other = max(0.0, busy - server - pg - client_cpu_s)
         server_and_pg_ms = (server + pg) * 1000 / requests if requests else 0
+        by_kind: dict[str, float] = {}
+        for pid, v in after.server.items():
+            k = after.kinds.get(pid, "other")
+            by_kind[k] = by_kind.get(k, 0.0) + v - before.server.get(pid, 0.0)
         return {
+            "server_cpu_ms_per_req_by_process": {k: per(v) for k, v in sorted(by_kind.items())},
             "server_cpu_ms_per_req": per(server),
             "postgres_cpu_ms_per_req": per(pg),
             "client_cpu_ms_per_req": per(client_cpu_s),

@@ -127,15 +127,22 @@ class Layout:
         env = server_env(args)
         if args.no_celery:
             env["NO_CELERY"] = "1"
+        cmd = ["scripts/run_production.sh"]
+        self.http_port = args.port
+        if args.layout == "no-proxy":  # clients straight to gunicorn (HTTP_PORT = PORT + 1)
+            env["NO_PROXY"] = "1"
+            self.http_port = args.port + 1
+        elif args.layout == "daphne":  # the embedded default's server: one Daphne for everything
+            cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(args.port), "mediator_project.asgi:application"]  # fmt: skip
         self.proc = subprocess.Popen(
-            ["scripts/run_production.sh"],
+            cmd,
             cwd=ROOT,
             env=env,
             stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.url = f"http://127.0.0.1:{args.port}"
+        self.url = f"http://127.0.0.1:{self.http_port}"
         self.host = f"localhost:{args.port}"
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -312,6 +319,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--idle", type=int, nargs="+", default=[1000, 5000, 10000], help="idle capacity steps")
     ap.add_argument("--idle-runs", type=int, default=1)
     ap.add_argument("--no-celery", action="store_true")
+    ap.add_argument(
+        "--layout",
+        choices=("production", "no-proxy", "daphne"),
+        default="production",
+        help="production: nginx+gunicorn+Daphne (default); no-proxy: gunicorn direct; daphne: one Daphne",
+    )
     ap.add_argument("--env", nargs="*", default=[], help="extra KEY=VALUE for the server (also BENCH_ENV)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -323,6 +336,7 @@ def main(argv: list[str] | None = None) -> dict:
         "started": started,
         "command": "python -m bench.run_standard " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(),
+        "layout": args.layout,
         "server_env": {k: v for k, v in server_env(args).items() if k.startswith(("GUNICORN_", "MEDIATOR_", "USAGE_", "DB_POOL"))},
         "http": [],
     }  # fmt: skip
@@ -332,7 +346,7 @@ def main(argv: list[str] | None = None) -> dict:
     layout = Layout(args)
     try:
         report["http"] = run_http(args, layout)
-        if "push" in args.only:
+        if "push" in args.only and args.layout == "production":
             report["push_production"] = run_push_production(args, layout)
     finally:
         layout.stop()

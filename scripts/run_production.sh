@@ -17,6 +17,10 @@ RUN_DIR="${RUN_DIR:-var/run-$PORT}"
 mkdir -p "$RUN_DIR"
 RUN_DIR_ABS="$(cd "$RUN_DIR" && pwd)"
 export PORT HTTP_PORT WS_PORT PYTHONPATH="${PYTHONPATH:-$PWD}"
+# Metrics of every process (gunicorn workers, Daphne) summed at scrape time (docs/operations.md);
+# emptied before the processes start.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR_ABS/metrics}"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 pids=()
 cleanup() {

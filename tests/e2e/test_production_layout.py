@@ -53,7 +53,6 @@ def layout(transactional_db, tmp_path):
             "PORT": str(port),
             "HTTP_PORT": str(http_port),
             "WS_PORT": str(ws_port),
-            "GUNICORN_WORKERS": "2",
             "NO_CELERY": "1",
             "DJANGO_DEBUG": "0",  # production-like: the TWO_WAY_PRIVATE statement runs prepared
             "RUN_DIR": str(tmp_path / "run"),
