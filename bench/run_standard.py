@@ -187,7 +187,8 @@ def run_http(args, layout: Layout) -> list[dict]:
             scenario=scenario,
             clients=args.clients,
             pairs=args.pairs,
-            requests=args.requests,
+            # The first run signs this many bodies; later runs size themselves (loadgen.run_scenario).
+            requests=args.requests if scenario == "two_way_private" else max(2000, args.requests // 4),
             seconds=args.seconds,
             stored=args.stored,
             seed=args.seed,
