@@ -35,7 +35,7 @@ format: install
 
 bench: install
 	scripts/ensure_services.sh
-	$(PY) -m bench.run_standard
+	$(PY) -m bench.run_standard $(BENCH_ARGS)
 
 report: install
 	$(PY) manage.py run_usage_report
