@@ -138,7 +138,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.observed = True
         _observe("connect", self.tenant)
-        self.tasks.append(asyncio.create_task(self._auth_timer()))
+        self.auth_timer = asyncio.create_task(self._auth_timer())
+        self.tasks.append(self.auth_timer)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.state == AUTHENTICATED:
@@ -148,6 +149,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         if self.state != NEW:
             return
         self.state = AUTHENTICATING
+        self.auth_timer.cancel()
         try:
             did = await database_sync_to_async(_authenticate)(self.tenant, self.ip, text_data)
         except WsAuthFailed as failed:
@@ -169,7 +171,15 @@ class SocketConsumer(AsyncWebsocketConsumer):
         # Join before reading the backlog: an event stored from here on is pushed to us, one
         # stored before is in the backlog. An event in both arrives twice, which is harmless
         # (a push is a wake-up; clients dedupe by id and ACK).
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except Exception:  # noqa: BLE001 - e.g. Redis down: a socket that cannot get pushes is refused
+            log.warning("channel layer unreachable while joining a websocket group")
+            self.group = None
+            await self._auth_failed(
+                ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
+            )
+            return
         self.state = AUTHENTICATED
         await self._send_json({"type": "AUTH_SUCCESS"})
         _observe("authenticated", self.tenant)
@@ -190,7 +200,10 @@ class SocketConsumer(AsyncWebsocketConsumer):
         for task in getattr(self, "tasks", []):
             task.cancel()
         if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+            except Exception:  # noqa: BLE001 - the membership expires by itself (group_expiry)
+                log.warning("channel layer unreachable while leaving a websocket group")
         if getattr(self, "observed", False):
             _observe("disconnect", self.tenant)
 
@@ -244,8 +257,11 @@ class SocketConsumer(AsyncWebsocketConsumer):
             # Channel layers forget group members after `group_expiry` (a day by default); a
             # socket may live longer, so it re-joins well before that.
             if time.monotonic() - joined >= GROUP_REFRESH_S:
-                await self.channel_layer.group_add(self.group, self.channel_name)
-                joined = time.monotonic()
+                try:
+                    await self.channel_layer.group_add(self.group, self.channel_name)
+                    joined = time.monotonic()
+                except Exception:  # noqa: BLE001 - retried at the next PING
+                    log.warning("channel layer unreachable while renewing a websocket group")
 
     async def _send_backlog(self) -> None:
         """PROTOCOL-DECISIONS §6: the DID's unacknowledged pending events, in batches."""
