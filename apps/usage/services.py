@@ -95,7 +95,7 @@ def _claim(run_id: int) -> bool:
 def _log_path(run: ReportRun) -> Path:
     path = Path(settings.VAR_DIR) / "usage-runs"
     path.mkdir(parents=True, exist_ok=True)
-    return path / f"run-{run.pk}.log"
+    return path / f"run-{run.pk}-{run.public_id.hex[:8]}.log"
 
 
 def _job_command(run: ReportRun) -> list[str]:
