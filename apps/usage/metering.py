@@ -1,7 +1,7 @@
 """The metering observer: every finished command becomes one `CommandMeter` row.
 
-Hot path: `observe()` only appends a tuple to an in-process buffer (no I/O, no lock contention
-beyond a deque append). A daemon thread bulk-inserts the buffer every USAGE_METERING_FLUSH_MS or
+Hot path: `observe()` only appends the (immutable) CommandRecord to an in-process buffer: no I/O,
+no model instance, no lock beyond a deque append; rows are built by the writer. A daemon thread bulk-inserts the buffer every USAGE_METERING_FLUSH_MS or
 as soon as USAGE_METERING_BATCH rows are waiting. Mode "sync" instead inserts one row inside the
 request (simpler, costs one INSERT per command); "off" does nothing. bench/metering_overhead.py
 measures all three.
@@ -26,7 +26,7 @@ from .models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
 log = logging.getLogger("mediator.usage.metering")
 
-_buffer: deque[CommandMeter] = deque()
+_buffer: deque[Any] = deque()  # CommandRecords waiting for the writer
 # Held for the whole drain+insert so `flush()` returns only after every earlier record is stored.
 _flush_lock = threading.Lock()
 _wake = threading.Event()
@@ -57,19 +57,18 @@ def _row(record: Any) -> CommandMeter | None:
 def observe(record: Any) -> None:
     """hooks.OBSERVERS entry: record one command's metadata (never raises)."""
     global dropped
-    row = _row(record)
-    if row is None:
+    if record.tenant_id is None:
         return
     mode = settings.USAGE_METERING_MODE
     if mode == "sync":
-        CommandMeter.objects.bulk_create([row])
+        CommandMeter.objects.bulk_create([_row(record)])
         return
     if mode != "buffered":
         return
     if len(_buffer) >= settings.USAGE_METERING_MAX_BUFFER:
         dropped += 1
         return
-    _buffer.append(row)
+    _buffer.append(record)
     _ensure_thread()
     if len(_buffer) >= settings.USAGE_METERING_BATCH:
         _wake.set()
@@ -82,7 +81,9 @@ def flush() -> int:
         while _buffer:
             batch = []
             while _buffer and len(batch) < settings.USAGE_METERING_BATCH:
-                batch.append(_buffer.popleft())
+                row = _row(_buffer.popleft())
+                if row is not None:
+                    batch.append(row)
             CommandMeter.objects.bulk_create(batch)
             written += len(batch)
     return written
