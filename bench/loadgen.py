@@ -359,11 +359,12 @@ def _median(runs: list[dict], key: str, sub: str | None = None):
     return statistics.median(vals) if vals else None
 
 
-def run_scenario(args, world: World | None = None, cpu: CpuSampler | None = None) -> dict:
-    """Setup once, then `args.runs` timed runs with fresh bodies; returns the report with medians."""
+def run_scenario(args, world: World | None = None, cpu: CpuSampler | None = None, state: dict | None = None) -> dict:
+    """Setup once (unless `state` is given), then `args.runs` timed runs with fresh bodies;
+    returns the report with medians (and the world and state, for another sweep over the same data)."""
     world = world or build_world(args.url, args.host, args.pairs)
     setup, make_bodies = SCENARIOS[args.scenario]
-    state = setup(world, args)
+    state = state if state is not None else setup(world, args)
     runs = []
     budget = args.requests
     for _ in range(args.runs):
@@ -380,7 +381,15 @@ def run_scenario(args, world: World | None = None, cpu: CpuSampler | None = None
     for k in ("server_cpu_ms_per_req", "postgres_cpu_ms_per_req", "client_cpu_ms_per_req", "client_cpu_share",
               "other_cpu_share", "capacity_rps_all_cores"):  # fmt: skip
         med[k] = _median(runs, k, "cpu")
-    return {"scenario": args.scenario, "clients": args.clients, "runs": runs, "median": med, "id": str(uuid.uuid4())}
+    return {
+        "scenario": args.scenario,
+        "clients": args.clients,
+        "runs": runs,
+        "median": med,
+        "id": str(uuid.uuid4()),
+        "_state": state,
+        "_world": world,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -399,25 +408,32 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--server-pgid", type=int, default=None, help="process group of the server (CPU accounting)")
     ap.add_argument("--database", default=None, help="database name of the server (PostgreSQL CPU accounting)")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--sweep", type=int, nargs="+", default=None, help="client counts to run in turn (same data)")
     ap.add_argument("--json", dest="json_out", default=None)
     return ap
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    cpu = (
-        CpuSampler(server_pgid=args.server_pgid, database=args.database)
-        if (args.server_pgid or args.database)
-        else None
-    )
-    report = run_scenario(args, cpu=cpu)
-    print(json.dumps(report, indent=2))
+    cpu = None
+    if args.server_pgid or args.database:
+        cpu = CpuSampler(server_pgid=args.server_pgid, database=args.database)
+    reports, world, state = [], None, None
+    for clients in args.sweep or [args.clients]:
+        # --sweep: the same world and seeded data, measured at each concurrency in turn.
+        args.clients = clients
+        rep = run_scenario(args, world=world, cpu=cpu, state=state)
+        world, state = rep.pop("_world"), rep.pop("_state")
+        reports.append(rep)
+    report = reports[0] if len(reports) == 1 else {"scenario": args.scenario, "sweep": reports}
+    print(json.dumps(report, indent=2, default=str))
     print("\n" + MD_HEADER)
-    for r in report["runs"]:
-        print(markdown_row(args.scenario, r))
+    for rep in reports:
+        for r in rep["runs"]:
+            print(markdown_row(args.scenario, r))
     if args.json_out:
         with open(args.json_out, "w") as fh:
-            json.dump(report, fh, indent=2)
+            json.dump(report, fh, indent=2, default=str)
     return report
 
 

@@ -198,6 +198,7 @@ def run_http(args, layout: Layout) -> list[dict]:
         )
         print(f"== {scenario}: {args.runs} run(s) x {args.seconds}s at {args.clients} clients", file=sys.stderr)
         rep = loadgen.run_scenario(ns, world=world, cpu=cpu)
+        rep.pop("_world", None), rep.pop("_state", None)
         reports.append(rep)
         m = rep["median"]
         print(
