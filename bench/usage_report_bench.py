@@ -11,7 +11,7 @@ same aggregates computed by PostgreSQL alone.
   top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded.
 
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
-with generate_series: 3 tenants, 7 days, 500 sender DIDs, 12 command types, ~6% errors.
+with generate_series: 3 tenants, 7 days, 500 sender DIDs, 12 command types, ~9% errors.
 Medians go to stdout and bench/results/usage_report-<rows>.json.
 """
 
@@ -93,7 +93,7 @@ def prepare(rows: int) -> list[int]:
     psql(
         f"""INSERT INTO usage_commandmeter (tenant_id, at, transport, channel, command_type, code, http_status,
               bytes_in, bytes_out, duration_ms, sender_did)
-            SELECT (ARRAY[{','.join(map(str, ids))}])[1 + (g % 3)],
+            SELECT (ARRAY[{",".join(map(str, ids))}])[1 + (g % 3)],
                    TIMESTAMPTZ '{FIRST.isoformat()} 00:00:00+00' + (g::float / {rows} * {DAYS} * 86400) * INTERVAL '1 second',
                    CASE WHEN g % 5 = 0 THEN 'ws' ELSE 'http' END, 'DIRECT_AUTHENTICATED',
                    ({types})[1 + (g * 7 % 12)],
@@ -129,7 +129,17 @@ def new_run_id() -> int:
 def cold(run_id: int) -> float:
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "spark_reports.usage_report", "--run-id", str(run_id), "--from", FIRST.isoformat(), "--to", LAST.isoformat()],
+        [
+            sys.executable,
+            "-m",
+            "spark_reports.usage_report",
+            "--run-id",
+            str(run_id),
+            "--from",
+            FIRST.isoformat(),
+            "--to",
+            LAST.isoformat(),
+        ],
         cwd=ROOT,
         env=django_env(),
         check=True,
