@@ -94,6 +94,23 @@ def _prepared_cursor():
     return connection._prepare_cursor(_PreparedCursor(raw))
 
 
+_REGISTERED = (
+    f"SELECT EXISTS(SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND requestor_did = %s"
+    " AND recipient_did = %s AND expires_at > %s)"  # contract_parties
+)
+
+
+def registration_exists(*, tenant: Tenant, did: str, now_s: int) -> bool:
+    """Contract.objects.registrations(tenant, did, now_s).exists() as one prepared statement.
+
+    Every DIRECT_AUTHENTICATED command asks this; building and compiling the ORM query profiled
+    at ~20% of a QUERY_EVENTS worker's CPU. Same predicate, same index, same transaction.
+    """
+    with _prepared_cursor() as cur:
+        cur.execute(_REGISTERED, [tenant.pk, did, did, tenant.did, now_s])
+        return bool(cur.fetchone()[0])
+
+
 @dataclass(frozen=True)
 class Delivery:
     """What the one statement found; `event_id` is set only when the event was stored."""

@@ -22,7 +22,7 @@ from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
 
-from . import notify
+from . import fastpath, notify
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
 
 DAY_S = 86_400
@@ -59,6 +59,9 @@ def _verify_contract(signed: dict) -> wc.ContractInfo:
 
 def is_registered(*, tenant: Tenant, did: str) -> bool:
     """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
+    if connection.vendor == "postgresql":
+        # The same query, prepared: asked by every DIRECT_AUTHENTICATED command (issue 8).
+        return fastpath.registration_exists(tenant=tenant, did=did, now_s=_now_s())
     return Contract.objects.registrations(tenant, did, _now_s()).exists()
 
 
