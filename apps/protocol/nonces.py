@@ -14,7 +14,9 @@ from .models import Nonce
 _TABLE = Nonce._meta.db_table
 
 
-def nonce_claim_sql(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms: int, now_ms: int) -> tuple[str, list]:
+def nonce_claim_sql(
+    *, tenant_id: int, sender_did: str, nonce: str, expires_at_ms: int, now_ms: int
+) -> tuple[str, list]:
     """The claiming INSERT … ON CONFLICT and its parameters: it returns a row only for a fresh pair.
 
     Also used as the first CTE of the TWO_WAY_PRIVATE fast path (apps/messaging/fastpath.py).
