@@ -195,8 +195,18 @@ def report_run_fail(*, run: ReportRun, reason: str, output: str) -> ReportRun:
     return run
 
 
+def report_runs_fail_stale(*, now: datetime | None = None) -> int:
+    """Fail runs still `running` well past the job timeout (their worker died); returns how many."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.USAGE_REPORT_TIMEOUT_S + 600)
+    stale = list(ReportRun.objects.filter(status=ReportRun.Status.RUNNING, started_at__lt=cutoff))
+    for run in stale:
+        report_run_fail(run=run, reason="the worker running this report was lost", output="")
+    return len(stale)
+
+
 def nightly_report_run(*, today: date | None = None) -> ReportRun:
     """Yesterday's report over all tenants, created and executed in the calling worker."""
+    report_runs_fail_stale()
     day = (today or timezone.now().date()) - timedelta(days=1)
     run = report_run_request(date_from=day, date_to=day, kind=ReportRun.Kind.NIGHTLY, enqueue=False)
     return report_run_execute(run_id=run.pk)

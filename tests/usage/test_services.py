@@ -126,7 +126,34 @@ def test_the_nightly_task_reports_yesterday_for_every_tenant(tenant_a, monkeypat
 def test_the_job_command_names_the_run_range_and_tenants(tenant_a, tenant_b):
     run = services.report_run_request(date_from=DAY, date_to=DAY, tenants=[tenant_b, tenant_a], enqueue=False)
     cmd = services._job_command(run)
-    assert cmd[1:] == ["-m", "spark_reports.usage_report", "--run-id", str(run.pk), "--from", "2026-01-10", "--to", "2026-01-10",
-                       "--tenant", str(min(tenant_a.pk, tenant_b.pk)), "--tenant", str(max(tenant_a.pk, tenant_b.pk))]
+    assert cmd[1:] == [
+        "-m",
+        "spark_reports.usage_report",
+        "--run-id",
+        str(run.pk),
+        "--from",
+        "2026-01-10",
+        "--to",
+        "2026-01-10",
+        "--tenant",
+        str(min(tenant_a.pk, tenant_b.pk)),
+        "--tenant",
+        str(max(tenant_a.pk, tenant_b.pk)),
+    ]
     url = services.report_database_url()
     assert url.startswith("postgresql://") and "password" not in " ".join(cmd)
+
+
+def test_a_run_whose_worker_died_is_failed_and_its_rows_dropped(tenant_a, settings):
+    run = staged_run(tenant_a)
+    ReportRun.objects.filter(pk=run.pk).update(
+        status=ReportRun.Status.RUNNING,
+        started_at=timezone.now() - timedelta(seconds=settings.USAGE_REPORT_TIMEOUT_S + 700),
+    )
+    fresh = staged_run(tenant_a)
+    ReportRun.objects.filter(pk=fresh.pk).update(status=ReportRun.Status.RUNNING, started_at=timezone.now())
+    assert services.report_runs_fail_stale() == 1
+    run.refresh_from_db()
+    assert run.status == ReportRun.Status.FAILED and run.log_tail == "the worker running this report was lost"
+    assert not ReportDaily.objects.filter(run=run).exists()
+    assert ReportDaily.objects.filter(run=fresh).count() == 1
