@@ -28,4 +28,9 @@ def test_spark_reports_import_nothing_from_apps_or_django():
 
 
 def test_transform_is_pure():
-    assert {n.split(".")[0] for n in imported(SPARK / "transform.py")} <= {"__future__", "dataclasses", "datetime", "pyspark"}
+    assert {n.split(".")[0] for n in imported(SPARK / "transform.py")} <= {
+        "__future__",
+        "dataclasses",
+        "datetime",
+        "pyspark",
+    }
