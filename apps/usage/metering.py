@@ -118,10 +118,15 @@ def _run() -> None:
             # that failed is lost; metadata only, never re-raised into the command path.
             log.warning("metering flush failed: %s", type(exc).__name__)
         finally:
-            # Do not keep an idle connection open from this thread between bursts.
+            # Do not keep an idle connection open from this thread between bursts. Closing can be
+            # refused like the flush itself (pytest blocks database access between tests); the
+            # thread must survive that too.
             if not _buffer:
-                close_old_connections()
-                connection.close()
+                try:
+                    close_old_connections()
+                    connection.close()
+                except (DatabaseError, RuntimeError):
+                    pass
 
 
 @atexit.register
