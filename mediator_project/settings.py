@@ -133,7 +133,16 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+            # redis-py 8 defaults to a 5 s socket timeout and 100 connections per pool. The first
+            # races channels_redis's 5 s BZPOPMIN (sockets died with "Timeout reading"), the second
+            # fails bursts of group joins (MaxConnectionsError); both killed live sockets.
+            "CONFIG": {
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5, "max_connections": 2000}
+                ],
+                "capacity": 1000,
+                "expiry": 30,
+            },
         }
     }
 else:
