@@ -6,6 +6,7 @@ commit). Errors are raised as ProtocolError with the code the client sees.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -363,6 +364,25 @@ def events_save(*, tenant: Tenant, owner_did: str, events: list[dict]) -> list[S
 
 
 def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination) -> Page:
+    if connection.vendor == "postgresql" and flt.get("participant_did") is None and not flt.get("unprocessed_only"):
+        # The common filters (tags, time range) as prepared statements: the same predicates and
+        # order, without the ORM's per-query construction and PostgreSQL's re-planning (issue 8).
+        args = {
+            "tenant": tenant,
+            "owner_did": owner_did,
+            "after": int(flt["after_timestamp"]) if flt.get("after_timestamp") is not None else None,
+            "before": int(flt["before_timestamp"]) if flt.get("before_timestamp") is not None else None,
+            "tags": list(flt.get("encrypted_tags") or []),
+        }
+        rows = fastpath.stored_events_page(**args, offset=page.offset, limit=page.page_size)
+        items = [
+            {"id": str(pid), "payload": p, "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags, "timestamp": ts}
+            for pid, p, tags, ts in rows
+        ]
+        n = len(rows)
+        # As _page_total: a partial page (or an empty first page) implies the total.
+        total = page.offset + n if n < page.page_size and (n > 0 or page.page == 0) else fastpath.stored_events_count(**args)
+        return Page(items, total)
     qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
     if flt.get("after_timestamp") is not None:
         qs = qs.filter(timestamp__gt=int(flt["after_timestamp"]))
