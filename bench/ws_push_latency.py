@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             result = asyncio.run(one_run(others, args.sends, args.redis, args.pause_ms / 1000))
             print(json.dumps(result), flush=True)
             runs.append(result)
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "others"}
+        numeric = [k for k, v in runs[0].items() if isinstance(v, (int, float)) and k != "others"]
+        med = {k: statistics.median(r[k] for r in runs) for k in numeric}
         med["others"] = others
         summary.append(med)
     print("| layer | other sockets | response→frame p50 ms | p99 ms | request→frame p50 ms | p99 ms | server RSS MiB |")
