@@ -25,6 +25,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
+from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
 from apps.protocol import hooks
@@ -82,14 +83,58 @@ def _admit(host: str, ip: str | None) -> Tenant:
 
 
 def _authenticate(tenant: Tenant, ip: str | None, text: str | None) -> str:
-    """WS_AUTH_CHECKS, then §10.2 in order; one thread hop for the whole AUTHENTICATE."""
-    for check in hooks.WS_AUTH_CHECKS:
-        check(tenant, ip)
-    frame = parse_authenticate(text)
-    now_ms = _now_ms()
-    window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
-    check_timestamp(frame, now_ms=now_ms, window_ms=window)
-    return authenticate(tenant=tenant, frame=frame, now_ms=now_ms, window_ms=window)
+    """WS_AUTH_CHECKS, then §10.2 in order; one thread hop for the whole AUTHENTICATE, metered."""
+    started = time.perf_counter()
+    claimed: str | None = None
+    code, status = "SUCCESS", 200
+    try:
+        for check in hooks.WS_AUTH_CHECKS:
+            check(tenant, ip)
+        frame = parse_authenticate(text)
+        claimed = frame.did
+        now_ms = _now_ms()
+        window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
+        check_timestamp(frame, now_ms=now_ms, window_ms=window)
+        return authenticate(tenant=tenant, frame=frame, now_ms=now_ms, window_ms=window)
+    except WsAuthFailed as failed:
+        code, status = failed.code, failed.close_code
+        raise
+    except ProtocolError as err:
+        code, status = err.code.value, EXTRA_CLOSE_CODES.get(err.code, DEFAULT_REFUSAL_CLOSE)
+        raise
+    except DatabaseError:
+        code, status = ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
+        raise
+    finally:
+        _meter_authenticate(tenant, ip, text, claimed, code, status, started)
+
+
+def _meter_authenticate(
+    tenant: Tenant, ip: str | None, text: str | None, did: str | None, code: str, status: int, started: float
+) -> None:
+    """AUTHENTICATE is the one command a socket sends: the same metadata-only record as POST /
+    commands (usage metering, metrics). `http_status` carries 200 or the close code."""
+    reply = {"type": "AUTH_SUCCESS"} if code == "SUCCESS" else {"type": "AUTH_FAILED", "code": code}
+    record = hooks.CommandRecord(
+        tenant_id=tenant.pk,
+        tenant_slug=tenant.slug,
+        at=timezone.now(),
+        transport="ws",
+        channel=None,
+        command_type="AUTHENTICATE",
+        code=code,
+        http_status=status,
+        bytes_in=len((text or "").encode("utf-8")),
+        bytes_out=len(canonical_str(reply)),
+        duration_ms=(time.perf_counter() - started) * 1000,
+        sender_did=did if isinstance(did, str) else None,
+        remote_addr=ip,
+    )
+    for observer in hooks.OBSERVERS:
+        try:
+            observer(record)
+        except Exception:  # noqa: BLE001 - an observer must never break a socket
+            log.exception("command observer failed")
 
 
 def _backlog_frames(rows: list[dict]) -> list[str]:
