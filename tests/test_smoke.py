@@ -11,5 +11,7 @@ def test_alice_sends_bob_a_private_event_and_bob_acks_it(post_a, tenant_a, alice
     assert status == 200 and body["type"] == "SUCCESS" and set(body) == {"type", "pendingEventId"}
     status, body = post_a.command(bob, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did)
     assert status == 200
-    assert body["payload"]["pending_events"] == [{"id": body["payload"]["pending_events"][0]["id"], "payload": "opaque-blob", "sender_did": alice.did}]
+    assert body["payload"]["pending_events"] == [
+        {"id": body["payload"]["pending_events"][0]["id"], "payload": "opaque-blob", "sender_did": alice.did}
+    ]
     assert body["payload"]["pagination"] == {"page": 0, "page_size": 10, "total": 1}

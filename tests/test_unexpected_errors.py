@@ -6,7 +6,9 @@ from apps.protocol import handlers
 from tests.support.registration import register
 
 
-def test_an_unexpected_handler_error_answers_mediator_unavailable_and_logs_no_input(post_a, tenant_a, alice, monkeypatch, caplog):
+def test_an_unexpected_handler_error_answers_mediator_unavailable_and_logs_no_input(
+    post_a, tenant_a, alice, monkeypatch, caplog
+):
     register(post_a, alice, tenant_a)
 
     def boom(ctx):

@@ -21,12 +21,12 @@ class ContractQuerySet(models.QuerySet):
 
     def registrations(self, tenant, did: str, now_s: int):
         """Live registration contracts of `did` with this tenant (PROTOCOL-DECISIONS §4)."""
-        return self.filter(tenant=tenant, owner_did=did, requestor_did=did, recipient_did=tenant.did, expires_at__gt=now_s)
+        return self.filter(
+            tenant=tenant, owner_did=did, requestor_did=did, recipient_did=tenant.did, expires_at__gt=now_s
+        )
 
     def between(self, a: str, b: str):
-        return self.filter(
-            models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a)
-        )
+        return self.filter(models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a))
 
 
 class Contract(models.Model):
@@ -50,7 +50,9 @@ class Contract(models.Model):
         ]
         indexes = [
             # registration check, TWO_WAY_PRIVATE contract check, and DID filter
-            models.Index(fields=["tenant", "owner_did", "requestor_did", "recipient_did", "expires_at"], name="contract_parties"),
+            models.Index(
+                fields=["tenant", "owner_did", "requestor_did", "recipient_did", "expires_at"], name="contract_parties"
+            ),
             models.Index(fields=["tenant", "owner_did", "recipient_did", "requestor_did"], name="contract_parties_rev"),
             # QUERY_COMMUNICATION_CONTRACTS listing by arrival
             models.Index(fields=["tenant", "owner_did", "id"], name="contract_owner_seq"),
@@ -58,12 +60,17 @@ class Contract(models.Model):
             models.Index(fields=["tenant", "recipient_did", "expires_at", "owner_did"], name="contract_registrations"),
         ]
 
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"contract {self.public_id} (expires {self.expires_at})"
+
 
 class ContractRequest(models.Model):
     """An encrypted contract request waiting for its recipient (DCTRL-0004 §8.1, forwarded)."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="contract_requests", db_index=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="contract_requests", db_index=False
+    )
     recipient_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     encrypted_contract_request = models.TextField()
@@ -80,12 +87,17 @@ class ContractRequest(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"contract request {self.public_id}"
+
 
 class PendingEvent(models.Model):
     """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False
+    )
     recipient_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     payload = models.TextField(blank=True)
@@ -108,6 +120,9 @@ class PendingEvent(models.Model):
             models.Index(fields=["created_at"], name="pending_created"),
         ]
 
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"pending event {self.public_id}"
+
 
 class StoredEvent(models.Model):
     """An owner's storage-encrypted event (DCTRL-0004 §8.9)."""
@@ -117,7 +132,7 @@ class StoredEvent(models.Model):
     owner_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     recipient_did = models.CharField(max_length=2048)
-    contract_id = models.CharField(max_length=256, null=True, blank=True)
+    contract_id = models.CharField(max_length=256, null=True, blank=True)  # noqa: DJ001 - absent differs from ""
     timestamp = models.BigIntegerField()
     payload = models.TextField()
     payload_bytes = models.PositiveIntegerField(default=0)
@@ -129,13 +144,18 @@ class StoredEvent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "owner_did", "timestamp", "id"], name="event_owner_ts"),
             models.Index(fields=["tenant", "owner_did", "sender_did", "timestamp", "id"], name="event_owner_sender"),
-            models.Index(fields=["tenant", "owner_did", "recipient_did", "timestamp", "id"], name="event_owner_recipient"),
+            models.Index(
+                fields=["tenant", "owner_did", "recipient_did", "timestamp", "id"], name="event_owner_recipient"
+            ),
             models.Index(
                 fields=["tenant", "owner_did", "timestamp", "id"],
                 name="event_owner_unprocessed",
                 condition=models.Q(processed=False),
             ),
         ]
+
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"stored event {self.public_id}"
 
 
 class EventTag(models.Model):
@@ -148,6 +168,9 @@ class EventTag(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "owner_did", "tag", "event"], name="tag_lookup")]
+
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"tag of event {self.event_id}"
 
 
 class PublicEventQuerySet(models.QuerySet):
@@ -181,14 +204,13 @@ class PublicEvent(models.Model):
 
     objects = PublicEventQuerySet.as_manager()
 
-    def __str__(self) -> str:
-        return f"public event {self.public_id}"
-
     class Meta:
         indexes = [
             # GET /public/<did>, newest first, with and without the channel filter
             models.Index(
-                fields=["tenant", "publisher_did", "-id"], name="pubev_feed", condition=models.Q(deleted_at__isnull=True)
+                fields=["tenant", "publisher_did", "-id"],
+                name="pubev_feed",
+                condition=models.Q(deleted_at__isnull=True),
             ),
             models.Index(
                 fields=["tenant", "publisher_did", "channel_id", "-id"],
@@ -199,3 +221,6 @@ class PublicEvent(models.Model):
             models.Index(fields=["tenant", "publisher_did", "created_at"], name="pubev_rate"),
             models.Index(fields=["deleted_at"], name="pubev_tombstones", condition=models.Q(deleted_at__isnull=False)),
         ]
+
+    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+        return f"public event {self.public_id}"

@@ -201,8 +201,10 @@ def contract_response_store(*, tenant: Tenant, sender_did: str, recipient_did: s
 
 def _peek_parties(signed: dict) -> wc.ContractInfo:
     terms = signed.get("communication_contract")
-    if not isinstance(terms, dict) or not isinstance(terms.get("requestor_did"), str) or not isinstance(
-        terms.get("recipient_did"), str
+    if (
+        not isinstance(terms, dict)
+        or not isinstance(terms.get("requestor_did"), str)
+        or not isinstance(terms.get("recipient_did"), str)
     ):
         raise _bad("malformed contract")
     return wc.ContractInfo(terms["requestor_did"], terms["recipient_did"], 0, "")
@@ -275,9 +277,12 @@ def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str
     cap = tenant.pending_queue_cap
     # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
     # the number of in-flight sends; nothing is ever evicted.
-    if cap and PendingEvent.objects.filter(
-        tenant=tenant, recipient_did=recipient_did, acknowledged_at__isnull=True
-    ).order_by("id")[cap - 1 : cap].exists():
+    if (
+        cap
+        and PendingEvent.objects.filter(tenant=tenant, recipient_did=recipient_did, acknowledged_at__isnull=True)
+        .order_by("id")[cap - 1 : cap]
+        .exists()
+    ):
         raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
     event = PendingEvent.objects.create(
         tenant=tenant,
@@ -358,7 +363,11 @@ def events_save(*, tenant: Tenant, owner_did: str, events: list[dict]) -> list[S
     if any(r.pk is None for r in created):  # backends without RETURNING
         created = list(StoredEvent.objects.filter(public_id__in=[r.public_id for r in rows]).order_by("id"))
     EventTag.objects.bulk_create(
-        [EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t) for r in created for t in dict.fromkeys(r.encrypted_tags)]
+        [
+            EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t)
+            for r in created
+            for t in dict.fromkeys(r.encrypted_tags)
+        ]
     )
     return created
 
@@ -376,12 +385,21 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
         }
         rows = fastpath.stored_events_page(**args, offset=page.offset, limit=page.page_size)
         items = [
-            {"id": str(pid), "payload": p, "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags, "timestamp": ts}
+            {
+                "id": str(pid),
+                "payload": p,
+                "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags,
+                "timestamp": ts,
+            }
             for pid, p, tags, ts in rows
         ]
         n = len(rows)
         # As _page_total: a partial page (or an empty first page) implies the total.
-        total = page.offset + n if n < page.page_size and (n > 0 or page.page == 0) else fastpath.stored_events_count(**args)
+        total = (
+            page.offset + n
+            if n < page.page_size and (n > 0 or page.page == 0)
+            else fastpath.stored_events_count(**args)
+        )
         return Page(items, total)
     qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
     if flt.get("after_timestamp") is not None:
@@ -415,7 +433,9 @@ def event_tags_update(*, tenant: Tenant, owner_did: str, updates: list[dict]) ->
         ids = _uuids([u["event_id"]])
         if not ids:
             continue
-        event = StoredEvent.objects.select_for_update().filter(tenant=tenant, owner_did=owner_did, public_id=ids[0]).first()
+        event = (
+            StoredEvent.objects.select_for_update().filter(tenant=tenant, owner_did=owner_did, public_id=ids[0]).first()
+        )
         if event is None:
             continue
         event.encrypted_tags = list(u["encrypted_tags"])
@@ -423,7 +443,10 @@ def event_tags_update(*, tenant: Tenant, owner_did: str, updates: list[dict]) ->
         event.save(update_fields=["encrypted_tags", "processed"])
         EventTag.objects.filter(event=event).delete()
         EventTag.objects.bulk_create(
-            [EventTag(tenant=tenant, owner_did=owner_did, event=event, tag=t) for t in dict.fromkeys(event.encrypted_tags)]
+            [
+                EventTag(tenant=tenant, owner_did=owner_did, event=event, tag=t)
+                for t in dict.fromkeys(event.encrypted_tags)
+            ]
         )
         changed += 1
     return changed

@@ -190,7 +190,9 @@ def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
     return handler(ctx)
 
 
-def handle(raw: bytes, tenant: Tenant | None, transport: str = "http", remote_addr: str | None = None) -> tuple[Outcome, bytes]:
+def handle(
+    raw: bytes, tenant: Tenant | None, transport: str = "http", remote_addr: str | None = None
+) -> tuple[Outcome, bytes]:
     """Run one command end to end; always returns a protocol-shaped outcome and its reply bytes."""
     started = time.perf_counter()
     meta = hooks.RequestMeta(transport=transport, remote_addr=remote_addr, bytes_in=len(raw))

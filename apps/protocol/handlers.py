@@ -84,7 +84,9 @@ def query_communication_contracts(ctx: CommandContext) -> dict:
 def query_pending_events(ctx: CommandContext) -> dict:
     page = _pagination(ctx)
     flt = ctx.payload.get("filter") or {}
-    result = svc.pending_events_query(tenant=ctx.tenant, did=ctx.sender_did, sender_did=flt.get("sender_did"), page=page)
+    result = svc.pending_events_query(
+        tenant=ctx.tenant, did=ctx.sender_did, sender_did=flt.get("sender_did"), page=page
+    )
     return _page_reply("pending_events", page, result)
 
 
@@ -100,7 +102,9 @@ def save_events(ctx: CommandContext) -> dict:
 
 def query_events(ctx: CommandContext) -> dict:
     page = _pagination(ctx)
-    result = svc.events_query(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
+    result = svc.events_query(
+        tenant=ctx.tenant, owner_did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page
+    )
     return _page_reply("events", page, result)
 
 

@@ -12,3 +12,6 @@ class Nonce(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "sender_did", "nonce"], name="nonce_unique")]
         indexes = [models.Index(fields=["expires_at"], name="nonce_expiry")]
+
+    def __str__(self) -> str:
+        return f"nonce {self.nonce} (expires {self.expires_at})"

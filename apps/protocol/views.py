@@ -8,10 +8,10 @@ import ipaddress
 import re
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
-from django.core.exceptions import RequestDataTooBig
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 

@@ -297,7 +297,7 @@ def test_prune_public_tombstones_drops_only_tombstones_past_the_rate_window(tena
             deleted_at=timezone.now() - deleted_ago if deleted_ago else None,
         )
 
-    live, recent, old = event(None), event(timedelta(minutes=1)), event(timedelta(hours=1))
+    live, recent, _old = event(None), event(timedelta(minutes=1)), event(timedelta(hours=1))
     assert _run("prune_public_tombstones", "--dry-run").startswith("would have pruned 1 public event tombstones in ")
     assert _run("prune_public_tombstones").startswith("pruned 1 public event tombstones in ")
     assert set(PublicEvent.objects.values_list("pk", flat=True)) == {live.pk, recent.pk}

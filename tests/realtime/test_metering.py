@@ -17,7 +17,9 @@ def registered_alice(post_a, tenant_a, alice):
     return alice
 
 
-def test_a_successful_and_a_refused_authenticate_are_metered_without_their_signature(settings, tenant_a, registered_alice):
+def test_a_successful_and_a_refused_authenticate_are_metered_without_their_signature(
+    settings, tenant_a, registered_alice
+):
     settings.USAGE_METERING_MODE = "buffered"
     good = registered_alice.ws_authenticate()
     bad = auth_frame(registered_alice)
@@ -36,13 +38,25 @@ def test_a_successful_and_a_refused_authenticate_are_metered_without_their_signa
     run(body)
     metering.flush()
     rows = list(
-        CommandMeter.objects.filter(tenant=tenant_a, transport="ws").order_by("id").values(
-            "command_type", "code", "http_status", "sender_did", "channel"
-        )
+        CommandMeter.objects.filter(tenant=tenant_a, transport="ws")
+        .order_by("id")
+        .values("command_type", "code", "http_status", "sender_did", "channel")
     )
     assert rows == [
-        {"command_type": "AUTHENTICATE", "code": "SUCCESS", "http_status": 200, "sender_did": registered_alice.did, "channel": ""},
-        {"command_type": "AUTHENTICATE", "code": "INVALID_SIGNATURE", "http_status": 4006, "sender_did": registered_alice.did, "channel": ""},
+        {
+            "command_type": "AUTHENTICATE",
+            "code": "SUCCESS",
+            "http_status": 200,
+            "sender_did": registered_alice.did,
+            "channel": "",
+        },
+        {
+            "command_type": "AUTHENTICATE",
+            "code": "INVALID_SIGNATURE",
+            "http_status": 4006,
+            "sender_did": registered_alice.did,
+            "channel": "",
+        },
     ]
     stored = CommandMeter.objects.filter(tenant=tenant_a, transport="ws").values_list(flat=False)
     assert not any(good["signature"] in str(row) for row in stored)

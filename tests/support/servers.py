@@ -75,7 +75,9 @@ class Server:
         self.stop(signal.SIGKILL)
 
 
-def start_daphne(tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None) -> Server:
+def start_daphne(
+    tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None
+) -> Server:
     """Start `daphne mediator_project.asgi:application` and wait until /health answers."""
     port = port or free_port()
     log_path = tmp_path / f"daphne-{port}.log"
@@ -132,7 +134,9 @@ class CeleryWorker:
                 self.proc.wait(timeout=5)
 
 
-def start_celery_worker(tmp_path: Path, *, redis_db: int = 15, env: dict | None = None, beat: bool = False) -> CeleryWorker:
+def start_celery_worker(
+    tmp_path: Path, *, redis_db: int = 15, env: dict | None = None, beat: bool = False
+) -> CeleryWorker:
     """Start `celery -A mediator_project worker` on redis://127.0.0.1:6379/<redis_db>, pointed at the
     pytest test DB, and wait until it is ready. Its queue name is unique, so parallel test runs
     sharing the Redis database never take each other's tasks."""
@@ -140,8 +144,27 @@ def start_celery_worker(tmp_path: Path, *, redis_db: int = 15, env: dict | None 
     broker = f"redis://127.0.0.1:6379/{redis_db}"
     log_path = tmp_path / f"celery-{queue}.log"
     full_env = server_env({"CELERY_BROKER_URL": broker, **(env or {})})
-    cmd = [sys.executable, "-m", "celery", "-A", "mediator_project", "worker", "--pool", "solo", "--concurrency", "1",
-           "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "mediator_project",
+        "worker",
+        "--pool",
+        "solo",
+        "--concurrency",
+        "1",
+        "-Q",
+        queue,
+        "-n",
+        f"{queue}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "info",
+    ]
     if beat:
         cmd += ["-B", "-s", str(tmp_path / f"beat-{queue}")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)

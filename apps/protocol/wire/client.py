@@ -48,7 +48,9 @@ class Identity:
     @classmethod
     def create(cls, alias: str, mediator_did: str) -> Identity:
         """Fresh keys for `alias`, hosted by `mediator_did`."""
-        return cls(alias=alias, signing=Ed25519KeyPair.generate(), prekey=X25519KeyPair.generate(), mediator_did=mediator_did)
+        return cls(
+            alias=alias, signing=Ed25519KeyPair.generate(), prekey=X25519KeyPair.generate(), mediator_did=mediator_did
+        )
 
     @property
     def did(self) -> str:
@@ -59,8 +61,13 @@ class Identity:
         return f"{self.did}#signing"
 
     def sign_command(
-        self, *, recipient_did: str, payload: Any, channel: str = DIRECT_AUTHENTICATED,
-        timestamp: int | None = None, nonce: str | None = None,
+        self,
+        *,
+        recipient_did: str,
+        payload: Any,
+        channel: str = DIRECT_AUTHENTICATED,
+        timestamp: int | None = None,
+        nonce: str | None = None,
     ) -> dict:
         """A complete signed command envelope (DCTRL-0004 §4)."""
         header = {
@@ -124,7 +131,9 @@ class Identity:
                 {"signed_communication_contract": signed, "ephemeral_private": b64encode(priv)}
                 for signed, priv in self.contracts.values()
             ],
-            "requested": [{"ephemeral_public": pub, "ephemeral_private": b64encode(priv)} for pub, priv in self.requested.items()],
+            "requested": [
+                {"ephemeral_public": pub, "ephemeral_private": b64encode(priv)} for pub, priv in self.requested.items()
+            ],
         }
 
     @classmethod
@@ -255,7 +264,9 @@ class MediatorClient:
             },
         )
         signed = reply["payload"]["signed_communication_contract"]
-        if not wc.verify_signed_contract(signed, lambda d: self.mediator if d == self.did else parse_decentrl(d), now_s=int(time.time())):
+        if not wc.verify_signed_contract(
+            signed, lambda d: self.mediator if d == self.did else parse_decentrl(d), now_s=int(time.time())
+        ):
             raise MediatorError(200, {"code": "BAD_REGISTRATION_CONTRACT"})
         who.remember_contract(signed, req.ephemeral.private)
         return signed
@@ -293,21 +304,32 @@ class MediatorClient:
 
     def pending_contract_requests(self, who: Identity, page: int = 0, page_size: int = 10) -> dict:
         return self.command(
-            who, {"type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "pagination": {"page": page, "page_size": page_size}}
+            who,
+            {
+                "type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
+                "pagination": {"page": page, "page_size": page_size},
+            },
         )["payload"]
 
     def open_contract_request(self, who: Identity, item: dict) -> dict:
         """Decrypt a pending contract request addressed to `who` and check it came from its sender."""
-        request = wc.decrypt_request(item["encrypted_contract_request"], item["requestor_ephemeral_public_key"], who.prekey.private)
+        request = wc.decrypt_request(
+            item["encrypted_contract_request"], item["requestor_ephemeral_public_key"], who.prekey.private
+        )
         terms = request["communication_contract"]
         requestor = parse_decentrl(terms["requestor_did"])
         if not wc.verify_request_signature(request, requestor) or requestor.did != item["sender_did"]:
             raise ValueError("contract request signature does not verify")
-        if terms.get("recipient_did") != who.did or terms.get("requestor_ephemeral_public_key") != item["requestor_ephemeral_public_key"]:
+        if (
+            terms.get("recipient_did") != who.did
+            or terms.get("requestor_ephemeral_public_key") != item["requestor_ephemeral_public_key"]
+        ):
             raise ValueError("contract request is not addressed to this identity")
         return request
 
-    def accept_contract_request(self, who: Identity, item: dict, requestor_mediator: MediatorClient | None = None) -> dict:
+    def accept_contract_request(
+        self, who: Identity, item: dict, requestor_mediator: MediatorClient | None = None
+    ) -> dict:
         """Decrypt a pending request, countersign, respond to the requestor's mediator, save on ours, ack.
 
         The requestor's mediator defaults to the one named in the requestor's DID (via the directory).
@@ -323,7 +345,10 @@ class MediatorClient:
             recipient_did=requestor.did,
         )
         self.command(who, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
-        self.command(who, {"type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "communication_contract_ids": [item["id"]]})
+        self.command(
+            who,
+            {"type": "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS", "communication_contract_ids": [item["id"]]},
+        )
         who.remember_contract(signed, eph.private)
         return signed
 
@@ -372,7 +397,11 @@ class MediatorClient:
             raise ValueError(f"no contract with {recipient_did}")
         signed, priv = held
         terms = signed["communication_contract"]
-        theirs = terms["recipient_ephemeral_public_key"] if terms["requestor_did"] == who.did else terms["requestor_ephemeral_public_key"]
+        theirs = (
+            terms["recipient_ephemeral_public_key"]
+            if terms["requestor_did"] == who.did
+            else terms["requestor_ephemeral_public_key"]
+        )
         key = wc.root_secret(priv, theirs)
         envelope = {
             "contract_id": wc.contract_hash(terms),
@@ -399,7 +428,11 @@ class MediatorClient:
             t = signed["communication_contract"]
             if sender_did not in (t["requestor_did"], t["recipient_did"]):
                 continue
-            theirs = t["recipient_ephemeral_public_key"] if t["requestor_did"] == who.did else t["requestor_ephemeral_public_key"]
+            theirs = (
+                t["recipient_ephemeral_public_key"]
+                if t["requestor_did"] == who.did
+                else t["requestor_ephemeral_public_key"]
+            )
             try:
                 envelope = json.loads(aes_gcm_decrypt(wc.root_secret(priv, theirs), blob))
             except (CryptoFailure, ValueError):  # another contract's key: try the next one
@@ -411,7 +444,11 @@ class MediatorClient:
                 raise ValueError("event envelope signature does not verify")
             if envelope.get("contract_id") != wc.contract_hash(t):
                 raise ValueError("event envelope names another contract")
-            return {"contract_id": envelope["contract_id"], "event": json.loads(envelope["event"]), "timestamp": envelope["timestamp"]}
+            return {
+                "contract_id": envelope["contract_id"],
+                "event": json.loads(envelope["event"]),
+                "timestamp": envelope["timestamp"],
+            }
         raise ValueError("no contract opens this event")
 
     def pending_events(self, who: Identity, sender_did: str | None = None, page: int = 0, page_size: int = 10) -> dict:
@@ -435,8 +472,17 @@ class MediatorClient:
     def update_event_tags(self, who: Identity, updates: list[dict]) -> dict:
         return self.command(who, {"type": "UPDATE_EVENT_TAGS", "events": updates})
 
-    def stored_event(self, who: Identity, *, sender_did: str, recipient_did: str, event: dict, tags: list[str],
-                     timestamp: int | None = None, contract_id: str | None = None) -> dict:
+    def stored_event(
+        self,
+        who: Identity,
+        *,
+        sender_did: str,
+        recipient_did: str,
+        event: dict,
+        tags: list[str],
+        timestamp: int | None = None,
+        contract_id: str | None = None,
+    ) -> dict:
         """Build a SAVE_EVENTS item: storage-encrypted payload and encrypted tags."""
         item = {
             "sender_did": sender_did,
@@ -450,8 +496,15 @@ class MediatorClient:
         return item
 
     # -- public channels (DCTRL-0007; the logic lives in wire/public.py) --
-    def publish_public(self, who: Identity, channel_id: str, event: str | dict, tags: list[str] | tuple = (),
-                       *, timestamp: int | None = None) -> str:
+    def publish_public(
+        self,
+        who: Identity,
+        channel_id: str,
+        event: str | dict,
+        tags: list[str] | tuple = (),
+        *,
+        timestamp: int | None = None,
+    ) -> str:
         """Sign and publish a public event; returns its public_event_id."""
         return wire_public.publish(self, who, channel_id=channel_id, event=event, tags=tags, timestamp=timestamp)
 
