@@ -42,7 +42,7 @@ def _prune_nonces(*, now: datetime, dry_run: bool, tenant) -> int:
     now_ms = int(now.timestamp() * 1000)
     if tenant is None and not dry_run:
         return nonces_prune(now_ms=now_ms)
-    qs = Nonce.objects.filter(expires_at__lte=now_ms)
+    qs = Nonce.objects.filter(expires_at__lt=now_ms)
     if tenant is not None:
         qs = qs.filter(tenant=tenant)
     return qs.count() if dry_run else qs.delete()[0]

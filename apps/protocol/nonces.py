@@ -24,7 +24,7 @@ def nonce_claim_sql(
     sql = (
         f"INSERT INTO {_TABLE} (tenant_id, sender_did, nonce, expires_at) VALUES (%s, %s, %s, %s) "
         f"ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at "
-        f"WHERE {_TABLE}.expires_at <= %s RETURNING id"
+        f"WHERE {_TABLE}.expires_at < %s RETURNING id"
     )
     return sql, [tenant_id, sender_did, nonce, expires_at_ms, now_ms]
 
@@ -45,5 +45,5 @@ def nonce_consume(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms:
 
 def nonces_prune(*, now_ms: int) -> int:
     """Delete expired nonces (DCTRL-0004 §5.3); safe to run concurrently."""
-    deleted, _ = Nonce.objects.filter(expires_at__lte=now_ms).delete()
+    deleted, _ = Nonce.objects.filter(expires_at__lt=now_ms).delete()
     return deleted
