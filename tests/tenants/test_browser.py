@@ -3,26 +3,13 @@ Daphne, creates a tenant for `localhost:<port>`, and that host then serves the n
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import sync_playwright
 
-from tests.support.servers import ROOT, start_daphne
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = ROOT / "test-artifacts"
+from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.servers import start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -35,44 +22,30 @@ def daphne(transactional_db, tmp_path):
 
 
 def test_an_operator_creates_a_tenant_in_the_browser_and_its_host_serves_the_did_document(daphne, django_user_model):
-    assert shutil.which(CHROMIUM), "run scripts/ensure_extra_chromium.sh (make test does)"
     django_user_model.objects.create_superuser("olivia", "olivia@ops.test", "correct-horse-battery")
     port = daphne.port
     new_host = f"localhost:{port}"
-    ARTIFACTS.mkdir(exist_ok=True)
 
     # Before: no tenant claims localhost:<port> and there is no default tenant.
     assert httpx.get(f"http://{new_host}/", timeout=10).json() == {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"}
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.set_default_timeout(20_000)
-            page.goto(f"{daphne.url}/admin/login/")
-            page.fill("input[name=username]", "olivia")
-            page.fill("input[name=password]", "correct-horse-battery")
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{daphne.url}/admin/")
+    with admin_page(daphne.url, "olivia", "correct-horse-battery") as page:
+        page.goto(f"{daphne.url}/admin/tenants/tenant/add/")
+        page.fill("input[name=slug]", "browser-made")
+        page.fill("input[name=name]", "Made in the browser")
+        page.fill("input[name=domain]", new_host)
+        page.fill("textarea[name=aliases]", "alias.browser.test")
+        page.fill("input[name=max_identities]", "25")
+        page.click("button[name=_save]")
+        page.wait_for_url(f"{daphne.url}/admin/tenants/tenant/")
+        assert "browser-made" in page.content()
+        page.screenshot(path=str(ARTIFACTS / "operator-console-list.png"))
 
-            page.goto(f"{daphne.url}/admin/tenants/tenant/add/")
-            page.fill("input[name=slug]", "browser-made")
-            page.fill("input[name=name]", "Made in the browser")
-            page.fill("input[name=domain]", new_host)
-            page.fill("textarea[name=aliases]", "alias.browser.test")
-            page.fill("input[name=max_identities]", "25")
-            page.click("button[name=_save]")
-            page.wait_for_url(f"{daphne.url}/admin/tenants/tenant/")
-            assert "browser-made" in page.content()
-            page.screenshot(path=str(ARTIFACTS / "operator-console-list.png"))
-
-            page.click("text=Made in the browser")
-            page.wait_for_selector("table.live-figures")
-            page.screenshot(path=str(ARTIFACTS / "operator-console-tenant.png"), full_page=True)
-            figures = page.inner_text("table.live-figures")
-            assert "Registered identities" in figures and "never" in figures
-        finally:
-            browser.close()
+        page.click("text=Made in the browser")
+        page.wait_for_selector("table.live-figures")
+        page.screenshot(path=str(ARTIFACTS / "operator-console-tenant.png"), full_page=True)
+        figures = page.inner_text("table.live-figures")
+        assert "Registered identities" in figures and "never" in figures
 
     doc = httpx.get(f"http://{new_host}/", timeout=10)
     assert doc.status_code == 200

@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import csv
 import io
-import shutil
 from datetime import timedelta
 
 import httpx
 import pytest
 from django.utils import timezone
-from playwright.sync_api import sync_playwright
 from rest_framework.authtoken.models import Token
 
 from apps.usage.models import CommandMeter, ReportDaily, ReportRun
-from tests.support.servers import ROOT, start_celery_worker, start_daphne
+from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.servers import start_celery_worker, start_daphne
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-ARTIFACTS = ROOT / "test-artifacts"
 SPARK_ENV = {"SPARK_SHUFFLE_PARTITIONS": "2", "SPARK_JDBC_PARTITIONS": "2"}
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
@@ -41,7 +37,6 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
     stack, tenant_a, tenant_b, django_user_model
 ):
     daphne, worker = stack
-    assert shutil.which(CHROMIUM), "run scripts/ensure_extra_chromium.sh (make test does)"
     now = timezone.now()
     today, yesterday = now.date(), now.date() - timedelta(days=1)
     base = now.replace(hour=12, minute=0, second=0, microsecond=0)
@@ -84,41 +79,28 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
     )
     CommandMeter.objects.bulk_create(rows)
     staff = django_user_model.objects.create_user("stella", "stella@ops.test", "correct-horse-battery", is_staff=True)
-    ARTIFACTS.mkdir(exist_ok=True)
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.set_default_timeout(20_000)
-            page.goto(f"{daphne.url}/admin/login/")
-            page.fill("input[name=username]", "stella")
-            page.fill("input[name=password]", "correct-horse-battery")
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{daphne.url}/admin/")
+    with admin_page(daphne.url, "stella", "correct-horse-battery") as page:
+        page.goto(f"{daphne.url}/admin/usage/reportrun/generate/")
+        page.fill("input[name=date_from]", yesterday.isoformat())
+        page.fill("input[name=date_to]", today.isoformat())
+        page.check(f"input[name=tenants][value='{tenant_a.pk}']")
+        page.click("#generate-report")
+        page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
+        # The page refreshes itself every 2 s until the Spark job has finished (cold JVM included).
+        page.wait_for_selector("#run-status:text-matches('Succeeded|Failed')", timeout=300_000)
+        # (No ORM in here: Playwright's sync API runs an event loop in this thread.)
+        status = page.inner_text("#run-status")
+        assert status == "Succeeded", page.inner_text("body")[-3000:] + "\n" + worker.log()[-3000:]
+        chart = page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
+        assert chart.is_visible()
+        assert page.locator("#chart-commands-by-type rect.bar").count() == 2  # one bar per type-day
+        assert "QUERY_EVENTS" in page.inner_text("#chart-commands-by-type")
+        page.screenshot(path=str(ARTIFACTS / "usage-report.png"), full_page=True)
 
-            page.goto(f"{daphne.url}/admin/usage/reportrun/generate/")
-            page.fill("input[name=date_from]", yesterday.isoformat())
-            page.fill("input[name=date_to]", today.isoformat())
-            page.check(f"input[name=tenants][value='{tenant_a.pk}']")
-            page.click("#generate-report")
-            page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
-            # The page refreshes itself every 2 s until the Spark job has finished (cold JVM included).
-            page.wait_for_selector("#run-status:text-matches('Succeeded|Failed')", timeout=300_000)
-            # (No ORM in here: Playwright's sync API runs an event loop in this thread.)
-            status = page.inner_text("#run-status")
-            assert status == "Succeeded", page.inner_text("body")[-3000:] + "\n" + worker.log()[-3000:]
-            chart = page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
-            assert chart.is_visible()
-            assert page.locator("#chart-commands-by-type rect.bar").count() == 2  # one bar per type-day
-            assert "QUERY_EVENTS" in page.inner_text("#chart-commands-by-type")
-            page.screenshot(path=str(ARTIFACTS / "usage-report.png"), full_page=True)
-
-            page.goto(f"{daphne.url}/dashboard/?tenant={tenant_a.slug}&days=7")
-            page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
-            page.screenshot(path=str(ARTIFACTS / "usage-dashboard.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(f"{daphne.url}/dashboard/?tenant={tenant_a.slug}&days=7")
+        page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
+        page.screenshot(path=str(ARTIFACTS / "usage-dashboard.png"), full_page=True)
 
     run = ReportRun.objects.get()
     assert run.status == ReportRun.Status.SUCCEEDED and run.requested_by == staff
