@@ -24,7 +24,6 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
     from urllib.parse import urlparse
 
     from apps.protocol.wire import contract as wc
-    from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity, MediatorClient
     from apps.protocol.wire.did import parse_decentrl
     from apps.protocol.wire.ws import open_authenticated
@@ -54,48 +53,27 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
     open_s = time.perf_counter() - opened
     others_open = len(pool.sockets)
     bob_sock = await open_authenticated(ws_url, bob)
-    arrived: dict[str, float] = {}
-    got = asyncio.Event()
-
-    async def reader() -> None:
-        while True:
-            frame = await bob_sock.recv(timeout=3600)
-            now = time.perf_counter()
-            if frame.get("type") == "PENDING_EVENTS":
-                for ev in frame["events"]:
-                    arrived.setdefault(ev["id"], now)
-                got.set()
-            elif frame.get("type") == "PING":
-                await bob_sock.pong(frame)
-
-    reader_task = asyncio.create_task(reader())
-    bodies = [
-        canonical_bytes(alice.sign_command(recipient_did=bob.did, payload="A" * 256, channel="TWO_WAY_PRIVATE"))
-        for _ in range(sends + 10)
-    ]
+    recorder = wc_.PushRecorder(bob_sock)
+    bodies = wc_.presigned_sends(alice, bob, sends + 10)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     headers = {"Content-Type": "application/json", "Host": host or f"{u.hostname}:{u.port}"}
     resp_to_frame: list[float] = []
     req_to_frame: list[float] = []
     try:
         for i, body in enumerate(bodies):
-            got.clear()
             t_req = time.perf_counter()
             # The keep-alive POST runs in a thread so that the reader stamps frames as they come.
             status, data = await asyncio.to_thread(_post, conn, body, headers)
             t_resp = time.perf_counter()
             if status != 200:
                 raise RuntimeError(f"send failed: {status} {data[:200]!r}")
-            event_id = json.loads(data)["pendingEventId"]
-            while event_id not in arrived:
-                await asyncio.wait_for(got.wait(), 10)
-                got.clear()
+            t_frame = await recorder.arrival(json.loads(data)["pendingEventId"])
             if i >= 10:
-                resp_to_frame.append((arrived[event_id] - t_resp) * 1000)
-                req_to_frame.append((arrived[event_id] - t_req) * 1000)
+                resp_to_frame.append((t_frame - t_resp) * 1000)
+                req_to_frame.append((t_frame - t_req) * 1000)
             await asyncio.sleep(pause_s)
     finally:
-        reader_task.cancel()
+        recorder.stop()
         await bob_sock.close()
         await pool.close()
         conn.close()

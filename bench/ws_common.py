@@ -270,3 +270,49 @@ def percentile(values: list[float], p: float) -> float:
         return float("nan")
     k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
     return s[k]
+
+
+class PushRecorder:
+    """Stamps when each PENDING_EVENTS event id first arrives on `sock` (answering PINGs), so a
+    benchmark can measure from its own send to the frame."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.arrived: dict[str, float] = {}
+        self._got = asyncio.Event()
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            frame = await self.sock.recv(timeout=3600)
+            now = time.perf_counter()
+            if frame.get("type") == "PENDING_EVENTS":
+                for ev in frame["events"]:
+                    self.arrived.setdefault(ev["id"], now)
+                self._got.set()
+            elif frame.get("type") == "PING":
+                await self.sock.pong(frame)
+
+    async def arrival(self, event_id: str, timeout: float = 10) -> float:
+        """perf_counter() time at which `event_id` arrived (waits for it)."""
+        while event_id not in self.arrived:
+            self._got.clear()
+            if event_id in self.arrived:
+                break
+            await asyncio.wait_for(self._got.wait(), timeout)
+        return self.arrived[event_id]
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+def presigned_sends(sender, recipient, n: int, payload_bytes: int = 256) -> list[bytes]:
+    """n signed TWO_WAY_PRIVATE bodies: signing is not part of what the latency benches measure."""
+    from apps.protocol.wire.canonical import canonical_bytes
+
+    return [
+        canonical_bytes(
+            sender.sign_command(recipient_did=recipient.did, payload="A" * payload_bytes, channel="TWO_WAY_PRIVATE")
+        )
+        for _ in range(n)
+    ]

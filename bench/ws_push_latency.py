@@ -31,7 +31,6 @@ from . import ws_common as wc_
 
 async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
     from apps.protocol.wire import contract as wc
-    from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity, MediatorClient
     from apps.protocol.wire.did import parse_decentrl
     from apps.protocol.wire.ws import open_authenticated
@@ -64,44 +63,22 @@ async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
         rss_with_sockets = server.rss_kib()
 
         bob_sock = await open_authenticated(f"ws://{host}/ws", bob)
-        arrived: dict[str, float] = {}
-        got = asyncio.Event()
-
-        async def reader() -> None:
-            while True:
-                frame = await bob_sock.recv(timeout=3600)
-                now = time.perf_counter()
-                if frame.get("type") == "PENDING_EVENTS":
-                    for ev in frame["events"]:
-                        arrived.setdefault(ev["id"], now)
-                    got.set()
-                elif frame.get("type") == "PING":
-                    await bob_sock.pong(frame)
-
-        reader_task = asyncio.create_task(reader())
-        # Pre-signed bodies: signing is not part of what we measure.
-        bodies = [
-            canonical_bytes(alice.sign_command(recipient_did=bob.did, payload="A" * 256, channel="TWO_WAY_PRIVATE"))
-            for _ in range(sends + 10)
-        ]
+        recorder = wc_.PushRecorder(bob_sock)
+        bodies = wc_.presigned_sends(alice, bob, sends + 10)
         resp_to_frame: list[float] = []
         req_to_frame: list[float] = []
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             for i, body in enumerate(bodies):
-                got.clear()
                 t_req = time.perf_counter()
                 r = await client.post("/", content=body, headers={"Content-Type": "application/json"})
                 t_resp = time.perf_counter()
                 assert r.status_code == 200, r.text
-                event_id = r.json()["pendingEventId"]
-                while event_id not in arrived:
-                    await asyncio.wait_for(got.wait(), 10)
-                    got.clear()
+                t_frame = await recorder.arrival(r.json()["pendingEventId"])
                 if i >= 10:  # the first ten warm up connections and caches
-                    resp_to_frame.append((arrived[event_id] - t_resp) * 1000)
-                    req_to_frame.append((arrived[event_id] - t_req) * 1000)
+                    resp_to_frame.append((t_frame - t_resp) * 1000)
+                    req_to_frame.append((t_frame - t_req) * 1000)
                 await asyncio.sleep(pause_s)
-        reader_task.cancel()
+        recorder.stop()
         await bob_sock.close()
         http.close()
         return {
