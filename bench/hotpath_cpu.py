@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"))
     ap.add_argument("--profile", action="store_true", help="cProfile the default variant (top 25 by tottime)")
+    ap.add_argument("--only", nargs="*", help="run only the variants whose name contains one of these")
     args = ap.parse_args(argv)
     setup_django(args.redis_url)
 
@@ -172,6 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
         "one statement, prepared, no observers, no push": (True, True, False, False),
         "ORM path, no observers, no push": (False, True, False, False),
     }
+    if args.only:
+        variants = {k: v for k, v in variants.items() if any(o in k for o in args.only)}
     results: dict[str, list[dict]] = {k: [] for k in variants}
     for _ in range(args.rounds):
         for name, flags in variants.items():
@@ -232,8 +235,10 @@ def main(argv: list[str] | None = None) -> dict:
             post(b)
         prof.disable()
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
-        print("\n```\n" + out.getvalue()[-6000:] + "```")
+        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
+            int(os.environ.get("BENCH_PROFILE_TOP", "25"))
+        )
+        print("\n```\n" + out.getvalue()[-20000:] + "```")
     return table
 
 
