@@ -118,16 +118,60 @@ def _encode(obj: Any, out: list[str], depth: int) -> None:
         raise CanonicalError(f"unsupported type {type(obj).__name__}")
 
 
-def canonical_str(obj: Any) -> str:
-    """Return the canonical JSON text of `obj`."""
+def _slow_canonical_str(obj: Any) -> str:
+    """The reference encoder: every value canonical JSON can carry, floats and RawJSON included."""
     out: list[str] = []
     _encode(obj, out, 0)
     return "".join(out)
 
 
+# The stdlib's C encoder prints exactly what `_encode` prints for a "plain" value (below): the
+# same string escaping (it is the same encode_basestring), int.__repr__ for ints, true/false/null,
+# and keys sorted by code point, which is UTF-16 order when every key is ASCII. Floats (JavaScript
+# number formatting), RawJSON, str/int subclasses, non-ASCII keys and deep nesting take `_encode`.
+_plain_encode = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
+).encode
+_SCALARS = (str, int, bool, type(None))
+
+
+def _plain(obj: Any, depth: int) -> bool:
+    t = type(obj)
+    if t in _SCALARS:
+        return True
+    if depth >= MAX_DEPTH - 1:
+        return False
+    if t is dict:
+        for key, value in obj.items():
+            if type(key) is not str or not key.isascii():
+                return False
+            if type(value) not in _SCALARS and not _plain(value, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        return all(type(item) in _SCALARS or _plain(item, depth + 1) for item in obj)
+    return False
+
+
+def _canonical(obj: Any) -> tuple[str, bytes]:
+    if _plain(obj, 0):
+        text = _plain_encode(obj)
+        try:
+            return text, text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: `_encode` raises CanonicalError for it
+    text = _slow_canonical_str(obj)
+    return text, text.encode("utf-8")
+
+
+def canonical_str(obj: Any) -> str:
+    """Return the canonical JSON text of `obj`."""
+    return _canonical(obj)[0]
+
+
 def canonical_bytes(obj: Any) -> bytes:
     """Return the canonical JSON of `obj` as UTF-8 bytes: what gets signed."""
-    return canonical_str(obj).encode("utf-8")
+    return _canonical(obj)[1]
 
 
 def _reject_constant(name: str) -> Any:
@@ -169,7 +213,8 @@ def loads_strict(raw: bytes | str, *, forbid_nul: bool = False) -> Any:
 
 
 def _check_untrusted_str(s: str, forbid_nul: bool) -> None:
-    _check_str(s)
+    if not s.isascii():  # (an ASCII string holds no surrogate)
+        _check_str(s)
     if forbid_nul and "\x00" in s:
         raise CanonicalError("U+0000 is not accepted")
 
