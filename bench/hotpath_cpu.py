@@ -11,7 +11,8 @@ worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and repor
 - `pg_us`: CPU of this connection's PostgreSQL backend (/proc/<backend pid>/stat);
 - `wall_us`: elapsed time, i.e. with the round trips.
 
-Variants: one-statement path (prepared / not prepared), ORM path, each with and without the
+Variants: one-statement path (prepared / not prepared; through the lean POST / handler of
+apps/protocol/wsgi.py or the full middleware chain), ORM path, each with and without the
 command observers (usage metering, metrics) and the after-commit push to Redis.
 Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default mediator_bench_hotpath).
 """
@@ -84,10 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity
     from apps.protocol.wire.did import parse_decentrl
+    from apps.protocol.wsgi import CommandHandler
     from apps.tenants.services import tenant_create
 
     tenant = tenant_create(slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
-    app = WSGIHandler()
+    handlers = {"full": WSGIHandler(), "lean": CommandHandler()}
+    current = {"app": handlers["lean"]}
 
     def post(body: bytes) -> tuple[str, bytes]:
         out = {}
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
             "wsgi.run_once": False,
             "wsgi.version": (1, 0),
         }
-        resp = app(environ, start_response)
+        resp = current["app"](environ, start_response)
         data = b"".join(resp)
         resp.close()
         return out["status"], data
@@ -157,7 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
     observers = list(hooks.OBSERVERS)
     receivers = list(notify.push_requested.receivers)
 
-    def variant(fast: bool, prepare: bool, observe: bool, push: bool) -> None:
+    def variant(fast: bool, prepare: bool, observe: bool, push: bool, lean: bool = True) -> None:
+        current["app"] = handlers["lean" if lean else "full"]
         settings.MEDIATOR_TWO_WAY_FASTPATH = fast
         settings.MEDIATOR_FASTPATH_PREPARE = prepare
         hooks.OBSERVERS[:] = observers if observe else []
@@ -166,12 +170,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     variants = {
         "one statement, prepared (default)": (True, True, True, True),
+        "one statement, prepared, full middleware chain": (True, True, True, True, False),
         "one statement, not prepared": (True, False, True, True),
-        "ORM path (before)": (False, True, True, True),
+        "ORM path (before)": (False, True, True, True, False),
         "one statement, prepared, no observers": (True, True, False, True),
         "one statement, prepared, no push": (True, True, True, False),
         "one statement, prepared, no observers, no push": (True, True, False, False),
-        "ORM path, no observers, no push": (False, True, False, False),
+        "ORM path, no observers, no push": (False, True, False, False, False),
     }
     if args.only:
         variants = {k: v for k, v in variants.items() if any(o in k for o in args.only)}

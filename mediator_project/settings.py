@@ -237,6 +237,9 @@ MEDIATOR_TWO_WAY_FASTPATH = env_bool("MEDIATOR_TWO_WAY_FASTPATH", True)
 # …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
 # (pgbouncer < 1.21) that cannot keep prepared statements.
 MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
+# gunicorn: POST / through a middleware chain without sessions, auth, messages and CSRF
+# (apps/protocol/wsgi.py, issue 8); 0 sends commands through the full chain too.
+MEDIATOR_LEAN_COMMAND_ENTRY = env_bool("MEDIATOR_LEAN_COMMAND_ENTRY", True)
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

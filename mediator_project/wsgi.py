@@ -1,8 +1,12 @@
-"""WSGI entry point (HTTP only)."""
+"""WSGI entry point (HTTP only): Django's handler, with POST / on a lean chain (apps/protocol/wsgi.py)."""
 
 import os
 
-from django.core.wsgi import get_wsgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
-application = get_wsgi_application()
+django.setup(set_prefix=False)
+
+from apps.protocol.wsgi import ProtocolWSGIApplication  # noqa: E402 - needs the apps loaded
+
+application = ProtocolWSGIApplication()

@@ -70,7 +70,7 @@ def client_ip(request: HttpRequest) -> str | None:
     """The client's address: the peer, or behind proxies listed in MEDIATOR_TRUSTED_PROXIES the
     right-most X-Forwarded-For entry that is not one of them (per-IP limits, docs/operations.md).
     Without trusted proxies the header is ignored, so a client cannot choose its own limit bucket."""
-    return forwarded_client(request.META.get("REMOTE_ADDR"), request.headers.get("X-Forwarded-For"))
+    return forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
 
 
 def _trusted_proxy(addr: str) -> bool:
