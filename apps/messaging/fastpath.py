@@ -33,7 +33,7 @@ except Exception:  # noqa: BLE001 - no psycopg: the fast path is never taken (di
 from apps.tenants.models import Tenant
 
 from . import notify
-from .models import Contract, EventTag, PendingEvent, StoredEvent
+from .models import Contract, PendingEvent
 
 _CONTRACT = Contract._meta.db_table
 _PENDING = PendingEvent._meta.db_table
@@ -109,52 +109,6 @@ def registration_exists(*, tenant: Tenant, did: str, now_s: int) -> bool:
     with _prepared_cursor() as cur:
         cur.execute(_REGISTERED, [tenant.pk, did, did, tenant.did, now_s])
         return bool(cur.fetchone()[0])
-
-
-_EVENTS = StoredEvent._meta.db_table
-_TAGS = EventTag._meta.db_table
-
-
-def _events_where(*, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str]):
-    """WHERE clause and parameters of QUERY_EVENTS (timestamps strict, any tag equal, §5)."""
-    sql = [f"{_EVENTS}.tenant_id = %s AND {_EVENTS}.owner_did = %s"]
-    params: list = [tenant.pk, owner_did]
-    if after is not None:
-        sql.append(f"{_EVENTS}.timestamp > %s")
-        params.append(after)
-    if before is not None:
-        sql.append(f"{_EVENTS}.timestamp < %s")
-        params.append(before)
-    if tags:
-        # tag_lookup, then the primary key (docs/indexes.md)
-        sql.append(
-            f"{_EVENTS}.id IN (SELECT event_id FROM {_TAGS} WHERE tenant_id = %s AND owner_did = %s AND tag = ANY(%s))"
-        )
-        params += [tenant.pk, owner_did, list(tags)]
-    return " AND ".join(sql), params
-
-
-def stored_events_page(
-    *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str], offset: int, limit: int
-) -> list[tuple]:
-    """One page of QUERY_EVENTS as prepared statements: (public_id, payload, tags JSON text, timestamp)."""
-    where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
-    with _prepared_cursor() as cur:
-        cur.execute(
-            f"SELECT public_id, payload, encrypted_tags, timestamp FROM {_EVENTS} WHERE {where} "
-            f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s",
-            [*params, limit, offset],
-        )
-        return cur.fetchall()
-
-
-def stored_events_count(
-    *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str]
-) -> int:
-    where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
-    with _prepared_cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM {_EVENTS} WHERE {where}", params)
-        return cur.fetchone()[0]
 
 
 @dataclass(frozen=True)

@@ -159,15 +159,22 @@ class StoredEvent(models.Model):
 
 
 class EventTag(models.Model):
-    """One encrypted tag of a stored event, indexed for exact-match lookups (DCTRL-0004 §8.10)."""
+    """One encrypted tag of a stored event, indexed for exact-match lookups (DCTRL-0004 §8.10).
+
+    `timestamp` is a copy of the event's timestamp, so that QUERY_EVENTS by tag takes its page
+    order, its time range and its total from `tag_ts` alone and reads only the page's events
+    (apps/messaging/eventquery.py). Every writer of tags sets it from the event; nothing changes
+    an event's timestamp after SAVE_EVENTS (tests/protocol/test_eventquery.py checks both).
+    """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
     owner_did = models.CharField(max_length=2048)
     event = models.ForeignKey(StoredEvent, on_delete=models.CASCADE, related_name="tags")
     tag = models.CharField(max_length=1024)
+    timestamp = models.BigIntegerField(help_text="the event's timestamp (denormalised for tag_ts)")
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "owner_did", "tag", "event"], name="tag_lookup")]
+        indexes = [models.Index(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts")]
 
     def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
         return f"tag of event {self.event_id}"

@@ -23,7 +23,7 @@ from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
 
-from . import fastpath, notify
+from . import eventquery, fastpath, notify
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
 
 DAY_S = 86_400
@@ -364,7 +364,7 @@ def events_save(*, tenant: Tenant, owner_did: str, events: list[dict]) -> list[S
         created = list(StoredEvent.objects.filter(public_id__in=[r.public_id for r in rows]).order_by("id"))
     EventTag.objects.bulk_create(
         [
-            EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t)
+            EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t, timestamp=r.timestamp)
             for r in created
             for t in dict.fromkeys(r.encrypted_tags)
         ]
@@ -383,7 +383,7 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
             "before": int(flt["before_timestamp"]) if flt.get("before_timestamp") is not None else None,
             "tags": list(flt.get("encrypted_tags") or []),
         }
-        rows = fastpath.stored_events_page(**args, offset=page.offset, limit=page.page_size)
+        rows = eventquery.stored_events_page(**args, offset=page.offset, limit=page.page_size)
         items = [
             {
                 "id": str(pid),
@@ -398,7 +398,7 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
         total = (
             page.offset + n
             if n < page.page_size and (n > 0 or page.page == 0)
-            else fastpath.stored_events_count(**args)
+            else eventquery.stored_events_count(**args)
         )
         return Page(items, total)
     qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
@@ -444,7 +444,7 @@ def event_tags_update(*, tenant: Tenant, owner_did: str, updates: list[dict]) ->
         EventTag.objects.filter(event=event).delete()
         EventTag.objects.bulk_create(
             [
-                EventTag(tenant=tenant, owner_did=owner_did, event=event, tag=t)
+                EventTag(tenant=tenant, owner_did=owner_did, event=event, tag=t, timestamp=event.timestamp)
                 for t in dict.fromkeys(event.encrypted_tags)
             ]
         )

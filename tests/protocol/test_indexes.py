@@ -133,7 +133,7 @@ def fill_noise(tenant, others: list) -> None:
     created = StoredEvent.objects.bulk_create(events)
     EventTag.objects.bulk_create(
         [
-            EventTag(tenant=tenant, owner_did=e.owner_did, event_id=e.pk, tag=t)
+            EventTag(tenant=tenant, owner_did=e.owner_did, event_id=e.pk, tag=t, timestamp=e.timestamp)
             for e in created
             for t in e.encrypted_tags
         ]
@@ -369,8 +369,33 @@ def _cases(post_a, tenant, alice, bob):
         ),
         (
             "QUERY_EVENTS by tag",
-            [{"tag_lookup"}],
+            [{"tag_ts"}, {"messaging_storedevent_pkey"}],
             da(alice, {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t3", "t5"]}}),
+        ),
+        (
+            # a full page: the COUNT runs too (a partial page implies its total)
+            "QUERY_EVENTS by tag, full page and its COUNT",
+            [{"tag_ts"}, {"messaging_storedevent_pkey"}],
+            da(
+                alice,
+                {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["ours", "t1"]}, "pagination": {"page_size": 2}},
+            ),
+        ),
+        (
+            "QUERY_EVENTS by tag and time range, full page and its COUNT",
+            [{"tag_ts"}, {"messaging_storedevent_pkey"}],
+            da(
+                alice,
+                {
+                    "type": "QUERY_EVENTS",
+                    "filter": {
+                        "encrypted_tags": ["ours"],
+                        "after_timestamp": 1_700_000_000_001,
+                        "before_timestamp": 1_700_000_000_007,
+                    },
+                    "pagination": {"page": 1, "page_size": 2},
+                },
+            ),
         ),
         (
             "QUERY_EVENTS unprocessed_only",
@@ -425,10 +450,40 @@ def test_every_command_query_is_served_by_an_index(post_a, world, alice, bob):
                     used.add(node["Index Name"])
         if not _all_required(case):
             problems.append(f"{case.name}: expected {sorted(case.must_use)}, used {sorted(used)}")
+        if case.name.startswith("QUERY_EVENTS by tag"):
+            problems += _tag_query_problems(case)
         assert case.plans, f"{case.name}: no statement captured"
     if os.environ.get("EXPLAIN_OUT"):
         write_markdown(Path(os.environ["EXPLAIN_OUT"]), cases)
     assert not problems, "\n\n".join(problems)
+
+
+def _tag_query_problems(case: Case) -> list[str]:
+    """QUERY_EVENTS by tag reads the tag rows through the covering `tag_ts` only (order, time
+    range and total come from the index), the events only by primary key for the page, and its
+    COUNT never touches messaging_storedevent (apps/messaging/eventquery.py)."""
+    problems, counted = [], False
+    for sql, text, nodes in case.plans:
+        if "messaging_eventtag" not in sql:
+            continue
+        rels = {n.get("Relation Name") for n in nodes}
+        for n in nodes:
+            if n.get("Relation Name") == "messaging_eventtag" and (
+                n["Node Type"] != "Index Only Scan" or n.get("Index Name") != "tag_ts"
+            ):
+                problems.append(f"{case.name}: tag rows not read by an Index Only Scan on tag_ts\n{sql}\n{text}")
+            if (
+                n.get("Relation Name") == "messaging_storedevent"
+                and n.get("Index Name") != "messaging_storedevent_pkey"
+            ):
+                problems.append(f"{case.name}: events read other than by primary key\n{sql}\n{text}")
+        if re.match(r"SELECT count\(DISTINCT", sql, re.I):
+            counted = True
+            if "messaging_storedevent" in rels or "messaging_storedevent" in sql:
+                problems.append(f"{case.name}: the COUNT touches messaging_storedevent\n{sql}\n{text}")
+    if "full page" in case.name and not counted:
+        problems.append(f"{case.name}: a full page did not run the COUNT")
+    return problems
 
 
 def _all_required(case: Case) -> bool:
