@@ -44,9 +44,18 @@ def _tags_where(
 ) -> tuple[str, list]:
     """WHERE clause of QUERY_EVENTS with tags, on the tag rows (tag_ts: every predicate is an index condition)."""
     rng, rng_params = _time_range(_TAGS, after, before)
+    tags = list(dict.fromkeys(tags))
+    if len(tags) == 1:
+        # `= $n`, not `= ANY($n)`: the generic plan of ANY assumes a 10-element array, estimates
+        # 10x the rows of one tag and loses to the custom plan, so PostgreSQL re-planned the
+        # prepared statement on every execution (pg_prepared_statements: 0 generic, all custom;
+        # ~0.3 ms of planning). With `=` the estimates agree and the generic plan is kept.
+        tag_sql, tag_param = f"{_TAGS}.tag = %s", tags[0]
+    else:
+        tag_sql, tag_param = f"{_TAGS}.tag = ANY(%s)", list(tags)
     return (
-        f"{_TAGS}.tenant_id = %s AND {_TAGS}.owner_did = %s AND {_TAGS}.tag = ANY(%s){rng}",
-        [tenant.pk, owner_did, list(tags), *rng_params],
+        f"{_TAGS}.tenant_id = %s AND {_TAGS}.owner_did = %s AND {tag_sql}{rng}",
+        [tenant.pk, owner_did, tag_param, *rng_params],
     )
 
 
