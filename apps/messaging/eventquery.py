@@ -3,12 +3,14 @@
 Same predicates and order as the ORM path in services.events_query (PROTOCOL-DECISIONS §5): only
 the owner's events, `after`/`before` strict, any tag equal, ordered by timestamp then arrival (id).
 
-With tags, the statements read the tag rows only: `messaging_eventtag` carries a copy of its
-event's timestamp and `tag_ts` = (tenant, owner_did, tag, timestamp, event) covers them. The page
-takes the distinct matching event ids in (timestamp, id) order with LIMIT/OFFSET from the index
-(an event matching several of the tags is one item), then reads just those events by primary key;
-the total is COUNT(DISTINCT event_id) over the same index entries and never touches the events.
-Without tags, both statements run on `messaging_storedevent` through `event_owner_ts`.
+With tags, the tag rows decide everything: `messaging_eventtag` carries a copy of its event's
+timestamp and `tag_ts` = (tenant, owner_did, tag, timestamp, event) covers them. One statement
+takes the distinct matching event ids (an event matching several of the tags is one item) from
+the index, counts them (a window count, before LIMIT), keeps the page in (timestamp, id) order
+with LIMIT/OFFSET and reads just those events by primary key. Only an empty page past the end
+needs a second statement for the total: COUNT(DISTINCT event_id) over the same index entries.
+Neither total ever reads `messaging_storedevent`. Without tags, the page and (when the page does
+not imply it) the COUNT run on `messaging_storedevent` through `event_owner_ts`.
 """
 
 from __future__ import annotations
@@ -59,30 +61,45 @@ def _tags_where(
     )
 
 
-def stored_events_page(
+def stored_events(
     *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str], offset: int, limit: int
-) -> list[tuple]:
-    """One page of QUERY_EVENTS: (public_id, payload, tags JSON text, timestamp) rows in protocol order."""
+) -> tuple[list[tuple], int]:
+    """One page of QUERY_EVENTS and its `total`: (public_id, payload, tags JSON text, timestamp) rows
+    in protocol order, and the number of matching events.
+
+    With tags, the page statement carries the total (a window count over the distinct matches,
+    taken from the index before LIMIT), so one statement answers unless the page is empty past the
+    end. Without tags, a partial page (or an empty first page) implies the total; otherwise COUNT.
+    """
+    args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before}
     if tags:
-        where, params = _tags_where(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
+        where, params = _tags_where(**args, tags=tags)
         sql = (
-            f"SELECT e.public_id, e.payload, e.encrypted_tags, e.timestamp FROM ("
-            f"SELECT DISTINCT event_id, timestamp FROM {_TAGS} WHERE {where} "
+            f"SELECT e.public_id, e.payload, e.encrypted_tags, e.timestamp, page.total FROM ("
+            f"SELECT event_id, timestamp, count(*) OVER () AS total FROM ("
+            f"SELECT DISTINCT event_id, timestamp FROM {_TAGS} WHERE {where}) matched "
             f"ORDER BY timestamp, event_id LIMIT %s OFFSET %s) page "
             f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
             f"ORDER BY page.timestamp, page.event_id"
         )
-        params = [*params, limit, offset, tenant.pk, owner_did]
-    else:
-        where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before)
-        sql = (
-            f"SELECT public_id, payload, encrypted_tags, timestamp FROM {_EVENTS} WHERE {where} "
-            f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
-        )
-        params = [*params, limit, offset]
+        with _prepared_cursor() as cur:
+            cur.execute(sql, [*params, limit, offset, tenant.pk, owner_did])
+            rows = cur.fetchall()
+        if rows:
+            return [r[:4] for r in rows], rows[0][4]
+        return [], 0 if offset == 0 else stored_events_count(**args, tags=tags)
+    where, params = _events_where(**args)
+    sql = (
+        f"SELECT public_id, payload, encrypted_tags, timestamp FROM {_EVENTS} WHERE {where} "
+        f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
+    )
     with _prepared_cursor() as cur:
-        cur.execute(sql, params)
-        return cur.fetchall()
+        cur.execute(sql, [*params, limit, offset])
+        rows = cur.fetchall()
+    n = len(rows)
+    if n < limit and (n > 0 or offset == 0):
+        return rows, offset + n
+    return rows, stored_events_count(**args, tags=tags)
 
 
 def stored_events_count(

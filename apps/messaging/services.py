@@ -383,7 +383,7 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
             "before": int(flt["before_timestamp"]) if flt.get("before_timestamp") is not None else None,
             "tags": list(flt.get("encrypted_tags") or []),
         }
-        rows = eventquery.stored_events_page(**args, offset=page.offset, limit=page.page_size)
+        rows, total = eventquery.stored_events(**args, offset=page.offset, limit=page.page_size)
         items = [
             {
                 "id": str(pid),
@@ -393,13 +393,6 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: dict, page: Pagination)
             }
             for pid, p, tags, ts in rows
         ]
-        n = len(rows)
-        # As _page_total: a partial page (or an empty first page) implies the total.
-        total = (
-            page.offset + n
-            if n < page.page_size and (n > 0 or page.page == 0)
-            else eventquery.stored_events_count(**args)
-        )
         return Page(items, total)
     qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
     if flt.get("after_timestamp") is not None:

@@ -9,6 +9,8 @@ The ORM path (fast path off, or SQLite): tenant lookup, nonce INSERT … ON CONF
 one SELECT with both EXISTS checks, then BEGIN, queue-cap probe, INSERT, COMMIT = 7.
 QUERY_PENDING_EVENTS: tenant lookup, nonce, registration check, page SELECT = 4 (a partial page
 implies its total, so the COUNT only runs when a page is full or past the end).
+QUERY_EVENTS by tag on PostgreSQL: the same 4 for a full page too (the page statement carries
+its total); an empty page past the end adds the COUNT.
 """
 
 from __future__ import annotations
@@ -77,3 +79,30 @@ def test_query_events_takes_four_statements(poster, tenant_a, alice, bob, django
             alice, {"type": "QUERY_EVENTS", "filter": {"participant_did": bob.did}}, recipient_did=tenant_a.did
         )
     assert body["payload"]["pagination"] == {"page": 0, "page_size": 10, "total": 3}
+
+
+def test_query_events_by_tag_takes_four_statements_even_for_a_full_page(
+    poster, tenant_a, alice, bob, django_assert_max_num_queries
+):
+    """The tag page's statement carries its total (apps/messaging/eventquery.py): no COUNT unless
+    the page is empty past the end."""
+    register(poster, alice, tenant_a)
+    events = [
+        {
+            "sender_did": bob.did,
+            "recipient_did": alice.did,
+            "timestamp": i,
+            "payload": "p",
+            "encrypted_tags": ["t", "u"],
+        }
+        for i in range(3)
+    ]
+    assert poster.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)[0] == 200
+    query = {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t", "u"]}, "pagination": {"page_size": 2}}
+    with django_assert_max_num_queries(4):
+        status, body = poster.command(alice, query, recipient_did=tenant_a.did)
+    assert body["payload"]["pagination"] == {"page": 0, "page_size": 2, "total": 3}
+    past = {**query, "pagination": {"page": 7, "page_size": 2}}
+    with django_assert_max_num_queries(5):
+        status, body = poster.command(alice, past, recipient_did=tenant_a.did)
+    assert body["payload"] == {"events": [], "pagination": {"page": 7, "page_size": 2, "total": 3}}
