@@ -8,7 +8,8 @@ Throughput on a shared 2-core box moves with whatever else runs; CPU time per co
 worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and reports, per command:
 
 - `py_us`: CPU of this process (time.process_time: the worker's Python, psycopg, libsodium);
-- `pg_us`: CPU of this connection's PostgreSQL backend (/proc/<backend pid>/stat);
+- `pg_us`: CPU of every PostgreSQL backend connected to the bench database (/proc/<pid>/stat):
+  with the connection pool a request may run on any of the pool's connections;
 - `wall_us`: elapsed time, i.e. with the round trips.
 
 Variants: one-statement path (prepared / not prepared; through the lean POST / handler of
@@ -59,9 +60,29 @@ def setup_django(redis_url: str) -> None:
 
 
 def backend_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        rest = fh.read().rsplit(")", 1)[1].split()
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            rest = fh.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # the backend ended
+        return 0.0
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends_cpu_s() -> dict[int, float]:
+    """CPU seconds of each backend connected to the bench database (not counting this query's)."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [DB])]
+    return {pid: backend_cpu_s(pid) for pid in pids}
+
+
+def backends_delta_s(before: dict[int, float]) -> float:
+    """CPU used since `before` by the backends then and now (a new backend counts in full)."""
+    after = backends_cpu_s()
+    return sum(after.get(pid, backend_cpu_s(pid)) - cpu for pid, cpu in before.items()) + sum(
+        cpu for pid, cpu in after.items() if pid not in before
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -71,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"))
     ap.add_argument("--profile", action="store_true", help="cProfile the default variant (top 25 by tottime)")
+    ap.add_argument("--queue-cap", type=int, default=10_000, help="the tenant's pending_queue_cap")
     ap.add_argument("--only", nargs="*", help="run only the variants whose name contains one of these")
     args = ap.parse_args(argv)
     setup_django(args.redis_url)
@@ -88,7 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.protocol.wsgi import CommandHandler
     from apps.tenants.services import tenant_create
 
-    tenant = tenant_create(slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
+    tenant = tenant_create(
+        slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0, pending_queue_cap=args.queue_cap
+    )
     handlers = {"full": WSGIHandler(), "lean": CommandHandler()}
     current = {"app": handlers["lean"]}
 
@@ -195,16 +219,13 @@ def main(argv: list[str] | None = None) -> dict:
             for b in bodies[:50]:  # warm: connection, prepared statement, caches
                 post(b)
             connection.ensure_connection()
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                backend = cur.fetchone()[0]
-            pg0, py0, t0 = backend_cpu_s(backend), time.process_time(), time.perf_counter()
+            pg0, py0, t0 = backends_cpu_s(), time.process_time(), time.perf_counter()
             for b in bodies[50:]:
                 status, data = post(b)
                 if not status.startswith("200"):
                     raise SystemExit(f"{name}: {status} {data[:200]!r}")
             n = len(bodies) - 50
-            wall, py, pg = time.perf_counter() - t0, time.process_time() - py0, backend_cpu_s(backend) - pg0
+            wall, py, pg = time.perf_counter() - t0, time.process_time() - py0, backends_delta_s(pg0)
             results[name].append({"py_us": py / n * 1e6, "pg_us": pg / n * 1e6, "wall_us": wall / n * 1e6})
             # Keep queues short: the queue-cap probe walks at most the cap, but start each variant alike.
             with connection.cursor() as cur:

@@ -105,7 +105,13 @@ ASGI_APPLICATION = "mediator_project.asgi.application"
 
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mediator.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+# gunicorn's threads are fixed, so there a persistent connection per thread (DB_CONN_MAX_AGE
+# seconds, set by scripts/run_production.sh for gunicorn only) saves the pool's checkout and
+# return on every request (issue 8, docs/benchmarks.md).
+DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_CONN_MAX_AGE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = DB_CONN_MAX_AGE
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
     # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
     DATABASES["default"]["OPTIONS"] = {

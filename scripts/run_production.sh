@@ -29,7 +29,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$VENV/bin/gunicorn" -c mediator_project/gunicorn.conf.py mediator_project.wsgi:application & pids+=($!)
+# gunicorn's threads are fixed: one persistent database connection each instead of the pool
+# (DB_CONN_MAX_AGE, mediator_project/settings.py); GUNICORN_DB_CONN_MAX_AGE=0 keeps the pool.
+DB_CONN_MAX_AGE="${GUNICORN_DB_CONN_MAX_AGE:-600}" \
+  "$VENV/bin/gunicorn" -c mediator_project/gunicorn.conf.py mediator_project.wsgi:application & pids+=($!)
 "$VENV/bin/daphne" -b 127.0.0.1 -p "$WS_PORT" mediator_project.asgi:application & pids+=($!)
 if [ "${NO_CELERY:-0}" != 1 ]; then
   "$VENV/bin/celery" -A mediator_project worker --concurrency "${CELERY_CONCURRENCY:-1}" -l warning & pids+=($!)
