@@ -33,10 +33,11 @@ except Exception:  # noqa: BLE001 - no psycopg: the fast path is never taken (di
 from apps.tenants.models import Tenant
 
 from . import notify
-from .models import Contract, PendingEvent
+from .models import Contract, PendingEvent, PendingQueueDepth
 
 _CONTRACT = Contract._meta.db_table
 _PENDING = PendingEvent._meta.db_table
+_DEPTH = PendingQueueDepth._meta.db_table
 
 # Uncorrelated EXISTS sub-selects become InitPlans that PostgreSQL runs lazily, so inside a CASE
 # they cost nothing when the nonce was a replay or a CPU check (signature…) already failed.
@@ -51,9 +52,9 @@ _BODY = f"""
             SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND expires_at > %s
               AND ((requestor_did = %s AND recipient_did = %s)
                 OR (requestor_did = %s AND recipient_did = %s))) END AS has_contract,   -- contract_parties(_rev)
-        CASE WHEN c.fresh AND %s AND %s > 0 THEN EXISTS(
-            SELECT 1 FROM {_PENDING} WHERE tenant_id = %s AND recipient_did = %s AND acknowledged_at IS NULL
-            ORDER BY id OFFSET %s LIMIT 1) ELSE false END AS queue_full               -- pending_unacked
+        CASE WHEN c.fresh AND %s AND %s > 0 THEN COALESCE((
+            SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
+            ), false) ELSE false END AS queue_full                                  -- queue_depth_recipient
     FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
 ), ins AS (
     INSERT INTO {_PENDING} (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
@@ -142,9 +143,10 @@ def pending_event_enqueue_claiming(
         checks_passed, tenant.pk, recipient_did, recipient_did, tenant.did, now_s,
         # has_contract
         checks_passed, tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
-        # queue_full (race accepted as in services.pending_event_enqueue: concurrent senders may
-        # overshoot the cap by the number of in-flight sends; nothing is ever evicted)
-        checks_passed, cap, tenant.pk, recipient_did, max(cap - 1, 0),
+        # queue_full from the trigger-kept counter (models.PendingQueueDepth; race accepted as in
+        # services.pending_event_enqueue: concurrent senders may overshoot the cap by the number
+        # of in-flight sends; nothing is ever evicted)
+        checks_passed, cap, cap, tenant.pk, recipient_did,
         # ins
         public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
     ]  # fmt: skip

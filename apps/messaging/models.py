@@ -124,6 +124,27 @@ class PendingEvent(models.Model):
         return f"pending event {self.public_id}"
 
 
+class PendingQueueDepth(models.Model):
+    """How many unacknowledged pending events a recipient has (issue 8).
+
+    On PostgreSQL, triggers on PendingEvent (migration 0005) keep `depth` exact whatever writes the
+    events: the send statement, ACKNOWLEDGE, the TTL job, a tenant purge, raw SQL. The queue-cap
+    check and QUERY_PENDING_EVENTS totals read this one row instead of walking the recipient's
+    queue, which cost one heap fetch per queued event on every send. SQLite (the embedded
+    default) has no such triggers and keeps counting the queue (`services.queue_depth`).
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
+    recipient_did = models.CharField(max_length=2048)
+    depth = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "recipient_did"], name="queue_depth_recipient")]
+
+    def __str__(self) -> str:
+        return f"queue depth {self.depth}"
+
+
 class StoredEvent(models.Model):
     """An owner's storage-encrypted event (DCTRL-0004 §8.9)."""
 

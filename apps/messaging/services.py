@@ -24,7 +24,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
 
 from . import eventquery, fastpath, notify
-from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
+from .models import Contract, ContractRequest, EventTag, PendingEvent, PendingQueueDepth, StoredEvent
 
 DAY_S = 86_400
 
@@ -271,18 +271,31 @@ def contracts_query(*, tenant: Tenant, did: str, flt: dict, page: Pagination) ->
 # --- pending events --------------------------------------------------------------------------
 
 
+def queue_depth(*, tenant: Tenant, did: str) -> int | None:
+    """The recipient's number of unacknowledged pending events from its counter row, kept exact
+    by PostgreSQL triggers (models.PendingQueueDepth); None on SQLite, which has no triggers."""
+    if connection.vendor != "postgresql":
+        return None
+    # (no ORDER BY: the unique (tenant, recipient_did) index finds the one row)
+    depth = PendingQueueDepth.objects.filter(tenant=tenant, recipient_did=did).values_list("depth", flat=True)[:1]
+    return next(iter(depth), 0)
+
+
+def _queue_full(*, tenant: Tenant, did: str, cap: int) -> bool:
+    depth = queue_depth(tenant=tenant, did=did)
+    if depth is not None:
+        return depth >= cap
+    unacked = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+    return unacked.order_by("id")[cap - 1 : cap].exists()
+
+
 @transaction.atomic
 def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
     """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2)."""
     cap = tenant.pending_queue_cap
     # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
     # the number of in-flight sends; nothing is ever evicted.
-    if (
-        cap
-        and PendingEvent.objects.filter(tenant=tenant, recipient_did=recipient_did, acknowledged_at__isnull=True)
-        .order_by("id")[cap - 1 : cap]
-        .exists()
-    ):
+    if cap and _queue_full(tenant=tenant, did=recipient_did, cap=cap):
         raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
     event = PendingEvent.objects.create(
         tenant=tenant,
@@ -305,6 +318,11 @@ def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, pa
         qs.order_by("id").values_list("public_id", "payload", "sender_did")[page.offset : page.offset + page.page_size]
     )
     items = [{"id": str(pid), "payload": payload, "sender_did": sender} for pid, payload, sender in rows]
+    if sender_did is None and not (len(rows) < page.page_size and (rows or page.page == 0)):
+        # A full page (or one past the end) needs the total: the counter row, not a walk of the queue.
+        depth = queue_depth(tenant=tenant, did=did)
+        if depth is not None:
+            return Page(items, depth)
     return Page(items, _page_total(qs, page, len(rows)))
 
 
