@@ -12,8 +12,8 @@ worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and repor
   with the connection pool a request may run on any of the pool's connections;
 - `wall_us`: elapsed time, i.e. with the round trips.
 
-Variants: one-statement path (prepared / not prepared; through the lean POST / handler of
-apps/protocol/wsgi.py or the full middleware chain), ORM path, each with and without the
+Variants: one-statement path (prepared / not prepared; through the bare POST / entry of
+apps/protocol/wsgi.py, its lean Django handler or the full middleware chain), ORM path, each with and without the
 command observers (usage metering, metrics) and the after-commit push to Redis.
 Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default mediator_bench_hotpath).
 """
@@ -107,14 +107,14 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity
     from apps.protocol.wire.did import parse_decentrl
-    from apps.protocol.wsgi import CommandHandler
+    from apps.protocol.wsgi import BareCommandApp, CommandHandler
     from apps.tenants.services import tenant_create
 
     tenant = tenant_create(
         slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0, pending_queue_cap=args.queue_cap
     )
-    handlers = {"full": WSGIHandler(), "lean": CommandHandler()}
-    current = {"app": handlers["lean"]}
+    handlers = {"full": WSGIHandler(), "lean": CommandHandler(), "bare": BareCommandApp()}
+    current = {"app": handlers["bare"]}
 
     def post(body: bytes) -> tuple[str, bytes]:
         out = {}
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
     observers = list(hooks.OBSERVERS)
     receivers = list(notify.push_requested.receivers)
 
-    def variant(fast: bool, prepare: bool, observe: bool, push: bool, lean: bool = True) -> None:
-        current["app"] = handlers["lean" if lean else "full"]
+    def variant(fast: bool, prepare: bool, observe: bool, push: bool, entry: str = "bare") -> None:
+        current["app"] = handlers[entry]
         settings.MEDIATOR_TWO_WAY_FASTPATH = fast
         settings.MEDIATOR_FASTPATH_PREPARE = prepare
         hooks.OBSERVERS[:] = observers if observe else []
@@ -194,13 +194,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     variants = {
         "one statement, prepared (default)": (True, True, True, True),
-        "one statement, prepared, full middleware chain": (True, True, True, True, False),
+        "one statement, prepared, lean Django handler": (True, True, True, True, "lean"),
+        "one statement, prepared, full middleware chain": (True, True, True, True, "full"),
         "one statement, not prepared": (True, False, True, True),
-        "ORM path (before)": (False, True, True, True, False),
+        "ORM path (before)": (False, True, True, True, "full"),
         "one statement, prepared, no observers": (True, True, False, True),
         "one statement, prepared, no push": (True, True, True, False),
         "one statement, prepared, no observers, no push": (True, True, False, False),
-        "ORM path, no observers, no push": (False, True, False, False, False),
+        "ORM path, no observers, no push": (False, True, False, False, "full"),
     }
     if args.only:
         variants = {k: v for k, v in variants.items() if any(o in k for o in args.only)}
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
         pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
             int(os.environ.get("BENCH_PROFILE_TOP", "25"))
         )
-        print("\n```\n" + out.getvalue()[-20000:] + "```")
+        print("\n```\n" + out.getvalue()[-200000:] + "```")
     return table
 
 

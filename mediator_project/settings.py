@@ -243,9 +243,12 @@ MEDIATOR_TWO_WAY_FASTPATH = env_bool("MEDIATOR_TWO_WAY_FASTPATH", True)
 # …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
 # (pgbouncer < 1.21) that cannot keep prepared statements.
 MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
-# gunicorn: POST / through a middleware chain without sessions, auth, messages and CSRF
-# (apps/protocol/wsgi.py, issue 8); 0 sends commands through the full chain too.
-MEDIATOR_LEAN_COMMAND_ENTRY = env_bool("MEDIATOR_LEAN_COMMAND_ENTRY", True)
+# gunicorn's entry for POST / (apps/protocol/wsgi.py, issue 8): "bare" (no Django request and
+# response objects), "lean" (Django's handler without session/auth/messages/CSRF middleware and
+# URL resolving) or "full" (the whole middleware chain, like every other request).
+MEDIATOR_COMMAND_ENTRY = env("MEDIATOR_COMMAND_ENTRY", "bare")
+if MEDIATOR_COMMAND_ENTRY not in ("bare", "lean", "full"):
+    raise ImproperlyConfigured("MEDIATOR_COMMAND_ENTRY must be bare, lean or full")
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

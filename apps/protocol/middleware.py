@@ -9,6 +9,23 @@ from django.http import HttpResponse
 _PRIVATE_PREFIXES = ("/admin", "/api/", "/static/", "/dashboard")
 
 
+def cors_headers(origin: str | None) -> list[tuple[str, str]]:
+    """The CORS headers of a protocol reply to a request from `origin` (none for a disallowed origin)."""
+    origins = settings.MEDIATOR_CORS_ORIGINS
+    if "*" in origins:
+        headers = [("Access-Control-Allow-Origin", "*")]
+    elif origin and origin in origins:
+        headers = [("Access-Control-Allow-Origin", origin), ("Vary", "Origin")]
+    else:
+        return []
+    return [
+        *headers,
+        ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+        ("Access-Control-Allow-Headers", "Content-Type"),
+        ("Access-Control-Max-Age", "86400"),
+    ]
+
+
 class CorsMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -20,16 +37,6 @@ class CorsMiddleware:
             response = HttpResponse(status=204)
         else:
             response = self.get_response(request)
-        origins = settings.MEDIATOR_CORS_ORIGINS
-        origin = request.META.get("HTTP_ORIGIN")
-        if "*" in origins:
-            response["Access-Control-Allow-Origin"] = "*"
-        elif origin and origin in origins:
-            response["Access-Control-Allow-Origin"] = origin
-            response["Vary"] = "Origin"
-        else:
-            return response
-        response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-        response["Access-Control-Allow-Headers"] = "Content-Type"
-        response["Access-Control-Max-Age"] = "86400"
+        for name, value in cors_headers(request.META.get("HTTP_ORIGIN")):
+            response[name] = value
         return response

@@ -1,5 +1,6 @@
-"""POST / through the production WSGI application's command handler (apps/protocol/wsgi.py) gives
-what the full Django handler gives: same status, same headers, same body."""
+"""POST / through the production WSGI application's command entries (apps/protocol/wsgi.py: the
+bare WSGI callable and Django's lean handler) gives what the full Django handler gives: same
+status, same headers, same body."""
 
 from __future__ import annotations
 
@@ -13,14 +14,20 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
 from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wsgi import SKIPPED_FOR_COMMANDS, CommandHandler, ProtocolWSGIApplication
+from apps.protocol.wsgi import (
+    SKIPPED_FOR_COMMANDS,
+    BareCommandApp,
+    CommandHandler,
+    ProtocolWSGIApplication,
+    bare_supported,
+)
 from tests.conftest import HOST_A
 from tests.support.registration import contract_both_ways
 
 
-@pytest.fixture
-def handlers():
-    return WSGIHandler(), CommandHandler()
+@pytest.fixture(params=["bare", "lean"])
+def handlers(request, db):
+    return WSGIHandler(), (BareCommandApp() if request.param == "bare" else CommandHandler())
 
 
 def call(app, body: bytes = b"", *, method: str = "POST", path: str = "/", host: str = HOST_A, **extra):
@@ -132,7 +139,7 @@ def test_commands_succeed_identically_on_both_handlers(handlers, post_a, tenant_
     )
 
 
-def test_cors_origin_lists_and_forwarded_clients_behave_as_in_the_full_chain(handlers, tenant_a, settings):
+def test_cors_origin_lists_behave_as_in_the_full_chain(handlers, tenant_a, settings):
     full, lean = handlers
     settings.MEDIATOR_CORS_ORIGINS = ["https://app.example"]
     for origin in ("https://app.example", "https://evil.example"):
@@ -141,9 +148,9 @@ def test_cors_origin_lists_and_forwarded_clients_behave_as_in_the_full_chain(han
     assert ("Access-Control-Allow-Origin", "https://app.example") in headers and ("Vary", "Origin") in headers
 
 
-def test_the_application_routes_only_post_root_to_the_command_handler(handlers, tenant_a):
+def test_the_application_routes_only_post_root_to_the_command_entry(tenant_a):
     app = ProtocolWSGIApplication()
-    assert isinstance(app.commands, CommandHandler) and type(app.full) is WSGIHandler
+    assert isinstance(app.commands, BareCommandApp) and type(app.full) is WSGIHandler
     seen = []
     app.commands = lambda environ, start_response: seen.append("commands") or []
     app.full = lambda environ, start_response: seen.append("full") or []
@@ -152,10 +159,68 @@ def test_the_application_routes_only_post_root_to_the_command_handler(handlers, 
     assert seen == ["commands", "full", "full", "full", "full"]
 
 
-def test_the_setting_off_sends_commands_through_the_full_handler(settings):
-    settings.MEDIATOR_LEAN_COMMAND_ENTRY = False
+def test_the_setting_picks_the_entry(settings):
+    settings.MEDIATOR_COMMAND_ENTRY = "lean"
+    assert type(ProtocolWSGIApplication().commands) is CommandHandler
+    settings.MEDIATOR_COMMAND_ENTRY = "full"
     app = ProtocolWSGIApplication()
     assert app.commands is app.full
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"SECURE_SSL_REDIRECT": True},
+        {"SECURE_HSTS_SECONDS": 3600},
+        {"PREPEND_WWW": True},
+        {"MIDDLEWARE": ["django.middleware.gzip.GZipMiddleware"]},
+    ],
+)
+def test_settings_the_bare_entry_does_not_replicate_fall_back_to_the_lean_handler(settings, change):
+    assert bare_supported()
+    for name, value in change.items():
+        setattr(settings, name, value if name != "MIDDLEWARE" else [*settings.MIDDLEWARE, *value])
+    assert not bare_supported()
+    assert type(ProtocolWSGIApplication().commands) is CommandHandler
+
+
+def test_the_bare_entry_ends_the_request_like_django(handlers, tenant_a, monkeypatch):
+    """request_started and request_finished fire once each (they return database connections)."""
+    _, entry = handlers
+    seen = []
+    request_started.connect(started := lambda **kw: seen.append("started"), weak=False)
+    request_finished.connect(finished := lambda **kw: seen.append("finished"), weak=False)
+    try:
+        call(entry, b"{")
+    finally:
+        request_started.disconnect(started)
+        request_finished.disconnect(finished)
+    assert seen == ["started", "finished"]
+
+
+def test_an_unexpected_error_is_a_protocol_shaped_503(tenant_a, monkeypatch):
+    monkeypatch.setattr("apps.protocol.wsgi.handle", lambda *a: 1 / 0)
+    body = canonical_bytes({"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"})
+    assert call(BareCommandApp(), b"{}") == ("503 Service Unavailable", _with_length(body), body)
+
+
+def test_an_unreachable_database_answers_as_the_tenant_middleware_does(handlers, tenant_a, monkeypatch):
+    from django.db import OperationalError
+
+    full, entry = handlers
+
+    def down(host):
+        raise OperationalError("down")
+
+    monkeypatch.setattr("apps.tenants.middleware.tenant_for_host", down)
+    monkeypatch.setattr("apps.protocol.wsgi.tenant_for_host", down)
+    body = b'{"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}'
+    # In Django's chains TenantMiddleware answers before CommonMiddleware and XFrameOptionsMiddleware
+    # (inner to it) see the reply; the bare entry gives it those two headers as well.
+    without = [h for h in _with_length(body) if h[0] not in ("Content-Length", "X-Frame-Options")]
+    assert call(full, b"{}") == ("503 Service Unavailable", without, body)
+    expected = without if isinstance(entry, CommandHandler) else _with_length(body)
+    assert call(entry, b"{}") == ("503 Service Unavailable", expected, body)
 
 
 def test_a_middleware_with_view_hooks_must_be_listed_as_skipped(settings):
