@@ -1,10 +1,14 @@
 """gunicorn settings for the production HTTP tier (docs/serving.md): WSGI workers sized to the
 cores, each with its own psycopg pool. /ws is served by Daphne beside it.
 
-Default: one `gthread` worker per core with 4 threads each. Measured on 2 cores against sync
+Default: one `gthread` worker per core with 8 threads each. Measured on 2 cores against sync
 workers ×2/×3/×4 (docs/benchmarks.md, issue 8): the least server CPU per TWO_WAY_PRIVATE (fewer
-processes to schedule, one realtime push loop and one metering buffer per process) at a similar
-p99. `GUNICORN_WORKER_CLASS=sync GUNICORN_WORKERS=…` restores plain sync workers.
+processes to schedule, one metering buffer per process) at a similar p99. 8 threads rather than
+2 or 4: more commands in flight share PostgreSQL's commit flushes (TWO_WAY_PRIVATE at 16
+clients: 2 threads 635 req/s, 4 threads 674–806, 8 threads 658–856, 16 threads 842; the box is
+noisy, see docs/benchmarks.md). Each thread keeps one database connection (DB_CONN_MAX_AGE, set
+by scripts/run_production.sh). `GUNICORN_WORKER_CLASS=sync GUNICORN_WORKERS=…` restores plain
+sync workers.
 """
 
 import multiprocessing
@@ -13,7 +17,7 @@ import os
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('HTTP_PORT', '8000')}")
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
 workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count()))
-threads = int(os.environ.get("GUNICORN_THREADS", "4" if worker_class == "gthread" else "1"))
+threads = int(os.environ.get("GUNICORN_THREADS", "8" if worker_class == "gthread" else "1"))
 keepalive = 30
 backlog = 2048
 timeout = 30
