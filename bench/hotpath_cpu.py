@@ -41,13 +41,18 @@ def setup_django(redis_url: str) -> None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB}"')
         conn.execute(f'CREATE DATABASE "{DB}"')
+        # Diagnostics only, e.g. BENCH_DB_SET="synchronous_commit=off" to see what the commit
+        # flush costs (the mediator itself requires synchronous_commit=on).
+        for item in filter(None, os.environ.get("BENCH_DB_SET", "").split(",")):
+            name, value = item.split("=", 1)
+            conn.execute(f'ALTER DATABASE "{DB}" SET {name} = {value}')
     os.environ.update(
         {
             "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
             "DATABASE_URL": PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + DB,
             "REDIS_URL": redis_url,
             "DJANGO_DEBUG": "0",
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
             "MEDIATOR_RATE_LIMIT_PER_DID": "0",
             "MEDIATOR_RATE_LIMIT_PER_IP": "0",
         }
