@@ -73,18 +73,18 @@ def backend_cpu_s(pid: int) -> float:
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def backends_cpu_s() -> dict[int, float]:
-    """CPU seconds of each backend connected to the bench database (not counting this query's)."""
+def backends_cpu_s(db: str = DB) -> dict[int, float]:
+    """CPU seconds of each backend connected to database `db` (not counting this query's)."""
     import psycopg
 
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [DB])]
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [db])]
     return {pid: backend_cpu_s(pid) for pid in pids}
 
 
-def backends_delta_s(before: dict[int, float]) -> float:
+def backends_delta_s(before: dict[int, float], db: str = DB) -> float:
     """CPU used since `before` by the backends then and now (a new backend counts in full)."""
-    after = backends_cpu_s()
+    after = backends_cpu_s(db)
     return sum(after.get(pid, backend_cpu_s(pid)) - cpu for pid, cpu in before.items()) + sum(
         cpu for pid, cpu in after.items() if pid not in before
     )

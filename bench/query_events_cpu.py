@@ -6,7 +6,7 @@ TWO_WAY_PRIVATE): the real WSGI command handler driven with pre-signed commands.
 
 Seeds `--stored` events over `--owners` owners with the bench seeder (bench/loadgen.py), 100 events
 per tag as in the standard set, and asks for page 0 of 10 by one tag: a full page, so the COUNT
-runs too. Reports per command `py_us` (this process's CPU), `pg_us` (the backend's CPU) and
+runs too. Reports per command `py_us` (this process's CPU), `pg_us` (every backend of its database) and
 `wall_us`, with and without the command observers (usage metering, metrics).
 Uses its own database (BENCH_QE_DB, default mediator_bench_qecpu).
 """
@@ -55,12 +55,6 @@ def setup_django(redis_url: str) -> str:
     return url
 
 
-def backend_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        rest = fh.read().rsplit(")", 1)[1].split()
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000, help="commands per round")
@@ -78,12 +72,13 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.protocol.wire import contract as wc
     from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity
-    from apps.protocol.wsgi import CommandHandler
+    from apps.protocol.wsgi import BareCommandApp
     from apps.tenants.services import tenant_create
     from bench import loadgen
+    from bench.hotpath_cpu import backends_cpu_s, backends_delta_s
 
     tenant = tenant_create(slug="qecpu", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
-    app = CommandHandler()
+    app = BareCommandApp()
 
     def post(body: bytes) -> tuple[str, bytes]:
         out = {}
@@ -160,16 +155,13 @@ def main(argv: list[str] | None = None) -> dict:
             for b in batch[:50]:  # warm: connection, prepared statements, caches
                 post(b)
             connection.ensure_connection()
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                backend = cur.fetchone()[0]
-            pg0, py0, t0 = backend_cpu_s(backend), time.process_time(), time.perf_counter()
+            pg0, py0, t0 = backends_cpu_s(DB), time.process_time(), time.perf_counter()
             for b in batch[50:]:
                 status, data = post(b)
                 if not status.startswith("200") or b'"total":100' not in data:
                     raise SystemExit(f"{name}: {status} {data[:300]!r}")
             n = len(batch) - 50
-            wall, py, pg = time.perf_counter() - t0, time.process_time() - py0, backend_cpu_s(backend) - pg0
+            wall, py, pg = time.perf_counter() - t0, time.process_time() - py0, backends_delta_s(pg0, DB)
             results[name].append({"py_us": py / n * 1e6, "pg_us": pg / n * 1e6, "wall_us": wall / n * 1e6})
     hooks.OBSERVERS[:] = observers
     table = {
@@ -196,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
         pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
             int(os.environ.get("BENCH_PROFILE_TOP", "25"))
         )
-        print("\n```\n" + out.getvalue()[-20000:] + "```")
+        print("\n```\n" + out.getvalue()[-200000:] + "```")
     return table
 
 

@@ -240,6 +240,9 @@ MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 # TWO_WAY_PRIVATE as one SQL statement on PostgreSQL (apps/messaging/fastpath.py, issue 8);
 # 0 keeps the ORM path everywhere (for comparisons). SQLite always uses the ORM path.
 MEDIATOR_TWO_WAY_FASTPATH = env_bool("MEDIATOR_TWO_WAY_FASTPATH", True)
+# DIRECT_AUTHENTICATED on PostgreSQL: nonce claim and the registration check as one statement
+# (dispatch._direct_fast); 0 keeps them as two.
+MEDIATOR_DIRECT_FASTPATH = env_bool("MEDIATOR_DIRECT_FASTPATH", True)
 # …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
 # (pgbouncer < 1.21) that cannot keep prepared statements.
 MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from apps.tenants.models import Tenant
 
-from .fastpath import _prepared_cursor
+from .fastpath import prepared_cursor
 from .models import EventTag, StoredEvent
 
 _EVENTS = StoredEvent._meta.db_table
@@ -82,7 +82,7 @@ def stored_events(
             f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
             f"ORDER BY page.timestamp, page.event_id"
         )
-        with _prepared_cursor() as cur:
+        with prepared_cursor() as cur:
             cur.execute(sql, [*params, limit, offset, tenant.pk, owner_did])
             rows = cur.fetchall()
         if rows:
@@ -93,7 +93,7 @@ def stored_events(
         f"SELECT public_id, payload, encrypted_tags, timestamp FROM {_EVENTS} WHERE {where} "
         f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
     )
-    with _prepared_cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(sql, [*params, limit, offset])
         rows = cur.fetchall()
     n = len(rows)
@@ -112,6 +112,6 @@ def stored_events_count(
     else:
         where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before)
         sql = f"SELECT count(*) FROM {_EVENTS} WHERE {where}"
-    with _prepared_cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchone()[0]

@@ -78,7 +78,7 @@ class _PreparedCursor(ServerBindingCursor):
         return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
 
 
-def _prepared_cursor():
+def prepared_cursor():
     """A _PreparedCursor inside Django's cursor wrapper, so that error translation
     (DatabaseError), execute wrappers and query logging (tests' query counts) still apply."""
     if connection.vendor != "postgresql" or not settings.MEDIATOR_FASTPATH_PREPARE or connection.queries_logged:
@@ -107,9 +107,36 @@ def registration_exists(*, tenant: Tenant, did: str, now_s: int) -> bool:
     Every DIRECT_AUTHENTICATED command asks this; building and compiling the ORM query profiled
     at ~20% of a QUERY_EVENTS worker's CPU. Same predicate, same index, same transaction.
     """
-    with _prepared_cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(_REGISTERED, [tenant.pk, did, did, tenant.did, now_s])
         return bool(cur.fetchone()[0])
+
+
+_CLAIM_AND_REGISTERED = (
+    "WITH claim AS ({claim}) SELECT EXISTS(SELECT 1 FROM claim), CASE WHEN %s AND EXISTS(SELECT 1 FROM claim)"
+    f" THEN EXISTS(SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND requestor_did = %s"
+    " AND recipient_did = %s AND expires_at > %s) END"  # contract_parties
+)
+
+
+def nonce_claim_and_registration(
+    *, tenant: Tenant, claim: tuple[str, list], did: str | None, now_s: int
+) -> tuple[bool, bool | None]:
+    """The caller's nonce claim and, if the pair was fresh and `did` is given, whether `did` is
+    registered (registration_exists), as one statement: (nonce fresh, registered or None).
+
+    Every DIRECT_AUTHENTICATED command claims a nonce and then checks one registration (§6.2
+    step 4); as one round trip they cost one statement and one commit instead of two. The claim
+    is a data-modifying CTE, executed whatever the rest says, so the nonce is consumed as before.
+    """
+    claim_sql, claim_params = claim
+    with prepared_cursor() as cur:
+        cur.execute(
+            _CLAIM_AND_REGISTERED.format(claim=claim_sql),
+            [*claim_params, did is not None, tenant.pk, did or "", did or "", tenant.did, now_s],
+        )
+        fresh, registered = cur.fetchone()
+    return bool(fresh), registered
 
 
 @dataclass(frozen=True)
@@ -151,7 +178,7 @@ def pending_event_enqueue_claiming(
         public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
     ]  # fmt: skip
     # Autocommit (dispatch never runs inside atomic): the statement is its own transaction.
-    with _prepared_cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(f"WITH claim AS ({claim_sql}){_BODY}", params)
         fresh, registered, has_contract, queue_full, stored = cur.fetchone()
     event_id = str(public_id) if stored else None

@@ -162,6 +162,58 @@ def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dic
     return {"type": "SUCCESS", "pendingEventId": got.event_id}
 
 
+def _direct_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> None:
+    """Nonce claim, authentication and §6.2 step-4 authorization of a DIRECT_AUTHENTICATED
+    command with one statement (fastpath.nonce_claim_and_registration), answers in §5.4/§6.2 order.
+
+    As in _two_way_fast, the CPU-only checks run first and their outcome is remembered: the
+    statement claims the nonce whatever they said, and only a fresh nonce lets their error (or
+    the registration check that follows them) be the reply.
+    """
+    h = cmd.header
+    claim = nonce_claim_sql(
+        tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
+    )
+    deferred: ProtocolError | None = None
+    check_did: str | None = None  # whose registration §6.2 step 4 asks for, if anyone's
+    not_registered = ErrorCode.UNAUTHORIZED_COMMAND
+    try:
+        _authenticate(tenant, cmd)  # §6.2 steps 1-3
+        if cmd.type in handlers.RECIPIENT_CHECKED:
+            if h.recipient_did != tenant.did:
+                check_did, not_registered = h.recipient_did, ErrorCode.RECIPIENT_NOT_REGISTERED
+        elif h.recipient_did != tenant.did:
+            raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+        else:
+            check_did = h.sender_did
+    except ProtocolError as err:
+        deferred, check_did = err, None
+    except DatabaseError:
+        # A did:web lookup failed: answer as the ORM path would (nonce first, then 503).
+        if not nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
+                             expires_at_ms=h.timestamp + window, now_ms=now_ms):  # fmt: skip
+            raise ProtocolError(ErrorCode.DUPLICATE_NONCE) from None
+        raise
+    try:
+        fresh, registered = fastpath.nonce_claim_and_registration(
+            tenant=tenant, claim=claim, did=check_did, now_s=now_ms // 1000
+        )
+    except DatabaseError:
+        # Nothing of the failed statement committed: claim the nonce on its own (as _two_way_fast).
+        try:
+            nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
+                          expires_at_ms=h.timestamp + window, now_ms=now_ms)  # fmt: skip
+        except DatabaseError:
+            pass
+        raise
+    if not fresh:
+        raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
+    if deferred is not None:
+        raise deferred
+    if check_did is not None and not registered:
+        raise ProtocolError(not_registered)
+
+
 def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
     """Replay checks, authentication, authorization and the handler for a parsed command."""
     h = cmd.header
@@ -171,6 +223,10 @@ def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
         raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
     if h.channel == TWO_WAY_PRIVATE and settings.MEDIATOR_TWO_WAY_FASTPATH and connection.vendor == "postgresql":
         return _two_way_fast(tenant, cmd, now_ms, window)
+    if h.channel == DIRECT_AUTHENTICATED and settings.MEDIATOR_DIRECT_FASTPATH and connection.vendor == "postgresql":
+        _direct_fast(tenant, cmd, now_ms, window)
+        ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms)
+        return handlers.DIRECT_HANDLERS[cmd.type](ctx)
     if not nonce_consume(
         tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
     ):

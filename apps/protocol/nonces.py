@@ -7,7 +7,7 @@ refreshes rows past their expiry, so a live duplicate inserts/updates nothing an
 
 from __future__ import annotations
 
-from django.db import connection
+from apps.messaging.fastpath import prepared_cursor
 
 from .models import Nonce
 
@@ -37,8 +37,9 @@ def nonce_consume(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms:
     # The unique constraint is the lock: concurrent inserts of one pair serialise on it and
     # exactly one gets a row back. Dispatch runs in autocommit, so this one statement commits by
     # itself (no BEGIN/COMMIT round trips on the hot path); inside a caller's atomic block it
-    # would share that block's fate, which dispatch never does.
-    with connection.cursor() as cur:
+    # would share that block's fate, which dispatch never does. Prepared on PostgreSQL (every
+    # command runs it; client-side binding re-planned it each time).
+    with prepared_cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchone() is not None
 

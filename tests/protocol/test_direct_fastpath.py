@@ -1,0 +1,100 @@
+"""DIRECT_AUTHENTICATED on PostgreSQL claims the nonce and checks the registration in one
+statement (dispatch._direct_fast, MEDIATOR_DIRECT_FASTPATH). Both paths must give the same
+answers in DCTRL-0004 §5.4/§6.2 order, and the nonce is consumed after every outcome."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.protocol.wire import contract as wc
+from apps.protocol.wire.client import Identity
+from apps.protocol.wire.did import parse_decentrl
+from tests.protocol.conftest import envelope, err
+
+QPE = {"type": "QUERY_PENDING_EVENTS"}
+
+
+@pytest.fixture(params=["one-statement", "two-statements"])
+def path(request, settings):
+    settings.MEDIATOR_DIRECT_FASTPATH = request.param == "one-statement"
+    return request.param
+
+
+def test_a_registered_sender_is_served(path, post_a, tenant_a, registered, bob):
+    status, body = post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))
+    assert (status, body["payload"]["pagination"]) == (200, {"page": 0, "page_size": 10, "total": 0})
+
+
+def test_a_replay_is_refused_before_anything_else(path, post_a, tenant_a, registered, bob):
+    env = envelope(bob, QPE, recipient_did=tenant_a.did)
+    assert post_a.send(env)[0] == 200
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+    bad = {**env, "payload": {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": 1}}}  # signature no longer matches
+    assert post_a.send(bad) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(path, post_a, tenant_a, registered, bob):
+    env = envelope(bob, QPE, recipient_did=tenant_a.did)
+    bad = {**env, "payload": {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": 1}}}
+    assert post_a.send(bad) == (401, err("INVALID_SIGNATURE"))
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_an_unregistered_sender_is_unauthorized_and_its_nonce_consumed(path, post_a, tenant_a):
+    stranger = Identity.create("stranger", tenant_a.did)
+    env = envelope(stranger, QPE, recipient_did=tenant_a.did)
+    assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_a_command_not_addressed_to_the_mediator_is_unauthorized(path, post_a, tenant_a, registered, alice, bob):
+    env = envelope(bob, QPE, recipient_did=alice.did)
+    assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_a_forwarded_request_needs_a_registered_recipient(path, post_a, tenant_a, registered, alice):
+    stranger = Identity.create("stranger", tenant_a.did)
+    req = wc.build_request(
+        requestor_did=alice.did,
+        recipient_did=stranger.did,
+        recipient_prekey=parse_decentrl(stranger.did).pre_key,
+        signing=alice.signing,
+        expires_at=1_900_000_000,
+    )
+    payload = {
+        "type": "REQUEST_COMMUNICATION_CONTRACT",
+        "encrypted_contract_request": req.encrypted,
+        "requestor_ephemeral_public_key": req.ephemeral_public_b64,
+    }
+    env = envelope(alice, payload, recipient_did=stranger.did)
+    assert post_a.send(env) == (404, err("RECIPIENT_NOT_REGISTERED"))
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_one_statement_claims_the_nonce_and_checks_the_registration(post_a, tenant_a, registered, bob, settings):
+    settings.MEDIATOR_DIRECT_FASTPATH = True
+    with CaptureQueriesContext(connection) as ctx:
+        assert post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))[0] == 200
+    claims = [q["sql"] for q in ctx.captured_queries if "protocol_nonce" in q["sql"]]
+    assert len(claims) == 1 and "messaging_contract" in claims[0]
+    settings.MEDIATOR_DIRECT_FASTPATH = False
+    with CaptureQueriesContext(connection) as ctx:
+        assert post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))[0] == 200
+    claims = [q["sql"] for q in ctx.captured_queries if "protocol_nonce" in q["sql"]]
+    assert len(claims) == 1 and "messaging_contract" not in claims[0]
+
+
+def test_a_failed_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, settings, monkeypatch):
+    settings.MEDIATOR_DIRECT_FASTPATH = True
+
+    def broken(**kwargs):
+        raise DatabaseError("statement failed")
+
+    monkeypatch.setattr("apps.messaging.fastpath.nonce_claim_and_registration", broken)
+    env = envelope(bob, QPE, recipient_did=tenant_a.did)
+    assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
+    monkeypatch.undo()
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
