@@ -63,7 +63,11 @@ def test_the_same_publisher_on_another_tenant_cannot_delete_across_tenants(
     assert _ids(read_a, alice_reg.did) == [event_id]
 
 
-@pytest.mark.parametrize("bad_id", ["not-a-uuid", str(uuid.uuid4()), "", "x" * 64])
+@pytest.mark.parametrize(
+    "bad_id",
+    ["not-a-uuid", "3f1c2b0e-8d6a-4f5e-9b7c-2a1d0e9f8c7b", "", "x" * 64],
+    ids=["malformed", "unknown", "empty", "long"],
+)
 def test_unknown_or_malformed_ids_are_a_no_op_or_invalid(pub_a, alice_reg, bad_id):
     event_id = pub_a.publish_ok(alice_reg)
     status, body = pub_a.delete(alice_reg, bad_id)
