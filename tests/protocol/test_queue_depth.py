@@ -124,7 +124,7 @@ def test_the_migration_backfills_existing_queues(tenant_a, pairs):
         [PendingEvent(tenant=tenant_a, recipient_did=bob.did, sender_did=alice.did, payload="x") for _ in range(3)]
     )
     PendingQueueDepth.objects.all().delete()  # as before the migration
-    migration = importlib.import_module("apps.messaging.migrations.0005_pending_queue_depth")
+    migration = importlib.import_module("apps.messaging.migrations.0005_pending_queue_depth")  # (backfill only)
     with connection.cursor() as cur:
         cur.execute(migration.BACKFILL)
     assert counters() == actual() == {(tenant_a.pk, bob.did): 3}
@@ -139,3 +139,20 @@ def test_truncate_empties_the_counters(tenant_a, alice, bob):
     with connection.cursor() as cur:
         cur.execute("TRUNCATE messaging_pendingevent")
     assert counters() == actual() == {}
+
+
+def test_a_tenant_goes_whatever_order_its_counters_and_events_are_deleted_in(post_a, tenant_a, tenant_b, pairs, carol):
+    alice, bob = pairs
+    PendingEvent.objects.bulk_create(
+        [PendingEvent(tenant=tenant_b, recipient_did=bob.did, sender_did=carol.did, payload="x") for _ in range(2)]
+    )
+    send(post_a, alice, bob, 1)
+    # Counter rows first, then the events (the order Django's collector may pick): no row comes back.
+    PendingQueueDepth.objects.filter(tenant=tenant_b).delete()
+    PendingEvent.objects.filter(tenant=tenant_b).delete()
+    assert not PendingQueueDepth.objects.filter(tenant=tenant_b).exists()
+    Tenant.objects.filter(pk=tenant_b.pk).delete()
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the deferred FK checks run now, not at commit
+    assert counters() == actual() == {(tenant_a.pk, bob.did): 1}
+    assert not PendingQueueDepth.objects.filter(depth__lt=0).exists()
