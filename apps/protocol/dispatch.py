@@ -104,55 +104,80 @@ def _authorize_two_way(tenant: Tenant, cmd: Command, now_ms: int) -> None:
         raise ProtocolError(ErrorCode.COMMUNICATION_CONTRACT_NOT_FOUND)
 
 
-def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dict:
-    """TWO_WAY_PRIVATE in one statement (apps/messaging/fastpath.py), answers in §3/§7.2 order.
+def _claiming_statement(tenant: Tenant, cmd: Command, now_ms: int, window: int, cpu_checks, statement):
+    """The shape both one-statement paths share (DCTRL-0004 §5.4, PROTOCOL-DECISIONS §3).
 
-    The CPU-only checks (sender, key id, signature, recipient DID) run first and their outcome is
-    remembered, not answered: the statement claims the nonce whatever they said, and only a fresh
-    nonce lets their error (or the database checks that follow them) be the reply.
+    `cpu_checks()` runs first; its ProtocolError is remembered, not answered, and otherwise its
+    return value is kept. `statement(claim, checked)` then runs the one statement that claims the
+    nonce (`checked` is None when a CPU check failed, so the statement only claims) and returns
+    (nonce fresh, result). A replay is answered first, then the remembered error; the caller
+    answers the database checks from `result`. The nonce is consumed after every outcome: when a
+    did:web lookup or the statement itself fails, it is claimed on its own before the 503.
     """
     h = cmd.header
+
+    def consume() -> bool:
+        return nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
+                             expires_at_ms=h.timestamp + window, now_ms=now_ms)  # fmt: skip
+
     claim = nonce_claim_sql(
         tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
     )
     deferred: ProtocolError | None = None
+    checked = None
     try:
+        checked = cpu_checks()
+    except ProtocolError as err:
+        deferred = err
+    except DatabaseError:
+        # A did:web lookup failed: answer as the ORM path would (nonce first, then 503).
+        if not consume():
+            raise ProtocolError(ErrorCode.DUPLICATE_NONCE) from None
+        raise
+    try:
+        fresh, result = statement(claim, None if deferred else checked)
+    except DatabaseError:
+        # The failed statement committed nothing, its nonce claim included: claim it on its own
+        # so that the pair stays consumed after this 503.
+        try:
+            consume()
+        except DatabaseError:
+            pass
+        raise
+    if not fresh:
+        raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
+    if deferred is not None:
+        raise deferred
+    return result
+
+
+def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dict:
+    """TWO_WAY_PRIVATE in one statement (apps/messaging/fastpath.py), answers in §3/§7.2 order:
+    sender, key id, signature and recipient DID on the CPU first, then the statement's
+    registration, contract and queue-cap flags."""
+    h = cmd.header
+
+    def cpu_checks() -> bool:
         _authenticate(tenant, cmd)  # §7.2 steps 1-3
         try:
             _resolve(h.recipient_did)  # §7.2 step 4
         except DidError as exc:
             raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
-    except ProtocolError as err:
-        deferred = err
-    except DatabaseError:
-        # A did:web lookup failed: answer as the ORM path would (nonce first, then 503).
-        if not nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
-                             expires_at_ms=h.timestamp + window, now_ms=now_ms):  # fmt: skip
-            raise ProtocolError(ErrorCode.DUPLICATE_NONCE) from None
-        raise
-    try:
+        return True
+
+    def statement(claim, checked):
         got = fastpath.pending_event_enqueue_claiming(
             tenant=tenant,
             claim=claim,
-            checks_passed=deferred is None,
+            checks_passed=checked is not None,
             sender_did=h.sender_did,
             recipient_did=h.recipient_did,
             payload=cmd.payload,
             now_s=now_ms // 1000,
         )
-    except DatabaseError:
-        # The failed statement committed nothing, its nonce claim included: claim it on its own
-        # so that the pair stays consumed after this 503 (PROTOCOL-DECISIONS §3).
-        try:
-            nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
-                          expires_at_ms=h.timestamp + window, now_ms=now_ms)  # fmt: skip
-        except DatabaseError:
-            pass
-        raise
-    if not got.nonce_fresh:
-        raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
-    if deferred is not None:
-        raise deferred
+        return got.nonce_fresh, got
+
+    got = _claiming_statement(tenant, cmd, now_ms, window, cpu_checks, statement)
     if not got.registered:
         raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
     if not got.has_contract:
@@ -164,52 +189,29 @@ def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dic
 
 def _direct_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> None:
     """Nonce claim, authentication and §6.2 step-4 authorization of a DIRECT_AUTHENTICATED
-    command with one statement (fastpath.nonce_claim_and_registration), answers in §5.4/§6.2 order.
-
-    As in _two_way_fast, the CPU-only checks run first and their outcome is remembered: the
-    statement claims the nonce whatever they said, and only a fresh nonce lets their error (or
-    the registration check that follows them) be the reply.
-    """
+    command with one statement (fastpath.nonce_claim_and_registration), in §5.4/§6.2 order."""
     h = cmd.header
-    claim = nonce_claim_sql(
-        tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
-    )
-    deferred: ProtocolError | None = None
-    check_did: str | None = None  # whose registration §6.2 step 4 asks for, if anyone's
-    not_registered = ErrorCode.UNAUTHORIZED_COMMAND
-    try:
+
+    def cpu_checks() -> tuple[str | None, ErrorCode]:
+        """(whose registration §6.2 step 4 asks for, if anyone's; the error if it is missing)."""
         _authenticate(tenant, cmd)  # §6.2 steps 1-3
         if cmd.type in handlers.RECIPIENT_CHECKED:
             if h.recipient_did != tenant.did:
-                check_did, not_registered = h.recipient_did, ErrorCode.RECIPIENT_NOT_REGISTERED
-        elif h.recipient_did != tenant.did:
+                return h.recipient_did, ErrorCode.RECIPIENT_NOT_REGISTERED
+            return None, ErrorCode.RECIPIENT_NOT_REGISTERED
+        if h.recipient_did != tenant.did:
             raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
-        else:
-            check_did = h.sender_did
-    except ProtocolError as err:
-        deferred, check_did = err, None
-    except DatabaseError:
-        # A did:web lookup failed: answer as the ORM path would (nonce first, then 503).
-        if not nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
-                             expires_at_ms=h.timestamp + window, now_ms=now_ms):  # fmt: skip
-            raise ProtocolError(ErrorCode.DUPLICATE_NONCE) from None
-        raise
-    try:
+        return h.sender_did, ErrorCode.UNAUTHORIZED_COMMAND
+
+    def statement(claim, checked):
+        did = checked[0] if checked else None
         fresh, registered = fastpath.nonce_claim_and_registration(
-            tenant=tenant, claim=claim, did=check_did, now_s=now_ms // 1000
+            tenant=tenant, claim=claim, did=did, now_s=now_ms // 1000
         )
-    except DatabaseError:
-        # Nothing of the failed statement committed: claim the nonce on its own (as _two_way_fast).
-        try:
-            nonce_consume(tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce,
-                          expires_at_ms=h.timestamp + window, now_ms=now_ms)  # fmt: skip
-        except DatabaseError:
-            pass
-        raise
-    if not fresh:
-        raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
-    if deferred is not None:
-        raise deferred
+        return fresh, (checked, registered)
+
+    checked, registered = _claiming_statement(tenant, cmd, now_ms, window, cpu_checks, statement)
+    check_did, not_registered = checked
     if check_did is not None and not registered:
         raise ProtocolError(not_registered)
 
