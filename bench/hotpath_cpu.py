@@ -21,73 +21,14 @@ Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default med
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import statistics
-import sys
 import time
 
+from bench.inprocess import measure, print_profile, registration_payload, report, setup_django, wsgi_poster
+
 DB = os.environ.get("BENCH_HOTPATH_DB", "mediator_bench_hotpath")
-PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 HOST = "hotpath.bench:80"
-
-
-def setup_django(redis_url: str) -> None:
-    import subprocess
-
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}"')
-        conn.execute(f'CREATE DATABASE "{DB}"')
-        # Diagnostics only, e.g. BENCH_DB_SET="synchronous_commit=off" to see what the commit
-        # flush costs (the mediator itself requires synchronous_commit=on).
-        for item in filter(None, os.environ.get("BENCH_DB_SET", "").split(",")):
-            name, value = item.split("=", 1)
-            conn.execute(f'ALTER DATABASE "{DB}" SET {name} = {value}')
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
-            "DATABASE_URL": PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + DB,
-            "REDIS_URL": redis_url,
-            "DJANGO_DEBUG": "0",
-            "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-            "MEDIATOR_RATE_LIMIT_PER_DID": "0",
-            "MEDIATOR_RATE_LIMIT_PER_IP": "0",
-        }
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=root, check=True)
-    import django
-
-    django.setup()
-
-
-def backend_cpu_s(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            rest = fh.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:  # the backend ended
-        return 0.0
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def backends_cpu_s(db: str = DB) -> dict[int, float]:
-    """CPU seconds of each backend connected to database `db` (not counting this query's)."""
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [db])]
-    return {pid: backend_cpu_s(pid) for pid in pids}
-
-
-def backends_delta_s(before: dict[int, float], db: str = DB) -> float:
-    """CPU used since `before` by the backends then and now (a new backend counts in full)."""
-    after = backends_cpu_s(db)
-    return sum(after.get(pid, backend_cpu_s(pid)) - cpu for pid, cpu in before.items()) + sum(
-        cpu for pid, cpu in after.items() if pid not in before
-    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -100,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--queue-cap", type=int, default=10_000, help="the tenant's pending_queue_cap")
     ap.add_argument("--only", nargs="*", help="run only the variants whose name contains one of these")
     args = ap.parse_args(argv)
-    setup_django(args.redis_url)
+    setup_django(DB, args.redis_url)
 
     from django.conf import settings
     from django.core.handlers.wsgi import WSGIHandler
@@ -121,36 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
     handlers = {"full": WSGIHandler(), "lean": CommandHandler(), "bare": BareCommandApp()}
     current = {"app": handlers["bare"]}
 
-    def post(body: bytes) -> tuple[str, bytes]:
-        out = {}
-
-        def start_response(status, headers, exc_info=None):
-            out["status"] = status
-
-        environ = {
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/",
-            "SCRIPT_NAME": "",
-            "QUERY_STRING": "",
-            "CONTENT_TYPE": "application/json",
-            "CONTENT_LENGTH": str(len(body)),
-            "HTTP_HOST": HOST,
-            "SERVER_NAME": "hotpath.bench",
-            "SERVER_PORT": "80",
-            "REMOTE_ADDR": "127.0.0.1",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.url_scheme": "http",
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": False,
-            "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
-            "wsgi.version": (1, 0),
-        }
-        resp = current["app"](environ, start_response)
-        data = b"".join(resp)
-        resp.close()
-        return out["status"], data
+    post = wsgi_poster(lambda environ, start_response: current["app"](environ, start_response), HOST)
 
     def direct(who: Identity, payload: dict) -> dict:
         status, data = post(canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=payload)))
@@ -160,21 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     senders = [Identity.create(f"s{i}", tenant.did) for i in range(args.pairs)]
     recipients = [Identity.create(f"r{i}", tenant.did) for i in range(args.pairs)]
     for who in senders + recipients:
-        req = wc.build_request(
-            requestor_did=who.did,
-            recipient_did=tenant.did,
-            recipient_prekey=bytes(tenant.prekey_public),
-            signing=who.signing,
-            expires_at=int(time.time()) + 86_400,
-        )
-        direct(
-            who,
-            {
-                "type": "REQUEST_COMMUNICATION_CONTRACT",
-                "encrypted_contract_request": req.encrypted,
-                "requestor_ephemeral_public_key": req.ephemeral_public_b64,
-            },
-        )
+        direct(who, registration_payload(tenant, who))
     for s, r in zip(senders, recipients, strict=True):
         req = wc.build_request(
             requestor_did=s.did,
@@ -188,6 +86,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     observers = list(hooks.OBSERVERS)
     receivers = list(notify.push_requested.receivers)
+
+    def check(name: str):
+        def ok(status: str, data: bytes) -> None:
+            if not status.startswith("200"):
+                raise SystemExit(f"{name}: {status} {data[:200]!r}")
+
+        return ok
 
     def variant(fast: bool, prepare: bool, observe: bool, push: bool, entry: str = "bare") -> None:
         current["app"] = handlers[entry]
@@ -222,55 +127,26 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 for i in range(args.n)
             ]
-            for b in bodies[:50]:  # warm: connection, prepared statement, caches
-                post(b)
-            connection.ensure_connection()
-            pg0, py0, t0 = backends_cpu_s(), time.process_time(), time.perf_counter()
-            for b in bodies[50:]:
-                status, data = post(b)
-                if not status.startswith("200"):
-                    raise SystemExit(f"{name}: {status} {data[:200]!r}")
-            n = len(bodies) - 50
-            wall, py, pg = time.perf_counter() - t0, time.process_time() - py0, backends_delta_s(pg0)
-            results[name].append({"py_us": py / n * 1e6, "pg_us": pg / n * 1e6, "wall_us": wall / n * 1e6})
+            results[name].append(measure(post, bodies, DB, check(name)))
             # Keep queues short: the queue-cap probe walks at most the cap, but start each variant alike.
             with connection.cursor() as cur:
                 cur.execute(
                     "UPDATE messaging_pendingevent SET acknowledged_at = now(), payload = '' WHERE acknowledged_at IS NULL"
                 )
     variant(True, True, True, True)
-    table = {
-        name: {k: round(statistics.median(r[k] for r in rows), 1) for k in ("py_us", "pg_us", "wall_us")}
-        for name, rows in results.items()
-    }
-    print(json.dumps({"n": args.n, "rounds": args.rounds, "loadavg": os.getloadavg(), "medians": table}, indent=1))
-    print("\n| variant | worker CPU µs | PostgreSQL CPU µs | total CPU µs | wall µs | ceiling on 2 cores (req/s) |")
-    print("|---|---|---|---|---|---|")
-    for name, m in table.items():
-        total = m["py_us"] + m["pg_us"]
-        print(f"| {name} | {m['py_us']} | {m['pg_us']} | {round(total, 1)} | {m['wall_us']} | {round(2e6 / total)} |")
+    table = report(results, args.n, args.rounds)
     if args.profile:
-        import cProfile
-        import pstats
-
-        bodies = [
-            canonical_bytes(
-                senders[i % args.pairs].sign_command(
-                    recipient_did=recipients[i % args.pairs].did, payload="A" * 256, channel="TWO_WAY_PRIVATE"
+        print_profile(
+            post,
+            [
+                canonical_bytes(
+                    senders[i % args.pairs].sign_command(
+                        recipient_did=recipients[i % args.pairs].did, payload="A" * 256, channel="TWO_WAY_PRIVATE"
+                    )
                 )
-            )
-            for i in range(args.n)
-        ]
-        prof = cProfile.Profile(time.process_time)  # CPU, not wall: the box may be shared
-        prof.enable()
-        for b in bodies:
-            post(b)
-        prof.disable()
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
-            int(os.environ.get("BENCH_PROFILE_TOP", "25"))
+                for i in range(args.n)
+            ],
         )
-        print("\n```\n" + out.getvalue()[-200000:] + "```")
     return table
 
 
