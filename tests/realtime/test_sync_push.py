@@ -34,6 +34,18 @@ def layer(settings):
         raw.delete(*keys)
 
 
+def join(layer, did: str, n: int = 1) -> list[str]:
+    """`n` new channels in the group of (tenant 3, did), as n authenticated sockets would be."""
+
+    async def body():
+        channels = [await layer.new_channel() for _ in range(n)]
+        for ch in channels:
+            await layer.group_add(group_name(3, did), ch)
+        return channels
+
+    return async_to_sync(body)()
+
+
 def _keys(layer) -> list[bytes]:
     return sorted(redis.Redis.from_url(REDIS_URL).scan_iter(match=f"{layer.prefix}*"))
 
@@ -41,13 +53,7 @@ def _keys(layer) -> list[bytes]:
 def test_every_socket_of_the_group_gets_the_push_the_async_layer_would_give(layer):
     did = f"did:test:{uuid.uuid4()}"
 
-    async def join(n):
-        channels = [await layer.new_channel() for _ in range(n)]
-        for ch in channels:
-            await layer.group_add(group_name(3, did), ch)
-        return channels
-
-    channels = async_to_sync(join)(3)
+    channels = join(layer, did, 3)
     sync = sync_sender(layer)
     assert sync is not None and len(sync.pools) == 1
     # The blocking connections keep their own short timeouts, not the consumer's 30 s read timeout.
@@ -82,12 +88,7 @@ def test_members_older_than_group_expiry_are_not_sent_to_and_are_dropped_by_the_
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
     assert _keys(layer) == [group_key]  # nothing was sent, nothing else written
 
-    async def join():
-        ch = await layer.new_channel()
-        await layer.group_add(group_name(3, did), ch)
-        return ch
-
-    channel = async_to_sync(join)()
+    (channel,) = join(layer, did)
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
     assert raw.zrange(group_key, 0, -1) == [channel.encode()]
     assert async_to_sync(layer.receive)(channel) == {"type": PUSH_TYPE, "text": '{"type":"CONTRACTS_UPDATED"}'}
@@ -96,12 +97,7 @@ def test_members_older_than_group_expiry_are_not_sent_to_and_are_dropped_by_the_
 def test_a_channel_at_capacity_gets_no_more(layer):
     did = f"did:test:{uuid.uuid4()}"
 
-    async def join():
-        ch = await layer.new_channel()
-        await layer.group_add(group_name(3, did), ch)
-        return ch
-
-    channel = async_to_sync(join)()
+    (channel,) = join(layer, did)
     sync = sync_sender(layer)
     for i in range(4):  # capacity 2
         sync.send(group_name(3, did), [channel], {"type": PUSH_TYPE, "text": str(i)})
@@ -126,12 +122,7 @@ def test_other_layers_keep_the_async_path(settings):
 def test_a_broken_connection_is_replaced_on_the_next_push(layer):
     did = f"did:test:{uuid.uuid4()}"
 
-    async def join():
-        ch = await layer.new_channel()
-        await layer.group_add(group_name(3, did), ch)
-        return ch
-
-    channel = async_to_sync(join)()
+    (channel,) = join(layer, did)
     sync = sync_sender(layer)
     assert sync.members(group_name(3, did)) == [channel]
     # Kill this thread's connection from the server side, as a Redis restart would.
