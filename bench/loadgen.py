@@ -46,18 +46,24 @@ def build_world(url: str, host: str | None, pairs: int) -> World:
     for who in senders + recipients:
         client.register(who, lifetime_s=DAY_S)
     for s, r in zip(senders, recipients, strict=True):
-        req = wc.build_request(
-            requestor_did=s.did,
-            recipient_did=r.did,
-            recipient_prekey=parse_decentrl(r.did).pre_key,
-            signing=s.signing,
-            expires_at=int(time.time()) + DAY_S,
-        )
-        signed, eph = wc.accept_request(req.request, r.signing)
-        s.remember_contract(signed, req.ephemeral.private)
-        r.remember_contract(signed, eph.private)
-        client.command(r, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+        save_contract(client, s, r)
     return World(client, senders, recipients)
+
+
+def save_contract(client: MediatorClient, sender: Identity, recipient: Identity) -> None:
+    """`recipient` saves a day-long contract with `sender` (both remember it), so that `sender`
+    may send it TWO_WAY_PRIVATE."""
+    req = wc.build_request(
+        requestor_did=sender.did,
+        recipient_did=recipient.did,
+        recipient_prekey=parse_decentrl(recipient.did).pre_key,
+        signing=sender.signing,
+        expires_at=int(time.time()) + DAY_S,
+    )
+    signed, eph = wc.accept_request(req.request, recipient.signing)
+    sender.remember_contract(signed, req.ephemeral.private)
+    recipient.remember_contract(signed, eph.private)
+    client.command(recipient, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
 
 
 def gen_two_way(world: World, n: int, payload_bytes: int = 256) -> list[bytes]:

@@ -23,10 +23,10 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
     import http.client
     from urllib.parse import urlparse
 
-    from apps.protocol.wire import contract as wc
     from apps.protocol.wire.client import Identity, MediatorClient
-    from apps.protocol.wire.did import parse_decentrl
     from apps.protocol.wire.ws import open_authenticated
+
+    from .loadgen import save_contract
 
     u = urlparse(url)
     ws_url = f"ws://{u.hostname}:{u.port}/ws"
@@ -36,16 +36,7 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
     bob = Identity.create("bob", did)
     await asyncio.to_thread(http_client.register, alice)
     await asyncio.to_thread(http_client.register, bob)
-    req = wc.build_request(
-        requestor_did=alice.did,
-        recipient_did=bob.did,
-        recipient_prekey=parse_decentrl(bob.did).pre_key,
-        signing=alice.signing,
-        expires_at=int(time.time()) + 86_400,
-    )
-    signed, _ = wc.accept_request(req.request, bob.signing)
-    payload = {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
-    await asyncio.to_thread(http_client.command, bob, payload)
+    await asyncio.to_thread(save_contract, http_client, alice, bob)
     pool = wc_.SocketPool()
     crowd = await asyncio.to_thread(_register_many, url, host, did, min(100, max(others, 1)))
     opened = time.perf_counter()

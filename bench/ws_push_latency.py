@@ -30,10 +30,11 @@ from . import ws_common as wc_
 
 
 async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
-    from apps.protocol.wire import contract as wc
+
     from apps.protocol.wire.client import Identity, MediatorClient
-    from apps.protocol.wire.did import parse_decentrl
     from apps.protocol.wire.ws import open_authenticated
+
+    from .loadgen import save_contract
 
     port = wc_.free_port()
     host = f"127.0.0.1:{port}"
@@ -47,17 +48,7 @@ async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
         bob = Identity.create("bob", tenant.did)
         await asyncio.to_thread(http.register, alice)
         await asyncio.to_thread(http.register, bob)
-        req = wc.build_request(
-            requestor_did=alice.did,
-            recipient_did=bob.did,
-            recipient_prekey=parse_decentrl(bob.did).pre_key,
-            signing=alice.signing,
-            expires_at=int(time.time()) + 86_400,
-        )
-        signed, _ = wc.accept_request(req.request, bob.signing)
-        await asyncio.to_thread(
-            http.command, bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}
-        )
+        await asyncio.to_thread(save_contract, http, alice, bob)
         crowd = await asyncio.to_thread(wc_.register_many, base, tenant.did, min(100, others), "o")
         await pool.open(f"ws://{host}/ws", crowd, others)
         rss_with_sockets = server.rss_kib()
