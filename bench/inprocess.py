@@ -13,7 +13,8 @@ import subprocess
 import sys
 import time
 
-PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+from bench.pg import PG_ADMIN_URL, db_url
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -32,7 +33,7 @@ def setup_django(db: str, redis_url: str) -> str:
         for item in filter(None, os.environ.get("BENCH_DB_SET", "").split(",")):
             name, value = item.split("=", 1)
             conn.execute(f'ALTER DATABASE "{db}" SET {name} = {value}')
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + db
+    url = db_url(db)
     os.environ.update(
         {
             "DJANGO_SETTINGS_MODULE": "mediator_project.settings",

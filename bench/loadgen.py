@@ -419,8 +419,16 @@ SCENARIOS = {
 
 MD_HEADER = (
     "| scenario | clients | requests | req/s | p50 ms | p95 ms | p99 ms | server CPU ms/req | PG CPU ms/req "
-    "| client CPU share | other CPU share | codes |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| client CPU share | other CPU share | nginx µs/req | codes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
+
+
+def nginx_us(cpu: dict | None):
+    """nginx's CPU per request in µs: the same work for every request of every run, so it reads how
+    fast the VM ran during the run (throughput × this stays within ~10% across runs whose
+    throughput moves by 60%; docs/benchmarks.md, "How noisy one number is")."""
+    ms = ((cpu or {}).get("server_cpu_ms_per_req_by_process") or {}).get("nginx")
+    return round(ms * 1000) if ms else "-"
 
 
 def markdown_row(name: str, r: dict) -> str:
@@ -428,7 +436,7 @@ def markdown_row(name: str, r: dict) -> str:
     return (
         f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']} | {r['p50_ms']} | {r['p95_ms']} "
         f"| {r['p99_ms']} | {c.get('server_cpu_ms_per_req', '-')} | {c.get('postgres_cpu_ms_per_req', '-')} "
-        f"| {c.get('client_cpu_share', '-')} | {c.get('other_cpu_share', '-')} | {r['codes']} |"
+        f"| {c.get('client_cpu_share', '-')} | {c.get('other_cpu_share', '-')} | {nginx_us(c)} | {r['codes']} |"
     )
 
 
@@ -457,6 +465,8 @@ def run_scenario(args, world: World | None = None, cpu: CpuSampler | None = None
         print(json.dumps(res), file=sys.stderr)
     args.requests = budget
     med = {k: _median(runs, k) for k in ("throughput_rps", "p50_ms", "p95_ms", "p99_ms")}
+    nginx = [v for v in (nginx_us(r.get("cpu")) for r in runs) if v != "-"]
+    med["nginx_us_per_req"] = statistics.median(nginx) if nginx else None
     for k in ("server_cpu_ms_per_req", "postgres_cpu_ms_per_req", "client_cpu_ms_per_req", "client_cpu_share",
               "other_cpu_share", "capacity_rps_all_cores"):  # fmt: skip
         med[k] = _median(runs, k, "cpu")

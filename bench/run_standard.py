@@ -37,14 +37,11 @@ from types import SimpleNamespace
 
 import httpx
 
+from bench.pg import PG_ADMIN_URL, db_url
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 HTTP_SCENARIOS = ("two_way_private", "query_pending_ack", "save_events", "query_events_by_tag")
-
-
-def db_url(name: str) -> str:
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
 
 def machine() -> dict:
@@ -72,6 +69,7 @@ def machine() -> dict:
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False).stderr.strip(),
         "redis": run("redis-server --version"),
         "loadavg_at_start": os.getloadavg(),
+        "postgres_connection": PG_ADMIN_URL.rsplit("/", 1)[0],
     }
 
 
@@ -276,13 +274,13 @@ def markdown(report: dict) -> str:
         for r in rep["runs"]:
             out.append(markdown_row(rep["scenario"], r))
     out += ["", "## Medians", "", "| scenario | req/s | p50 ms | p95 ms | p99 ms | server CPU ms/req | PG CPU ms/req "
-            "| client CPU share | other CPU share | capacity req/s (all cores, server+PG only) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| client CPU share | other CPU share | capacity req/s (all cores, server+PG only) | nginx µs/req |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for rep in report["http"]:
         m = rep["median"]
         out.append(
             f"| {rep['scenario']} | {m['throughput_rps']} | {m['p50_ms']} | {m['p95_ms']} | {m['p99_ms']} "
             f"| {m['server_cpu_ms_per_req']} | {m['postgres_cpu_ms_per_req']} | {m['client_cpu_share']} "
-            f"| {m['other_cpu_share']} | {m['capacity_rps_all_cores']} |"
+            f"| {m['other_cpu_share']} | {m['capacity_rps_all_cores']} | {m.get('nginx_us_per_req')} |"
         )
     if report.get("push_production"):
         out += ["", "## Push latency through the production layout", "",
@@ -327,7 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
         default="production",
         help="production: nginx+gunicorn+Daphne (default); no-proxy: gunicorn direct; daphne: one Daphne",
     )
-    ap.add_argument("--env", nargs="*", default=[], help="extra KEY=VALUE for the server (also BENCH_ENV)")
+    ap.add_argument(
+        "--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the server (also BENCH_ENV)"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.seconds, args.requests, args.stored = 1, 8, 15_000, min(args.stored, 100_000)

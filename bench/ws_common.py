@@ -21,10 +21,11 @@ from pathlib import Path
 
 import httpx
 
+from bench.pg import PG_ADMIN_URL, db_url
+
 ROOT = Path(__file__).resolve().parents[1]
-PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BENCH_DB = os.environ.get("BENCH_WS_DB", "mediator_bench_ws")
-BENCH_DB_URL = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + BENCH_DB
+BENCH_DB_URL = db_url(BENCH_DB)
 BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 VAR_DIR = ROOT / "var" / "bench-ws"
 CONNECT_TIMEOUT_S = int(os.environ.get("BENCH_WS_CONNECT_TIMEOUT_S", "60"))
