@@ -22,6 +22,12 @@ export PORT HTTP_PORT WS_PORT PYTHONPATH="${PYTHONPATH:-$PWD}"
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR_ABS/metrics}"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
+# nginx (below) reaches gunicorn and Daphne from 127.0.0.1 and sets X-Forwarded-For to the
+# client's address: trust it there, so that per-IP limits count clients, not nginx.
+if [ "${NO_PROXY:-0}" != 1 ]; then
+  export MEDIATOR_TRUSTED_PROXIES="${MEDIATOR_TRUSTED_PROXIES:-127.0.0.1/32}"
+fi
+
 pids=()
 cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
 from apps.protocol import hooks
+from apps.protocol.views import forwarded_client
 from apps.protocol.wire.canonical import canonical_str
 from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
@@ -168,7 +169,10 @@ class SocketConsumer(AsyncWebsocketConsumer):
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
-        self.ip = client[0] if client else None
+        # Behind the proxies in MEDIATOR_TRUSTED_PROXIES (the layout's nginx), the client is the
+        # right-most untrusted X-Forwarded-For hop, as for POST / (apps/protocol/views.py).
+        forwarded = headers.get(b"x-forwarded-for")
+        self.ip = forwarded_client(client[0] if client else None, forwarded.decode("latin-1") if forwarded else None)
         try:
             self.tenant = await database_sync_to_async(_admit)(host, self.ip)
         except ProtocolError as err:

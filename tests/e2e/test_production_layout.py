@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,8 +34,9 @@ DAY = 86_400
 
 
 @pytest.fixture
-def layout(transactional_db, tmp_path):
-    """The whole layout on free ports; the tenant answers for nginx's address."""
+def layout(request, transactional_db, tmp_path):
+    """The whole layout on free ports; the tenant answers for nginx's address. Parametrized
+    indirectly, the parameter holds tenant settings (rate limits)."""
     from apps.tenants.services import tenant_create
 
     subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
@@ -43,8 +45,7 @@ def layout(transactional_db, tmp_path):
         slug="prod-layout",
         domain=f"127.0.0.1:{port}",
         public_url=f"http://127.0.0.1:{port}",
-        rate_limit_per_did=0,
-        rate_limit_per_ip=0,
+        **{"rate_limit_per_did": 0, "rate_limit_per_ip": 0, **getattr(request, "param", {})},
     )
     env = server_env(
         {
@@ -160,3 +161,21 @@ def test_a_send_through_nginx_and_gunicorn_is_pushed_to_a_socket_through_nginx_a
     assert client.last_reply[0] == 401
     assert PendingEvent.objects.filter(tenant=tenant, recipient_did=bob.did).count() == 1
     client.close()
+
+
+@pytest.mark.parametrize("layout", [{"rate_limit_per_ip": 2}], indirect=True)
+def test_per_ip_limits_count_the_client_behind_nginx_not_nginx(layout):
+    """Every request reaches gunicorn from nginx's 127.0.0.1; run_production.sh trusts nginx's
+    X-Forwarded-For, so two clients (two loopback source addresses) get a bucket each. The
+    addresses are drawn per run: limiter windows in Redis outlive a test's database."""
+    first, second = (f"127.{secrets.randbelow(250) + 2}.{secrets.randbelow(256)}.{n}" for n in (2, 3))
+
+    def post(source: str) -> tuple[int, dict]:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=10) as c:
+            r = c.post(layout["url"] + "/", content=b"{}", headers={"Content-Type": "application/json"})
+        return r.status_code, r.json()
+
+    invalid = (400, {"type": "ERROR", "code": "INVALID_COMMAND"})
+    assert [post(first) for _ in range(2)] == [invalid, invalid]
+    assert post(first) == (429, {"type": "ERROR", "code": "RATE_LIMITED"})
+    assert post(second) == invalid

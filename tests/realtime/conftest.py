@@ -41,10 +41,12 @@ def run(body: Callable[[], Awaitable[object]]) -> object:
     return async_to_sync(body)()
 
 
-def communicator(host: str = HOST_A, client: tuple[str, int] = ("127.0.0.9", 5555)) -> WebsocketCommunicator:
+def communicator(
+    host: str = HOST_A, client: tuple[str, int] = ("127.0.0.9", 5555), headers: list[tuple[bytes, bytes]] = ()
+) -> WebsocketCommunicator:
     from apps.realtime.routing import websocket_application
 
-    comm = WebsocketCommunicator(websocket_application, "/ws", headers=[(b"host", host.encode())])
+    comm = WebsocketCommunicator(websocket_application, "/ws", headers=[(b"host", host.encode()), *headers])
     comm.scope["client"] = client
     return comm
 

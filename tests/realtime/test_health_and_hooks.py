@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from apps.protocol import hooks
 from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.realtime import health
@@ -50,9 +52,9 @@ def test_group_names_are_valid_for_any_did():
     assert group_name(12, "did:a") != group_name(13, "did:a") != group_name(12, "did:b")
 
 
-def _refused_on_connect(host: str, code: str, close: int) -> None:
+def _refused_on_connect(host: str, code: str, close: int, headers=()) -> None:
     async def body():
-        comm = communicator(host)
+        comm = communicator(host, headers=headers)
         assert (await comm.connect())[0]
         assert await comm.receive_json_from() == {"type": "ERROR", "code": code}
         await expect_close(comm, close)
@@ -172,3 +174,29 @@ def test_a_push_from_plain_sync_code_reaches_a_redis_group(settings):
         await layer.group_discard(group_name(7, did), channel)
 
     async_to_sync(body)()
+
+
+@pytest.mark.parametrize(
+    ("trusted", "forwarded_for", "seen_ip"),
+    [
+        (["127.0.0.0/8"], b"203.0.113.7", "203.0.113.7"),  # behind the layout's nginx
+        (["127.0.0.0/8"], b"198.51.100.1, 203.0.113.7, 127.0.0.5", "203.0.113.7"),  # right-most untrusted
+        ([], b"203.0.113.7", "127.0.0.9"),  # no trusted proxies: the header is ignored
+        (["10.0.0.0/8"], b"203.0.113.7", "127.0.0.9"),  # the peer is not a trusted proxy
+    ],
+)
+def test_websocket_admission_sees_the_forwarded_client_behind_trusted_proxies(
+    monkeypatch, settings, tenant_a, trusted, forwarded_for, seen_ip
+):
+    """Per-IP WebSocket limits count the client, not the layout's nginx (which is 127.0.0.1 for
+    every socket), with the same trust rule as POST / (views.forwarded_client)."""
+    settings.MEDIATOR_TRUSTED_PROXIES = trusted
+    seen = []
+
+    def limit(tenant, ip):
+        seen.append(ip)
+        raise ProtocolError(ErrorCode.RATE_LIMITED, retry_after=5)
+
+    monkeypatch.setattr(hooks, "WS_CONNECT_CHECKS", [limit])
+    _refused_on_connect(HOST_A, "RATE_LIMITED", 4029, headers=[(b"x-forwarded-for", forwarded_for)])
+    assert seen == [seen_ip]
