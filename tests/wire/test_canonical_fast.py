@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,74 +107,3 @@ def test_nesting_limit_is_the_reference_one():
         canonical._slow_canonical_str(too_deep)
     with pytest.raises(CanonicalError):
         canonical_str(too_deep)
-
-
-# --- loads_strict: validation skipped when the raw bytes show it cannot fail ---------------------
-
-json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**60), max_value=2**60), texts),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
-    max_leaves=20,
-)
-
-
-def _nest(value, depth: int):
-    for i in range(depth):
-        value = [value] if i % 2 else {"k": value}
-    return value
-
-
-def _reference_loads(raw: bytes, forbid_nul: bool):
-    """loads_strict as it was: parse, then always walk the value."""
-    import json
-
-    try:
-        value = json.loads(
-            raw.decode("utf-8"),
-            parse_constant=canonical._reject_constant,
-            parse_int=canonical._parse_int,
-            parse_float=canonical._parse_float,
-        )
-        canonical._validate(value, 0, forbid_nul)
-    except CanonicalError as exc:
-        return str(exc)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return "malformed JSON"
-    return value
-
-
-def _loads(raw: bytes, forbid_nul: bool):
-    try:
-        return canonical.loads_strict(raw, forbid_nul=forbid_nul)
-    except CanonicalError as exc:
-        return str(exc)
-
-
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
-@given(json_values, st.booleans(), st.booleans(), st.integers(min_value=0, max_value=70))
-def test_loads_strict_equals_always_validating(value, ensure_ascii, forbid_nul, depth):
-    import json
-
-    raw = json.dumps(_nest(value, depth), ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
-    assert _loads(raw, forbid_nul) == _reference_loads(raw, forbid_nul)
-
-
-@pytest.mark.parametrize(
-    ("raw", "forbid_nul", "error"),
-    [
-        (b'{"a":"\\ud800"}', False, "lone surrogate"),
-        (b'{"\\udc00":1}', False, "lone surrogate"),
-        (b'{"a":"x\\u0000"}', True, "U+0000 is not accepted"),
-        (b"[" * 65 + b"1" + b"]" * 65, False, "nesting too deep"),
-    ],
-)
-def test_loads_strict_still_refuses(raw, forbid_nul, error):
-    with pytest.raises(CanonicalError, match=re.escape(error)):
-        canonical.loads_strict(raw, forbid_nul=forbid_nul)
-
-
-def test_loads_strict_skips_the_walk_only_when_it_cannot_fail():
-    assert canonical._validation_can_fail(b'{"a":"x","b":[1,{"c":"\xc3\xa9"}]}') is False
-    assert canonical._validation_can_fail(b'{"a":"\\u00e9"}') is True
-    assert canonical._validation_can_fail(b"[" * 65 + b"]" * 65) is True
-    assert canonical._validation_can_fail('{"a":"x"}') is True  # text input: always walked

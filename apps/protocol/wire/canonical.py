@@ -208,24 +208,8 @@ def loads_strict(raw: bytes | str, *, forbid_nul: bool = False) -> Any:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CanonicalError("malformed JSON") from exc
-    if not _validation_can_fail(raw):
-        return value
     _validate(value, 0, forbid_nul)
     return value
-
-
-def _validation_can_fail(raw: bytes | bytearray | str) -> bool:
-    """False when `_validate` cannot refuse what `raw` parsed to, decided from the raw bytes alone.
-
-    Bytes decode strictly from UTF-8, which refuses encoded surrogates, and json refuses raw
-    control characters. A lone surrogate or U+0000 can therefore only come from a \\u escape.
-    Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH brackets, whether they are counted
-    inside strings or out. A signed command has neither, and these three C-speed scans replace a
-    walk over every parsed value (tests/wire/test_canonical_fast.py holds both paths equal).
-    """
-    if type(raw) is not bytes:
-        return True
-    return b"\\u" in raw or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
 
 
 def _check_untrusted_str(s: str, forbid_nul: bool) -> None:
