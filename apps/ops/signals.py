@@ -41,6 +41,11 @@ def _record(name: str, *, ok: bool) -> None:
 def connect() -> None:
     """Connect every receiver once (dispatch_uid)."""
     from celery.signals import task_failure, task_success
+    from django.core.signals import request_started
+
+    from .dbconn import close_dead_idle_connections
+
+    request_started.connect(close_dead_idle_connections, dispatch_uid="apps.ops.dead_db_connections", weak=False)
 
     task_success.connect(on_task_success, dispatch_uid="apps.ops.task_success", weak=False)
     task_failure.connect(on_task_failure, dispatch_uid="apps.ops.task_failure", weak=False)

@@ -179,3 +179,47 @@ def test_per_ip_limits_count_the_client_behind_nginx_not_nginx(layout):
     assert [post(first) for _ in range(2)] == [invalid, invalid]
     assert post(first) == (429, {"type": "ERROR", "code": "RATE_LIMITED"})
     assert post(second) == invalid
+
+
+def test_gunicorn_threads_reconnect_after_their_database_connections_die(layout):
+    """gunicorn's threads keep persistent connections (DB_CONN_MAX_AGE=600 from run_production.sh).
+    When PostgreSQL ends them (a restart, pg_terminate_backend), the next requests still succeed:
+    each thread closes its dead idle connection at request_started (apps/ops/dbconn.py) instead
+    of failing one request per thread with 503."""
+    import psycopg
+    from django.db import connection
+
+    url = layout["url"]
+
+    def health_burst(n: int) -> list[int]:
+        with httpx.Client(timeout=10) as c:
+            return [c.get(url + "/health").status_code for _ in range(n)]
+
+    async def concurrent(n: int) -> list[int]:
+        async with httpx.AsyncClient(timeout=10) as c:
+            replies = await asyncio.gather(*(c.get(url + "/health") for _ in range(n)))
+        return [r.status_code for r in replies]
+
+    assert asyncio.run(concurrent(32)) == [200] * 32  # every gunicorn thread now holds a connection
+    with psycopg.connect(servers.test_database_url(), autocommit=True) as admin:
+        pids = [
+            pid
+            for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+        ]
+        own = connection.connection.info.backend_pid if connection.connection else None  # this test's
+        pids = [p for p in pids if p != own]
+        assert len(pids) >= 2
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        deadline = time.time() + 10
+        while (
+            time.time() < deadline
+            and admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()[0]
+        ):
+            time.sleep(0.05)
+    assert health_burst(20) == [200] * 20
+    assert asyncio.run(concurrent(32)) == [200] * 32
+    assert "closed by the server while idle; reconnecting" in layout["log"]()
