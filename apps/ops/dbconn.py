@@ -31,13 +31,19 @@ def close_dead_idle_connections(**_kwargs) -> int:
         if raw is None or conn.vendor != "postgresql" or conn.in_atomic_block:
             continue
         try:
-            poller = select.poll()
-            poller.register(raw.fileno(), _DEAD)
-            dead = bool(poller.poll(0))
-        except (OSError, ValueError):  # already closed on our side
+            if raw.closed:  # psycopg closed it after a fatal error Django has not seen yet
+                dead = True
+            else:
+                poller = select.poll()
+                poller.register(raw.fileno(), _DEAD)
+                dead = bool(poller.poll(0))
+        except Exception:  # noqa: BLE001 - a connection we cannot even poll is no use either
             dead = True
         if dead:
             log.warning("database connection %s closed by the server while idle; reconnecting", conn.alias)
-            conn.close()
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a request must never fail here; Django reconnects on use
+                conn.connection = None
             closed += 1
     return closed
