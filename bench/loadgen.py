@@ -22,10 +22,8 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from apps.protocol.wire import contract as wc
 from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.did import parse_decentrl
+from apps.protocol.wire.client import Identity, MediatorClient, agree_contract
 from bench.cpu import CpuSampler
 
 DAY_S = 86_400
@@ -53,16 +51,7 @@ def build_world(url: str, host: str | None, pairs: int) -> World:
 def save_contract(client: MediatorClient, sender: Identity, recipient: Identity) -> None:
     """`recipient` saves a day-long contract with `sender` (both remember it), so that `sender`
     may send it TWO_WAY_PRIVATE."""
-    req = wc.build_request(
-        requestor_did=sender.did,
-        recipient_did=recipient.did,
-        recipient_prekey=parse_decentrl(recipient.did).pre_key,
-        signing=sender.signing,
-        expires_at=int(time.time()) + DAY_S,
-    )
-    signed, eph = wc.accept_request(req.request, recipient.signing)
-    sender.remember_contract(signed, req.ephemeral.private)
-    recipient.remember_contract(signed, eph.private)
+    signed, _, _ = agree_contract(sender, recipient, lifetime_s=DAY_S)
     client.command(recipient, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
 
 

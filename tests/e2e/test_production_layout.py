@@ -20,9 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.did import parse_decentrl
+from apps.protocol.wire.client import Identity, MediatorClient, agree_contract
 from apps.protocol.wire.ws import open_authenticated
 from tests.support import servers
 from tests.support.servers import ROOT, free_port, server_env
@@ -113,14 +111,7 @@ def test_a_send_through_nginx_and_gunicorn_is_pushed_to_a_socket_through_nginx_a
         signed = client.register(who, lifetime_s=DAY)  # verifies the tenant's countersignature
         assert client.last_reply[1]["code"] == "MEDIATOR_REGISTRATION_SUCCESS"
         assert signed["communication_contract"]["recipient_did"] == tenant.did
-    req = wc.build_request(
-        requestor_did=alice.did,
-        recipient_did=bob.did,
-        recipient_prekey=parse_decentrl(bob.did).pre_key,
-        signing=alice.signing,
-        expires_at=int(time.time()) + DAY,
-    )
-    signed, _ = wc.accept_request(req.request, bob.signing)
+    signed, _, _ = agree_contract(alice, bob, lifetime_s=DAY)
     assert client.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}) == {
         "type": "SUCCESS"
     }
@@ -209,17 +200,10 @@ def test_gunicorn_threads_reconnect_after_their_database_connections_die(layout)
                 " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
             )
         ]
-        own = connection.connection.info.backend_pid if connection.connection else None  # this test's
-        pids = [p for p in pids if p != own]
-        assert len(pids) >= 2
-        for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-        deadline = time.time() + 10
-        while (
-            time.time() < deadline
-            and admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()[0]
-        ):
-            time.sleep(0.05)
+    own = connection.connection.info.backend_pid if connection.connection else None  # this test's
+    pids = [p for p in pids if p != own]
+    assert len(pids) >= 2
+    servers.terminate_backends(pids)
     assert health_burst(20) == [200] * 20
     assert asyncio.run(concurrent(32)) == [200] * 32
     assert "closed by the server while idle; reconnecting" in layout["log"]()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -32,14 +31,7 @@ def test_a_live_idle_connection_is_kept():
 def test_a_connection_the_server_ended_is_replaced():
     assert _select_one() == 1
     pid = connection.connection.info.backend_pid
-    with psycopg.connect(servers.test_database_url(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-        deadline = time.time() + 10
-        while (
-            time.time() < deadline
-            and admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
-        ):
-            time.sleep(0.05)
+    servers.terminate_backends([pid])
     time.sleep(0.05)  # the FATAL message and the close reach our socket
     assert close_dead_idle_connections() == 1
     assert connection.connection is None

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.did import parse_decentrl
+from apps.protocol.wire.client import Identity, agree_contract
 
 
 def register(poster, who: Identity, tenant, *, lifetime_s: int = 86_400) -> dict:
@@ -35,17 +34,7 @@ def register(poster, who: Identity, tenant, *, lifetime_s: int = 86_400) -> dict
 
 def signed_contract(a: Identity, b: Identity, *, lifetime_s: int = 86_400) -> tuple[dict, bytes, bytes]:
     """A contract requested by `a` and accepted by `b`, built offline: (signed, a_eph_priv, b_eph_priv)."""
-    req = wc.build_request(
-        requestor_did=a.did,
-        recipient_did=b.did,
-        recipient_prekey=parse_decentrl(b.did).pre_key,
-        signing=a.signing,
-        expires_at=int(time.time()) + lifetime_s,
-    )
-    signed, eph = wc.accept_request(req.request, b.signing)
-    a.remember_contract(signed, req.ephemeral.private)
-    b.remember_contract(signed, eph.private)
-    return signed, req.ephemeral.private, eph.private
+    return agree_contract(a, b, lifetime_s=lifetime_s)
 
 
 def contract_both_ways(poster, a: Identity, b: Identity, tenant) -> dict:

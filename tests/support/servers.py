@@ -30,6 +30,22 @@ def test_database_url() -> str:
     return f"postgresql://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+def terminate_backends(pids: list[int]) -> None:
+    """End these PostgreSQL backends of the test database (pg_terminate_backend, as a restart
+    would) and wait up to 10 s until PostgreSQL lists none of them."""
+    import psycopg
+
+    with psycopg.connect(test_database_url(), autocommit=True) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        deadline = time.time() + 10
+        while (
+            time.time() < deadline
+            and admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()[0]
+        ):
+            time.sleep(0.05)
+
+
 def server_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(

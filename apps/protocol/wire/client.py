@@ -171,6 +171,22 @@ class Identity:
         return ident
 
 
+def agree_contract(requestor: Identity, recipient: Identity, *, lifetime_s: int = DAY_S) -> tuple[dict, bytes, bytes]:
+    """A contract requested by `requestor` and accepted by `recipient`, both held here (tests, load
+    generators): both remember it. Returns (signed, requestor's ephemeral private key, recipient's)."""
+    req = wc.build_request(
+        requestor_did=requestor.did,
+        recipient_did=recipient.did,
+        recipient_prekey=parse_decentrl(recipient.did).pre_key,
+        signing=requestor.signing,
+        expires_at=int(time.time()) + lifetime_s,
+    )
+    signed, eph = wc.accept_request(req.request, recipient.signing)
+    requestor.remember_contract(signed, req.ephemeral.private)
+    recipient.remember_contract(signed, eph.private)
+    return signed, req.ephemeral.private, eph.private
+
+
 class MediatorError(Exception):
     """The mediator answered with a protocol error."""
 
