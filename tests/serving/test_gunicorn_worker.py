@@ -124,21 +124,6 @@ def test_next_request_within_the_linger_is_served_by_the_same_thread(server):
     assert len(set(seen)) == 1, seen
 
 
-def test_stock_gthread_hands_the_connection_back_between_requests(server):
-    """The contrast that shows the test above can fail: gthread's pool hands each request to
-    whichever thread is free, and after a few requests more than one thread has served them."""
-    port, _ = server(threads=4, linger_ms=2000, worker="gthread")
-    threads = set()
-    with connect(port) as sock:
-        for i in range(40):
-            sock.sendall(request(f"/g{i}"))
-            [(status, body)] = read_responses(sock, 1)
-            assert status == 200
-            threads.add(body.split()[0])
-            time.sleep(0.002)
-    assert len(threads) > 1
-
-
 def test_pipelined_requests_are_answered_in_order(server):
     port, _ = server(threads=2, linger_ms=50)
     with connect(port) as sock:
