@@ -13,7 +13,7 @@ worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and repor
 - `wall_us`: elapsed time, i.e. with the round trips.
 
 Variants: one-statement path (prepared / not prepared; through the bare POST / entry of
-apps/protocol/wsgi.py, its lean Django handler or the full middleware chain), ORM path, each with and without the
+apps/decentrl/wsgi.py, its lean Django handler or the full middleware chain), ORM path, each with and without the
 command observers (usage metering, metrics) and the after-commit push to Redis.
 Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default mediator_bench_hotpath).
 """
@@ -47,14 +47,14 @@ def main(argv: list[str] | None = None) -> dict:
     from django.core.handlers.wsgi import WSGIHandler
     from django.db import connection
 
+    from apps.decentrl import hooks
+    from apps.decentrl.wsgi import BareCommandApp, CommandHandler
     from apps.messaging import notify
-    from apps.protocol import hooks
-    from apps.protocol.wire import contract as wc
-    from apps.protocol.wire.canonical import canonical_bytes
-    from apps.protocol.wire.client import Identity
-    from apps.protocol.wire.did import parse_decentrl
-    from apps.protocol.wsgi import BareCommandApp, CommandHandler
     from apps.tenants.services import tenant_create
+    from apps.wire import contract as wc
+    from apps.wire.canonical import canonical_bytes
+    from apps.wire.client import Identity
+    from apps.wire.did import parse_decentrl
 
     tenant = tenant_create(
         slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0, pending_queue_cap=args.queue_cap

@@ -119,7 +119,7 @@ def wsgi_poster(app, host: str):
 
 def registration_payload(tenant, who) -> dict:
     """REQUEST_COMMUNICATION_CONTRACT registering `who` with `tenant` for a day."""
-    from apps.protocol.wire import contract as wc
+    from apps.wire import contract as wc
 
     req = wc.build_request(
         requestor_did=who.did,

@@ -22,8 +22,8 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity, MediatorClient, agree_contract
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity, MediatorClient, agree_contract
 from bench.cpu import CpuSampler
 
 DAY_S = 86_400

@@ -1,5 +1,5 @@
 """Metering cost on the hot path: commands per second through the one dispatch path
-(apps.protocol.dispatch.handle, in-process, real PostgreSQL) with metering off, buffered (the
+(apps.decentrl.dispatch.handle, in-process, real PostgreSQL) with metering off, buffered (the
 default) and sync (one INSERT per command).
 
     .venv/bin/python -m bench.metering_overhead [--commands 1000] [--rounds 5]
@@ -56,8 +56,8 @@ class DirectPoster:
         self.tenant = tenant
 
     def command(self, who, payload, *, recipient_did: str, **kw):
-        from apps.protocol.dispatch import handle
-        from apps.protocol.wire.canonical import canonical_bytes
+        from apps.decentrl.dispatch import handle
+        from apps.wire.canonical import canonical_bytes
 
         outcome, _ = handle(
             canonical_bytes(who.sign_command(recipient_did=recipient_did, payload=payload, **kw)), self.tenant
@@ -73,13 +73,13 @@ def main() -> None:
     setup_django()
     from django.conf import settings
 
-    from apps.protocol import hooks
-    from apps.protocol.dispatch import handle
-    from apps.protocol.wire.canonical import canonical_bytes
-    from apps.protocol.wire.client import Identity
+    from apps.decentrl import hooks
+    from apps.decentrl.dispatch import handle
     from apps.tenants.services import tenant_create
     from apps.usage import metering
     from apps.usage.models import CommandMeter
+    from apps.wire.canonical import canonical_bytes
+    from apps.wire.client import Identity
     from tests.support.registration import register
 
     tenant = tenant_create(slug="bench", domain="bench.test")

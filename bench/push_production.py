@@ -23,8 +23,8 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
     import http.client
     from urllib.parse import urlparse
 
-    from apps.protocol.wire.client import Identity, MediatorClient
-    from apps.protocol.wire.ws import open_authenticated
+    from apps.wire.client import Identity, MediatorClient
+    from apps.wire.ws import open_authenticated
 
     from .loadgen import save_contract
 
@@ -91,7 +91,7 @@ def _post(conn, body: bytes, headers: dict) -> tuple[int, bytes]:
 
 
 def _register_many(url: str, host: str | None, did: str, n: int) -> list:
-    from apps.protocol.wire.client import Identity, MediatorClient
+    from apps.wire.client import Identity, MediatorClient
 
     client = MediatorClient(url, host=host, timeout=30)
     out = []

@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     url = setup_django(DB, args.redis_url)
 
-    from apps.protocol import hooks
-    from apps.protocol.wire.canonical import canonical_bytes
-    from apps.protocol.wire.client import Identity
-    from apps.protocol.wsgi import BareCommandApp
+    from apps.decentrl import hooks
+    from apps.decentrl.wsgi import BareCommandApp
     from apps.tenants.services import tenant_create
+    from apps.wire.canonical import canonical_bytes
+    from apps.wire.client import Identity
     from bench import loadgen
 
     tenant = tenant_create(slug="qecpu", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)

@@ -190,7 +190,7 @@ class SocketPool:
     failure_kinds: dict = field(default_factory=dict)
 
     async def open(self, url: str, identities: list, n: int, concurrency: int = 32) -> None:
-        from apps.protocol.wire.ws import open_authenticated
+        from apps.wire.ws import open_authenticated
 
         sem = asyncio.Semaphore(concurrency)
 
@@ -220,7 +220,7 @@ class SocketPool:
 
 
 async def _drain(sock) -> None:
-    from apps.protocol.wire.ws import SocketClosed
+    from apps.wire.ws import SocketClosed
 
     try:
         while True:
@@ -233,7 +233,7 @@ async def _drain(sock) -> None:
 
 def register_many(base_url: str, mediator_did: str, n: int, prefix: str) -> list:
     """`n` identities registered over HTTP (the protocol's own registration flow)."""
-    from apps.protocol.wire.client import Identity, MediatorClient
+    from apps.wire.client import Identity, MediatorClient
 
     client = MediatorClient(base_url, timeout=30)
     out = []
@@ -309,7 +309,7 @@ class PushRecorder:
 
 def presigned_sends(sender, recipient, n: int, payload_bytes: int = 256) -> list[bytes]:
     """n signed TWO_WAY_PRIVATE bodies: signing is not part of what the latency benches measure."""
-    from apps.protocol.wire.canonical import canonical_bytes
+    from apps.wire.canonical import canonical_bytes
 
     return [
         canonical_bytes(

@@ -24,10 +24,10 @@ from . import ws_common as wc_
 
 
 async def one_run(steps: list[int], identities: int, redis: bool, settle_s: float) -> list[dict]:
-    from apps.protocol.wire import contract as wc
-    from apps.protocol.wire.client import Identity, MediatorClient
-    from apps.protocol.wire.did import parse_decentrl
-    from apps.protocol.wire.ws import open_authenticated
+    from apps.wire import contract as wc
+    from apps.wire.client import Identity, MediatorClient
+    from apps.wire.did import parse_decentrl
+    from apps.wire.ws import open_authenticated
 
     port = wc_.free_port()
     host = f"127.0.0.1:{port}"

@@ -31,8 +31,8 @@ from . import ws_common as wc_
 
 async def one_run(others: int, sends: int, redis: bool, pause_s: float) -> dict:
 
-    from apps.protocol.wire.client import Identity, MediatorClient
-    from apps.protocol.wire.ws import open_authenticated
+    from apps.wire.client import Identity, MediatorClient
+    from apps.wire.ws import open_authenticated
 
     from .loadgen import save_contract
 

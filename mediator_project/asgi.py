@@ -12,7 +12,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 
 routes = {"http": django_asgi_app}
 try:
-    from apps.realtime.routing import websocket_application  # noqa: E402
+    from apps.decentrl.routing import websocket_application  # noqa: E402
 except ImportError:  # the realtime app is optional until issue 3 lands
     websocket_application = None
 if websocket_application is not None:

@@ -65,12 +65,12 @@ INSTALLED_APPS = [
     "apps.messaging",
     "apps.realtime",
     "apps.usage",
-    "apps.protocol",
+    "apps.decentrl",
     "apps.ops",
 ]
 
 MIDDLEWARE = [
-    "apps.protocol.middleware.CorsMiddleware",
+    "apps.decentrl.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "apps.tenants.middleware.TenantMiddleware",
@@ -246,7 +246,7 @@ MEDIATOR_DIRECT_FASTPATH = env_bool("MEDIATOR_DIRECT_FASTPATH", True)
 # …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
 # (pgbouncer < 1.21) that cannot keep prepared statements.
 MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
-# gunicorn's entry for POST / (apps/protocol/wsgi.py, issue 8): "bare" (no Django request and
+# gunicorn's entry for POST / (apps/decentrl/wsgi.py, issue 8): "bare" (no Django request and
 # response objects), "lean" (Django's handler without session/auth/messages/CSRF middleware and
 # URL resolving) or "full" (the whole middleware chain, like every other request).
 MEDIATOR_COMMAND_ENTRY = env("MEDIATOR_COMMAND_ENTRY", "bare")

@@ -11,5 +11,5 @@ urlpatterns = [
     path("dashboard/", include("apps.usage.urls")),
     path("api/v1/usage/", include("apps.usage.api_urls")),
     path("api/v1/", include("apps.tenants.api_urls")),
-    path("", include("apps.protocol.urls")),
+    path("", include("apps.decentrl.urls")),
 ]

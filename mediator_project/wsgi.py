@@ -1,4 +1,4 @@
-"""WSGI entry point (HTTP only): Django's handler, with POST / on a lean chain (apps/protocol/wsgi.py)."""
+"""WSGI entry point (HTTP only): Django's handler, with POST / on a lean chain (apps/decentrl/wsgi.py)."""
 
 import os
 
@@ -7,6 +7,6 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
 django.setup(set_prefix=False)
 
-from apps.protocol.wsgi import ProtocolWSGIApplication  # noqa: E402 - needs the apps loaded
+from apps.decentrl.wsgi import ProtocolWSGIApplication  # noqa: E402 - needs the apps loaded
 
 application = ProtocolWSGIApplication()

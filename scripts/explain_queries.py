@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate docs/indexes.md: the PostgreSQL plan of every query the protocol commands make.
 
-Runs tests/protocol/test_indexes.py (which seeds a few thousand rows, ANALYZEs and EXPLAINs what
+Runs tests/decentrl/test_indexes.py (which seeds a few thousand rows, ANALYZEs and EXPLAINs what
 each command really executes) with EXPLAIN_OUT pointing at the output file. Needs the PostgreSQL
 the test suite uses (TEST_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/mediator).
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "indexes.md"
     env = dict(os.environ, EXPLAIN_OUT=str(out.resolve()))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "tests/protocol/test_indexes.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "tests/decentrl/test_indexes.py"]
     result = subprocess.run(cmd, cwd=ROOT, env=env)
     if result.returncode == 0:
         print(f"wrote {out}")

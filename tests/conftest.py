@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity
 
 HOST_A = "a.mediator.test"
 HOST_B = "b.mediator.test"

@@ -3,8 +3,8 @@ accepts a command, so its nonce must still count as used there, and may only be 
 
 import pytest
 
-from apps.protocol.models import Nonce
-from apps.protocol.nonces import nonce_consume, nonces_prune
+from apps.decentrl.models import Nonce
+from apps.decentrl.nonces import nonce_consume, nonces_prune
 
 WINDOW = 300_000
 

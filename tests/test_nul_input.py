@@ -2,8 +2,8 @@
 
 import pytest
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent
-from apps.protocol.models import Nonce
 from tests.support.registration import contract_both_ways, register
 
 

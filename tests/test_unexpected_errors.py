@@ -2,7 +2,7 @@
 
 import logging
 
-from apps.protocol import handlers
+from apps.decentrl import handlers
 from tests.support.registration import register
 
 

@@ -3,7 +3,7 @@
 The ORM path (`dispatch._authorize_two_way` + `services.pending_event_enqueue`) costs five
 statements and ~1.5 ms of ORM CPU per command; this is the same work as one round trip:
 
-    claim   the caller's nonce INSERT … ON CONFLICT (apps/protocol/nonces.py), always executed:
+    claim   the caller's nonce INSERT … ON CONFLICT (apps/decentrl/nonces.py), always executed:
             a data-modifying CTE runs to completion whether or not anything reads it
     chk     fresh nonce? then (only if the caller's CPU checks passed) recipient registered,
             live contract owned by the recipient naming both, recipient queue at its cap

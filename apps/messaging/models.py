@@ -185,7 +185,7 @@ class EventTag(models.Model):
     `timestamp` is a copy of the event's timestamp, so that QUERY_EVENTS by tag takes its page
     order, its time range and its total from `tag_ts` alone and reads only the page's events
     (apps/messaging/eventquery.py). Every writer of tags sets it from the event; nothing changes
-    an event's timestamp after SAVE_EVENTS (tests/protocol/test_eventquery.py checks both).
+    an event's timestamp after SAVE_EVENTS (tests/decentrl/test_eventquery.py checks both).
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)

@@ -23,12 +23,12 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.protocol.wire.did import DidError
-from apps.protocol.wire.envelope import MAX_DID_LEN, Pagination
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
-from apps.protocol.wire.public import public_event_signature_ok
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did
+from apps.wire.did import DidError
+from apps.wire.envelope import MAX_DID_LEN, Pagination
+from apps.wire.errors import ErrorCode, ProtocolError
+from apps.wire.public import public_event_signature_ok
 
 from .models import PublicEvent
 from .services import Page, is_registered

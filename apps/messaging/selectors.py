@@ -1,7 +1,6 @@
 """Read-only figures about a tenant's messaging data for the operator console (admin and API).
 
-Tenants sit left of messaging, so the console adapters in apps/tenants import this module lazily
-at call time; nothing here returns payloads, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+The operator adapters (the tenant admin and API, apps.ops.console) read them; nothing here returns payloads, tags, signatures or keys (PROTOCOL-DECISIONS §9).
 """
 
 from __future__ import annotations

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.canonical import RawJSON, canonical_str
-from apps.protocol.wire.crypto import X25519KeyPair, sign_json_object
-from apps.protocol.wire.encoding import b64encode
-from apps.protocol.wire.envelope import Pagination
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
+from apps.wire import contract as wc
+from apps.wire.canonical import RawJSON, canonical_str
+from apps.wire.crypto import X25519KeyPair, sign_json_object
+from apps.wire.encoding import b64encode
+from apps.wire.envelope import Pagination
+from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import eventquery, fastpath, notify
 from .models import Contract, ContractRequest, EventTag, PendingEvent, PendingQueueDepth, StoredEvent

@@ -22,6 +22,10 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
+from apps.messaging import maintenance
+from apps.messaging.public import public_tombstones_prune
+from apps.tenants.models import Tenant
+
 from .models import JobStat
 
 log = logging.getLogger("mediator.jobs")
@@ -33,57 +37,46 @@ class Job:
     noun: str  # what the count counts, for the summary line
     verb: str
     run: Callable[..., int]  # (*, now, dry_run, tenant) -> rows removed (or that would be)
-
-
-def _prune_nonces(*, now: datetime, dry_run: bool, tenant) -> int:
-    from apps.protocol.models import Nonce
-    from apps.protocol.nonces import nonces_prune
-
-    now_ms = int(now.timestamp() * 1000)
-    if tenant is None and not dry_run:
-        return nonces_prune(now_ms=now_ms)
-    qs = Nonce.objects.filter(expires_at__lt=now_ms)
-    if tenant is not None:
-        qs = qs.filter(tenant=tenant)
-    return qs.count() if dry_run else qs.delete()[0]
+    key: str = ""  # its entry in a tenant's purge summary (tenant_purge); the name when empty
 
 
 def _purge_pending_events(*, now: datetime, dry_run: bool, tenant) -> int:
-    from apps.messaging.maintenance import purge_expired_pending_events
-
-    return purge_expired_pending_events(tenant=tenant, now=now, dry_run=dry_run)
+    return maintenance.purge_expired_pending_events(tenant=tenant, now=now, dry_run=dry_run)
 
 
 def _purge_contract_requests(*, now: datetime, dry_run: bool, tenant) -> int:
-    from apps.messaging.maintenance import purge_contract_requests
-
-    return purge_contract_requests(tenant=tenant, now=now, dry_run=dry_run)
+    return maintenance.purge_contract_requests(tenant=tenant, now=now, dry_run=dry_run)
 
 
 def _purge_expired_contracts(*, now: datetime, dry_run: bool, tenant) -> int:
-    from apps.messaging.maintenance import purge_expired_contracts
-
     # Only contracts expired longer than MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS go: until then
     # QUERY_COMMUNICATION_CONTRACTS still lists them (PROTOCOL-DECISIONS §5).
-    return purge_expired_contracts(tenant=tenant, now=now, dry_run=dry_run)
+    return maintenance.purge_expired_contracts(tenant=tenant, now=now, dry_run=dry_run)
 
 
 def _prune_public_tombstones(*, now: datetime, dry_run: bool, tenant) -> int:
-    from apps.messaging.public import public_tombstones_prune
-
     return public_tombstones_prune(tenant=tenant, now=now, dry_run=dry_run)
 
 
 JOBS: dict[str, Job] = {
     j.name: j
     for j in (
-        Job("prune_nonces", "nonces", "pruned", _prune_nonces),
-        Job("purge_pending_events", "expired pending events", "purged", _purge_pending_events),
-        Job("purge_contract_requests", "contract requests", "purged", _purge_contract_requests),
-        Job("purge_expired_contracts", "expired contracts", "purged", _purge_expired_contracts),
-        Job("prune_public_tombstones", "public event tombstones", "pruned", _prune_public_tombstones),
+        Job("purge_pending_events", "expired pending events", "purged", _purge_pending_events, "pending_events"),
+        Job("purge_contract_requests", "contract requests", "purged", _purge_contract_requests, "contract_requests"),
+        Job("purge_expired_contracts", "expired contracts", "purged", _purge_expired_contracts, "contracts"),
+        Job("prune_public_tombstones", "public event tombstones", "pruned", _prune_public_tombstones, "tombstones"),
     )
 }
+
+
+def register(job: Job) -> None:
+    """Add a job owned by an app above ops (the front doors' nonce stores), in its AppConfig.ready()."""
+    JOBS.setdefault(job.name, job)
+
+
+def tenant_purge(*, tenant: Tenant, now: datetime, dry_run: bool) -> dict[str, int]:
+    """Run every registered job for one tenant: {job key: rows removed (or that would be)}."""
+    return {job.key or job.name: job.run(now=now, dry_run=dry_run, tenant=tenant) for job in JOBS.values()}
 
 
 @contextmanager
@@ -127,8 +120,6 @@ def stat_record(*, name: str, ok: bool, items: int = 0, summary: str = "") -> No
 
 def run_job(name: str, *, now: datetime | None = None, dry_run: bool = False, tenant_id: int | None = None) -> str:
     """Run one job now (every tenant, or one) and return its one-line summary ("pruned 1204 nonces")."""
-    from apps.tenants.models import Tenant
-
     job = JOBS[name]
     now = now or timezone.now()
     # A tenant that no longer exists has nothing left to purge: the run is a no-op, not an error.

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from apps.protocol.wire.crypto import verify_json_object
-from apps.protocol.wire.did import DidError
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.resolver import resolve_did
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import DidError
+from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import metrics, ratelimit
 

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -95,6 +96,16 @@ def observe_acknowledged(sender=None, *, count: int = 0, **kwargs) -> None:
         PENDING_DELIVERED.inc(count)
 
 
+# Row counts of stores owned by apps above ops, read at scrape time: (metric name, help, count()).
+# The front doors register theirs in AppConfig.ready() (the Decentrl nonce store).
+STORE_SIZES: list[tuple[str, str, Callable[[], int]]] = []
+
+
+def register_store_size(name: str, doc: str, count: Callable[[], int]) -> None:
+    if all(entry[0] != name for entry in STORE_SIZES):
+        STORE_SIZES.append((name, doc, count))
+
+
 class DatabaseCollector:
     """Scrape-time figures read from PostgreSQL/SQLite, cached for CACHE_S per process."""
 
@@ -117,8 +128,9 @@ class DatabaseCollector:
             self._at = 0.0
 
     def _read(self) -> list:
+        # Imported here, not at the top: mediator_project/gunicorn.conf.py imports this module
+        # (multiprocess cleanup) before Django's app registry has loaded the models.
         from apps.messaging.models import PendingEvent
-        from apps.protocol.models import Nonce
 
         from .models import JobStat
 
@@ -132,7 +144,7 @@ class DatabaseCollector:
             with connection.cursor() as cur:
                 cur.execute(depth_sql)
                 recipients, events, deepest = cur.fetchone()
-            nonces = Nonce.objects.count()
+            sizes = [(name, doc, count()) for name, doc, count in STORE_SIZES]
             stats = list(
                 JobStat.objects.order_by("name").values_list("name", "runs", "failures", "items", "last_success_at")
             )
@@ -147,8 +159,10 @@ class DatabaseCollector:
         queues.add_metric([], recipients)
         deepest_f = GaugeMetricFamily("mediator_pending_queue_max_depth", "Deepest single recipient queue.")
         deepest_f.add_metric([], deepest)
-        nonce_f = GaugeMetricFamily("mediator_nonce_store_size", "Nonces held by the replay store.")
-        nonce_f.add_metric([], nonces)
+        size_fs = []
+        for name, doc, size in sizes:
+            size_fs.append(GaugeMetricFamily(name, doc))
+            size_fs[-1].add_metric([], size)
         runs = CounterMetricFamily("mediator_job_runs", "Maintenance and Celery job runs.", labels=["job"])
         fails = CounterMetricFamily("mediator_job_failures", "Maintenance and Celery job failures.", labels=["job"])
         items = CounterMetricFamily("mediator_job_items", "Rows a maintenance job removed.", labels=["job"])
@@ -166,7 +180,7 @@ class DatabaseCollector:
             if name == "purge_pending_events":
                 expired_total = n_items
         expired.add_metric([], expired_total)
-        return [up, queued, queues, deepest_f, nonce_f, runs, fails, items, last_ok, expired]
+        return [up, queued, queues, deepest_f, *size_fs, runs, fails, items, last_ok, expired]
 
 
 DATABASE_COLLECTOR = DatabaseCollector()

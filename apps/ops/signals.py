@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from apps.messaging.notify import pending_events_acknowledged
+
 log = logging.getLogger("mediator.jobs")
 
 _OPS_PREFIX = "apps.ops.tasks."
@@ -49,8 +51,6 @@ def connect() -> None:
 
     task_success.connect(on_task_success, dispatch_uid="apps.ops.task_success", weak=False)
     task_failure.connect(on_task_failure, dispatch_uid="apps.ops.task_failure", weak=False)
-    from apps.messaging.notify import pending_events_acknowledged
-
     from .metrics import observe_acknowledged
 
     pending_events_acknowledged.connect(observe_acknowledged, dispatch_uid="apps.ops.acknowledged", weak=False)

@@ -29,7 +29,7 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from apps.protocol.wire.canonical import canonical_str
+from apps.wire.canonical import canonical_str
 
 from .groups import group_name
 

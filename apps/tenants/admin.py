@@ -3,8 +3,8 @@
 Creating and editing go through apps.tenants.services; suspend, resume, rotate keys and purge are
 actions that call services and show a confirmation (with dry-run counts for the purge) first.
 Nothing here shows a payload, tag, signature or key: keys appear as short public fingerprints.
-Figures come from apps.messaging.selectors through apps.tenants.console (imported lazily, see
-that module for the layering note).
+Figures come from apps.messaging.selectors and apps.ops.console: the admin is an adapter on top
+of the stack and may read from any app (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
-from . import console
+from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, tenant_registrations
+from apps.ops import console
+
 from .models import AuditEntry, Tenant
 from .selectors import domain_in_use
 from .services import (
@@ -195,8 +197,6 @@ class TenantAdmin(ModelAdmin):
         qs = super().get_queryset(request)
         match = getattr(request, "resolver_match", None)
         if match is not None and match.url_name == "tenants_tenant_changelist":
-            from apps.messaging.selectors import tenant_list_annotations
-
             qs = qs.annotate(**tenant_list_annotations())
         return qs
 
@@ -395,7 +395,7 @@ class TenantAdmin(ModelAdmin):
             "intro": intro,
             "tenants": tenants,
             "plans": rows,
-            "kinds": console.PURGE_KINDS,
+            "kinds": console.purge_kinds(),
             "action_name": action_name,
             "button": button,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
@@ -429,7 +429,7 @@ class TenantAdmin(ModelAdmin):
             "intro": intro,
             "tenants": [tenant],
             "plans": plans,
-            "kinds": console.PURGE_KINDS,
+            "kinds": console.purge_kinds(),
             "button": button,
             "bulk": False,
             "cancel_url": self._change_url(tenant),
@@ -516,7 +516,6 @@ class TenantAdmin(ModelAdmin):
 
     @action(description="Registrations", url_path="registrations", icon="badge")
     def detail_registrations(self, request, object_id) -> HttpResponse:
-        from apps.messaging.selectors import tenant_registrations
 
         tenant = self._viewable(request, object_id)
         return self._listing(
@@ -530,7 +529,6 @@ class TenantAdmin(ModelAdmin):
 
     @action(description="Contracts", url_path="contracts", icon="handshake")
     def detail_contracts(self, request, object_id) -> HttpResponse:
-        from apps.messaging.selectors import tenant_contracts
 
         tenant = self._viewable(request, object_id)
         return self._listing(

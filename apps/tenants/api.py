@@ -15,7 +15,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from . import console
+from apps.ops import console
+
 from .models import AuditEntry, Tenant
 from .services import (
     NULLABLE_POLICY,

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
-from apps.protocol.wire.did import ResolvedDid, mediator_document
+from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
+from apps.wire.did import ResolvedDid, mediator_document
 
 from . import keystore
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.did import DidError, ResolvedDid, parse_decentrl
+from apps.wire import contract as wc
+from apps.wire.did import DidError, ResolvedDid, parse_decentrl
 
 from .models import Tenant
 

@@ -17,8 +17,8 @@ from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
-from apps.protocol.wire.did import web_did_for_host
+from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
+from apps.wire.did import web_did_for_host
 
 from .models import AuditEntry, Tenant, TenantDomain, TenantKey
 from .selectors import domain_in_use, tenant_cache_clear

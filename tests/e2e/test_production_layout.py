@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from apps.protocol.wire.client import Identity, MediatorClient, agree_contract
-from apps.protocol.wire.ws import open_authenticated
+from apps.wire.client import Identity, MediatorClient, agree_contract
+from apps.wire.ws import open_authenticated
 from tests.support import servers
 from tests.support.servers import ROOT, free_port, server_env
 

@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity, MediatorClient, MediatorDirectory, MediatorError
+from apps.wire import contract as wc
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity, MediatorClient, MediatorDirectory, MediatorError
 from tests.support.servers import free_port, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -17,7 +17,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from apps.protocol.wire.client import Identity, MediatorClient, MediatorDirectory
+from apps.wire.client import Identity, MediatorClient, MediatorDirectory
 
 from .test_story import run_story
 

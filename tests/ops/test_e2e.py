@@ -14,8 +14,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from apps.protocol.wire.client import Identity, MediatorClient, MediatorError
-from apps.protocol.wire.ws import MediatorSocket
+from apps.wire.client import Identity, MediatorClient, MediatorError
+from apps.wire.ws import MediatorSocket
 from tests.conftest import HOST_A, HOST_B
 from tests.ops.conftest import REDIS_URL
 from tests.support.servers import start_daphne

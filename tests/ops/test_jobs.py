@@ -16,10 +16,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
 from apps.ops import jobs
 from apps.ops.models import JobStat
-from apps.protocol.models import Nonce
 from tests.support.servers import ROOT, server_env, start_celery_worker
 
 DAY = timedelta(days=1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from apps.decentrl import hooks
 from apps.ops import metrics
-from apps.protocol import hooks
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.wire.canonical import canonical_bytes
+from apps.wire.errors import ErrorCode, ProtocolError
 from tests.conftest import HOST_A, HOST_B
 from tests.support.registration import contract_both_ways, register
 
@@ -255,7 +255,7 @@ def test_the_body_cap_accepts_exactly_the_cap_and_refuses_one_byte_more(settings
     ],
 )
 def test_the_client_address_trusts_only_configured_proxies(settings, trusted, peer, xff, client):
-    from apps.protocol.views import forwarded_client
+    from apps.decentrl.views import forwarded_client
 
     settings.MEDIATOR_TRUSTED_PROXIES = trusted
     assert forwarded_client(peer, xff) == client

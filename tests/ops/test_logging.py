@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from apps.ops.logconfig import JsonFormatter, RedactSqlFilter, sql_shape
-from apps.protocol.wire.client import Identity, MediatorClient, MediatorDirectory
-from apps.protocol.wire.encoding import b64encode
-from apps.protocol.wire.ws import MediatorSocket
+from apps.wire.client import Identity, MediatorClient, MediatorDirectory
+from apps.wire.encoding import b64encode
+from apps.wire.ws import MediatorSocket
 from tests.e2e.test_story import run_story
 from tests.support.servers import free_port, start_daphne
 

@@ -13,8 +13,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.public import sign_public_event
+from apps.wire.client import Identity, MediatorClient
+from apps.wire.public import sign_public_event
 from tests.conftest import HOST_A, HOST_B
 from tests.support.registration import register
 

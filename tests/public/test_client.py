@@ -1,4 +1,4 @@
-"""The client library (apps/protocol/wire/public.py through MediatorClient): publish, read with
+"""The client library (apps/wire/public.py through MediatorClient): publish, read with
 verification of every event, delete; a tampered stored event fails verification."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from apps.messaging.models import PublicEvent
-from apps.protocol.wire.client import Identity, MediatorError
-from apps.protocol.wire.public import (
+from apps.wire.client import Identity, MediatorError
+from apps.wire.public import (
     PublicEventInvalid,
     PublicReadError,
     check_public_event,

@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 
 from apps.messaging.models import PublicEvent
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.errors import ProtocolError
-from apps.protocol.wire.public import sign_public_event
+from apps.wire.client import Identity
+from apps.wire.errors import ProtocolError
+from apps.wire.public import sign_public_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,8 +9,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.public import PublicEventInvalid
+from apps.wire.client import Identity, MediatorClient
+from apps.wire.public import PublicEventInvalid
 from tests.support.servers import free_port, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

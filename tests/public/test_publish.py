@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from apps.messaging.models import Contract, PublicEvent
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.crypto import sign_json_object
-from apps.protocol.wire.public import sign_public_event
 from apps.tenants.models import Tenant
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import sign_json_object
+from apps.wire.public import sign_public_event
 
 pytestmark = pytest.mark.django_db
 

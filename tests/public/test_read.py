@@ -8,8 +8,8 @@ import json
 import pytest
 
 from apps.messaging.models import Contract
-from apps.protocol.wire.public import check_public_event, public_path, sign_public_event
 from apps.tenants.models import Tenant
+from apps.wire.public import check_public_event, public_path, sign_public_event
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
-from apps.protocol.wire.canonical import canonical_str
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import sign_json_object
+from apps.wire.canonical import canonical_str
+from apps.wire.client import Identity
+from apps.wire.crypto import sign_json_object
 from tests.conftest import HOST_A
 
 
@@ -44,7 +44,7 @@ def run(body: Callable[[], Awaitable[object]]) -> object:
 def communicator(
     host: str = HOST_A, client: tuple[str, int] = ("127.0.0.9", 5555), headers: list[tuple[bytes, bytes]] = ()
 ) -> WebsocketCommunicator:
-    from apps.realtime.routing import websocket_application
+    from apps.decentrl.routing import websocket_application
 
     comm = WebsocketCommunicator(websocket_application, "/ws", headers=[(b"host", host.encode()), *headers])
     comm.scope["client"] = client

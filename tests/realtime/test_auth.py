@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from apps.protocol.wire.client import Identity
+from apps.wire.client import Identity
 from tests.conftest import HOST_A, HOST_B
 from tests.support.registration import register
 

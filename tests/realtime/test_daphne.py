@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.ws import MediatorSocket, open_authenticated
+from apps.wire.client import Identity, MediatorClient
+from apps.wire.ws import MediatorSocket, open_authenticated
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
 

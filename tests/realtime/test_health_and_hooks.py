@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from apps.protocol import hooks
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.decentrl import hooks
 from apps.realtime import health
 from apps.realtime.groups import group_name
+from apps.wire.errors import ErrorCode, ProtocolError
 from tests.conftest import HOST_A
 from tests.support.registration import register
 

@@ -9,9 +9,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from apps.messaging.services import pending_event_enqueue, pending_events_acknowledge
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.did import parse_decentrl
 from apps.realtime.groups import group_name
+from apps.wire import contract as wc
+from apps.wire.did import parse_decentrl
 from tests.conftest import HOST_B
 from tests.support.registration import contract_both_ways, register, signed_contract
 
@@ -281,7 +281,7 @@ def test_a_long_lived_socket_rejoins_its_group_before_the_layer_expires_it(setti
     from channels.layers import get_channel_layer
 
     settings.MEDIATOR_WS_PING_INTERVAL_S = 0.05
-    monkeypatch.setattr("apps.realtime.consumers.GROUP_REFRESH_S", 0.1)
+    monkeypatch.setattr("apps.decentrl.consumers.GROUP_REFRESH_S", 0.1)
     alice, _ = pair
 
     async def body():
@@ -305,7 +305,7 @@ def _tenant_pk(who) -> int:
 
 
 def test_a_push_to_a_socket_the_server_already_closed_is_dropped_quietly():
-    from apps.realtime.consumers import AUTHENTICATED, CLOSED, SocketConsumer
+    from apps.decentrl.consumers import AUTHENTICATED, CLOSED, SocketConsumer
 
     consumer = SocketConsumer()
     consumer.state = AUTHENTICATED

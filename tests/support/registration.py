@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity, agree_contract
+from apps.wire import contract as wc
+from apps.wire.client import Identity, agree_contract
 
 
 def register(poster, who: Identity, tenant, *, lifetime_s: int = 86_400) -> dict:

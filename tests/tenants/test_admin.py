@@ -211,7 +211,13 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
     resp = staff_client.get(url)
     assert resp.status_code == 200
     cells = dict(re.findall(r'data-kind="(\w+)">(\d+)<', _text(resp)))
-    assert cells == {"nonces": "0", "pending_events": "2", "contract_requests": "1", "contracts": "1"}
+    assert cells == {
+        "nonces": "0",
+        "pending_events": "2",
+        "contract_requests": "1",
+        "contracts": "1",
+        "tombstones": "0",
+    }
     assert PendingEvent.objects.filter(tenant=busy_a).count() == 2  # nothing deleted by the dry run
     assert AuditEntry.objects.count() == 0
 
@@ -222,7 +228,7 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.after) == (
         "tenant.purge_expired",
-        {"nonces": 0, "pending_events": 2, "contract_requests": 1, "contracts": 1},
+        {"pending_events": 2, "contract_requests": 1, "contracts": 1, "tombstones": 0, "nonces": 0},
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.messaging.models import Contract, PendingEvent, StoredEvent
-from apps.protocol.wire.did import parse_mediator_document
+from apps.wire.did import parse_mediator_document
 from tests.conftest import HOST_A, HOST_B
 from tests.support.registration import contract_both_ways, register
 
@@ -59,7 +59,7 @@ def test_registration_is_per_tenant(post_a, post_b, tenant_a, tenant_b, alice, c
 def test_a_registration_request_encrypted_to_a_does_not_open_on_b(post_b, tenant_a, tenant_b, alice):
     import time
 
-    from apps.protocol.wire import contract as wc
+    from apps.wire import contract as wc
 
     req = wc.build_request(
         requestor_did=alice.did,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from apps.protocol.wire import contract as wc
+from apps.wire import contract as wc
 from tests.support.registration import contract_both_ways, register
 
 UNAUTHORIZED = (401, {"type": "ERROR", "code": "UNAUTHORIZED_COMMAND"})

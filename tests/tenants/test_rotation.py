@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import verify_json_object
-from apps.protocol.wire.did import parse_mediator_document
 from apps.tenants.models import AuditEntry, TenantKey
 from apps.tenants.services import tenant_rotate_keys, tenant_update
+from apps.wire import contract as wc
+from apps.wire.client import Identity
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import parse_mediator_document
 from tests.conftest import HOST_A
 from tests.support.registration import register
 

@@ -7,9 +7,9 @@ import time
 import pytest
 from django.db import connection
 
-from apps.protocol.wire.canonical import canonical_bytes
 from apps.usage import metering
 from apps.usage.models import CommandMeter
+from apps.wire.canonical import canonical_bytes
 from tests.support.registration import register
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.protocol.wire.canonical import (
+from apps.wire.canonical import (
     MAX_DEPTH,
     CanonicalError,
     RawJSON,

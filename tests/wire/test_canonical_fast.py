@@ -1,5 +1,5 @@
 """The C-encoder fast path of canonical JSON must print exactly what the reference encoder prints
-(apps/protocol/wire/canonical.py), and fail exactly where it fails."""
+(apps/wire/canonical.py), and fail exactly where it fails."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.protocol.wire import canonical
-from apps.protocol.wire.canonical import CanonicalError, RawJSON, canonical_bytes, canonical_str
+from apps.wire import canonical
+from apps.wire.canonical import CanonicalError, RawJSON, canonical_bytes, canonical_str
 
 # Every code point, lone surrogates included, and keys that stress UTF-16 vs code-point order.
 texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)

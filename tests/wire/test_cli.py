@@ -1,5 +1,5 @@
 """The shell client against a real Daphne: alice and bob register, agree a contract, and bob reads
-alice's message from his inbox. Every step runs `python -m apps.protocol.wire.cli` as a subprocess."""
+alice's message from his inbox. Every step runs `python -m apps.wire.cli` as a subprocess."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from apps.protocol.wire.client import Identity, MediatorClient
-from apps.protocol.wire.crypto import X25519KeyPair
-from apps.protocol.wire.encoding import b64encode
+from apps.wire.client import Identity, MediatorClient
+from apps.wire.crypto import X25519KeyPair
+from apps.wire.encoding import b64encode
 from tests.support.servers import ROOT, free_port, start_daphne
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +29,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     # A clean environment: the CLI must work without Django settings.
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "apps.protocol.wire.cli", *args],
+        [sys.executable, "-m", "apps.wire.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import X25519KeyPair, sign_json_object, x25519
-from apps.protocol.wire.did import DidError, parse_decentrl
-from apps.protocol.wire.encoding import b64decode, b64encode
+from apps.wire import contract as wc
+from apps.wire.client import Identity
+from apps.wire.crypto import X25519KeyPair, sign_json_object, x25519
+from apps.wire.did import DidError, parse_decentrl
+from apps.wire.encoding import b64decode, b64encode
 
 MEDIATOR = "did:web:a.mediator.test"
 NOW = int(time.time())
@@ -77,7 +77,7 @@ def test_the_request_key_is_x25519_of_the_ephemeral_and_the_pre_key_without_kdf(
     req = _request(alice, bob)
     key = x25519(bob.prekey.private, req.ephemeral.public)
     assert key == x25519(req.ephemeral.private, bob.prekey.public)
-    from apps.protocol.wire.crypto import aes_gcm_decrypt
+    from apps.wire.crypto import aes_gcm_decrypt
 
     assert json.loads(aes_gcm_decrypt(key, req.encrypted)) == req.request
 

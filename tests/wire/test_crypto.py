@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from apps.protocol.wire.crypto import (
+from apps.wire.crypto import (
     CryptoFailure,
     Ed25519KeyPair,
     X25519KeyPair,
@@ -19,7 +19,7 @@ from apps.protocol.wire.crypto import (
     verify_json_object,
     x25519,
 )
-from apps.protocol.wire.encoding import b64decode
+from apps.wire.encoding import b64decode
 
 from .test_vectors import ED_SEED, SHARED_SECRET
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from apps.protocol.wire.crypto import Ed25519KeyPair, X25519KeyPair
-from apps.protocol.wire.did import (
+from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
+from apps.wire.did import (
     DID_CONTEXT,
     DidError,
     decentrl_did,
@@ -18,7 +18,7 @@ from apps.protocol.wire.did import (
     parse_mediator_document,
     web_did_for_host,
 )
-from apps.protocol.wire.encoding import ED25519_PUB, X25519_PUB, b64encode, b64url_nopad, multikey_encode
+from apps.wire.encoding import ED25519_PUB, X25519_PUB, b64encode, b64url_nopad, multikey_encode
 
 from .test_vectors import ALICE_DID, ED_PUB, MEDIATOR, PREKEY_SEGMENT, SIGNING_SEGMENT, X_ALICE_PUB
 

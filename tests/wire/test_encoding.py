@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from apps.protocol.wire.encoding import (
+from apps.wire.encoding import (
     ED25519_PUB,
     X25519_PUB,
     EncodingError,

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.envelope import (
+from apps.wire.canonical import canonical_bytes
+from apps.wire.envelope import (
     DIRECT_COMMANDS,
     PUBLIC_COMMANDS,
     Pagination,
     parse_command,
     parse_pagination,
 )
-from apps.protocol.wire.errors import HTTP_STATUS, WS_CLOSE_CODES, ErrorCode, ProtocolError, error_body
+from apps.wire.errors import HTTP_STATUS, WS_CLOSE_CODES, ErrorCode, ProtocolError, error_body
 
 from .test_vectors import ALICE_DID, COMMAND_SIG, NONCE
 

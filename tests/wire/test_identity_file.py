@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from apps.protocol.wire import cli
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.encoding import b64encode
+from apps.wire import cli
+from apps.wire import contract as wc
+from apps.wire.client import Identity
+from apps.wire.encoding import b64encode
 
 from .test_contract import _request
 

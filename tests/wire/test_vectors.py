@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.crypto import (
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import (
     Ed25519KeyPair,
     X25519KeyPair,
     aes_gcm_decrypt,
@@ -16,9 +16,9 @@ from apps.protocol.wire.crypto import (
     verify_json_object,
     x25519,
 )
-from apps.protocol.wire.did import decentrl_did, parse_decentrl
-from apps.protocol.wire.encoding import ED25519_PUB, X25519_PUB, b58encode, b64url_nopad, multikey_encode
-from apps.protocol.wire.envelope import parse_command
+from apps.wire.did import decentrl_did, parse_decentrl
+from apps.wire.encoding import ED25519_PUB, X25519_PUB, b58encode, b64url_nopad, multikey_encode
+from apps.wire.envelope import parse_command
 
 # RFC 8032 §7.1 test 1 and RFC 7748 §6.1 keys
 ED_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.ops.jobs import JOBS, run_job
+from apps.tenants.models import Tenant
 
 
 class JobCommand(BaseCommand):
@@ -19,8 +20,6 @@ class JobCommand(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="count what would go, delete nothing")
 
     def handle(self, *args, tenant=None, dry_run=False, **options):
-        from apps.tenants.models import Tenant
-
         assert self.job_name in JOBS
         tenant_id = None
         if tenant:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import HOST_A
-from tests.protocol.conftest import envelope, err
+from tests.decentrl.conftest import envelope, err
 from tests.support.servers import start_daphne
 
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

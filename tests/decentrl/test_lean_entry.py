@@ -1,4 +1,4 @@
-"""POST / through the production WSGI application's command entries (apps/protocol/wsgi.py: the
+"""POST / through the production WSGI application's command entries (apps/decentrl/wsgi.py: the
 bare WSGI callable and Django's lean handler) gives what the full Django handler gives: same
 status, same headers, same body."""
 
@@ -13,14 +13,14 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wsgi import (
+from apps.decentrl.wsgi import (
     SKIPPED_FOR_COMMANDS,
     BareCommandApp,
     CommandHandler,
     ProtocolWSGIApplication,
     bare_supported,
 )
+from apps.wire.canonical import canonical_bytes
 from tests.conftest import HOST_A
 from tests.support.registration import contract_both_ways
 
@@ -199,7 +199,7 @@ def test_the_bare_entry_ends_the_request_like_django(handlers, tenant_a, monkeyp
 
 
 def test_an_unexpected_error_is_a_protocol_shaped_503(tenant_a, monkeypatch):
-    monkeypatch.setattr("apps.protocol.wsgi.handle", lambda *a: 1 / 0)
+    monkeypatch.setattr("apps.decentrl.wsgi.handle", lambda *a: 1 / 0)
     body = canonical_bytes({"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"})
     assert call(BareCommandApp(), b"{}") == ("503 Service Unavailable", _with_length(body), body)
 
@@ -213,7 +213,7 @@ def test_an_unreachable_database_answers_as_the_tenant_middleware_does(handlers,
         raise OperationalError("down")
 
     monkeypatch.setattr("apps.tenants.middleware.tenant_for_host", down)
-    monkeypatch.setattr("apps.protocol.wsgi.tenant_for_host", down)
+    monkeypatch.setattr("apps.decentrl.wsgi.tenant_for_host", down)
     body = b'{"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}'
     # In Django's chains TenantMiddleware answers before CommonMiddleware and XFrameOptionsMiddleware
     # (inner to it) see the reply; the bare entry gives it those two headers as well.
@@ -229,7 +229,7 @@ def test_a_middleware_with_view_hooks_must_be_listed_as_skipped(settings):
     assert "django.middleware.csrf.CsrfViewMiddleware" in SKIPPED_FOR_COMMANDS
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE] + ["django.middleware.cache.CacheMiddleware"]
     CommandHandler()  # no view hooks: fine
-    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "tests.protocol.test_lean_entry.ViewHookMiddleware"]
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "tests.decentrl.test_lean_entry.ViewHookMiddleware"]
     with pytest.raises(ImproperlyConfigured, match="process_view"):
         CommandHandler()
 

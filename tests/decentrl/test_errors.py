@@ -10,14 +10,14 @@ import uuid
 
 import pytest
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import Contract, PendingEvent
-from apps.protocol.models import Nonce
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import sign_json_object
 from apps.tenants.models import Tenant
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity
+from apps.wire.crypto import sign_json_object
 from tests.conftest import HOST_A
-from tests.protocol.conftest import body_of, data_counts, envelope, err, now_ms, row_counts
+from tests.decentrl.conftest import body_of, data_counts, envelope, err, now_ms, row_counts
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 QUERY = {"type": "QUERY_EVENTS"}

@@ -11,14 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps.messaging.services import is_registered
-from apps.protocol.nonces import nonce_consume
-from apps.protocol.wire.canonical import CanonicalError, loads_strict
-from apps.protocol.wire.crypto import verify_json_object
-from apps.protocol.wire.did import DidError
-from apps.protocol.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral
-from apps.protocol.wire.errors import WS_CLOSE_CODES
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did
+from apps.wire.canonical import CanonicalError, loads_strict
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import DidError
+from apps.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral
+from apps.wire.errors import WS_CLOSE_CODES
+
+from .nonces import nonce_consume
 
 # An AUTHENTICATE frame is a few hundred bytes plus the DID; anything bigger is not one.
 MAX_AUTH_FRAME_CHARS = 3 * MAX_DID_LEN + 1024

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apps.protocol.wire.envelope import Command
 from apps.tenants.models import Tenant
+from apps.wire.envelope import Command
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent, StoredEvent
-from apps.protocol.models import Nonce
 from tests.conftest import HOST_A
-from tests.protocol.conftest import body_of, envelope, err
+from tests.decentrl.conftest import body_of, envelope, err
 from tests.support.registration import contract_both_ways, register
 
 THREADS = 8
@@ -95,8 +95,8 @@ def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client,
 @pytest.mark.django_db(transaction=True)
 def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, alice, bob):
     """The handler's transaction rolls back (identity quota refused inside it); the nonce does not."""
-    from apps.protocol.wire import contract as wc
     from apps.tenants.models import Tenant
+    from apps.wire import contract as wc
     from tests.conftest import Poster
 
     poster = Poster(client, HOST_A)

@@ -12,12 +12,12 @@ import uuid
 import pytest
 
 from apps.messaging.models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.crypto import X25519KeyPair, aes_gcm_encrypt, ed25519_verify, sign_json_object, x25519
-from apps.protocol.wire.did import parse_decentrl
 from apps.tenants.models import Tenant
-from tests.protocol.conftest import data_counts, err, row_counts
+from apps.wire import contract as wc
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import X25519KeyPair, aes_gcm_encrypt, ed25519_verify, sign_json_object, x25519
+from apps.wire.did import parse_decentrl
+from tests.decentrl.conftest import data_counts, err, row_counts
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 SUCCESS = {"type": "SUCCESS"}

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import sign_json_object
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity
+from apps.wire.crypto import sign_json_object
 from tests.support.registration import register
 
 ERROR_CODES = {
@@ -64,8 +64,8 @@ def dave(tenant_a) -> Identity:
 
 def row_counts() -> dict[str, int]:
     """Rows of every table a command can write to."""
+    from apps.decentrl.models import Nonce
     from apps.messaging.models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
-    from apps.protocol.models import Nonce
 
     return {
         m.__name__: m.objects.count() for m in (Contract, ContractRequest, PendingEvent, StoredEvent, EventTag, Nonce)

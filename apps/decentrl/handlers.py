@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
-from apps.protocol.wire.envelope import MAX_PAGE_SIZE, parse_pagination
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.wire.envelope import MAX_PAGE_SIZE, parse_pagination
+from apps.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
 

@@ -1,12 +1,12 @@
 """A small shell client on top of `client.py`: register an identity and message another one.
 
-    python -m apps.protocol.wire.cli new-identity --alias alice --mediator http://localhost:8000 --out alice.json
-    python -m apps.protocol.wire.cli register --identity alice.json
-    python -m apps.protocol.wire.cli request-contract --identity alice.json --to <bob's DID>
-    python -m apps.protocol.wire.cli accept-requests --identity bob.json
-    python -m apps.protocol.wire.cli contracts --identity alice.json
-    python -m apps.protocol.wire.cli send --identity alice.json --to <bob's DID> --text "hello bob"
-    python -m apps.protocol.wire.cli inbox --identity bob.json --ack
+    python -m apps.wire.cli new-identity --alias alice --mediator http://localhost:8000 --out alice.json
+    python -m apps.wire.cli register --identity alice.json
+    python -m apps.wire.cli request-contract --identity alice.json --to <bob's DID>
+    python -m apps.wire.cli accept-requests --identity bob.json
+    python -m apps.wire.cli contracts --identity alice.json
+    python -m apps.wire.cli send --identity alice.json --to <bob's DID> --text "hello bob"
+    python -m apps.wire.cli inbox --identity bob.json --ack
 
 The identity file holds private keys: it is written with mode 0600 and never printed. Another
 party's mediator is found from the mediator segment of its DID: a `did:web:<host>` mediator is
@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_identity = argparse.ArgumentParser(add_help=False, parents=[common])
     with_identity.add_argument("--identity", required=True, metavar="FILE", help="identity file (JSON, mode 0600)")
 
-    parser = argparse.ArgumentParser(prog="python -m apps.protocol.wire.cli", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m apps.wire.cli", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("new-identity", parents=[common], help="create keys and save a new identity file")

@@ -8,10 +8,10 @@ import pytest
 from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.protocol.wire import contract as wc
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.did import parse_decentrl
-from tests.protocol.conftest import envelope, err
+from apps.wire import contract as wc
+from apps.wire.client import Identity
+from apps.wire.did import parse_decentrl
+from tests.decentrl.conftest import envelope, err
 
 QPE = {"type": "QUERY_PENDING_EVENTS"}
 

@@ -8,6 +8,7 @@ refreshes rows past their expiry, so a live duplicate inserts/updates nothing an
 from __future__ import annotations
 
 from apps.messaging.fastpath import prepared_cursor
+from apps.ops.jobs import Job
 
 from .models import Nonce
 
@@ -44,7 +45,26 @@ def nonce_consume(*, tenant_id: int, sender_did: str, nonce: str, expires_at_ms:
         return cur.fetchone() is not None
 
 
-def nonces_prune(*, now_ms: int) -> int:
-    """Delete expired nonces (DCTRL-0004 §5.3); safe to run concurrently."""
-    deleted, _ = Nonce.objects.filter(expires_at__lt=now_ms).delete()
-    return deleted
+def nonces_prune(*, now_ms: int, tenant=None, dry_run: bool = False) -> int:
+    """Delete (or count) expired nonces, of every tenant or one (DCTRL-0004 §5.3); safe to run concurrently.
+
+    A pair is kept until `timestamp + window` inclusive (docs/protocol-notes.md §3): only rows
+    strictly past their expiry go.
+    """
+    qs = Nonce.objects.filter(expires_at__lt=now_ms)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.count() if dry_run else qs.delete()[0]
+
+
+def nonce_count() -> int:
+    """Rows in the replay store, every tenant (the /metrics gauge)."""
+    return Nonce.objects.count()
+
+
+def _prune_job(*, now, dry_run: bool, tenant) -> int:
+    return nonces_prune(now_ms=int(now.timestamp() * 1000), tenant=tenant, dry_run=dry_run)
+
+
+# Registered with the maintenance jobs (apps.ops.jobs) by DecentrlConfig.ready().
+PRUNE_JOB = Job("prune_nonces", "nonces", "pruned", _prune_job, "nonces")

@@ -21,8 +21,8 @@ from django.db.models import F
 
 from apps.messaging import eventquery, services
 from apps.messaging.models import EventTag, StoredEvent
-from apps.protocol.wire.envelope import Pagination
-from tests.protocol.conftest import err
+from apps.wire.envelope import Pagination
+from tests.decentrl.conftest import err
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the tag statements are PostgreSQL's")
 

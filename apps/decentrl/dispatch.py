@@ -18,13 +18,13 @@ from django.utils import timezone
 
 from apps.messaging import fastpath
 from apps.messaging.services import delivery_checks, is_registered
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.crypto import verify_json_object
-from apps.protocol.wire.did import DidError, ResolvedDid, parse_decentrl
-from apps.protocol.wire.envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE, Command, parse_command
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import DidError, ResolvedDid, parse_decentrl
+from apps.wire.envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE, Command, parse_command
+from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import handlers, hooks
 from .context import CommandContext

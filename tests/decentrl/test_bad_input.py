@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.protocol.conftest import ERROR_CODES, body_of, envelope, err, now_ms, row_counts
+from tests.decentrl.conftest import ERROR_CODES, body_of, envelope, err, now_ms, row_counts
 
 QUERY = {"type": "QUERY_EVENTS"}
 INVALID = (400, err("INVALID_COMMAND"))
@@ -366,8 +366,8 @@ def _check_reply(status: int, body) -> None:
 def test_every_reply_is_a_well_formed_protocol_reply(post_a, tenant_a, registered, alice, bob):
     import uuid
 
-    from apps.protocol.wire import contract as wc
-    from apps.protocol.wire.crypto import sign_json_object
+    from apps.wire import contract as wc
+    from apps.wire.crypto import sign_json_object
     from tests.support.registration import contract_both_ways, signed_contract
 
     contract_both_ways(post_a, alice, bob, tenant_a)  # so that TWO_WAY_PRIVATE can succeed

@@ -28,15 +28,15 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
-from apps.protocol import hooks
-from apps.protocol.views import forwarded_client
-from apps.protocol.wire.canonical import canonical_str
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
+from apps.realtime.groups import group_name
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
+from apps.wire.canonical import canonical_str
+from apps.wire.errors import ErrorCode, ProtocolError
 
+from . import hooks
 from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
-from .groups import group_name
+from .views import forwarded_client
 
 log = logging.getLogger("mediator.realtime")
 
@@ -170,7 +170,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
         # Behind the proxies in MEDIATOR_TRUSTED_PROXIES (the layout's nginx), the client is the
-        # right-most untrusted X-Forwarded-For hop, as for POST / (apps/protocol/views.py).
+        # right-most untrusted X-Forwarded-For hop, as for POST / (apps/decentrl/views.py).
         forwarded = headers.get(b"x-forwarded-for")
         self.ip = forwarded_client(client[0] if client else None, forwarded.decode("latin-1") if forwarded else None)
         try:

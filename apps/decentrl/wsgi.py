@@ -15,7 +15,7 @@ of a TWO_WAY_PRIVATE's worker CPU (docs/benchmarks.md). `MEDIATOR_COMMAND_ENTRY`
   `settings.MIDDLEWARE` minus `SKIPPED_FOR_COMMANDS`, ending directly in `views.command`;
 - `full`: commands go through the full handler like everything else.
 
-tests/protocol/test_lean_entry.py checks that all three give the same status, headers and body.
+tests/decentrl/test_lean_entry.py checks that all three give the same status, headers and body.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.errors import ErrorCode, error_body
 from apps.tenants.selectors import tenant_for_host
+from apps.wire.canonical import canonical_bytes
+from apps.wire.errors import ErrorCode, error_body
 
 from .dispatch import handle
 from .middleware import cors_headers
@@ -80,7 +80,7 @@ class CommandHandler(WSGIHandler):
 
 # What BareCommandApp does by hand, in this order (outermost first).
 BARE_REPLICATES = (
-    "apps.protocol.middleware.CorsMiddleware",
+    "apps.decentrl.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "apps.tenants.middleware.TenantMiddleware",
     "django.middleware.common.CommonMiddleware",

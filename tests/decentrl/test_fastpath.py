@@ -14,11 +14,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent
-from apps.protocol.models import Nonce
-from apps.protocol.wire.client import Identity
 from apps.tenants.models import Tenant
-from tests.protocol.conftest import data_counts, envelope, err
+from apps.wire.client import Identity
+from tests.decentrl.conftest import data_counts, envelope, err
 from tests.support.registration import contract_both_ways
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,10 +16,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from apps.messaging.public import public_events_list
-from apps.protocol.wire.canonical import canonical_str
-from apps.protocol.wire.envelope import Pagination, parse_pagination
-from apps.protocol.wire.errors import ErrorCode, ProtocolError, error_body
 from apps.realtime.health import channel_layer_reachable
+from apps.wire.canonical import canonical_str
+from apps.wire.envelope import Pagination, parse_pagination
+from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
 from .dispatch import handle
 

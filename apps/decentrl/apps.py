@@ -1,0 +1,41 @@
+from django.apps import AppConfig
+
+
+class DecentrlConfig(AppConfig):
+    """The Decentrl front door (DCTRL-0004): dispatch, `POST /`, `/ws`, the DID document, `/health`.
+
+    The label stays "protocol" so that the nonce store keeps its table (`protocol_nonce`) and its
+    migration history from before the app was renamed.
+    """
+
+    name = "apps.decentrl"
+    label = "protocol"
+    verbose_name = "Decentrl"
+
+    def ready(self) -> None:
+        from django.conf import settings
+
+        from apps.ops import jobs, limits, metrics
+        from apps.usage import metering
+
+        from . import hooks, nonces
+
+        # The front door sits on top: it plugs the lower apps' limits, metrics and metering into
+        # its own extension points (apps below never import it). ready() may run more than once
+        # in some test setups: register each hook exactly once.
+        wiring = [
+            (hooks.PRE_CHECKS, limits.per_ip_check),
+            (hooks.SENDER_CHECKS, limits.per_did_check),
+            (hooks.WS_CONNECT_CHECKS, limits.ws_connect_check),
+            (hooks.WS_AUTH_CHECKS, limits.ws_auth_check),
+            (hooks.OBSERVERS, metrics.observe_command),
+            (hooks.WS_OBSERVERS, metrics.observe_ws),
+        ]
+        # Metering sees every finished command of the one dispatch path (HTTP and WebSocket).
+        if settings.USAGE_METERING_MODE != "off":
+            wiring.append((hooks.OBSERVERS, metering.observe))
+        for registry, fn in wiring:
+            if fn not in registry:
+                registry.append(fn)
+        jobs.register(nonces.PRUNE_JOB)
+        metrics.register_store_size("mediator_nonce_store_size", "Nonces held by the replay store.", nonces.nonce_count)
