@@ -295,3 +295,21 @@ def test_the_api_refuses_a_bad_range_with_a_400(api, body, errors):
     resp = api.post("/api/v1/usage/reports/", body, format="json")
     assert resp.status_code == 400 and resp.json() == errors
     assert ReportRun.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("date_from", "date_to", "message"),
+    [
+        (
+            "2026-11-07",
+            "2026-11-01",
+            "The range 2026-11-07 – 2026-11-01 has no days: the end date is before the start date.",
+        ),
+        ("2025-01-01", "2026-11-01", "A range covers at most 366 days."),
+    ],
+)
+def test_the_generate_form_refuses_a_range_with_the_dashboards_words(staff, date_from, date_to, message):
+    resp = staff.post("/admin/usage/reportrun/generate/", {"date_from": date_from, "date_to": date_to})
+    assert resp.status_code == 200
+    assert resp.context["form"].non_field_errors() == [message]
+    assert ReportRun.objects.count() == 0
