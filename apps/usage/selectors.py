@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, timedelta
+from enum import StrEnum
 
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -115,15 +116,97 @@ def csv_rows(run: ReportRun, table: str):
     yield from model.objects.filter(run=run).order_by("day", "tenant__slug", "pk").values_list(*columns).iterator()
 
 
-def chart_series(daily_rows: list[ReportDaily], type_rows: list[ReportCommandType], days: list[date]) -> dict:
-    """Day-indexed series (summed over the given tenants) for the charts."""
+SUM_FIELDS = (
+    "commands",
+    "errors",
+    "bytes_in",
+    "bytes_out",
+    "active_identities",
+    "new_registrations",
+    "pending_created",
+    "pending_delivered",
+    "stored_events",
+    "stored_bytes",
+)
+
+
+def covered_days(*, tenant: Tenant | None, first: date, last: date) -> set[date]:
+    """The days in [first, last] that a succeeded run covers for `tenant` (None: any run)."""
+    runs = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED, date_from__lte=last, date_to__gte=first)
+    if tenant is not None:
+        # A run with no tenants covers all of them.
+        runs = runs.filter(Q(tenants=None) | Q(tenants=tenant))
+    covered: set[date] = set()
+    for run_first, run_last in runs.values_list("date_from", "date_to").distinct():
+        covered.update(days_between(max(run_first, first), min(run_last, last)))
+    return covered
+
+
+class UsageState(StrEnum):
+    """What the usage pages show for a range: charts, or why there are none."""
+
+    DATA = "data"
+    NO_REPORTS = "no-reports"  # no run has ever been published
+    NOT_COVERED = "not-covered"  # published runs exist, none covers a day of the range
+    NO_TRAFFIC = "no-traffic"  # the range is covered, but no tenant in scope had any activity
+
+
+@dataclass(frozen=True)
+class UsageOverTime:
+    """The dashboard's "over time" section for one scope and range."""
+
+    days: list[date]
+    state: UsageState
+    series: dict | None  # chart_series(...) when state is DATA, else None
+    uncovered: int  # days of the range no published run covers (gaps in the charts)
+
+    @property
+    def totals(self) -> dict[str, int | None]:
+        """Per field, the sum over the covered days; None (not 0) for every field without data."""
+        if self.series is None:
+            return dict.fromkeys(SUM_FIELDS)
+        return {k: sum(v for v in vals if v is not None) for k, vals in self.series["sums"].items()}
+
+
+def usage_over_time(*, tenant: Tenant | None, first: date, last: date) -> UsageOverTime:
+    """Published usage of one tenant (None: all) over [first, last], or the reason there is none."""
+    days = days_between(first, last)
+    covered = covered_days(tenant=tenant, first=first, last=last)
+    uncovered = len(days) - len(covered)
+    if not covered:
+        published = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).exists()
+        return UsageOverTime(days, UsageState.NOT_COVERED if published else UsageState.NO_REPORTS, None, uncovered)
+    daily = latest_published_daily(tenant_ids=[tenant.pk] if tenant else None, first=first, last=last)
+    if not daily:
+        return UsageOverTime(days, UsageState.NO_TRAFFIC, None, uncovered)
+    series = chart_series(daily, by_type_for(daily), days, covered=covered)
+    return UsageOverTime(days, UsageState.DATA, series, uncovered)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
+
+
+def chart_series(
+    daily_rows: list[ReportDaily],
+    type_rows: list[ReportCommandType],
+    days: list[date],
+    *,
+    covered: set[date] | None = None,
+) -> dict:
+    """Day-indexed series (summed over the given tenants) for the charts.
+
+    Every series has exactly one value per day of `days`, whatever the rows hold: 0 on a covered
+    day without activity, None (a gap, never a zero) on a day no published run covers.
+    """
     index = {d: i for i, d in enumerate(days)}
     n = len(days)
+    covered = set(days) if covered is None else covered
 
-    def zeros():
-        return [0] * n
+    def blank() -> list[int | None]:
+        return [0 if d in covered else None for d in days]
 
-    sums: dict[str, list] = defaultdict(zeros)
+    sums: dict[str, list[int | None]] = {f: blank() for f in SUM_FIELDS}
     lat50: list[float | None] = [None] * n
     lat95: list[float | None] = [None] * n
     del50: list[float | None] = [None] * n
@@ -132,19 +215,8 @@ def chart_series(daily_rows: list[ReportDaily], type_rows: list[ReportCommandTyp
         i = index.get(r.day)
         if i is None:
             continue
-        for f in (
-            "commands",
-            "errors",
-            "bytes_in",
-            "bytes_out",
-            "active_identities",
-            "new_registrations",
-            "pending_created",
-            "pending_delivered",
-            "stored_events",
-            "stored_bytes",
-        ):
-            sums[f][i] += getattr(r, f)
+        for f in SUM_FIELDS:
+            sums[f][i] = (sums[f][i] or 0) + getattr(r, f)
         # Across tenants show the worst tenant's percentile (percentiles do not add up).
         for target, value in (
             (lat50, r.latency_p50_ms),
@@ -154,26 +226,27 @@ def chart_series(daily_rows: list[ReportDaily], type_rows: list[ReportCommandTyp
         ):
             if value is not None:
                 target[i] = value if target[i] is None else max(target[i], value)
-    types: dict[str, list] = defaultdict(zeros)
+    types: dict[str, list[int | None]] = defaultdict(blank)
     totals: dict[str, int] = defaultdict(int)
     for r in type_rows:
         i = index.get(r.day)
         if i is not None:
-            types[r.command_type][i] += r.commands
+            types[r.command_type][i] = (types[r.command_type][i] or 0) + r.commands
             totals[r.command_type] += r.commands
     # The eight busiest types keep their colour; the rest become "other".
     ordered = sorted(totals, key=lambda k: (-totals[k], k))
     by_type = {k: types[k] for k in ordered[:8]}
     if len(ordered) > 8:
-        other = zeros()
+        other = blank()
         for k in ordered[8:]:
-            other = [a + b for a, b in zip(other, types[k], strict=True)]
+            other = [_add(a, b) for a, b in zip(other, types[k], strict=True)]
         by_type["other"] = other
-    error_rate = [(sums["errors"][i] / sums["commands"][i]) if sums["commands"][i] else None for i in range(n)]
+    commands, errors = sums["commands"], sums["errors"]
     return {
-        "sums": dict(sums),
+        "sums": sums,
+        "succeeded": [None if c is None else c - (e or 0) for c, e in zip(commands, errors, strict=True)],
         "by_type": by_type,
-        "error_rate": error_rate,
+        "error_rate": [(e or 0) / c if c else None for c, e in zip(commands, errors, strict=True)],
         "latency": {"p50": lat50, "p95": lat95},
         "delivery": {"p50": del50, "p95": del95},
     }

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import csv
-from datetime import timedelta
+from datetime import date
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.utils import timezone
 
 from apps.tenants.models import Tenant
 
 from . import charts, metering, selectors
+from .forms import DASHBOARD_DAYS, DashboardFilterForm
 from .models import ReportRun
-
-DASHBOARD_DAYS = (7, 14, 30, 90)
 
 
 class _Echo:
@@ -53,19 +51,14 @@ def _chart_list(series: dict, labels: list[str]) -> list[dict]:
             "svg": charts.stacked_bars(
                 "Commands per day: succeeded and failed",
                 labels,
-                {
-                    "succeeded": [c - e for c, e in zip(s.get("commands", []), s.get("errors", []), strict=True)],
-                    "failed": s.get("errors", []),
-                },
+                {"succeeded": series["succeeded"], "failed": s["errors"]},
                 colors=("#10b981", "#ef4444"),
             ),
         },
         {"id": "error-rate", "svg": charts.lines("Error rate", labels, {"error rate": series["error_rate"]}, "%")},
         {
             "id": "bytes",
-            "svg": charts.lines(
-                "Bytes in and out", labels, {"in": s.get("bytes_in", []), "out": s.get("bytes_out", [])}, "B"
-            ),
+            "svg": charts.lines("Bytes in and out", labels, {"in": s["bytes_in"], "out": s["bytes_out"]}, "B"),
         },
         {"id": "latency", "svg": charts.lines("Command latency", labels, series["latency"], "ms")},
         {
@@ -73,57 +66,76 @@ def _chart_list(series: dict, labels: list[str]) -> list[dict]:
             "svg": charts.lines(
                 "Identities",
                 labels,
-                {"active": s.get("active_identities", []), "new registrations": s.get("new_registrations", [])},
+                {"active": s["active_identities"], "new registrations": s["new_registrations"]},
             ),
         },
         {
             "id": "pending",
             "svg": charts.lines(
-                "Pending events",
-                labels,
-                {"created": s.get("pending_created", []), "delivered": s.get("pending_delivered", [])},
+                "Pending events", labels, {"created": s["pending_created"], "delivered": s["pending_delivered"]}
             ),
         },
         {
             "id": "delivery",
             "svg": charts.lines("Delivery latency (stored → acknowledged)", labels, series["delivery"], "ms"),
         },
-        {"id": "stored", "svg": charts.lines("Stored events", labels, {"events": s.get("stored_events", [])})},
+        {"id": "stored", "svg": charts.lines("Stored events", labels, {"events": s["stored_events"]})},
     ]
+
+
+def _labels(days: list[date]) -> list[str]:
+    return [d.strftime("%b %d") for d in days]
+
+
+def _no_traffic(tenants: list[Tenant], first: date, last: date) -> str:
+    who = ", ".join(t.slug for t in tenants) if tenants else "any tenant"
+    return f"No traffic for {who} in {first} – {last}."
+
+
+def _empty_message(usage: selectors.UsageOverTime, tenant: Tenant | None, first: date, last: date) -> str:
+    """The sentence a usage page shows instead of charts that would only draw zeros."""
+    if usage.state == selectors.UsageState.NO_REPORTS:
+        return "No usage report has been published yet."
+    if usage.state == selectors.UsageState.NOT_COVERED:
+        return f"No usage report covers {first} – {last} yet."
+    message = _no_traffic([tenant] if tenant else [], first, last)
+    if usage.uncovered:
+        message += f" No published report covers {usage.uncovered} of these {len(usage.days)} days."
+    return message
 
 
 @staff_member_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Per-tenant usage over time from the latest published reports, plus live counters."""
     tenants = list(Tenant.objects.order_by("slug"))
-    slug = request.GET.get("tenant", "")
-    selected = next((t for t in tenants if t.slug == slug), None)
-    try:
-        ndays = int(request.GET.get("days", "30"))
-    except ValueError:
-        ndays = 30
-    ndays = ndays if ndays in DASHBOARD_DAYS else 30
-    last = timezone.now().date()
-    first = last - timedelta(days=ndays - 1)
-    days = selectors.days_between(first, last)
-    ids = [selected.pk] if selected else None
-    daily = selectors.latest_published_daily(tenant_ids=ids, first=first, last=last)
-    series = selectors.chart_series(daily, selectors.by_type_for(daily), days)
-    labels = [d.strftime("%b %d") for d in days]
-    sums = series["sums"]
-    context = {
+    form = DashboardFilterForm(request.GET, tenants=tenants)
+    context: dict = {
         "tenants": tenants,
-        "selected": selected,
-        "ndays": ndays,
         "day_choices": DASHBOARD_DAYS,
-        "charts": _charts(series, labels),
-        "has_data": bool(daily),
-        "totals": {k: sum(v) for k, v in sums.items()},
-        "live": selectors.live_counters(tenants=[selected] if selected else tenants),
-        "metering_buffer": metering.pending(),
         "latest_run": ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).first(),
-        "runs": ReportRun.objects.all()[:5],
     }
+    if not form.is_valid():
+        # Bad filters: say what is wrong, draw nothing (a 400, never a guess at what was meant).
+        errors = [e for field_errors in form.errors.values() for e in field_errors]
+        return render(request, "usage/dashboard.html", {**context, "filter_errors": errors}, status=400)
+    selected: Tenant | None = form.cleaned_data["tenant"]
+    first, last = form.cleaned_data["first"], form.cleaned_data["last"]
+    usage = selectors.usage_over_time(tenant=selected, first=first, last=last)
+    has_data = usage.state == selectors.UsageState.DATA
+    context.update(
+        selected=selected,
+        ndays=len(usage.days),
+        first=first,
+        last=last,
+        charts=_charts(usage.series, _labels(usage.days)) if has_data else [],
+        has_data=has_data,
+        empty_message=None if has_data else _empty_message(usage, selected, first, last),
+        uncovered=usage.uncovered,
+        totals=usage.totals,
+        live=selectors.live_counters(tenants=[selected] if selected else tenants),
+        metering_buffer=metering.pending(),
+        runs=ReportRun.objects.all()[:5],
+    )
     return render(request, "usage/dashboard.html", context)
 
 
@@ -137,16 +149,16 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A run's status (refreshing while it works), then its tables and charts."""
     run = get_object_or_404(ReportRun.objects.prefetch_related("tenants"), pk=pk)
-    context: dict = {"run": run, "tables": None, "charts": []}
+    context: dict = {"run": run, "tables": None, "charts": [], "empty_message": None}
     if run.status == ReportRun.Status.SUCCEEDED:
+        context["csv_tables"] = list(selectors.CSV_TABLES)
         results = selectors.run_results(run)
-        days = selectors.days_between(run.date_from, run.date_to)
-        series = selectors.chart_series(results["daily"], results["by_type"], days)
-        context.update(
-            tables=results,
-            charts=_charts(series, [d.strftime("%b %d") for d in days]),
-            csv_tables=list(selectors.CSV_TABLES),
-        )
+        if not results["daily"]:
+            context["empty_message"] = _no_traffic(list(run.tenants.all()), run.date_from, run.date_to)
+        else:
+            days = selectors.days_between(run.date_from, run.date_to)
+            series = selectors.chart_series(results["daily"], results["by_type"], days)
+            context.update(tables=results, charts=_charts(series, _labels(days)))
     return render(request, "usage/run_detail.html", context)
 
 
