@@ -222,7 +222,9 @@ class PrivateKey:
                 key = ec.derive_private_key(int.from_bytes(secret, "big"), EC_CURVES[crv])
             except ValueError as exc:
                 raise InvalidKey(f"not a {crv} scalar") from exc
-            point = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+            point = key.public_key().public_bytes(
+                serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint
+            )
             return cls(crv, secret, PublicKey(crv, point))
         raise InvalidKey("unsupported curve or wrong secret length")
 
