@@ -79,9 +79,7 @@ def test_it_unwraps_the_spec_anoncrypt_of_authcrypt_of_signed_p521_message(spec)
     vectors = spec["vectors"]["authcrypt"]
     outer = jwe.decrypt(vectors["TEST_ENCRYPTED_DIDCOMM_MESSAGE_AUTH_P521"], private_key_for=spec["private"].get)
     assert (outer.alg, outer.enc) == ("ECDH-ES+A256KW", "XC20P")
-    middle = jwe.decrypt(
-        outer.plaintext, private_key_for=spec["private"].get, sender_key_for=spec["public"].get
-    )
+    middle = jwe.decrypt(outer.plaintext, private_key_for=spec["private"].get, sender_key_for=spec["public"].get)
     assert (middle.alg, middle.sender_kid) == ("ECDH-1PU+A256KW", "did:example:alice#key-p521-1")
     verified = jws.verify(json.loads(middle.plaintext), public_key_for=spec["public"].get)
     assert json.loads(verified.payload) == _plain(spec, thid=False)
