@@ -11,43 +11,18 @@ import json
 import pytest
 
 from apps.didcomm.core import jwe
-from apps.didcomm.core.did_peer import mediator_peer_did, peer2_create
+from apps.didcomm.core.did_peer import peer2_create
 from apps.didcomm.core.keys import ED25519, P256, X25519, PrivateKey
 from apps.didcomm.core.message import parse_plaintext
 from apps.didcomm.core.resolver import key_agreement_key
 from tests.interop import didcomm_node
-from tests.interop.didcomm_node import Party
+from tests.interop.didcomm_node import Party, mediator, message
 
 NODE_ANON_ENCS = {
     "A256cbcHs512EcdhEsA256kw": "A256CBC-HS512",
     "A256gcmEcdhEsA256kw": "A256GCM",
     "Xc20pEcdhEsA256kw": "XC20P",
 }
-
-
-def mediator() -> Party:
-    agreement, auth = PrivateKey.generate(X25519), PrivateKey.generate(ED25519)
-    did = mediator_peer_did(
-        authentication=auth.public,
-        agreement=agreement.public,
-        http_uri="https://m.example/didcomm",
-        ws_uri="wss://m.example/didcomm/ws",
-    )
-    return Party(did, agreement, auth)
-
-
-def message(sender: Party | None, recipient: Party, body: dict | None = None) -> dict:
-    msg = {
-        "id": "5b1f6a1e-0000-4000-8000-000000000001",
-        "typ": "application/didcomm-plain+json",
-        "type": "https://didcomm.org/trust-ping/2.0/ping",
-        "to": [recipient.did],
-        "created_time": 1767225600,
-        "body": body or {"response_requested": True},
-    }
-    if sender:
-        msg["from"] = sender.did
-    return msg
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.didcomm.core.did_peer import peer2_create
+from apps.didcomm.core.did_peer import mediator_peer_did, peer2_create
 from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
@@ -94,3 +94,30 @@ def run(jobs: list[dict], *, parties: list[Party], secrets_of: list[Party], time
     if out.returncode != 0:
         raise RuntimeError(f"didcomm-node failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)["results"]
+
+
+def mediator() -> Party:
+    """A mediator party with our did:peer:2 shape (V, E, http and ws services)."""
+    agreement, auth = PrivateKey.generate(X25519), PrivateKey.generate(ED25519)
+    did = mediator_peer_did(
+        authentication=auth.public,
+        agreement=agreement.public,
+        http_uri="https://m.example/didcomm",
+        ws_uri="wss://m.example/didcomm/ws",
+    )
+    return Party(did, agreement, auth)
+
+
+def message(sender: Party | None, recipient: Party, body: dict | None = None) -> dict:
+    """A trust-ping plaintext from `sender` (None: anonymous) to `recipient`."""
+    msg = {
+        "id": "5b1f6a1e-0000-4000-8000-000000000001",
+        "typ": "application/didcomm-plain+json",
+        "type": "https://didcomm.org/trust-ping/2.0/ping",
+        "to": [recipient.did],
+        "created_time": 1767225600,
+        "body": body or {"response_requested": True},
+    }
+    if sender:
+        msg["from"] = sender.did
+    return msg
