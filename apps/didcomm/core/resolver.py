@@ -16,7 +16,7 @@ def resolve_did(did: str) -> DidDocument:
     base = did.split("#", 1)[0]
     if base.startswith("did:key:"):
         return resolve_did_key(base)
-    if base.startswith("did:peer:2."):
+    if base.startswith("did:peer:2"):
         return resolve_peer2(base)
     if base.startswith("did:peer:4"):
         return resolve_peer4(base)
