@@ -219,8 +219,9 @@ def decrypt(
     protected_b64 = jwe.get("protected")
     if not isinstance(protected_b64, str):
         raise MalformedEnvelope("protected header missing")
+    protected_raw = _b64(protected_b64, "protected")
     try:
-        header = json.loads(_b64(protected_b64, "protected"))
+        header = json.loads(protected_raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("protected header is not JSON") from exc
     if not isinstance(header, dict):
