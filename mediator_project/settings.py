@@ -268,7 +268,8 @@ MEDIATOR_TENANT_CACHE_SECONDS = env_int("MEDIATOR_TENANT_CACHE_SECONDS", 5)
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    # Staff plus the model permission the console needs for the same action (issue 13).
+    "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.OperatorPermissions"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
