@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -73,6 +74,7 @@ MIDDLEWARE = [
     "apps.decentrl.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "apps.tenants.middleware.OperatorHostMiddleware",
     "apps.tenants.middleware.TenantMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -264,11 +266,27 @@ MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or 
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the
 # tenant services clear this process's cache at once; other processes see a change within the TTL.
 MEDIATOR_TENANT_CACHE_SECONDS = env_int("MEDIATOR_TENANT_CACHE_SECONDS", 5)
+# The operator surfaces (/admin/, /api/v1/, /dashboard/) answer only on these hosts; elsewhere a
+# 404 (apps/tenants/middleware.py, issue 13). Comma-separated `host` (any port) or `host:port`;
+# "*" is every host, the development default. Production has no default: unset is a startup failure.
+_operator_hosts = (env("MEDIATOR_OPERATOR_HOSTS") or "").strip()
+if not _operator_hosts:
+    if PRODUCTION:
+        raise ImproperlyConfigured(
+            "MEDIATOR_OPERATOR_HOSTS must be set in production: the host names that serve /admin/, "
+            '/api/v1/ and /dashboard/ (comma-separated host or host:port; "*" for every host)'
+        )
+    _operator_hosts = "*"
+MEDIATOR_OPERATOR_HOSTS = [h.strip().lower().rstrip(".") for h in _operator_hosts.split(",") if h.strip()]
+for _host in MEDIATOR_OPERATOR_HOSTS:
+    if not re.fullmatch(r"\*|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?|\[[0-9a-f:.]+\](:\d{1,5})?", _host):
+        raise ImproperlyConfigured(f"MEDIATOR_OPERATOR_HOSTS: not a host or host:port: {_host!r}")
 # The console theme's login form carries no "next": land operators on the console, not /accounts/profile/.
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    # Staff plus the model permission the console needs for the same action (issue 13).
+    "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.OperatorPermissions"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

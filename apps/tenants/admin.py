@@ -34,6 +34,7 @@ from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, 
 from apps.ops import console
 
 from .models import AuditEntry, Tenant
+from .permissions import TENANT_ACTIONS
 from .selectors import domain_in_use
 from .services import (
     POLICY_FIELDS,
@@ -207,8 +208,14 @@ class TenantAdmin(ModelAdmin):
                 *POLICY_SETS,
                 ("Keys", {"fields": ["prekey_grace_hours"]}),
             ]
+        identity = IDENTITY
+        if not self.has_change_permission(request, obj):
+            # View only: every field is shown read-only, and "aliases" (a form field) would be
+            # looked up on the model, where it is the related manager.
+            name, opts = IDENTITY
+            identity = (name, {"fields": ["alias_domains" if f == "aliases" else f for f in opts["fields"]]})
         return [
-            IDENTITY,
+            identity,
             ("Live figures", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
@@ -249,6 +256,10 @@ class TenantAdmin(ModelAdmin):
     @display(description="Pending events", ordering="stat_pending")
     def pending_depth(self, obj: Tenant) -> int:
         return getattr(obj, "stat_pending", 0)
+
+    @display(description="Aliases")
+    def alias_domains(self, obj: Tenant) -> str:
+        return ", ".join(a.domain for a in obj.aliases.all()) or "none"
 
     @display(description="Signing key (fingerprint)")
     def signing_key(self, obj: Tenant) -> str:
@@ -338,19 +349,19 @@ class TenantAdmin(ModelAdmin):
 
     # --- changelist actions ---------------------------------------------------------------------
 
-    @admin.action(description="Suspend selected mediators", permissions=["change"])
+    @admin.action(description="Suspend selected mediators", permissions=[TENANT_ACTIONS["suspend"]])
     def suspend_selected(self, request, queryset):
         for tenant in queryset:
             tenant_suspend(tenant=tenant, actor=_actor(request))
         self.message_user(request, f"Suspended {len(queryset)} mediator(s).", messages.SUCCESS)
 
-    @admin.action(description="Resume selected mediators", permissions=["change"])
+    @admin.action(description="Resume selected mediators", permissions=[TENANT_ACTIONS["resume"]])
     def resume_selected(self, request, queryset):
         for tenant in queryset:
             tenant_resume(tenant=tenant, actor=_actor(request))
         self.message_user(request, f"Resumed {len(queryset)} mediator(s).", messages.SUCCESS)
 
-    @admin.action(description="Rotate keys of selected mediators", permissions=["change"])
+    @admin.action(description="Rotate keys of selected mediators", permissions=[TENANT_ACTIONS["rotate_keys"]])
     def rotate_keys_selected(self, request, queryset):
         if request.POST.get("confirm") == "yes":
             for tenant in queryset:
@@ -368,7 +379,7 @@ class TenantAdmin(ModelAdmin):
             button="Rotate keys",
         )
 
-    @admin.action(description="Purge expired data (dry run first)", permissions=["change"])
+    @admin.action(description="Purge expired data (dry run first)", permissions=[TENANT_ACTIONS["purge_expired"]])
     def purge_selected(self, request, queryset):
         tenants = list(queryset)
         if request.POST.get("confirm") == "yes":
@@ -411,11 +422,15 @@ class TenantAdmin(ModelAdmin):
             raise Http404("no such mediator")
         return get_object_or_404(Tenant, pk=int(object_id))
 
-    def _object_or_deny(self, request, object_id) -> Tenant:
+    def _object_or_deny(self, request, object_id, action: str) -> Tenant:
+        """The tenant, if the user holds the permission TENANT_ACTIONS names for `action`."""
         tenant = self._get(object_id)
-        if not self.has_change_permission(request, tenant):
-            raise PermissionDenied
+        self._require(request, tenant, action)
         return tenant
+
+    def _require(self, request, tenant: Tenant, action: str) -> None:
+        if not getattr(self, f"has_{TENANT_ACTIONS[action]}_permission")(request, tenant):
+            raise PermissionDenied
 
     def _change_url(self, tenant: Tenant) -> str:
         return reverse("admin:tenants_tenant_change", args=[tenant.pk])
@@ -436,9 +451,15 @@ class TenantAdmin(ModelAdmin):
         }
         return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)
 
-    @action(description="Suspend / resume", url_path="status", icon="power_settings_new")
+    @action(
+        description="Suspend / resume",
+        url_path="status",
+        icon="power_settings_new",
+        permissions=sorted({TENANT_ACTIONS["suspend"], TENANT_ACTIONS["resume"]}),
+    )
     def detail_suspend_resume(self, request, object_id) -> HttpResponse:
-        tenant = self._object_or_deny(request, object_id)
+        tenant = self._get(object_id)
+        self._require(request, tenant, "suspend" if tenant.is_active else "resume")
         if request.method == "POST":
             if tenant.is_active:
                 tenant_suspend(tenant=tenant, actor=_actor(request))
@@ -459,9 +480,9 @@ class TenantAdmin(ModelAdmin):
             request, tenant, title=f"Resume {tenant.slug}", intro="Serve this mediator again.", button="Resume"
         )
 
-    @action(description="Rotate keys", url_path="rotate-keys", icon="key")
+    @action(description="Rotate keys", url_path="rotate-keys", icon="key", permissions=[TENANT_ACTIONS["rotate_keys"]])
     def detail_rotate(self, request, object_id) -> HttpResponse:
-        tenant = self._object_or_deny(request, object_id)
+        tenant = self._object_or_deny(request, object_id, "rotate_keys")
         if request.method == "POST":
             which = request.POST.get("keys", "both")
             tenant_rotate_keys(
@@ -482,9 +503,14 @@ class TenantAdmin(ModelAdmin):
             button="Rotate",
         )
 
-    @action(description="Purge expired data", url_path="purge", icon="delete_sweep")
+    @action(
+        description="Purge expired data",
+        url_path="purge",
+        icon="delete_sweep",
+        permissions=[TENANT_ACTIONS["purge_expired"]],
+    )
     def detail_purge(self, request, object_id) -> HttpResponse:
-        tenant = self._object_or_deny(request, object_id)
+        tenant = self._object_or_deny(request, object_id, "purge_expired")
         if request.method == "POST":
             result = console.tenant_purge_expired(tenant=tenant, actor=_actor(request), dry_run=False)
             self.message_user(request, f"{tenant.slug}: {result.summary()}", messages.SUCCESS)
@@ -514,10 +540,15 @@ class TenantAdmin(ModelAdmin):
         }
         return TemplateResponse(request, "admin/tenants/tenant/listing.html", context)
 
-    @action(description="Registrations", url_path="registrations", icon="badge")
+    @action(
+        description="Registrations",
+        url_path="registrations",
+        icon="badge",
+        permissions=[TENANT_ACTIONS["registrations"]],
+    )
     def detail_registrations(self, request, object_id) -> HttpResponse:
 
-        tenant = self._viewable(request, object_id)
+        tenant = self._object_or_deny(request, object_id, "registrations")
         return self._listing(
             request,
             tenant,
@@ -527,10 +558,10 @@ class TenantAdmin(ModelAdmin):
             row=lambda r: [r["owner_did"], _unix(r["expires_at"]), r["created_at"].strftime("%Y-%m-%d %H:%M:%S UTC")],
         )
 
-    @action(description="Contracts", url_path="contracts", icon="handshake")
+    @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])
     def detail_contracts(self, request, object_id) -> HttpResponse:
 
-        tenant = self._viewable(request, object_id)
+        tenant = self._object_or_deny(request, object_id, "contracts")
         return self._listing(
             request,
             tenant,
@@ -539,12 +570,6 @@ class TenantAdmin(ModelAdmin):
             rows_qs=tenant_contracts(tenant=tenant),
             row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], _unix(r["expires_at"])],
         )
-
-    def _viewable(self, request, object_id) -> Tenant:
-        tenant = self._get(object_id)
-        if not self.has_view_permission(request, tenant):
-            raise PermissionDenied
-        return tenant
 
 
 def _pretty(value) -> str:

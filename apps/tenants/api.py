@@ -1,7 +1,8 @@
 """Operator REST API under /api/v1/ (docs/operators.md): thin DRF adapters over the tenant services.
 
-Staff only (token authentication). Every write records an audit entry with via="api". Validation
-errors are JSON objects mapping a field to its messages, with HTTP 400.
+Staff only (token authentication), and each action needs the model permission the console needs
+for it (apps/tenants/permissions.py, OperatorPermissions). Every write records an audit entry with
+via="api". Validation errors are JSON objects mapping a field to its messages, with HTTP 400.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rest_framework.response import Response
 from apps.ops import console
 
 from .models import AuditEntry, Tenant
+from .permissions import AUDIT_ACTIONS, TENANT_ACTIONS
 from .services import (
     NULLABLE_POLICY,
     POLICY_BOUNDS,
@@ -175,6 +177,7 @@ class TenantViewSet(viewsets.GenericViewSet):
 
     queryset = Tenant.objects.prefetch_related("aliases").order_by("slug")
     serializer_class = TenantSerializer
+    operator_actions = TENANT_ACTIONS
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
@@ -241,6 +244,7 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     """The operator audit log, newest first; `?tenant=<slug>` narrows it to one tenant."""
 
     serializer_class = AuditEntrySerializer
+    operator_actions = AUDIT_ACTIONS
 
     def get_queryset(self):
         qs = AuditEntry.objects.order_by("-at", "-id")

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from apps.tenants.permissions import operator_may
+
 from . import services
 from .forms import ReportRequestForm
 from .models import CommandMeter, ReportRun
+from .permissions import REPORT_RUN_ACTIONS
 
 try:  # the console theme (django-unfold) when installed, else Django's own admin classes
     from unfold.admin import ModelAdmin as BaseModelAdmin
@@ -53,6 +57,10 @@ class ReportRunAdmin(BaseModelAdmin):
     def results_link(self, obj: ReportRun) -> str:
         return format_html('<a href="{}">open</a>', reverse("usage:run-detail", args=[obj.pk]))
 
+    def changelist_view(self, request: HttpRequest, extra_context=None) -> HttpResponse:
+        may_request = operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"])
+        return super().changelist_view(request, {**(extra_context or {}), "may_request_run": may_request})
+
     def get_urls(self):
         return [
             path("generate/", self.admin_site.admin_view(self.generate_view), name="usage_reportrun_generate"),
@@ -63,6 +71,8 @@ class ReportRunAdmin(BaseModelAdmin):
         """Parse the form, request one run, go to its page (which follows it to completion)."""
         if not request.user.is_staff:
             return HttpResponseRedirect(reverse("admin:login"))
+        if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]):
+            raise PermissionDenied
         form = ReportRequestForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             run = services.report_run_request(

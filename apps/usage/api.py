@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from . import services
 from .models import ReportRun
+from .permissions import REPORT_RUN_ACTIONS
 from .serializers import ReportDailySerializer, ReportRequestSerializer, ReportRunSerializer
 from .views import csv_response
 
@@ -19,6 +20,7 @@ class ReportRunListCreate(generics.ListAPIView):
 
     serializer_class = ReportRunSerializer
     queryset = ReportRun.objects.prefetch_related("tenants").order_by("-id")
+    operator_actions = {"GET": REPORT_RUN_ACTIONS["list"], "POST": REPORT_RUN_ACTIONS["request"]}
 
     def post(self, request: Request) -> Response:
         data = ReportRequestSerializer(data=request.data)
@@ -36,6 +38,9 @@ class ReportRunListCreate(generics.ListAPIView):
 class ReportRunDetail(APIView):
     """GET: one run; once succeeded, with its per-tenant daily rows."""
 
+    queryset = ReportRun.objects.all()
+    operator_actions = {"GET": REPORT_RUN_ACTIONS["retrieve"]}
+
     def get(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(ReportRun.objects.prefetch_related("tenants"), pk=pk)
         body = ReportRunSerializer(run).data
@@ -47,6 +52,9 @@ class ReportRunDetail(APIView):
 
 class ReportRunCsv(APIView):
     """GET ?table=daily|by_type|by_code|top: a succeeded run's table as CSV."""
+
+    queryset = ReportRun.objects.all()
+    operator_actions = {"GET": REPORT_RUN_ACTIONS["csv"]}
 
     def get(self, request: Request, pk: int):
         run = get_object_or_404(ReportRun, pk=pk)

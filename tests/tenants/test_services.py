@@ -151,6 +151,7 @@ def test_production_settings_accept_the_deployment_key_from_a_file(tmp_path):
             "MEDIATOR_ENV": "production",
             "DJANGO_SECRET_KEY": "x" * 50,
             "MEDIATOR_DEPLOYMENT_KEY_FILE": str(key_file),
+            "MEDIATOR_OPERATOR_HOSTS": "ops.example",
             "MEDIATOR_VAR_DIR": str(tmp_path),
         }
     )

@@ -29,9 +29,14 @@ def spark():
 
 @pytest.fixture
 def staff_user(django_user_model):
-    """A staff member who may view report runs and metering in the admin."""
+    """A staff member who may view report runs and metering, and request runs (add_reportrun)."""
     from django.contrib.auth.models import Permission
+    from django.db.models import Q
 
     user = django_user_model.objects.create_user("staff", "staff@example.test", "staff-pass-123", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="usage", codename__startswith="view_"))
+    user.user_permissions.set(
+        Permission.objects.filter(
+            Q(codename__startswith="view_") | Q(codename="add_reportrun"), content_type__app_label="usage"
+        )
+    )
     return user

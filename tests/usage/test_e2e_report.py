@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -79,6 +80,10 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
     )
     CommandMeter.objects.bulk_create(rows)
     staff = django_user_model.objects.create_user("stella", "stella@ops.test", "correct-horse-battery", is_staff=True)
+    # Requesting a run and reading it back (docs/operators.md#permissions).
+    staff.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="usage", codename__in=["add_reportrun", "view_reportrun"])
+    )
 
     with admin_page(daphne.url, "stella", "correct-horse-battery") as page:
         page.goto(f"{daphne.url}/admin/usage/reportrun/generate/")

@@ -1,0 +1,9 @@
+"""The model permission each report-run action needs, for the console ("Generate usage report")
+and the API (/api/v1/usage/) alike; checked by apps.tenants.permissions (docs/operators.md)."""
+
+REPORT_RUN_ACTIONS = {
+    "list": "view",
+    "retrieve": "view",
+    "csv": "view",
+    "request": "add",
+}
