@@ -96,6 +96,14 @@ class TenantAdminForm(forms.ModelForm):
         raw = self.cleaned_data.get("aliases") or ""
         return [line.strip() for line in raw.replace(",", "\n").splitlines() if line.strip()]
 
+    def clean_public_url(self) -> str:
+        # Blank means "the default": the domain's URL for a new tenant, the current URL on edit.
+        # (The instance still holds the stored value here: the form writes it only after clean.)
+        url = self.cleaned_data.get("public_url") or ""
+        if not url and self.instance.pk:
+            return self.instance.public_url
+        return url
+
     def clean_domain(self) -> str:
         try:
             domain = normalize_domain(self.cleaned_data["domain"])
@@ -326,7 +334,7 @@ class TenantAdmin(ModelAdmin):
                 actor=_actor(request),
                 aliases=aliases,
                 name=data.get("name", obj.name),
-                public_url=data.get("public_url") or obj.public_url,
+                public_url=data["public_url"],
                 **policy,
             )
         else:

@@ -161,6 +161,19 @@ def test_editing_policy_is_audited_with_before_and_after(staff_client, tenant_a)
     assert entry.after["aliases"] == ["a-alias.test"]
 
 
+def test_saving_a_tenant_with_a_blank_public_url_keeps_its_url(staff_client, tenant_a):
+    data = _add_form(name="Tenant A", public_url="", aliases="")
+    for fixed in ("slug", "domain"):
+        data.pop(fixed)
+    resp = staff_client.post(change_url(tenant_a), data)
+    assert resp.status_code == 302, resp.context["adminform"].form.errors if resp.context else resp
+    tenant_a.refresh_from_db()
+    assert tenant_a.public_url == "http://a.mediator.test"
+    assert AuditEntry.objects.get(action="tenant.update").after.get("public_url", "http://a.mediator.test") == (
+        "http://a.mediator.test"
+    )
+
+
 def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, tenant_a, client):
     url = action_url(tenant_a, "status")
     resp = staff_client.get(url)
