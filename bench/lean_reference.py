@@ -135,6 +135,10 @@ def cpu_checks(cmd: Command) -> None:
         raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
 
 
+async def _keep_session(conn) -> None:
+    """Nothing to reset: the reference never changes session state or leaves a transaction open."""
+
+
 class Reference:
     """The per-process state: the pool and the tenant cache."""
 
@@ -148,7 +152,17 @@ class Reference:
         self._tenants: dict[str, tuple[Tenant | None, float]] = {}
 
     async def start(self) -> None:
-        self.pool = await asyncpg.create_pool(self.dsn, min_size=self.pool_size, max_size=self.pool_size)
+        # A fixed set of persistent connections, as gunicorn's threads keep theirs: no reset
+        # round trip on release (asyncpg's default sends `RESET ALL` etc. after every use), no
+        # replacement after N queries or idle time, so each keeps its prepared statement.
+        self.pool = await asyncpg.create_pool(
+            self.dsn,
+            min_size=self.pool_size,
+            max_size=self.pool_size,
+            reset=_keep_session,
+            max_queries=2**62,
+            max_inactive_connection_lifetime=0,
+        )
 
     async def stop(self) -> None:
         if self.pool is not None:
