@@ -122,12 +122,19 @@ def summarize(runs: list[dict]) -> dict:
             for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req", "postgres_cpu_ms_per_req",
                       "other_cpu_share", "nginx_us_per_req")
         }  # fmt: skip
-    ratios = []
+    ratios, cpu_ratios = [], []
+
+    def cpu(r):
+        return (r["server_cpu_ms_per_req"] or 0) + (r["postgres_cpu_ms_per_req"] or 0)
+
     for rnd in sorted({r["round"] for r in runs}):
         by = {r["server"]: r for r in runs if r["round"] == rnd}
         if by.get("production") and by.get("lean") and by["lean"]["throughput_rps"]:
             ratios.append(round(by["production"]["throughput_rps"] / by["lean"]["throughput_rps"], 3))
+            if cpu(by["production"]):
+                cpu_ratios.append(round(cpu(by["lean"]) / cpu(by["production"]), 3))
     out["ratio_per_round"] = ratios
+    out["cpu_ratio_per_round"] = cpu_ratios
     out["ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
     p, lean = out["production"], out["lean"]
     if lean["throughput_rps"]:
@@ -162,7 +169,7 @@ def markdown(report: dict) -> str:
         )
     out += ["", f"production / lean req/s per round: {s['ratio_per_round']}; median **{s['ratio_median']}**; "
             f"ratio of the medians {s.get('ratio_of_medians')}; CPU per command (server + PostgreSQL) lean / "
-            f"production {s['cpu_ratio']}; nginx µs/req (production runs) "
+            f"production {s['cpu_ratio']} (per round {s['cpu_ratio_per_round']}); nginx µs/req (production runs) "
             f"median {s['production']['nginx_us_per_req']}"]  # fmt: skip
     return "\n".join(out) + "\n"
 
