@@ -4,14 +4,14 @@ same command on the same PostgreSQL schema, to measure the production layout aga
     DATABASE_URL=postgresql://… python -m bench.lean_reference --port 8310 --workers 2
 
 A raw ASGI callable on uvicorn (uvloop, httptools) with an asyncpg pool; no Django. Per `POST /` it
-does the work the product does for TWO_WAY_PRIVATE (apps/protocol/dispatch.py `handle` and
+does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `handle` and
 `_two_way_fast`, apps/messaging/fastpath.py), in the same order and with the same answers:
 
 1. the tenant from the Host header (domain, alias, host without :80/:443), cached per process for
    MEDIATOR_TENANT_CACHE_SECONDS (default 5) as apps/tenants/selectors.py does; unknown host
    UNKNOWN_MEDIATOR, suspended tenant MEDIATOR_UNAVAILABLE, body over
    min(MEDIATOR_MAX_BODY_BYTES, the tenant's cap) PAYLOAD_TOO_LARGE;
-2. `parse_command` of the product's pure protocol library (apps/protocol/wire: strict JSON, the
+2. `parse_command` of the product's pure protocol library (apps/wire: strict JSON, the
    envelope's schema), then the timestamp window (MEDIATOR_TIMESTAMP_WINDOW_MS);
 3. the CPU checks, remembered and not answered: sender DID, signing key id, Ed25519 signature over
    the canonical JSON of the received header and payload (PyNaCl, `wire.crypto`), recipient DID;
@@ -44,13 +44,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.crypto import verify_json_object
-from apps.protocol.wire.did import DidError, ResolvedDid, parse_decentrl
-from apps.protocol.wire.envelope import TWO_WAY_PRIVATE, Command, parse_command
-from apps.protocol.wire.errors import ErrorCode, ProtocolError, error_body
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import DidError, ResolvedDid, parse_decentrl
+from apps.wire.envelope import TWO_WAY_PRIVATE, Command, parse_command
+from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-# apps/protocol/nonces.py nonce_claim_sql as the first CTE, then apps/messaging/fastpath.py _BODY,
+# apps/decentrl/nonces.py nonce_claim_sql as the first CTE, then apps/messaging/fastpath.py _BODY,
 # with psycopg's %s numbered as $1…$30 in order (the test compares it with what the product runs).
 STATEMENT = """WITH claim AS (INSERT INTO protocol_nonce (tenant_id, sender_did, nonce, expires_at) VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE protocol_nonce.expires_at < $5 RETURNING id)
 , chk AS (
@@ -74,7 +74,7 @@ STATEMENT = """WITH claim AS (INSERT INTO protocol_nonce (tenant_id, sender_did,
 )
 SELECT chk.fresh, chk.registered, chk.has_contract, chk.queue_full, EXISTS(SELECT 1 FROM ins) FROM chk
 """
-# The claim alone (apps/protocol/nonces.py nonce_consume), for the 503 after a failed statement.
+# The claim alone (apps/decentrl/nonces.py nonce_consume), for the 503 after a failed statement.
 CLAIM = STATEMENT[len("WITH claim AS (") : STATEMENT.index(")\n, chk AS")]
 
 _TENANT_COLUMNS = "t.id, t.did, t.status, t.pending_queue_cap, t.max_body_bytes"

@@ -19,13 +19,13 @@ import httpx
 import pytest
 from django.db import connection
 
+from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent, PendingQueueDepth
-from apps.protocol.models import Nonce
-from apps.protocol.wire.canonical import canonical_bytes
-from apps.protocol.wire.client import Identity
-from apps.protocol.wire.crypto import sign_json_object
-from apps.protocol.wire.envelope import parse_command
 from apps.tenants.models import Tenant
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity
+from apps.wire.crypto import sign_json_object
+from apps.wire.envelope import parse_command
 from bench import lean_reference
 from tests.conftest import HOST_A, Poster
 from tests.support import servers
