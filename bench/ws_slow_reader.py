@@ -69,14 +69,21 @@ class StalledSocket:
         if not head.startswith(b"HTTP/1.1 101"):
             raise RuntimeError(f"upgrade refused: {head[:80]!r}")
         sock.sendall(_masked_text_frame(canonical_str(authenticate)))
-        buf = bytearray(rest)
-        opcode_and_len = _take(sock, buf, 2)
-        length = opcode_and_len[1] & 0x7F
-        if length == 126:
-            (length,) = struct.unpack("!H", _take(sock, buf, 2))
-        elif length == 127:
-            (length,) = struct.unpack("!Q", _take(sock, buf, 8))
-        return cls(sock, loads_strict(_take(sock, buf, length).decode()))
+        _, reply = _read_frame(sock, bytearray(rest))
+        return cls(sock, loads_strict(reply.decode()))
+
+    def read_to_close(self, timeout: float = 5.0) -> list[tuple[int, bytes]]:
+        """Start reading after all: every (opcode, payload) frame up to and including the close
+        frame (opcode 8, payload = 2-byte code + reason), or up to the end of the connection."""
+        self.sock.settimeout(timeout)
+        buf = bytearray()
+        frames: list[tuple[int, bytes]] = []
+        try:
+            while not frames or frames[-1][0] != 8:
+                frames.append(_read_frame(self.sock, buf))
+        except (ConnectionError, TimeoutError):
+            pass
+        return frames
 
     def closed_by_server(self) -> bool:
         """Whether the TCP connection is no longer established (the server reset or ended it),
@@ -101,6 +108,17 @@ def _take(sock: socket.socket, buf: bytearray, n: int) -> bytes:
     out = bytes(buf[:n])
     del buf[:n]
     return out
+
+
+def _read_frame(sock: socket.socket, buf: bytearray) -> tuple[int, bytes]:
+    """One unmasked server-to-client frame: (opcode, payload); `buf` holds bytes read ahead."""
+    head = _take(sock, buf, 2)
+    length = head[1] & 0x7F
+    if length == 126:
+        (length,) = struct.unpack("!H", _take(sock, buf, 2))
+    elif length == 127:
+        (length,) = struct.unpack("!Q", _take(sock, buf, 8))
+    return head[0] & 0x0F, _take(sock, buf, length)
 
 
 def _masked_text_frame(text: str) -> bytes:

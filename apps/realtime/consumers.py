@@ -252,6 +252,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
+        if getattr(self, "budget", None):
+            self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
         if getattr(self, "group", None):
