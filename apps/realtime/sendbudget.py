@@ -19,7 +19,7 @@ The unsent bytes are read, not estimated: Daphne gives every application instanc
 create_application), and the protocol's transport is a Twisted `FileDescriptor` whose write
 buffer is `dataBuffer[offset:]` plus the `_tempDataBuffer` list (`_tempDataLen` bytes), the same
 sum Twisted's own `_isSendBufferFull` reads. Under TLS the transport wraps the TCP one, which
-holds the encrypted bytes. The Daphne end-to-end tests (tests/realtime/test_send_budget.py) pin
+holds the encrypted bytes. The Daphne end-to-end tests (tests/realtime/test_daphne.py) pin
 this down. Under any other ASGI server nothing can be read and the budget is not enforced (a
 warning says so, once per process).
 

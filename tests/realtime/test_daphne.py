@@ -19,7 +19,9 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from apps.protocol.wire.client import Identity, MediatorClient
 from apps.protocol.wire.ws import MediatorSocket, open_authenticated
@@ -283,6 +285,14 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
 
     asyncio.run(body())
     assert d.servers[0].log().count(BUDGET_LOG) == 2
+    metrics = httpx.get(d.servers[0].url + "/metrics", timeout=5).text
+    events = {
+        s.labels["event"]: s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "mediator_websocket_events_total"
+    }
+    assert events["send_budget_exceeded"] == 2
 
 
 def _rss_kib(pid: int) -> int:
