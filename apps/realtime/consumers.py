@@ -289,6 +289,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
         if self.budget.admits(frame_bytes(text)):
             await self._send_text(text)
             return
+        # At once, so that a PING and a push over budget together close the socket only once.
+        self.state = CLOSED
         log.warning(
             "websocket closed: send budget exceeded tenant=%s unsent=%d budget=%d",
             self.tenant.slug,
