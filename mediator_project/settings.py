@@ -261,6 +261,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
 # allowed, so tests can shorten them).
 MEDIATOR_WS_AUTH_TIMEOUT_S = float(env("MEDIATOR_WS_AUTH_TIMEOUT_S", "10") or "10")
 MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or "30")
+# Bytes a socket may have queued and not yet taken by its peer before a push closes it (4509);
+# the backlog waits for room instead (apps/realtime/sendbudget.py, docs/realtime.md).
+MEDIATOR_WS_SEND_BUDGET_BYTES = env_int("MEDIATOR_WS_SEND_BUDGET_BYTES", 4 * 1024 * 1024)
+if MEDIATOR_WS_SEND_BUDGET_BYTES < 0:
+    raise ImproperlyConfigured("MEDIATOR_WS_SEND_BUDGET_BYTES must be 0 or more")
 
 # --- Operator console and API (issue 4, docs/operators.md) ---------------------------------------
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the

@@ -54,7 +54,7 @@ WS_CONNECTIONS = Gauge(
 )
 WS_EVENTS = Counter(
     "mediator_websocket_events_total",
-    "WebSocket lifecycle events (connect, authenticated, disconnect).",
+    "WebSocket lifecycle events (connect, authenticated, disconnect, send_budget_exceeded).",
     ["event"],
     registry=OPS_REGISTRY,
 )
@@ -67,7 +67,7 @@ RATE_LIMIT_ERRORS = Counter(
     registry=OPS_REGISTRY,
 )
 
-WS_EVENT_NAMES = {"connect", "authenticated", "disconnect"}
+WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}
 
 
 def observe_command(record) -> None:
