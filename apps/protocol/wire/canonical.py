@@ -201,7 +201,7 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 
 
 # Built once: json.loads with keyword arguments builds a new decoder on every call, which cost
-# more than the duplicate-key hook it carries (docs/protocol-notes.md §2 has the numbers).
+# more than the duplicate-key hook (docs/protocol-notes.md §2 and bench/parse_cost.py).
 _strict_decoder = json.JSONDecoder(
     object_pairs_hook=_object_without_duplicates,
     parse_constant=_reject_constant,
