@@ -13,11 +13,10 @@ from typing import Any
 from apps.messaging.services import is_registered
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did
-from apps.wire.canonical import CanonicalError, loads_strict
 from apps.wire.crypto import verify_json_object
 from apps.wire.did import DidError
-from apps.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral
-from apps.wire.errors import WS_CLOSE_CODES
+from apps.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral, loads_client_json
+from apps.wire.errors import WS_CLOSE_CODES, ProtocolError
 
 from .nonces import nonce_consume
 
@@ -27,12 +26,16 @@ MAX_SIGNATURE_CHARS = 200
 
 
 class WsAuthFailed(Exception):
-    """AUTHENTICATE failed: `code` goes into AUTH_FAILED, `close_code` closes the socket."""
+    """AUTHENTICATE failed: `code` goes into AUTH_FAILED, `close_code` closes the socket.
 
-    def __init__(self, code: str):
+    `sender_verified` is True when the frame's signature verified before the failure (only
+    NOT_REGISTERED): metering records the DID then, and never an unverified claim."""
+
+    def __init__(self, code: str, *, sender_verified: bool = False):
         super().__init__(code)
         self.code = code
         self.close_code = WS_CLOSE_CODES[code]
+        self.sender_verified = sender_verified
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,15 @@ def _str(value: Any, max_len: int) -> str:
 
 
 def parse_authenticate(text: str | None) -> AuthFrame:
-    """Validate the frame's shape (INVALID_MESSAGE, close 4002); unknown members are ignored."""
+    """Validate the frame's shape (INVALID_MESSAGE, close 4002); unknown members are ignored.
+
+    The frame is parsed under the same input rules as a POST / body (no U+0000, no duplicate
+    keys, strict JSON): what POST / answers with INVALID_COMMAND, /ws answers with INVALID_MESSAGE."""
     if text is None or len(text) > MAX_AUTH_FRAME_CHARS:
         raise WsAuthFailed("INVALID_MESSAGE")
     try:
-        obj = loads_strict(text)
-    except CanonicalError as exc:
+        obj = loads_client_json(text)
+    except ProtocolError as exc:
         raise WsAuthFailed("INVALID_MESSAGE") from exc
     if not isinstance(obj, dict) or obj.get("type") != "AUTHENTICATE":
         raise WsAuthFailed("INVALID_MESSAGE")
@@ -95,9 +101,10 @@ def authenticate(*, tenant: Tenant, frame: AuthFrame, now_ms: int, window_ms: in
     if not verify_json_object(frame.signable, frame.signature, key):
         raise WsAuthFailed("INVALID_SIGNATURE")
     if not is_registered(tenant=tenant, did=frame.did):
-        raise WsAuthFailed("NOT_REGISTERED")
+        raise WsAuthFailed("NOT_REGISTERED", sender_verified=True)
     # Last, so that only a verified frame consumes its nonce; a replay of the same frame (even on
-    # another process) finds the committed pair and is refused with 4008.
+    # another process) finds the committed pair and is refused with 4008. Its signature verifies,
+    # but a replay is anybody's: it is not attributed to the DID (sender_verified stays False).
     if not nonce_consume(
         tenant_id=tenant.pk,
         sender_did=frame.did,

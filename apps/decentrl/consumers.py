@@ -91,19 +91,21 @@ def _admit(host: str, ip: str | None) -> Tenant:
 def _authenticate(tenant: Tenant, ip: str | None, text: str | None) -> str:
     """WS_AUTH_CHECKS, then §10.2 in order; one thread hop for the whole AUTHENTICATE, metered."""
     started = time.perf_counter()
-    claimed: str | None = None
+    verified: str | None = None  # the DID, once its signature verified (never a mere claim)
     code, status = "SUCCESS", 200
     try:
         for check in hooks.WS_AUTH_CHECKS:
             check(tenant, ip)
         frame = parse_authenticate(text)
-        claimed = frame.did
         now_ms = _now_ms()
         window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
         check_timestamp(frame, now_ms=now_ms, window_ms=window)
-        return authenticate(tenant=tenant, frame=frame, now_ms=now_ms, window_ms=window)
+        verified = authenticate(tenant=tenant, frame=frame, now_ms=now_ms, window_ms=window)
+        return verified
     except WsAuthFailed as failed:
         code, status = failed.code, failed.close_code
+        if failed.sender_verified:
+            verified = frame.did
         raise
     except ProtocolError as err:
         code, status = err.code.value, EXTRA_CLOSE_CODES.get(err.code, DEFAULT_REFUSAL_CLOSE)
@@ -112,14 +114,15 @@ def _authenticate(tenant: Tenant, ip: str | None, text: str | None) -> str:
         code, status = ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
         raise
     finally:
-        _meter_authenticate(tenant, ip, text, claimed, code, status, started)
+        _meter_authenticate(tenant, ip, text, verified, code, status, started)
 
 
 def _meter_authenticate(
     tenant: Tenant, ip: str | None, text: str | None, did: str | None, code: str, status: int, started: float
 ) -> None:
     """AUTHENTICATE is the one command a socket sends: the same metadata-only record as POST /
-    commands (usage metering, metrics). `http_status` carries 200 or the close code."""
+    commands (usage metering, metrics). `http_status` carries 200 or the close code; `did` is
+    the verified DID or None."""
     reply = {"type": "AUTH_SUCCESS"} if code == "SUCCESS" else {"type": "AUTH_FAILED", "code": code}
     record = hooks.CommandRecord(
         tenant_id=tenant.pk,
@@ -133,7 +136,7 @@ def _meter_authenticate(
         bytes_in=len((text or "").encode("utf-8")),
         bytes_out=len(canonical_str(reply)),
         duration_ms=(time.perf_counter() - started) * 1000,
-        sender_did=did if isinstance(did, str) else None,
+        sender_did=did,
         remote_addr=ip,
     )
     for observer in hooks.OBSERVERS:

@@ -47,6 +47,16 @@ class Outcome:
         return canonical_bytes(self.body)
 
 
+class Verification:
+    """Whether this command's signature verified (set by `_authenticate`). Metering and metrics
+    get the sender DID only then: an unverified claim is anybody's to make (issue 13 item 9)."""
+
+    __slots__ = ("sender_verified",)
+
+    def __init__(self) -> None:
+        self.sender_verified = False
+
+
 @functools.lru_cache(maxsize=8192)
 def _parse_decentrl_cached(did: str) -> ResolvedDid:
     return parse_decentrl(did)
@@ -61,7 +71,7 @@ def _resolve(did: str) -> ResolvedDid:
     return resolve_did(did)
 
 
-def _authenticate(tenant: Tenant, cmd: Command) -> ResolvedDid:
+def _authenticate(tenant: Tenant, cmd: Command, verification: Verification) -> ResolvedDid:
     """Resolve the sender, find its signing key and verify over the received object (§6.2 1-3)."""
     h = cmd.header
     try:
@@ -73,6 +83,7 @@ def _authenticate(tenant: Tenant, cmd: Command) -> ResolvedDid:
         raise ProtocolError(ErrorCode.SENDER_SIGNING_KEY_NOT_FOUND)
     if not verify_json_object(cmd.signable, cmd.signature, key):
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE)
+    verification.sender_verified = True
     return sender
 
 
@@ -151,14 +162,14 @@ def _claiming_statement(tenant: Tenant, cmd: Command, now_ms: int, window: int, 
     return result
 
 
-def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dict:
+def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int, verification: Verification) -> dict:
     """TWO_WAY_PRIVATE in one statement (apps/messaging/fastpath.py), answers in §3/§7.2 order:
     sender, key id, signature and recipient DID on the CPU first, then the statement's
     registration, contract and queue-cap flags."""
     h = cmd.header
 
     def cpu_checks() -> bool:
-        _authenticate(tenant, cmd)  # §7.2 steps 1-3
+        _authenticate(tenant, cmd, verification)  # §7.2 steps 1-3
         try:
             _resolve(h.recipient_did)  # §7.2 step 4
         except DidError as exc:
@@ -187,14 +198,14 @@ def _two_way_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> dic
     return {"type": "SUCCESS", "pendingEventId": got.event_id}
 
 
-def _direct_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> None:
+def _direct_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int, verification: Verification) -> None:
     """Nonce claim, authentication and §6.2 step-4 authorization of a DIRECT_AUTHENTICATED
     command with one statement (fastpath.nonce_claim_and_registration), in §5.4/§6.2 order."""
     h = cmd.header
 
     def cpu_checks() -> tuple[str | None, ErrorCode]:
         """(whose registration §6.2 step 4 asks for, if anyone's; the error if it is missing)."""
-        _authenticate(tenant, cmd)  # §6.2 steps 1-3
+        _authenticate(tenant, cmd, verification)  # §6.2 steps 1-3
         if cmd.type in handlers.RECIPIENT_CHECKED:
             if h.recipient_did != tenant.did:
                 return h.recipient_did, ErrorCode.RECIPIENT_NOT_REGISTERED
@@ -216,7 +227,7 @@ def _direct_fast(tenant: Tenant, cmd: Command, now_ms: int, window: int) -> None
         raise ProtocolError(not_registered)
 
 
-def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
+def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int, verification: Verification) -> dict:
     """Replay checks, authentication, authorization and the handler for a parsed command."""
     h = cmd.header
     window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
@@ -224,16 +235,16 @@ def execute(tenant: Tenant, cmd: Command, transport: str, now_ms: int) -> dict:
     if abs(now_ms - h.timestamp) > window:
         raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
     if h.channel == TWO_WAY_PRIVATE and settings.MEDIATOR_TWO_WAY_FASTPATH and connection.vendor == "postgresql":
-        return _two_way_fast(tenant, cmd, now_ms, window)
+        return _two_way_fast(tenant, cmd, now_ms, window, verification)
     if h.channel == DIRECT_AUTHENTICATED and settings.MEDIATOR_DIRECT_FASTPATH and connection.vendor == "postgresql":
-        _direct_fast(tenant, cmd, now_ms, window)
+        _direct_fast(tenant, cmd, now_ms, window, verification)
         ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms)
         return handlers.DIRECT_HANDLERS[cmd.type](ctx)
     if not nonce_consume(
         tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
     ):
         raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
-    _authenticate(tenant, cmd)
+    _authenticate(tenant, cmd, verification)
     ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms)
     if h.channel == DIRECT_AUTHENTICATED:
         _authorize_direct(tenant, cmd)
@@ -255,6 +266,7 @@ def handle(
     started = time.perf_counter()
     meta = hooks.RequestMeta(transport=transport, remote_addr=remote_addr, bytes_in=len(raw))
     cmd: Command | None = None
+    verification = Verification()
     try:
         if tenant is None:
             raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
@@ -267,14 +279,18 @@ def handle(
         cmd = parse_command(raw)
         for sender_check in hooks.SENDER_CHECKS:
             sender_check(tenant, cmd, meta)
-        body = execute(tenant, cmd, transport, int(time.time() * 1000))
+        body = execute(tenant, cmd, transport, int(time.time() * 1000), verification)
         outcome = Outcome(200, body, cmd.type, cmd.header.sender_did, channel=cmd.header.channel)
     except ProtocolError as err:
         outcome = Outcome(
             err.status,
             err.body(),
             cmd.type if cmd else None,
-            cmd.header.sender_did if cmd else None,
+            # A replay carries a signature that verifies, but not its sender's act: the one-statement
+            # paths verify before they find the nonce used, the ORM path never gets that far.
+            cmd.header.sender_did
+            if cmd and verification.sender_verified and err.code is not ErrorCode.DUPLICATE_NONCE
+            else None,
             err.code.value,
             err.retry_after,
             cmd.header.channel if cmd else None,
@@ -291,7 +307,7 @@ def handle(
             503,
             {"type": "ERROR", "code": ErrorCode.MEDIATOR_UNAVAILABLE.value},
             cmd.type if cmd else None,
-            None,
+            cmd.header.sender_did if cmd and verification.sender_verified else None,
             ErrorCode.MEDIATOR_UNAVAILABLE.value,
         )
     reply = outcome.body_bytes()

@@ -4,7 +4,7 @@
 - SENDER_CHECKS run after the envelope parses, before replay checks: (tenant, command, meta) -> None,
   may raise ProtocolError (per-DID limits).
 - OBSERVERS see every finished command's metadata (metering, metrics). They must never raise
-  and never receive payloads, tags or signatures.
+  and never receive payloads, tags or signatures, nor a sender DID whose signature did not verify.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class CommandRecord:
     bytes_in: int
     bytes_out: int
     duration_ms: float
+    # Only once the command's signature verified over a fresh nonce; None for every command that
+    # failed before (unparsed, replayed, unknown sender or key, bad signature): a claimed DID is
+    # anybody's to write (issue 13 item 9).
     sender_did: str | None
     remote_addr: str | None
 

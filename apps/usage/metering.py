@@ -9,6 +9,8 @@ measures all three.
 Accepted loss: rows buffered in a process that is SIGKILLed (at most one flush interval) are lost;
 metering is usage accounting, not billing-grade. The buffer is capped: past USAGE_METERING_MAX_BUFFER
 rows new records are dropped and counted, so a dead database never grows memory without bound.
+A row the database refuses (e.g. a value PostgreSQL text cannot hold) is dropped and counted on its
+own; the rest of its batch is still written, and the writer thread survives any exception.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 
 from .models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
@@ -32,25 +34,32 @@ _flush_lock = threading.Lock()
 _wake = threading.Event()
 _thread: threading.Thread | None = None
 _thread_lock = threading.Lock()
-dropped = 0
+# Counters of this process (counts only, never a row's content):
+dropped = 0  # records refused because the buffer was full
+rejected = 0  # rows the database (or the row builder) refused: dropped one by one, the rest written
+lost = 0  # rows of batches that failed as a whole (database unreachable), never retried
+
+_COLUMNS = (
+    "tenant_id", "at", "transport", "channel", "command_type", "code",
+    "http_status", "bytes_in", "bytes_out", "duration_ms", "sender_did",
+)  # fmt: skip
 
 
-def _row(record: Any) -> CommandMeter | None:
-    """The metadata of a CommandRecord as an unsaved row; commands without a tenant are not metered."""
-    if record.tenant_id is None:
-        return None
-    return CommandMeter(
-        tenant_id=record.tenant_id,
-        at=record.at,
-        transport=(record.transport or "")[:8],
-        channel=(record.channel or "")[:32],
-        command_type=(record.command_type or "")[:LABEL_MAX],
-        code=(record.code or "")[:LABEL_MAX],
-        http_status=record.http_status,
-        bytes_in=max(0, int(record.bytes_in)),
-        bytes_out=max(0, int(record.bytes_out)),
-        duration_ms=float(record.duration_ms),
-        sender_did=(record.sender_did or "")[:SENDER_DID_MAX],
+def _values(record: Any) -> tuple:
+    """The metadata of a CommandRecord as one row's values, in _COLUMNS order."""
+    return (
+        record.tenant_id,
+        record.at,
+        (record.transport or "")[:8],
+        (record.channel or "")[:32],
+        (record.command_type or "")[:LABEL_MAX],
+        (record.code or "")[:LABEL_MAX],
+        record.http_status,
+        max(0, int(record.bytes_in)),
+        max(0, int(record.bytes_out)),
+        float(record.duration_ms),
+        # None unless the signature verified (hooks.CommandRecord): stored as NULL, never "".
+        record.sender_did[:SENDER_DID_MAX] if record.sender_did else None,
     )
 
 
@@ -61,7 +70,7 @@ def observe(record: Any) -> None:
         return
     mode = settings.USAGE_METERING_MODE
     if mode == "sync":
-        CommandMeter.objects.bulk_create([_row(record)])
+        _store([record])
         return
     if mode != "buffered":
         return
@@ -75,7 +84,12 @@ def observe(record: Any) -> None:
 
 
 def flush() -> int:
-    """Insert every buffered row now, in the calling thread; returns how many were written."""
+    """Insert every buffered row now, in the calling thread; returns how many were written.
+
+    A row the database refuses is dropped and counted (`rejected`) and the rest of its batch is
+    written. A batch that fails as a whole (the database is unreachable) is counted in `lost` and
+    the error raised."""
+    global lost
     written = 0
     with _flush_lock:
         while _buffer:
@@ -84,43 +98,66 @@ def flush() -> int:
                 record = _buffer.popleft()
                 if record.tenant_id is not None:
                     records.append(record)
-            if connection.vendor == "postgresql":
-                _copy(records)
-            else:
-                CommandMeter.objects.bulk_create([_row(r) for r in records])
-            written += len(records)
+            try:
+                written += _store(records)
+            except Exception:
+                lost += len(records)
+                raise
     return written
 
 
-_COPY_COLUMNS = (
-    "tenant_id", "at", "transport", "channel", "command_type", "code",
-    "http_status", "bytes_in", "bytes_out", "duration_ms", "sender_did",
-)  # fmt: skip
+def _store(records: list[Any]) -> int:
+    """Write `records`, dropping and counting those that cannot be stored; returns rows written."""
+    global rejected
+    rows = []
+    for record in records:
+        try:
+            rows.append(_values(record))
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            rejected += 1
+    written = _store_rows(rows)
+    if written < len(records):
+        log.warning("metering dropped %d rows that could not be stored", len(records) - written)
+    return written
 
 
-def _copy(records: list[Any]) -> None:
+def _store_rows(rows: list[tuple]) -> int:
+    """Insert `rows`; if the database refuses their data, halve until the bad rows are alone and
+    drop those: a few statements per bad row instead of losing the batch (issue 13 item 4).
+    Any other error (connection lost, table missing) is not the rows' fault and is raised."""
+    global rejected
+    if not rows:
+        return 0
+    try:
+        if connection.in_atomic_block:
+            # A refused statement would abort the caller's transaction (flush() from a test or a
+            # request); a savepoint keeps it usable. In autocommit each statement stands alone.
+            with transaction.atomic():
+                _insert(rows)
+        else:
+            _insert(rows)
+        return len(rows)
+    except (DataError, IntegrityError):
+        if len(rows) == 1:
+            rejected += 1
+            return 0
+        half = len(rows) // 2
+        return _store_rows(rows[:half]) + _store_rows(rows[half:])
+
+
+def _insert(rows: list[tuple]) -> None:
     """PostgreSQL: one COPY per batch. The ORM's bulk_create cost the writer thread about as much
-    CPU as the commands it metered (docs/benchmarks.md, issue 8 profile)."""
-    if not records:
+    CPU as the commands it metered (docs/benchmarks.md, issue 8 profile). Elsewhere (SQLite):
+    bulk_create."""
+    if connection.vendor != "postgresql":
+        CommandMeter.objects.bulk_create([CommandMeter(**dict(zip(_COLUMNS, row, strict=True))) for row in rows])
         return
-    sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
-    with connection.cursor() as cur, cur.cursor.copy(sql) as copy:
-        for r in records:
-            copy.write_row(
-                (
-                    r.tenant_id,
-                    r.at,
-                    (r.transport or "")[:8],
-                    (r.channel or "")[:32],
-                    (r.command_type or "")[:LABEL_MAX],
-                    (r.code or "")[:LABEL_MAX],
-                    r.http_status,
-                    max(0, int(r.bytes_in)),
-                    max(0, int(r.bytes_out)),
-                    float(r.duration_ms),
-                    (r.sender_did or "")[:SENDER_DID_MAX],
-                )
-            )
+    sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN"
+    # psycopg's own exceptions (a NUL in a text value is its DataError, raised before sending)
+    # become Django's, so that a refused row is told apart from a lost connection.
+    with connection.cursor() as cur, connection.wrap_database_errors, cur.cursor.copy(sql) as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def pending() -> int:
@@ -139,6 +176,7 @@ def _ensure_thread() -> None:
 
 
 def _run() -> None:
+    """The writer thread: never dies, whatever a flush or a connection close raises."""
     interval = settings.USAGE_METERING_FLUSH_MS / 1000
     while True:
         _wake.wait(interval)
@@ -147,10 +185,10 @@ def _run() -> None:
             continue
         try:
             flush()
-        except (DatabaseError, RuntimeError) as exc:
-            # RuntimeError: database access refused (e.g. outside a test that allows it). The batch
-            # that failed is lost; metadata only, never re-raised into the command path.
-            log.warning("metering flush failed: %s", type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - metadata only, never re-raised into the command path
+            # The batch that failed as a whole is counted in `lost`. RuntimeError: database access
+            # refused (e.g. outside a test that allows it). Only the type: a message may quote a row.
+            log.warning("metering flush failed: %s (%d rows lost so far)", type(exc).__name__, lost)
         finally:
             # Do not keep an idle connection open from this thread between bursts. Closing can be
             # refused like the flush itself (pytest blocks database access between tests); the
@@ -159,7 +197,7 @@ def _run() -> None:
                 try:
                     close_old_connections()
                     connection.close()
-                except (DatabaseError, RuntimeError):
+                except Exception:  # noqa: BLE001 - see above
                     pass
 
 

@@ -13,7 +13,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-# Caps on what a metering row keeps (a sender DID "as given" can be anything up to the body cap).
+# Caps on what a metering row keeps (a verified sender DID can still be up to MAX_DID_LEN long).
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
 
@@ -35,7 +35,11 @@ class CommandMeter(models.Model):
     bytes_in = models.PositiveIntegerField()
     bytes_out = models.PositiveIntegerField()
     duration_ms = models.FloatField()
-    sender_did = models.CharField(max_length=SENDER_DID_MAX, blank=True, default="")
+    # Only a sender whose signature verified (hooks.CommandRecord); NULL for every other command,
+    # which still counts per tenant, type and code. NULL, not "": COUNT(DISTINCT) and Spark's
+    # countDistinct skip it by definition. Rows written before issue 13 may hold "" for "none";
+    # every reader (spark_reports/transform.py) treats both alike.
+    sender_did = models.CharField(max_length=SENDER_DID_MAX, null=True, blank=True, default=None)  # noqa: DJ001
 
     class Meta:
         indexes = [

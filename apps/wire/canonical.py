@@ -2,8 +2,8 @@
 
 `canonical_bytes(obj)` is what `JSON.stringify` prints for a deep key-sorted copy of `obj`,
 encoded as UTF-8. `loads_strict(raw)` parses untrusted bytes and refuses what cannot be
-canonicalised: invalid UTF-8, NaN/Infinity, non-finite or oversized numbers, lone surrogates
-and excessive nesting.
+canonicalised: invalid UTF-8, NaN/Infinity, non-finite or oversized numbers, lone surrogates,
+duplicate keys and excessive nesting.
 """
 
 from __future__ import annotations
@@ -191,19 +191,34 @@ def _parse_float(s: str) -> float:
     return value
 
 
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    # A repeated key would let what was signed (the re-canonicalised object, last value wins)
+    # differ from what another reader of the same bytes sees (first value wins, or an error).
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise CanonicalError("duplicate key")
+    return obj
+
+
+# Built once: json.loads with keyword arguments builds a new decoder on every call, which cost
+# more than the duplicate-key hook (docs/protocol-notes.md §2 and bench/parse_cost.py).
+_strict_decoder = json.JSONDecoder(
+    object_pairs_hook=_object_without_duplicates,
+    parse_constant=_reject_constant,
+    parse_int=_parse_int,
+    parse_float=_parse_float,
+)
+
+
 def loads_strict(raw: bytes | str, *, forbid_nul: bool = False) -> Any:
     """Parse untrusted JSON, raising CanonicalError for anything canonical JSON cannot carry.
 
-    `forbid_nul` also refuses U+0000 in any string or key: the mediator's database cannot store it.
+    That includes a key repeated within one object, at any depth. `forbid_nul` also refuses
+    U+0000 in any string or key: the mediator's database cannot store it.
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
-        value = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-        )
+        value = _strict_decoder.decode(text)
     except CanonicalError:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

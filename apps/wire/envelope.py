@@ -272,13 +272,20 @@ def parse_header(h: Any) -> Header:
     )
 
 
-def parse_command(raw: bytes | str) -> Command:
-    """Parse and validate a command body; ProtocolError(INVALID_COMMAND) on any mismatch."""
+def loads_client_json(raw: bytes | str) -> Any:
+    """Parse JSON a client sent (a command body, a WebSocket frame) under the mediator's input
+    rules: strict JSON (canonical.loads_strict: no duplicate keys, no NaN, no lone surrogates,
+    bounded depth and integers) and no U+0000, which PostgreSQL text cannot store.
+    ProtocolError(INVALID_COMMAND) otherwise."""
     try:
-        obj = loads_strict(raw, forbid_nul=True)
+        return loads_strict(raw, forbid_nul=True)
     except CanonicalError as exc:
         raise invalid(str(exc)) from exc
-    return command_from_obj(obj)
+
+
+def parse_command(raw: bytes | str) -> Command:
+    """Parse and validate a command body; ProtocolError(INVALID_COMMAND) on any mismatch."""
+    return command_from_obj(loads_client_json(raw))
 
 
 def command_from_obj(obj: Any) -> Command:

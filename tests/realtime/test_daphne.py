@@ -324,3 +324,50 @@ def test_what_a_closed_socket_still_had_queued_is_freed_when_it_closes(deploy):
     while _rss_kib(pid) - before > grown / 3 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _rss_kib(pid) - before <= grown / 3, f"grew {grown} KiB, still {_rss_kib(pid) - before} KiB"
+
+
+def test_a_nul_did_on_authenticate_costs_no_metering_of_fifty_concurrent_authentications(deploy):
+    """Issue 13 item 4, as reported: one AUTHENTICATE whose `did` is U+0000 amid 50 legitimate
+    concurrent ones. It used to get DID_NOT_FOUND, and its DID then failed the metering COPY,
+    killing the writer thread with the whole batch in flight (0 of 50 metered)."""
+    from apps.usage.models import CommandMeter
+
+    # A long flush interval keeps all 51 records in one batch, as under load.
+    d = deploy(env={"USAGE_METERING_FLUSH_MS": "1500"})
+    alice, _ = d.pair()
+    url = f"ws://{d.host}/ws"
+
+    async def legitimate() -> None:
+        sock = await open_authenticated(url, alice, connect_to=("127.0.0.1", d.ports[0]))
+        await sock.close()
+
+    async def nul_did() -> tuple[dict, int | None]:
+        sock = await MediatorSocket.open(url, connect_to=("127.0.0.1", d.ports[0]))
+        frame = alice.ws_authenticate()
+        frame["did"] = "\x00"
+        await sock.send_json(frame)
+        return await sock.recv(), await sock.wait_closed()
+
+    async def body():
+        results = await asyncio.gather(
+            *[legitimate() for _ in range(25)], nul_did(), *[legitimate() for _ in range(25)]
+        )
+        return results[25]
+
+    refused = asyncio.run(body())
+
+    def metered() -> list[tuple]:
+        return list(
+            CommandMeter.objects.filter(tenant=d.tenant, transport="ws")
+            .values_list("code", "http_status", "sender_did")
+            .order_by("code")
+        )
+
+    deadline = time.time() + 20
+    while time.time() < deadline and len(metered()) < 51:
+        time.sleep(0.2)
+    successes = [row for row in metered() if row[0] == "SUCCESS"]
+    assert (len(successes), "Exception in thread" in d.servers[0].log()) == (50, False)
+    assert sorted(metered()) == [("INVALID_MESSAGE", 4002, None)] + [("SUCCESS", 200, alice.did)] * 50
+    # The same refusal as POST / gives a NUL (INVALID_COMMAND there), before any DID lookup.
+    assert refused == ({"type": "AUTH_FAILED", "code": "INVALID_MESSAGE"}, 4002)

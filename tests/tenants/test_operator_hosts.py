@@ -23,7 +23,7 @@ from apps.decentrl.wsgi import BareCommandApp, ProtocolWSGIApplication, bare_sup
 from apps.tenants.middleware import OPERATOR_PATH_PREFIXES
 from apps.tenants.models import AuditEntry
 from tests.conftest import HOST_A
-from tests.protocol.test_lean_entry import call
+from tests.decentrl.test_lean_entry import call
 from tests.support import servers
 from tests.support.registration import register
 from tests.tenants.test_services import _import_settings

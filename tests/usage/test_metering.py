@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
 
+from apps.decentrl import hooks
 from apps.usage import metering
 from apps.usage.models import CommandMeter
 from apps.wire.canonical import canonical_bytes
-from tests.support.registration import register
+from tests.support.registration import contract_both_ways, register
 
 pytestmark = pytest.mark.django_db
 
@@ -56,8 +59,9 @@ def test_rejected_commands_are_metered_with_their_error_code(post_a, tenant_a, a
         .order_by("id")
         .values_list("command_type", "code", "http_status", "sender_did")
     ) == [
+        # the signature verified: alice did send it
         ("QUERY_EVENTS", "UNAUTHORIZED_COMMAND", 401, alice.did),
-        ("", "INVALID_COMMAND", 400, ""),
+        ("", "INVALID_COMMAND", 400, None),
     ]
 
 
@@ -124,3 +128,174 @@ def test_buffered_metering_adds_no_query_to_the_command(post_a, tenant_a, alice)
     assert not [q for q in ctx.captured_queries if "usage_commandmeter" in q["sql"]]
     metering.flush()  # (the writer thread may have been first; either way the row is there now)
     assert CommandMeter.objects.filter(tenant=tenant_a).count() == 1
+
+
+# -- the writer survives bad rows (issue 13 item 4) ---------------------------------------------
+
+
+def meter_record(tenant, **fields) -> hooks.CommandRecord:
+    values = dict(
+        tenant_id=tenant.pk,
+        tenant_slug=tenant.slug,
+        at=datetime(2026, 3, 1, 12, tzinfo=UTC),
+        transport="http",
+        channel="DIRECT_AUTHENTICATED",
+        command_type="QUERY_EVENTS",
+        code="SUCCESS",
+        http_status=200,
+        bytes_in=700,
+        bytes_out=120,
+        duration_ms=3.5,
+        sender_did="did:decentrl:ok",
+        remote_addr="127.0.0.1",
+    )
+    values.update(fields)
+    return hooks.CommandRecord(**values)
+
+
+def stored_codes(tenant) -> list[str]:
+    return list(CommandMeter.objects.filter(tenant=tenant).order_by("id").values_list("code", flat=True))
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_with_bad_rows_writes_the_good_rows_and_drops_and_counts_the_bad_ones(tenant_a, caplog):
+    metering.flush()
+    rejected = metering.rejected
+    batch = [
+        meter_record(tenant_a, code="GOOD_0"),
+        meter_record(tenant_a, code="BAD_NUL", sender_did="did:x\x00"),  # psycopg refuses it before sending
+        meter_record(tenant_a, code="GOOD_1"),
+        meter_record(tenant_a, code="GOOD_2"),
+        meter_record(tenant_a, code="BAD_RANGE", bytes_in=2**40),  # PostgreSQL refuses it: integer out of range
+        meter_record(tenant_a, code="GOOD_3"),
+        meter_record(tenant_a, code="BAD_TYPE", duration_ms="slow"),  # cannot even be made into a row
+        meter_record(tenant_a, code="GOOD_4"),
+    ]
+    metering._buffer.extend(batch)  # one batch, as the writer drains it (bench/metering_overhead.py does too)
+    try:
+        metering.flush()
+    finally:
+        # The writer thread may have taken the batch first; it is committed either way.
+        assert wait_for(lambda: metering.pending() == 0 and len(stored_codes(tenant_a)) == 5)
+    assert stored_codes(tenant_a) == ["GOOD_0", "GOOD_1", "GOOD_2", "GOOD_3", "GOOD_4"]
+    assert metering.rejected == rejected + 3
+    # Counted, and logged as a count only: never the row (its DID) nor the database's message.
+    dropped_lines = [r.getMessage() for r in caplog.records if r.name == "mediator.usage.metering"]
+    assert dropped_lines == ["metering dropped 3 rows that could not be stored"]
+    assert not any("did:x" in line for line in caplog.messages)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_thread_survives_a_bad_row_and_keeps_writing(tenant_a, settings):
+    settings.USAGE_METERING_MODE = "buffered"
+    metering.flush()
+    for record in (
+        meter_record(tenant_a, code="BEFORE"),
+        meter_record(tenant_a, code="BAD_NUL", sender_did="did:x\x00"),
+        meter_record(tenant_a, code="AFTER"),
+    ):
+        metering.observe(record)
+    assert wait_for(lambda: stored_codes(tenant_a) == ["BEFORE", "AFTER"])
+    assert metering._thread is not None and metering._thread.is_alive()
+    writer = metering._thread
+    metering.observe(meter_record(tenant_a, code="LATER"))
+    assert wait_for(lambda: stored_codes(tenant_a) == ["BEFORE", "AFTER", "LATER"])
+    assert metering._thread is writer  # the same thread wrote it: it never died
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_thread_survives_any_exception_of_a_flush(tenant_a, settings, monkeypatch):
+    settings.USAGE_METERING_MODE = "buffered"
+    metering.flush()
+    real_flush = metering.flush
+    failed = threading.Event()
+
+    def flush_failing_once() -> int:
+        if not failed.is_set() and threading.current_thread() is metering._thread:
+            failed.set()
+            metering._buffer.clear()
+            raise KeyError("not a database error")
+        return real_flush()
+
+    monkeypatch.setattr(metering, "flush", flush_failing_once)
+    metering.observe(meter_record(tenant_a, code="LOST"))
+    assert failed.wait(10)
+    writer = metering._thread
+    time.sleep(0.3)  # the thread would have died by now
+    assert writer.is_alive()
+    metering.observe(meter_record(tenant_a, code="LATER"))
+    assert wait_for(lambda: stored_codes(tenant_a) == ["LATER"])
+    assert metering._thread is writer
+
+
+# -- only a verified sender is recorded (issue 13 item 9) ---------------------------------------
+
+
+def _meter_rows(tenant) -> list[tuple]:
+    metering.flush()
+    return list(
+        CommandMeter.objects.filter(tenant=tenant)
+        .order_by("id")
+        .values_list("channel", "command_type", "code", "http_status", "sender_did")
+    )
+
+
+@pytest.mark.parametrize("one_statement", [True, False], ids=["one-statement-paths", "orm-path"])
+def test_only_commands_whose_signature_verified_are_metered_with_their_sender(
+    post_a, tenant_a, alice, bob, settings, one_statement
+):
+    # The one-statement paths verify the signature before they find a replayed nonce; the ORM path
+    # claims the nonce first. A replay is never attributed on either.
+    settings.MEDIATOR_TWO_WAY_FASTPATH = settings.MEDIATOR_DIRECT_FASTPATH = one_statement
+
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    metering.flush()
+    CommandMeter.objects.filter(tenant=tenant_a).delete()
+
+    good = query_events(alice, tenant_a)
+    forged = query_events(alice, tenant_a)
+    # claims to be bob, signed by alice: INVALID_SIGNATURE
+    forged["header"].update(sender_did=bob.did, sender_signing_key_id=bob.key_id)
+    wrong_key = query_events(alice, tenant_a)
+    wrong_key["header"]["sender_signing_key_id"] = bob.did + "#signing"
+    unknown = query_events(alice, tenant_a)
+    unknown["header"]["sender_did"] = "did:decentrl:nobody"
+    stale = alice.sign_command(
+        recipient_did=tenant_a.did, payload={"type": "QUERY_EVENTS"}, timestamp=int(time.time() * 1000) - 3_600_000
+    )
+    unregistered_recipient = alice.sign_command(
+        recipient_did="did:web:elsewhere.example", payload={"type": "QUERY_EVENTS"}
+    )
+    two_way_forged = alice.sign_command(recipient_did=bob.did, payload="blob", channel="TWO_WAY_PRIVATE")
+    two_way_forged["header"].update(sender_did=bob.did, sender_signing_key_id=bob.key_id)
+    two_way = alice.sign_command(recipient_did=bob.did, payload="blob", channel="TWO_WAY_PRIVATE")
+    no_contract = bob.sign_command(recipient_did=alice.did, payload="blob", channel="TWO_WAY_PRIVATE")
+
+    sent = (good, good, forged, wrong_key, unknown, stale, unregistered_recipient, two_way_forged, two_way, two_way)
+    sent += (no_contract,)
+    assert [post_a.send(env)[0] for env in sent] == [200, 401, 401, 404, 404, 401, 401, 401, 200, 401, 404]
+    D, T = "DIRECT_AUTHENTICATED", "TWO_WAY_PRIVATE"
+    assert _meter_rows(tenant_a) == [
+        (D, "QUERY_EVENTS", "SUCCESS", 200, alice.did),
+        (D, "QUERY_EVENTS", "DUPLICATE_NONCE", 401, None),
+        (D, "QUERY_EVENTS", "INVALID_SIGNATURE", 401, None),
+        (D, "QUERY_EVENTS", "SENDER_SIGNING_KEY_NOT_FOUND", 404, None),
+        (D, "QUERY_EVENTS", "SENDER_NOT_FOUND", 404, None),
+        (D, "QUERY_EVENTS", "TIMESTAMP_OUT_OF_RANGE", 401, None),
+        (D, "QUERY_EVENTS", "UNAUTHORIZED_COMMAND", 401, alice.did),  # verified, then refused
+        (T, "TWO_WAY_PRIVATE", "INVALID_SIGNATURE", 401, None),
+        (T, "TWO_WAY_PRIVATE", "SUCCESS", 200, alice.did),
+        (T, "TWO_WAY_PRIVATE", "DUPLICATE_NONCE", 401, None),
+        (T, "TWO_WAY_PRIVATE", "COMMUNICATION_CONTRACT_NOT_FOUND", 404, bob.did),  # verified, then refused
+    ]

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from apps.usage.models import ReportCommandType, ReportDaily, ReportRun
+from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportRun
 
 pytestmark = pytest.mark.django_db
 
@@ -71,6 +71,20 @@ def test_the_dashboard_charts_only_published_reports(client, staff_user, publish
     one = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7")
     assert one.context["totals"]["commands"] == 100
     assert [c.tenant.slug for c in one.context["live"]] == [tenant_a.slug]
+
+
+def test_live_counters_count_commands_without_a_verified_sender_in_the_tenant_totals(
+    client, staff_user, published, tenant_a
+):
+    # Issue 13 item 9: unverified commands are stored with a NULL sender; they still count.
+    now = timezone.now()
+    common = dict(tenant=tenant_a, at=now, transport="http", http_status=200, bytes_in=100, bytes_out=10, duration_ms=1)
+    CommandMeter.objects.create(**common, command_type="QUERY_EVENTS", code="SUCCESS", sender_did="did:decentrl:a")
+    for code in ("INVALID_SIGNATURE", "INVALID_SIGNATURE", "INVALID_COMMAND"):
+        CommandMeter.objects.create(**common, command_type="QUERY_EVENTS", code=code, sender_did=None)
+    client.force_login(staff_user)
+    live = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").context["live"]
+    assert [(c.commands_last_hour, c.errors_last_hour, c.bytes_last_hour) for c in live] == [(4, 3, 440)]
 
 
 def test_the_run_page_shows_tables_charts_and_csv(client, staff_user, published):

@@ -133,6 +133,25 @@ def test_top_identities_rank_by_commands_then_bytes(spark):
     assert (top[0]["commands"], top[0]["bytes_in"], top[0]["bytes_out"]) == (12, 120, 120)
 
 
+def test_commands_without_a_verified_sender_count_per_tenant_and_code_but_never_as_an_identity(spark):
+    # Issue 13 item 9: metering stores NULL for a sender whose signature did not verify. Twenty such
+    # commands outnumber did:a's two, yet only did:a is an identity; the twenty count in the totals.
+    rows = [(1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, "did:a")] * 2
+    rows += [(1, ts(D1, 2), "QUERY_EVENTS", "INVALID_SIGNATURE", 401, 10, 10, 1.0, None)] * 15
+    rows += [(1, ts(D1, 3), "TWO_WAY_PRIVATE", "DUPLICATE_NONCE", 401, 10, 10, 1.0, None)] * 5
+    rows += [(1, ts(D1, 4), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, "")]  # a row from before: "" = none
+    m = meters(spark, rows)
+    empty_regs = empty(spark, "tenant_id long, created_at timestamp")
+    empty_pending = empty(spark, "tenant_id long, created_at timestamp, acknowledged_at timestamp")
+    empty_stored = empty(spark, "tenant_id long, created_at timestamp, payload_bytes long")
+    report = transform.usage_report(m, empty_regs, empty_pending, empty_stored, D1, D1)
+    day = report.daily.collect()[0]
+    assert (day["commands"], day["errors"], day["active_identities"]) == (23, 20, 1)
+    assert [(r["rank"], r["sender_did"], r["commands"]) for r in report.top.collect()] == [(1, "did:a", 2)]
+    codes = {r["code"]: r["commands"] for r in report.by_code.collect()}
+    assert codes == {"INVALID_SIGNATURE": 15, "DUPLICATE_NONCE": 5}
+
+
 def test_an_empty_range_gives_empty_tables(spark, inputs):
     report = transform.usage_report(*inputs, date(2020, 1, 1), date(2020, 1, 2))
     assert [df.count() for df in report.tables().values()] == [0, 0, 0, 0]

@@ -146,6 +146,26 @@ def test_loads_strict_rejects_what_cannot_be_canonicalised(raw):
         loads_strict(raw)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a":1,"a":1}',  # even with the same value
+        b'{"a":1,"b":2,"a":3}',
+        b'{"x":{"a":1,"a":2}}',
+        b'[1,{"k":[{"a":null,"a":null}]}]',
+        b'{"\\u0061":1,"a":2}',  # the same key, once escaped
+        b'{"\\u00e9":1,"\xc3\xa9":2}',  # the same key, escaped and raw UTF-8
+    ],
+)
+def test_loads_strict_refuses_a_key_repeated_within_one_object_at_any_depth(raw):
+    with pytest.raises(CanonicalError, match="duplicate key"):
+        loads_strict(raw)
+
+
+def test_loads_strict_accepts_the_same_key_in_different_objects():
+    assert loads_strict(b'{"a":{"a":1},"b":[{"a":2},{"a":3}]}') == {"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}
+
+
 def test_loads_strict_accepts_surrogate_pairs_and_moderate_nesting():
     assert loads_strict(b'"\\ud83d\\ude00"') == "\U0001f600"
     assert loads_strict(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
