@@ -327,6 +327,10 @@ USAGE_METERING_MAX_BUFFER = env_int("USAGE_METERING_MAX_BUFFER", 100_000)
 USAGE_REPORT_QUEUE = env("USAGE_REPORT_QUEUE", "celery")
 USAGE_REPORT_TIMEOUT_S = env_int("USAGE_REPORT_TIMEOUT_S", 3600)
 USAGE_REPORT_MAX_DAYS = env_int("USAGE_REPORT_MAX_DAYS", 366)
+# The local Spark engine's lazy start by the report launcher (spark_reports/engine.py).
+USAGE_ENGINE_START_TIMEOUT_S = env_int("USAGE_ENGINE_START_TIMEOUT_S", 180)
+# Nightly catch-up: the nightly run reports every day since the last one reported, at most this many.
+USAGE_NIGHTLY_MAX_CATCHUP_DAYS = env_int("USAGE_NIGHTLY_MAX_CATCHUP_DAYS", 7)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
 # LOG_FORMAT=json: one JSON object per line (command lines carry tenant, command, code, status,

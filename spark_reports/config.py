@@ -1,11 +1,16 @@
 """Spark session and database location, configured from the environment only.
 
-SPARK_MASTER            default local[*]; a cluster URL runs the same job code there
-SPARK_LOCAL_IP          default 127.0.0.1 (set before the JVM starts)
-SPARK_DRIVER_MEMORY     default 1g
+Where a job runs, first match wins:
+SPARK_REMOTE            sc://host:port of a Spark Connect server (a cluster's): the job is its client
+SPARK_MASTER            a classic master (local[*], spark://..., yarn): the job starts its own driver
+(neither)               the warm local engine, sc://SPARK_ENGINE_HOST:SPARK_ENGINE_PORT
+                        (default 127.0.0.1:15002; spark_reports/engine.py starts it)
+
+SPARK_LOCAL_IP          default 127.0.0.1 (set before a classic driver's JVM starts)
+SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
 SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL and SQLite jars
 SPARK_JDBC_PARTITIONS   partitions of each partitioned JDBC read, default 4
-SPARK_SHUFFLE_PARTITIONS default 8 (reports are small; 200 would only add task overhead)
+SPARK_SHUFFLE_PARTITIONS default 4 (reports are small; 200 would only add task overhead)
 REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db or sqlite:////path);
                         falls back to DATABASE_URL, then to the embedded default var/mediator.sqlite3
 """
@@ -68,33 +73,67 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+def engine_address() -> tuple[str, int]:
+    """Where the warm local engine listens."""
+    return os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1"), env_int("SPARK_ENGINE_PORT", 15002)
+
+
+def session_target() -> tuple[str, str]:
+    """("remote", sc://...) or ("master", master URL): where build_session connects."""
+    if os.environ.get("SPARK_REMOTE", "").strip():
+        return "remote", os.environ["SPARK_REMOTE"].strip()
+    if os.environ.get("SPARK_MASTER", "").strip():
+        return "master", os.environ["SPARK_MASTER"].strip()
+    host, port = engine_address()
+    return "remote", f"sc://{host}:{port}"
+
+
+SESSION_CONFIG = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
 def build_session(app_name: str = "mediator-usage-report"):
-    """The SparkSession for a job: master from SPARK_MASTER, UI off, UTC, quiet logs, JDBC jars."""
+    """The SparkSession for a job: a Spark Connect client of the engine (or of SPARK_REMOTE), or a
+    classic driver on SPARK_MASTER; UTC, quiet logs, JDBC jars, small shuffles either way."""
+    kind, target = session_target()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    shuffle = str(env_int("SPARK_SHUFFLE_PARTITIONS", 4))
+    if kind == "remote":
+        from pyspark.sql import SparkSession
+
+        # The JDBC drivers and the JVM's settings are the server's (engine.py); only SQL settings travel.
+        spark = SparkSession.builder.remote(target).appName(app_name).create()
+        for key, value in {**SESSION_CONFIG, "spark.sql.shuffle.partitions": shuffle}.items():
+            spark.conf.set(key, value)
+        return spark
+    return _classic_session(app_name, target, shuffle)
+
+
+def _classic_session(app_name: str, master: str, shuffle: str):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-
     log4j = ROOT / "spark_reports" / "log4j2.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
-    master = os.environ.get("SPARK_MASTER", "local[*]")
     builder = SparkSession.builder.appName(app_name).master(master)
     if master.startswith("local"):
         # Local mode: never listen beyond loopback. A cluster driver must be reachable, so it is left alone.
         builder = builder.config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"]).config(
             "spark.driver.host", os.environ["SPARK_LOCAL_IP"]
         )
-    spark = (
+    builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "1g"))
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.jars", os.environ.get("SPARK_JDBC_JARS", DEFAULT_JARS))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(env_int("SPARK_SHUFFLE_PARTITIONS", 8)))
-        .config("spark.sql.adaptive.enabled", "true")
-        .getOrCreate()
+        .config("spark.sql.shuffle.partitions", shuffle)
     )
+    for key, value in SESSION_CONFIG.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark

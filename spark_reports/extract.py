@@ -20,7 +20,7 @@ from .config import Database, env_int
 class ReportInputs:
     """The four inputs of `transform.usage_report`, with normalised column types."""
 
-    meters: DataFrame  # tenant_id, at, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did
+    meters: DataFrame  # tenant_id, at, protocol, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did
     registrations: DataFrame  # tenant_id, created_at
     pending: DataFrame  # tenant_id, created_at, acknowledged_at
     stored: DataFrame  # tenant_id, created_at, payload_bytes
@@ -45,33 +45,46 @@ def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
     return f" AND {column} IN ({','.join(str(int(t)) for t in tenant_ids)})"
 
 
-def _bounds(spark: SparkSession, db: Database, query: str) -> tuple[int | None, int | None, int]:
-    """MIN(id), MAX(id), COUNT(*) of `query`, asked over one plain JDBC connection on the driver
-    (no Spark job: on a busy machine each job costs seconds)."""
-    jvm = spark.sparkContext._jvm
-    props = jvm.java.util.Properties()
-    for key, value in db.properties.items():
-        if key != "driver":
-            props.setProperty(key, value)
-    # spark.jars live in Spark's class loader, which DriverManager does not search: load the driver there.
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    conn = loader.loadClass(db.properties["driver"]).newInstance().connect(db.url, props)
-    try:
-        stmt = conn.createStatement()
-        rs = stmt.executeQuery(f"SELECT MIN(id), MAX(id), COUNT(*) FROM ({query}) b")
-        rs.next()
-        n = rs.getLong(3)
-        return (rs.getLong(1), rs.getLong(2), n) if n else (None, None, 0)
-    finally:
-        conn.close()
+Bounds = tuple[int | None, int | None, int]  # MIN(id), MAX(id), COUNT(*)
+
+
+def _bounds(spark: SparkSession, db: Database, queries: dict[str, str]) -> dict[str, Bounds]:
+    """MIN(id), MAX(id), COUNT(*) of every query, in ONE small JDBC query (one Spark job instead
+    of one per input: each job costs a round of scheduling, issue 17)."""
+    union = " UNION ALL ".join(
+        f"SELECT '{name}' AS name, MIN(id) AS lo, MAX(id) AS hi, COUNT(*) AS n FROM ({query}) b"
+        for name, query in queries.items()
+    )
+    rows = (
+        spark.read.format("jdbc")
+        # SQLite's driver guesses types from the first row; say what the columns are.
+        .options(
+            url=db.url, dbtable=f"({union}) q", customSchema="name STRING, lo LONG, hi LONG, n LONG", **db.properties
+        )
+        .load()
+        .collect()
+    )
+    out: dict[str, Bounds] = {}
+    for row in rows:
+        n = int(row["n"] or 0)
+        out[row["name"]] = (int(row["lo"]), int(row["hi"]), n) if n else (None, None, 0)
+    return out
 
 
 def read_partitioned(
-    spark: SparkSession, db: Database, query: str, *, text_columns: tuple[str, ...] = (), partitions: int | None = None
+    spark: SparkSession,
+    db: Database,
+    query: str,
+    bounds: Bounds,
+    *,
+    text_columns: tuple[str, ...] = (),
+    partitions: int | None = None,
 ) -> DataFrame:
-    """`query` (which selects an `id` column) read in id ranges, one JDBC connection per range."""
+    """`query` (which selects an `id` column) read in id ranges, one JDBC connection per range.
+
+    fetchsize 10 000: the PostgreSQL driver otherwise buffers the whole result of a range in memory."""
     partitions = partitions or env_int("SPARK_JDBC_PARTITIONS", 4)
-    lo, hi, n = _bounds(spark, db, query)
+    lo, hi, n = bounds
     reader = spark.read.format("jdbc").options(url=db.url, dbtable=f"({query}) q", fetchsize="10000", **db.properties)
     if db.is_sqlite and text_columns:
         # SQLite's driver guesses a column's type from its declaration (datetime -> NUMERIC); read the text.
@@ -91,47 +104,42 @@ def _as_timestamp(df: DataFrame, *columns: str) -> DataFrame:
 
 def extract(
     spark: SparkSession, db: Database, date_from: date, date_to: date, tenant_ids: list[int] | None = None
-) -> ReportInputs:
-    """Read metering, registrations, pending and stored events for [date_from, date_to] (UTC days)."""
+) -> tuple[ReportInputs, dict[str, int]]:
+    """Read metering, registrations, pending and stored events for [date_from, date_to] (UTC days); also
+    returns how many rows each input holds (known before any row is read: progress shows it)."""
     lo = _ts_literal(db, date_from)
     hi = _ts_literal(db, date_to + timedelta(days=1))
-    meters = read_partitioned(
-        spark,
-        db,
-        f"SELECT id, tenant_id, {_ts(db, 'at')}, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did"
-        f" FROM usage_commandmeter WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
-        text_columns=("at",),
-    )
-    # A registration is a contract the identity owns and requested from this tenant's own DID
-    # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
-    registrations = read_partitioned(
-        spark,
-        db,
-        f"SELECT c.id AS id, c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')} FROM messaging_contract c"
+    queries = {
+        "meters": f"SELECT id, tenant_id, {_ts(db, 'at')}, protocol, command_type, code, http_status, bytes_in,"
+        f" bytes_out, duration_ms, sender_did FROM usage_commandmeter"
+        f" WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
+        # A registration is a contract the identity owns and requested from this tenant's own DID
+        # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
+        "registrations": f"SELECT c.id AS id, c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')} FROM messaging_contract c"
         " JOIN tenants_tenant t ON t.id = c.tenant_id"
         " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did"
         f" AND c.created_at >= {lo} AND c.created_at < {hi}{_tenant_filter('c.tenant_id', tenant_ids)}",
-        text_columns=("created_at",),
-    )
-    pending = read_partitioned(
-        spark,
-        db,
-        f"SELECT id, tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')} FROM messaging_pendingevent"
+        "pending": f"SELECT id, tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')} FROM messaging_pendingevent"
         f" WHERE ((created_at >= {lo} AND created_at < {hi}) OR (acknowledged_at >= {lo} AND acknowledged_at < {hi}))"
         f"{_tenant_filter('tenant_id', tenant_ids)}",
-        text_columns=("created_at", "acknowledged_at"),
-    )
-    stored = read_partitioned(
-        spark,
-        db,
-        f"SELECT id, tenant_id, {_ts(db, 'created_at')}, payload_bytes FROM messaging_storedevent"
+        "stored": f"SELECT id, tenant_id, {_ts(db, 'created_at')}, payload_bytes FROM messaging_storedevent"
         f" WHERE created_at >= {lo} AND created_at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
-        text_columns=("created_at",),
-    )
+    }
+    text = {
+        "meters": ("at",),
+        "registrations": ("created_at",),
+        "pending": ("created_at", "acknowledged_at"),
+        "stored": ("created_at",),
+    }
+    bounds = _bounds(spark, db, queries)
+    frames = {
+        name: read_partitioned(spark, db, query, bounds[name], text_columns=text[name])
+        for name, query in queries.items()
+    }
     return ReportInputs(
-        # Four outputs read the metering rows: keep them once (spills to disk when large).
-        meters=_as_timestamp(meters, "at").drop("id").persist(),
-        registrations=_as_timestamp(registrations, "created_at").drop("id"),
-        pending=_as_timestamp(pending, "created_at", "acknowledged_at").drop("id"),
-        stored=_as_timestamp(stored, "created_at").drop("id"),
-    )
+        # Not cached: the transform scans it twice, and caching cost more than reading again (issue 17).
+        meters=_as_timestamp(frames["meters"], "at").drop("id"),
+        registrations=_as_timestamp(frames["registrations"], "created_at").drop("id"),
+        pending=_as_timestamp(frames["pending"], "created_at", "acknowledged_at").drop("id"),
+        stored=_as_timestamp(frames["stored"], "created_at").drop("id"),
+    ), {name: b[2] for name, b in bounds.items()}

@@ -8,6 +8,8 @@ after this process exits cleanly, or deletes the run's rows and marks it `failed
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -47,6 +49,14 @@ def write_table(df: DataFrame, db: Database, table: str, run_id: int) -> int:
     return count
 
 
-def load(report: UsageReport, db: Database, run_id: int) -> dict[str, int]:
-    """Write every table of `report` under `run_id`; returns rows written per table."""
-    return {name: write_table(df, db, TABLES[name], run_id) for name, df in report.tables().items()}
+def load(
+    report: UsageReport, db: Database, run_id: int, before_table: Callable[[str], None] | None = None
+) -> dict[str, int]:
+    """Write every table of `report` under `run_id`; returns rows written per table.
+    `before_table(name)` is told each table before it is computed and written (progress)."""
+    counts = {}
+    for name, df in report.tables().items():
+        if before_table:
+            before_table(name)
+        counts[name] = write_table(df, db, TABLES[name], run_id)
+    return counts

@@ -5,12 +5,19 @@ Per tenant and UTC day:
   distinct active identities (senders with at least one successful command), new registrations,
   pending events created and delivered (acknowledged), p50/p95 delivery latency
   (created -> acknowledged, by the day of acknowledgement), stored-event count and bytes;
-- by_type: commands and errors per command type ("(unparsed)" when the envelope did not parse);
+- by_type: commands and errors per protocol and command type ("(unparsed)" when the envelope did
+  not parse; protocol "decentrl" for rows metered before the column existed);
 - by_code: every non-SUCCESS code with its count and share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
 Percentiles use `percentile_approx` with PERCENTILE_ACCURACY: the value returned is an element of
 the data whose rank is within n / accuracy of the exact rank (exact when n <= accuracy).
+
+Cost (docs/benchmarks.md, issue 17): the metering rows are scanned twice and never cached. One
+scan groups them by (tenant, day, protocol, type, code, sender) into `command_counts`, a table a
+few thousand times smaller, from which daily counts, by_type, by_code and top are all derived;
+the other computes the latency percentiles per (tenant, day). Caching the raw extract cost more
+than reading it again, and four full passes over it (one per output) cost four times one.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pyspark.sql import functions as F
 PERCENTILE_ACCURACY = 10_000
 SUCCESS = "SUCCESS"
 UNPARSED = "(unparsed)"
+DEFAULT_PROTOCOL = "decentrl"
 TOP_N = 10
 
 DAILY_COLUMNS = [
@@ -78,21 +86,66 @@ def _pct(col: str, q: float, accuracy: int) -> Column:
     return F.percentile_approx(F.col(col).cast("double"), q, accuracy).cast("double")
 
 
-def command_stats(meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY) -> DataFrame:
-    """Per tenant and day: counts, errors, bytes, latency percentiles and active identities."""
-    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+def _meter_days(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    return meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+
+
+def command_counts(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    """One pass over the metering rows: per tenant, day, protocol, command type, code and sender,
+    the commands and bytes. Every count-like output is an aggregate of this small table."""
+    m = _meter_days(meters, date_from, date_to)
+    label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
+    protocol = (
+        F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL))
+        if "protocol" in meters.columns
+        else F.lit(DEFAULT_PROTOCOL)
+    )
+    return (
+        m.select(
+            "tenant_id",
+            "day",
+            protocol.alias("protocol"),
+            label.alias("command_type"),
+            "code",
+            F.coalesce(F.col("sender_did"), F.lit("")).alias("sender_did"),
+            "bytes_in",
+            "bytes_out",
+        )
+        .groupBy("tenant_id", "day", "protocol", "command_type", "code", "sender_did")
+        .agg(
+            F.count(F.lit(1)).alias("commands"),
+            F.sum("bytes_in").cast("long").alias("bytes_in"),
+            F.sum("bytes_out").cast("long").alias("bytes_out"),
+        )
+    )
+
+
+def _errors(commands: str = "commands") -> Column:
+    return F.sum(F.when(F.col("code") == F.lit(SUCCESS), 0).otherwise(F.col(commands))).cast("long")
+
+
+def command_stats(
+    counts: DataFrame, meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY
+) -> list[DataFrame]:
+    """Per tenant and day: counts, errors, bytes and active identities (from `counts`), and the
+    latency percentiles (one more pass over the metering rows, grouped by tenant and day only)."""
     ok = F.col("code") == F.lit(SUCCESS)
-    return m.groupBy("tenant_id", "day").agg(
-        F.count(F.lit(1)).alias("commands"),
-        F.sum(F.when(ok, 0).otherwise(1)).alias("errors"),
+    totals = counts.groupBy("tenant_id", "day").agg(
+        F.sum("commands").cast("long").alias("commands"),
+        _errors().alias("errors"),
         F.sum("bytes_in").alias("bytes_in"),
         F.sum("bytes_out").alias("bytes_out"),
-        _pct("duration_ms", 0.5, accuracy).alias("latency_p50_ms"),
-        _pct("duration_ms", 0.95, accuracy).alias("latency_p95_ms"),
-        F.countDistinct(F.when(ok & (F.coalesce(F.col("sender_did"), F.lit("")) != ""), F.col("sender_did"))).alias(
-            "active_identities"
-        ),
+        F.countDistinct(F.when(ok & (F.col("sender_did") != ""), F.col("sender_did"))).alias("active_identities"),
     )
+    latency = (
+        _meter_days(meters, date_from, date_to)
+        .groupBy("tenant_id", "day")
+        .agg(
+            _pct("duration_ms", 0.5, accuracy).alias("latency_p50_ms"),
+            _pct("duration_ms", 0.95, accuracy).alias("latency_p95_ms"),
+        )
+    )
+    return [totals, latency]
 
 
 def registration_stats(registrations: DataFrame, date_from: date, date_to: date) -> DataFrame:
@@ -160,6 +213,7 @@ def _merge(parts: list[DataFrame]) -> DataFrame:
 
 
 def daily(
+    counts: DataFrame,
     meters: DataFrame,
     registrations: DataFrame,
     pending: DataFrame,
@@ -177,7 +231,7 @@ def daily(
     )
     out = _merge(
         [
-            command_stats(meters, date_from, date_to, accuracy),
+            *command_stats(counts, meters, date_from, date_to, accuracy),
             registration_stats(registrations, date_from, date_to),
             created,
             _delivered(pending, date_from, date_to, accuracy),
@@ -192,23 +246,15 @@ def daily(
     return out.select(*DAILY_COLUMNS)
 
 
-def by_type(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
-    label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
-    return (
-        m.withColumn("command_type", label)
-        .groupBy("tenant_id", "day", "command_type")
-        .agg(
-            F.count(F.lit(1)).alias("commands"),
-            F.sum(F.when(F.col("code") == SUCCESS, 0).otherwise(1)).cast("long").alias("errors"),
-        )
+def by_type(counts: DataFrame) -> DataFrame:
+    return counts.groupBy("tenant_id", "day", "protocol", "command_type").agg(
+        F.sum("commands").cast("long").alias("commands"), _errors().alias("errors")
     )
 
 
-def by_code(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    m = meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
+def by_code(counts: DataFrame) -> DataFrame:
     per_day = Window.partitionBy("tenant_id", "day")
-    counted = m.groupBy("tenant_id", "day", "code").agg(F.count(F.lit(1)).alias("commands"))
+    counted = counts.groupBy("tenant_id", "day", "code").agg(F.sum("commands").cast("long").alias("commands"))
     return (
         counted.withColumn("rate", F.col("commands") / F.sum("commands").over(per_day))
         .where(F.col("code") != SUCCESS)
@@ -216,16 +262,15 @@ def by_code(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
     )
 
 
-def top_identities(meters: DataFrame, date_from: date, date_to: date, n: int = TOP_N) -> DataFrame:
-    m = (
-        meters.withColumn("day", F.to_date("at"))
-        .where(_in_range(F.col("day"), date_from, date_to))
-        .where(F.coalesce(F.col("sender_did"), F.lit("")) != "")
-    )
-    volume = m.groupBy("tenant_id", "day", "sender_did").agg(
-        F.count(F.lit(1)).alias("commands"),
-        F.sum("bytes_in").cast("long").alias("bytes_in"),
-        F.sum("bytes_out").cast("long").alias("bytes_out"),
+def top_identities(counts: DataFrame, n: int = TOP_N) -> DataFrame:
+    volume = (
+        counts.where(F.col("sender_did") != "")
+        .groupBy("tenant_id", "day", "sender_did")
+        .agg(
+            F.sum("commands").cast("long").alias("commands"),
+            F.sum("bytes_in").cast("long").alias("bytes_in"),
+            F.sum("bytes_out").cast("long").alias("bytes_out"),
+        )
     )
     order = Window.partitionBy("tenant_id", "day").orderBy(
         F.col("commands").desc(), (F.col("bytes_in") + F.col("bytes_out")).desc(), F.col("sender_did").asc()
@@ -247,9 +292,11 @@ def usage_report(
     accuracy: int = PERCENTILE_ACCURACY,
 ) -> UsageReport:
     """The whole report for [date_from, date_to] from the four extracted inputs."""
+    # Read by four outputs; small (a few thousand times fewer rows than `meters`), so kept once.
+    counts = command_counts(meters, date_from, date_to).persist()
     return UsageReport(
-        daily=daily(meters, registrations, pending, stored, date_from, date_to, accuracy),
-        by_type=by_type(meters, date_from, date_to),
-        by_code=by_code(meters, date_from, date_to),
-        top=top_identities(meters, date_from, date_to),
+        daily=daily(counts, meters, registrations, pending, stored, date_from, date_to, accuracy),
+        by_type=by_type(counts),
+        by_code=by_code(counts),
+        top=top_identities(counts),
     )

@@ -2,8 +2,14 @@
 
     python -m spark_reports.usage_report --run-id 7 --from 2026-11-01 --to 2026-11-21 [--tenant 3 ...]
 
-The database comes from REPORT_DATABASE_URL (see config.py). The last stdout line is
-`USAGE_REPORT_RESULT {"daily": n, ...}` on success; any failure exits non-zero.
+The database comes from REPORT_DATABASE_URL, the Spark engine from SPARK_REMOTE / SPARK_MASTER /
+the local engine (see config.py). Lines on stdout the launcher reads:
+
+    USAGE_REPORT_PROGRESS {"step": ..., "step_no": n, "steps": N, "tasks_done": ..., "tasks_total": ..., ...}
+    USAGE_REPORT_ENGINE_DOWN <address>      the Spark engine did not answer (exit 3)
+    USAGE_REPORT_RESULT {"daily": n, ...}   the last line on success (exit 0)
+
+SIGTERM (the launcher's Cancel) interrupts the job's Spark operations on the engine, then exits 143.
 """
 
 from __future__ import annotations
@@ -11,27 +17,93 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from datetime import date
 
-from .config import Database, build_session, database_from_env
+from .config import Database, build_session, database_from_env, session_target
 from .extract import extract
-from .load import load
+from .load import TABLES, load
 from .transform import usage_report
 
 RESULT_MARKER = "USAGE_REPORT_RESULT"
+PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
+ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
+EXIT_ENGINE_DOWN = 3
+EXIT_CANCELLED = 143
+STEPS = ["connecting", "counting rows", *[f"computing {name}" for name in TABLES]]
 log = logging.getLogger("spark_reports.usage_report")
 
 
-def run(spark, db: Database, *, run_id: int, date_from: date, date_to: date, tenant_ids: list[int] | None) -> dict:
+class Progress:
+    """Prints progress lines: the job's step, and (over Spark Connect) the tasks of its Spark
+    operations as the engine streams them. Throttled to one line per PERIOD seconds."""
+
+    PERIOD = 0.5
+
+    def __init__(self, out=None) -> None:
+        self.out = out or sys.stdout
+        self.state: dict = {"step": STEPS[0], "step_no": 1, "steps": len(STEPS), "tasks_done": 0, "tasks_total": 0}
+        self._ops: dict[str, tuple[int, int, int]] = {}
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def step(self, name: str, **extra) -> None:
+        with self._lock:
+            self.state.update(step=name, step_no=STEPS.index(name) + 1, **extra)
+            self._ops.clear()
+            self.state.update(tasks_done=0, tasks_total=0)
+            self._emit(force=True)
+
+    def __call__(self, stages, inflight_tasks, operation_id, done) -> None:  # a Connect ProgressHandler
+        stages = list(stages or [])
+        with self._lock:
+            self._ops[operation_id or ""] = (
+                sum(s.num_completed_tasks for s in stages),
+                sum(s.num_tasks for s in stages),
+                sum(s.num_bytes_read for s in stages),
+            )
+            self.state["tasks_done"] = sum(v[0] for v in self._ops.values())
+            self.state["tasks_total"] = sum(v[1] for v in self._ops.values())
+            self.state["bytes_read"] = sum(v[2] for v in self._ops.values())
+            self._emit(force=False)
+
+    def _emit(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= self.PERIOD:
+            self._last = now
+            print(f"{PROGRESS_MARKER} {json.dumps(self.state, sort_keys=True)}", file=self.out, flush=True)
+
+
+def run(
+    spark,
+    db: Database,
+    *,
+    run_id: int,
+    date_from: date,
+    date_to: date,
+    tenant_ids: list[int] | None,
+    progress: Progress | None = None,
+) -> dict:
     """One report run in an existing session; returns row counts per table and timings."""
     started = time.perf_counter()
-    inputs = extract(spark, db, date_from, date_to, tenant_ids)
+    if progress:
+        progress.step("counting rows")
+    inputs, sizes = extract(spark, db, date_from, date_to, tenant_ids)
+    if progress:
+        progress.state["rows_total"] = sizes["meters"]
     report = usage_report(inputs.meters, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
-    counts = load(report, db, run_id)
+    counts: dict = load(report, db, run_id, (lambda name: progress.step(f"computing {name}")) if progress else None)
     counts["seconds"] = round(time.perf_counter() - started, 3)
+    counts["rows_read"] = sizes
     return counts
+
+
+def _engine_down(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    return any(s in text for s in ("UNAVAILABLE", "Connection refused", "failed to connect", "Socket closed"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +118,40 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--to is before --from")
     db = database_from_env()
     t0 = time.perf_counter()
+    kind, target = session_target()
     log.info(
-        "run %s: %s..%s tenants=%s on %s", args.run_id, args.date_from, args.date_to, args.tenants or "all", db.dialect
+        "run %s: %s..%s tenants=%s on %s, spark %s %s",
+        args.run_id,
+        args.date_from,
+        args.date_to,
+        args.tenants or "all",
+        db.dialect,
+        kind,
+        target,
     )
-    spark = build_session()
-    log.info("spark session up in %.1fs (master %s)", time.perf_counter() - t0, spark.sparkContext.master)
+    progress = Progress()
+    progress.step("connecting")
+    try:
+        spark = build_session()
+    except Exception as exc:
+        if kind == "remote" and _engine_down(exc):
+            print(f"{ENGINE_DOWN_MARKER} {target}", flush=True)
+            return EXIT_ENGINE_DOWN
+        raise
+    tag = f"usage-report-{args.run_id}"
+    cancelled = threading.Event()
+    if kind == "remote":
+        spark.addTag(tag)
+        spark.registerProgressHandler(progress)
+
+        def cancel(signum, frame):
+            # Interrupt the engine's operations of this run (the JVM keeps running for the next report).
+            cancelled.set()
+            spark.interruptTag(tag)
+            raise SystemExit(EXIT_CANCELLED)
+
+        signal.signal(signal.SIGTERM, cancel)
+    log.info("spark session up in %.1fs", time.perf_counter() - t0)
     try:
         counts = run(
             spark,
@@ -59,9 +160,24 @@ def main(argv: list[str] | None = None) -> int:
             date_from=args.date_from,
             date_to=args.date_to,
             tenant_ids=args.tenants or None,
+            progress=progress,
         )
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if cancelled.is_set():
+            return EXIT_CANCELLED
+        if kind == "remote" and _engine_down(exc):
+            print(f"{ENGINE_DOWN_MARKER} {target}", flush=True)
+            log.exception("the engine went away")
+            return EXIT_ENGINE_DOWN
+        raise
     finally:
-        spark.stop()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - the engine may be gone; the result is what matters
+            pass
     counts["total_seconds"] = round(time.perf_counter() - t0, 3)
     print(f"{RESULT_MARKER} {json.dumps(counts, sort_keys=True)}", flush=True)
     return 0

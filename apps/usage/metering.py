@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 
-from .models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
+from .models import DEFAULT_PROTOCOL, LABEL_MAX, PROTOCOL_MAX, SENDER_DID_MAX, CommandMeter
 
 log = logging.getLogger("mediator.usage.metering")
 
@@ -40,7 +40,7 @@ rejected = 0  # rows the database (or the row builder) refused: dropped one by o
 lost = 0  # rows of batches that failed as a whole (database unreachable), never retried
 
 _COLUMNS = (
-    "tenant_id", "at", "transport", "channel", "command_type", "code",
+    "tenant_id", "at", "transport", "protocol", "channel", "command_type", "code",
     "http_status", "bytes_in", "bytes_out", "duration_ms", "sender_did",
 )  # fmt: skip
 
@@ -51,6 +51,7 @@ def _values(record: Any) -> tuple:
         record.tenant_id,
         record.at,
         (record.transport or "")[:8],
+        (record.protocol or DEFAULT_PROTOCOL)[:PROTOCOL_MAX],
         (record.channel or "")[:32],
         (record.command_type or "")[:LABEL_MAX],
         (record.code or "")[:LABEL_MAX],

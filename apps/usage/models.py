@@ -16,6 +16,8 @@ from django.db import models
 # Caps on what a metering row keeps (a verified sender DID can still be up to MAX_DID_LEN long).
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
+PROTOCOL_MAX = 16
+DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm" into the same table
 
 
 class CommandMeter(models.Model):
@@ -28,6 +30,8 @@ class CommandMeter(models.Model):
     )
     at = models.DateTimeField()
     transport = models.CharField(max_length=8)
+    # db_default: a constant default is a catalogue change on PostgreSQL 11+, no table rewrite.
+    protocol = models.CharField(max_length=PROTOCOL_MAX, default=DEFAULT_PROTOCOL, db_default=DEFAULT_PROTOCOL)
     channel = models.CharField(max_length=32, blank=True, default="")
     command_type = models.CharField(max_length=LABEL_MAX, blank=True, default="")
     code = models.CharField(max_length=LABEL_MAX)
@@ -59,6 +63,7 @@ class ReportRun(models.Model):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
     class Kind(models.TextChoices):
         MANUAL = "manual", "Manual"
@@ -78,6 +83,11 @@ class ReportRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     row_counts = models.JSONField(default=dict, blank=True)
+    # While running: what the job last reported (stage, tasks done of total, rows to read, bytes read).
+    progress = models.JSONField(default=dict, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Why a run failed, in words for staff; the technical detail is in log_tail.
+    error = models.CharField(max_length=300, blank=True, default="")
     log_tail = models.TextField(blank=True, default="")
 
     class Meta:
@@ -89,7 +99,7 @@ class ReportRun(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (self.Status.SUCCEEDED, self.Status.FAILED)
+        return self.status in (self.Status.SUCCEEDED, self.Status.FAILED, self.Status.CANCELLED)
 
     @property
     def duration_s(self) -> float | None:
@@ -129,18 +139,21 @@ class ReportDaily(models.Model):
 
 
 class ReportCommandType(models.Model):
-    """Per tenant, day and command type: how many commands, how many failed."""
+    """Per tenant, day, protocol and command type: how many commands, how many failed."""
 
     run = models.ForeignKey(ReportRun, on_delete=models.CASCADE, related_name="by_type")
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
+    protocol = models.CharField(max_length=PROTOCOL_MAX, default=DEFAULT_PROTOCOL, db_default=DEFAULT_PROTOCOL)
     command_type = models.CharField(max_length=LABEL_MAX)
     commands = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "tenant", "day", "command_type"], name="report_type_unique")
+            models.UniqueConstraint(
+                fields=["run", "tenant", "day", "protocol", "command_type"], name="report_type_unique"
+            )
         ]
 
     def __str__(self) -> str:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -29,7 +33,16 @@ from .models import (
 
 log = logging.getLogger("mediator.usage")
 
-RESULT_MARKER = "USAGE_REPORT_RESULT"  # spark_reports.usage_report prints it; that module is not imported here
+# spark_reports.usage_report prints these; that module is not imported here (it runs as its own process).
+RESULT_MARKER = "USAGE_REPORT_RESULT"
+PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
+ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
+ENGINE_DOWN_WORDS = (
+    "The Spark engine that computes reports was not reachable. It has been restarted; "
+    "generate the report again in a minute."
+)
+POLL_S = 0.5  # how often the launcher copies progress and looks for a Cancel
+CANCEL_GRACE_S = 15.0  # SIGTERM -> SIGKILL
 RESULT_MODELS = {
     "daily": ReportDaily,
     "by_type": ReportCommandType,
@@ -125,14 +138,47 @@ def _parse_result(output: str) -> dict | None:
     return None
 
 
-def report_run_execute(*, run_id: int) -> ReportRun:
-    """Run the Spark job for a queued run as its own process, then publish or fail the run.
+def _engine_env() -> tuple[str, int] | None:
+    """The local engine's address when the job will use it (neither SPARK_REMOTE nor SPARK_MASTER)."""
+    if os.environ.get("SPARK_REMOTE", "").strip() or os.environ.get("SPARK_MASTER", "").strip():
+        return None
+    return os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1"), int(os.environ.get("SPARK_ENGINE_PORT") or 15002)
 
-    Idempotent: a run that is not queued any more (already taken, finished) is left as it is.
-    """
-    if not _claim(run_id):
-        return ReportRun.objects.get(pk=run_id)
-    run = ReportRun.objects.get(pk=run_id)
+
+def _engine_up(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def spark_engine_ensure(*, env: dict[str, str]) -> str | None:
+    """Start the local Spark engine when it is not answering (the lazy start of `make run`; under
+    the production layout its supervisor restarts it, and this finds it up). Returns None when it
+    answers, else what went wrong. A cluster (SPARK_REMOTE / SPARK_MASTER) is not ours to start."""
+    address = _engine_env()
+    if address is None or _engine_up(address):
+        return None
+    log.warning("spark engine %s:%s not answering: starting it", *address)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "spark_reports.engine", "start", "--var-dir", str(settings.VAR_DIR)],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=settings.USAGE_ENGINE_START_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the Spark engine did not start within {settings.USAGE_ENGINE_START_TIMEOUT_S} s"
+    if proc.returncode != 0:
+        return (proc.stdout + proc.stderr).strip()[-LOG_TAIL_CHARS:] or f"engine start exited with {proc.returncode}"
+    return None
+
+
+def _job_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -142,28 +188,100 @@ def report_run_execute(*, run_id: int) -> ReportRun:
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
         }
     )
-    log_path = _log_path(run)
+    return env
+
+
+class _Job:
+    """The job process, its log file, and the progress lines it prints (read on a thread)."""
+
+    def __init__(self, run: ReportRun, env: dict[str, str]) -> None:
+        self.log_path = _log_path(run)
+        self.progress: dict | None = None
+        self.proc = subprocess.Popen(  # noqa: S603 - argv built by _job_command, no shell
+            _job_command(run),
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        with self.log_path.open("wb") as out:
+            for raw in self.proc.stdout:
+                out.write(raw)
+                out.flush()
+                line = raw.decode(errors="replace")
+                if line.startswith(PROGRESS_MARKER + " "):
+                    try:
+                        self.progress = json.loads(line[len(PROGRESS_MARKER) + 1 :])
+                    except ValueError:
+                        pass
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM (the job interrupts its Spark operations), then SIGKILL after `grace` seconds."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        self._reader.join(5)
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _cancel_requested(run_id: int) -> bool:
+    return ReportRun.objects.filter(pk=run_id, cancel_requested_at__isnull=False).exists()
+
+
+def report_run_execute(*, run_id: int) -> ReportRun:
+    """Run the Spark job for a queued run as its own process (a client of the warm engine), copy
+    its progress onto the run while it works, stop it on Cancel, then publish, fail or cancel it.
+
+    Idempotent: a run that is not queued any more (already taken, finished, cancelled) is left as it is.
+    """
+    if not _claim(run_id):
+        return ReportRun.objects.get(pk=run_id)
+    run = ReportRun.objects.get(pk=run_id)
+    env = _job_env()
+    problem = spark_engine_ensure(env=env)
+    if problem:
+        return report_run_fail(run=run, reason=f"spark engine: {problem}", output="", error=ENGINE_DOWN_WORDS)
     try:
-        with log_path.open("wb") as out:
-            proc = subprocess.run(
-                _job_command(run),
-                cwd=settings.BASE_DIR,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=settings.USAGE_REPORT_TIMEOUT_S,
-                check=False,
-            )
-        returncode: int | str = proc.returncode
-    except subprocess.TimeoutExpired:
-        returncode = f"timeout after {settings.USAGE_REPORT_TIMEOUT_S}s"
+        job = _Job(run, env)
     except OSError as exc:
-        returncode = f"could not start: {exc.strerror}"
-    output = log_path.read_text(errors="replace") if log_path.exists() else ""
-    result = _parse_result(output) if returncode == 0 else None
-    if result is None:
-        return report_run_fail(run=run, reason=f"job exited with {returncode}", output=output)
-    return report_run_publish(run=run, result=result, output=output)
+        return report_run_fail(run=run, reason=f"could not start: {exc.strerror}", output="")
+    deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
+    shown: dict | None = None
+    outcome: int | str | None = None
+    while outcome is None:
+        try:
+            outcome = job.proc.wait(POLL_S)
+        except subprocess.TimeoutExpired:
+            if job.progress is not None and job.progress != shown:
+                shown = job.progress
+                # Conditional: never overwrite a run that another path has already finished.
+                ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.RUNNING).update(progress=shown)
+            if _cancel_requested(run_id):
+                job.stop(CANCEL_GRACE_S)
+                return report_run_cancel_finish(run=run, output=job.output())
+            if time.monotonic() > deadline:
+                job.stop(CANCEL_GRACE_S)
+                outcome = f"timeout after {settings.USAGE_REPORT_TIMEOUT_S}s"
+    output = job.output()
+    result = _parse_result(output) if outcome == 0 else None
+    if result is not None:
+        return report_run_publish(run=run, result=result, output=output)
+    if ENGINE_DOWN_MARKER in output:
+        # The engine went away (or never answered): restart it for the next run, say so in words.
+        spark_engine_ensure(env=env)
+        return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output, error=ENGINE_DOWN_WORDS)
+    return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output)
 
 
 def report_run_publish(*, run: ReportRun, result: dict, output: str) -> ReportRun:
@@ -181,17 +299,82 @@ def report_run_publish(*, run: ReportRun, result: dict, output: str) -> ReportRu
     return run
 
 
-def report_run_fail(*, run: ReportRun, reason: str, output: str) -> ReportRun:
-    """Drop whatever the failed job staged and record why, with the end of its log."""
+# What failed, in words for staff, from the launcher's reason and the job's log (first match wins);
+# the technical tail stays in log_tail, folded away on the run page.
+FAILURE_WORDS = [
+    (re.compile(r"^timeout after (\d+)s"), "The report took longer than the limit of {0} seconds and was stopped."),
+    (re.compile(r"^row counts differ"), "The report's rows did not add up when it finished, so nothing was published."),
+    (
+        re.compile(r"^the worker running this report was lost"),
+        "The worker running this report stopped before it finished.",
+    ),
+    (re.compile(r"^could not start"), "The report job could not be started on the worker."),
+    (re.compile(r"OutOfMemoryError|Java heap space"), "The Spark engine ran out of memory computing this report."),
+    (
+        re.compile(r"PSQLException|SQLITE_BUSY|Connection to \S+ refused|password authentication failed"),
+        "Spark could not read the mediator's database.",
+    ),
+]
+FAILURE_DEFAULT = "The report job failed. The technical details are below."
+
+
+def failure_words(*, reason: str, output: str) -> str:
+    """One sentence a staff member understands for why a run failed."""
+    for pattern, words in FAILURE_WORDS:
+        match = pattern.search(reason) or (pattern.pattern[0] != "^" and pattern.search(output))
+        if match:
+            return words.format(*match.groups())
+    return FAILURE_DEFAULT
+
+
+def _drop_staged(run: ReportRun) -> None:
+    for model in RESULT_MODELS.values():
+        model.objects.filter(run=run).delete()
+
+
+def report_run_fail(*, run: ReportRun, reason: str, output: str, error: str | None = None) -> ReportRun:
+    """Drop whatever the failed job staged and record why: in words, and the end of its log."""
     with transaction.atomic():
-        for model in RESULT_MODELS.values():
-            model.objects.filter(run=run).delete()
+        _drop_staged(run)
         tail = (output[-LOG_TAIL_CHARS:] + "\n" if output else "") + reason
         ReportRun.objects.filter(pk=run.pk).update(
-            status=ReportRun.Status.FAILED, finished_at=timezone.now(), log_tail=tail[-LOG_TAIL_CHARS:]
+            status=ReportRun.Status.FAILED,
+            finished_at=timezone.now(),
+            log_tail=tail[-LOG_TAIL_CHARS:],
+            error=(error or failure_words(reason=reason, output=output))[:300],
         )
     run.refresh_from_db()
     log.warning("usage report %s failed: %s", run.pk, reason)
+    return run
+
+
+class ReportCancelError(ValueError):
+    """A cancel that cannot be honoured (the run has finished)."""
+
+
+def report_run_cancel(*, run_id: int) -> ReportRun:
+    """Cancel a run: a queued one at once (its task will find nothing to claim); a running one is
+    flagged, and its launcher stops the job (SIGTERM: the job interrupts its Spark operations)."""
+    now = timezone.now()
+    # Conditional UPDATEs: racing the worker's claim, exactly one of "cancelled" and "running" wins.
+    if ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.QUEUED).update(
+        status=ReportRun.Status.CANCELLED, cancel_requested_at=now, finished_at=now
+    ):
+        return ReportRun.objects.get(pk=run_id)
+    if not ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.RUNNING).update(cancel_requested_at=now):
+        raise ReportCancelError("the run has already finished")
+    return ReportRun.objects.get(pk=run_id)
+
+
+def report_run_cancel_finish(*, run: ReportRun, output: str) -> ReportRun:
+    """The launcher stopped the job on request: drop what it staged, mark the run cancelled."""
+    with transaction.atomic():
+        _drop_staged(run)
+        ReportRun.objects.filter(pk=run.pk).update(
+            status=ReportRun.Status.CANCELLED, finished_at=timezone.now(), log_tail=output[-LOG_TAIL_CHARS:]
+        )
+    run.refresh_from_db()
+    log.info("usage report %s cancelled", run.pk)
     return run
 
 
@@ -204,11 +387,30 @@ def report_runs_fail_stale(*, now: datetime | None = None) -> int:
     return len(stale)
 
 
-def nightly_report_run(*, today: date | None = None) -> ReportRun:
-    """Yesterday's report over all tenants, created and executed in the calling worker."""
+def days_to_report(*, yesterday: date) -> list[date]:
+    """The days the nightly run still has to report: from the day after the newest day an
+    all-tenant run has published (at most USAGE_NIGHTLY_MAX_CATCHUP_DAYS back) through yesterday.
+    A day already reported is not recomputed; a missed night is caught up."""
+    first = yesterday - timedelta(days=settings.USAGE_NIGHTLY_MAX_CATCHUP_DAYS - 1)
+    covered = (
+        ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED, tenants=None, date_to__gte=first)
+        .order_by("-date_to")
+        .values_list("date_to", flat=True)
+        .first()
+    )
+    if covered is not None:
+        first = max(first, covered + timedelta(days=1))
+    return [first + timedelta(days=i) for i in range((yesterday - first).days + 1)]
+
+
+def nightly_report_run(*, today: date | None = None) -> ReportRun | None:
+    """The days not yet reported through yesterday, over all tenants, in the calling worker; None
+    when yesterday is already reported (the nightly cost is one day's traffic, not the retention)."""
     report_runs_fail_stale()
-    day = (today or timezone.now().date()) - timedelta(days=1)
-    run = report_run_request(date_from=day, date_to=day, kind=ReportRun.Kind.NIGHTLY, enqueue=False)
+    days = days_to_report(yesterday=(today or timezone.now().date()) - timedelta(days=1))
+    if not days:
+        return None
+    run = report_run_request(date_from=days[0], date_to=days[-1], kind=ReportRun.Kind.NIGHTLY, enqueue=False)
     return report_run_execute(run_id=run.pk)
 
 

@@ -16,9 +16,12 @@ def run_usage_report(run_id: int) -> str:
 
 @shared_task(name="apps.usage.tasks.nightly_usage_report")
 def nightly_usage_report() -> str:
-    """Yesterday's usage report for every tenant."""
+    """The usage report of every day not reported yet through yesterday, for every tenant."""
     run = services.nightly_report_run()
-    return f"nightly usage report {run.pk} for {run.date_from} {run.status}"
+    if run is None:
+        return "nightly usage report: yesterday is already reported"
+    days = f"{run.date_from}" if run.date_from == run.date_to else f"{run.date_from}..{run.date_to}"
+    return f"nightly usage report {run.pk} for {days} {run.status}"
 
 
 @shared_task(name="apps.usage.tasks.prune_metering")

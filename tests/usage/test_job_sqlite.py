@@ -43,8 +43,9 @@ def test_the_job_on_sqlite_matches_python(spark, sqlite_db):
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         conn.execute(
-            "INSERT INTO usage_reportrun (public_id, kind, status, date_from, date_to, created_at, row_counts, log_tail)"
-            " VALUES ('0123456789abcdef0123456789abcdef', 'manual', 'running', '2026-01-10', '2026-01-12', '2026-01-13 00:00:00', '{}', '')"
+            "INSERT INTO usage_reportrun (public_id, kind, status, date_from, date_to, created_at, row_counts, progress,"
+            " error, log_tail) VALUES ('0123456789abcdef0123456789abcdef', 'manual', 'running', '2026-01-10',"
+            " '2026-01-12', '2026-01-13 00:00:00', '{}', '{}', '', '')"
         )
         run_id = conn.execute("SELECT max(id) FROM usage_reportrun").fetchone()[0]
     first, last = dataset.DAYS[0], dataset.DAYS[-1]

@@ -29,6 +29,8 @@ def staged_run(tenant) -> ReportRun:
 
 
 def fake_job(monkeypatch, code: str) -> None:
+    """A stand-in job process; SPARK_REMOTE names a cluster, so the launcher starts no local engine."""
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:9")
     monkeypatch.setattr(services, "_job_command", lambda run: [sys.executable, "-c", code])
 
 
@@ -40,6 +42,7 @@ def test_a_failed_job_leaves_no_half_written_report(tenant_a, monkeypatch):
     assert not ReportDaily.objects.filter(run=run).exists()
     assert "load: connection reset" in run.log_tail
     assert run.log_tail.endswith("job exited with 3")
+    assert run.error == "The report job failed. The technical details are below."
     assert run.started_at and run.finished_at
 
 
@@ -49,6 +52,7 @@ def test_a_job_whose_counts_disagree_with_the_rows_fails(tenant_a, monkeypatch):
     run = services.report_run_execute(run_id=run.pk)
     assert run.status == ReportRun.Status.FAILED
     assert "row counts differ" in run.log_tail
+    assert run.error == "The report's rows did not add up when it finished, so nothing was published."
     assert not ReportDaily.objects.filter(run=run).exists()
 
 
@@ -115,12 +119,17 @@ def test_prune_keeps_each_tenants_retention(tenant_a, tenant_b, capsys):
 
 
 def test_the_nightly_task_reports_yesterday_for_every_tenant(tenant_a, monkeypatch):
+    yesterday = timezone.now().date() - timedelta(days=1)
+    before = services.report_run_request(
+        date_from=yesterday - timedelta(days=1), date_to=yesterday - timedelta(days=1), enqueue=False
+    )
+    ReportRun.objects.filter(pk=before.pk).update(status=ReportRun.Status.SUCCEEDED)
     fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 0, "by_type": 0, "by_code": 0, "top": 0}\')')
     summary = tasks.nightly_usage_report()
-    run = ReportRun.objects.get()
-    yesterday = timezone.now().date() - timedelta(days=1)
+    run = ReportRun.objects.exclude(pk=before.pk).get()
     assert (run.kind, run.date_from, run.date_to, run.tenants.count()) == ("nightly", yesterday, yesterday, 0)
     assert summary == f"nightly usage report {run.pk} for {yesterday} succeeded"
+    assert tasks.nightly_usage_report() == "nightly usage report: yesterday is already reported"
 
 
 def test_the_job_command_names_the_run_range_and_tenants(tenant_a, tenant_b):
@@ -157,3 +166,109 @@ def test_a_run_whose_worker_died_is_failed_and_its_rows_dropped(tenant_a, settin
     assert run.status == ReportRun.Status.FAILED and run.log_tail == "the worker running this report was lost"
     assert not ReportDaily.objects.filter(run=run).exists()
     assert ReportDaily.objects.filter(run=fresh).count() == 1
+
+
+def test_the_nightly_run_skips_a_reported_day_and_catches_up_missed_ones(tenant_a, monkeypatch, settings):
+    fake_job(monkeypatch, 'print(\'USAGE_REPORT_RESULT {"daily": 0, "by_type": 0, "by_code": 0, "top": 0}\')')
+    today = date(2026, 3, 10)
+    first = services.nightly_report_run(today=today)
+    assert (first.date_from, first.date_to, first.status) == (date(2026, 3, 3), date(2026, 3, 9), "succeeded")
+    assert services.nightly_report_run(today=today) is None  # yesterday is reported: nothing recomputed
+    assert ReportRun.objects.count() == 1
+    # Two nights missed: the next run covers exactly those two days and the new yesterday.
+    later = services.nightly_report_run(today=date(2026, 3, 13))
+    assert (later.date_from, later.date_to) == (date(2026, 3, 10), date(2026, 3, 12))
+    # A run for one tenant does not count as the nightly all-tenant report.
+    services.report_run_request(date_from=date(2026, 3, 13), date_to=date(2026, 3, 13), tenants=[tenant_a])
+    assert services.days_to_report(yesterday=date(2026, 3, 13)) == [date(2026, 3, 13)]
+
+
+def test_progress_lines_reach_the_run_while_it_works(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    code = (
+        "import time\n"
+        'print(\'USAGE_REPORT_PROGRESS {"step": "computing daily", "step_no": 3, "steps": 6, "tasks_done": 2,'
+        ' "tasks_total": 8, "rows_total": 1000}\', flush=True)\n'
+        "time.sleep(2)\n"
+        'print(\'USAGE_REPORT_RESULT {"daily": 1, "by_type": 0, "by_code": 0, "top": 0}\')\n'
+    )
+    fake_job(monkeypatch, code)
+    seen = []
+    real_update = services._cancel_requested
+
+    def spy(run_id):
+        seen.append(ReportRun.objects.get(pk=run_id).progress)
+        return real_update(run_id)
+
+    monkeypatch.setattr(services, "_cancel_requested", spy)
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.SUCCEEDED
+    assert {
+        "step": "computing daily",
+        "step_no": 3,
+        "steps": 6,
+        "tasks_done": 2,
+        "tasks_total": 8,
+        "rows_total": 1000,
+    } in seen
+
+
+def test_cancel_stops_a_running_job_and_drops_its_rows(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    fake_job(monkeypatch, "import time; print('working', flush=True); time.sleep(60)")
+    calls = {"n": 0}
+    real = services._cancel_requested
+
+    def cancel_after_first_poll(run_id):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            services.report_run_cancel(run_id=run_id)
+        return real(run_id)
+
+    monkeypatch.setattr(services, "_cancel_requested", cancel_after_first_poll)
+    started = timezone.now()
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.CANCELLED
+    assert (timezone.now() - started).total_seconds() < 20  # the 60 s job was stopped
+    assert not ReportDaily.objects.filter(run=run).exists()
+    assert "working" in run.log_tail and run.finished_at
+
+
+def test_cancel_of_a_queued_run_is_immediate_and_a_finished_run_cannot_be_cancelled(tenant_a, monkeypatch):
+    run = services.report_run_request(date_from=DAY, date_to=DAY, enqueue=False)
+    assert services.report_run_cancel(run_id=run.pk).status == ReportRun.Status.CANCELLED
+    fake_job(monkeypatch, "raise SystemExit(1)")
+    assert services.report_run_execute(run_id=run.pk).status == ReportRun.Status.CANCELLED  # nothing to claim
+    with pytest.raises(services.ReportCancelError):
+        services.report_run_cancel(run_id=run.pk)
+
+
+def test_an_unreachable_engine_fails_the_run_in_words(tenant_a, monkeypatch):
+    run = staged_run(tenant_a)
+    fake_job(monkeypatch, "print('USAGE_REPORT_ENGINE_DOWN sc://127.0.0.1:9'); raise SystemExit(3)")
+    run = services.report_run_execute(run_id=run.pk)
+    assert run.status == ReportRun.Status.FAILED
+    assert run.error == services.ENGINE_DOWN_WORDS
+    assert "USAGE_REPORT_ENGINE_DOWN" in run.log_tail and not ReportDaily.objects.filter(run=run).exists()
+
+
+@pytest.mark.parametrize(
+    ("reason", "output", "words"),
+    [
+        ("timeout after 3600s", "", "The report took longer than the limit of 3600 seconds and was stopped."),
+        (
+            "job exited with 1",
+            "org.postgresql.util.PSQLException: Connection to 127.0.0.1:5 refused",
+            "Spark could not read the mediator's database.",
+        ),
+        (
+            "job exited with 1",
+            "java.lang.OutOfMemoryError: Java heap space",
+            "The Spark engine ran out of memory computing this report.",
+        ),
+        ("the worker running this report was lost", "", "The worker running this report stopped before it finished."),
+        ("could not start: No such file", "", "The report job could not be started on the worker."),
+    ],
+)
+def test_failures_are_named_in_words(reason, output, words):
+    assert services.failure_words(reason=reason, output=output) == words

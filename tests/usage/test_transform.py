@@ -127,7 +127,7 @@ def test_top_identities_rank_by_commands_then_bytes(spark):
             rows.append((1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, f"did:{i:02d}"))
     rows.append((1, ts(D1, 2), "QUERY_EVENTS", "SUCCESS", 200, 500, 10, 1.0, "did:big"))  # 1 command, more bytes
     m = meters(spark, rows)
-    top = transform.top_identities(m, D1, D1).orderBy("rank").collect()
+    top = transform.top_identities(transform.command_counts(m, D1, D1)).orderBy("rank").collect()
     assert [r["rank"] for r in top] == list(range(1, 11))
     assert [r["sender_did"] for r in top] == [f"did:{i:02d}" for i in range(10)]
     assert (top[0]["commands"], top[0]["bytes_in"], top[0]["bytes_out"]) == (12, 120, 120)
@@ -155,3 +155,27 @@ def test_commands_without_a_verified_sender_count_per_tenant_and_code_but_never_
 def test_an_empty_range_gives_empty_tables(spark, inputs):
     report = transform.usage_report(*inputs, date(2020, 1, 1), date(2020, 1, 2))
     assert [df.count() for df in report.tables().values()] == [0, 0, 0, 0]
+
+
+def test_command_types_are_counted_per_protocol(spark):
+    # DIDComm traffic is metered into the same table with protocol "didcomm"; a row without the
+    # column's value (metered before it existed) is the Decentrl protocol.
+    rows = [
+        Row(tenant_id=1, at=ts(D1, 1), protocol="decentrl", command_type="TWO_WAY_PRIVATE", code="SUCCESS"),
+        Row(tenant_id=1, at=ts(D1, 2), protocol=None, command_type="TWO_WAY_PRIVATE", code="SUCCESS"),
+        Row(tenant_id=1, at=ts(D1, 3), protocol="didcomm", command_type="forward", code="SUCCESS"),
+        Row(tenant_id=1, at=ts(D1, 4), protocol="didcomm", command_type="forward", code="INVALID_MESSAGE"),
+    ]
+    m = spark.createDataFrame(
+        [
+            Row(**r.asDict(), http_status=200, bytes_in=1, bytes_out=1, duration_ms=1.0, sender_did="did:a")
+            for r in rows
+        ],
+        schema="tenant_id long, at timestamp, protocol string, command_type string, code string, http_status int,"
+        " bytes_in long, bytes_out long, duration_ms double, sender_did string",
+    )
+    counts = transform.command_counts(m, D1, D1)
+    got = {
+        (r["protocol"], r["command_type"]): (r["commands"], r["errors"]) for r in transform.by_type(counts).collect()
+    }
+    assert got == {("decentrl", "TWO_WAY_PRIVATE"): (2, 0), ("didcomm", "forward"): (2, 1)}
