@@ -1,17 +1,20 @@
-"""Usage report benchmark: the Spark job over 1M and 5M metering rows, cold and warm, beside the
-same aggregates computed by PostgreSQL alone.
+"""Usage report benchmark: the Spark job on the warm engine beside the same aggregates computed by
+PostgreSQL alone.
 
     .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
-    .venv/bin/python -m bench.usage_report_bench --rows 1000000 --runs 1
+    .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1   # "fast enough to click"
+    .venv/bin/python -m bench.usage_report_bench --rows 20000000 --runs 3             # the scaling simulation
 
-- cold: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
-  starts: JVM start, session, extract, transform, load (wall clock of the process);
-- warm: the same run() again inside an already started SparkSession (JIT and JDBC classes warm);
+- warm: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
+  starts, as a client of an engine (spark_reports/engine.py) that is already up and has run one
+  report: client start, extract, transform, load (wall clock of the process);
 - sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
   top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded.
+- stages: the job's own step timestamps (from its progress lines) of the last warm run.
 
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
-with generate_series: 3 tenants, 7 days, 500 sender DIDs, 12 command types, ~9% errors.
+with generate_series: 3 tenants (--tenants), 7 days (--days), 500 sender DIDs, 12 command types,
+~9% errors. The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
 Medians go to stdout and bench/results/usage_report-<rows>.json.
 """
 
@@ -31,8 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DB = os.environ.get("BENCH_USAGE_DB", "mediator_bench_usage")
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 DAYS = 7
+TENANTS = 3
 FIRST = date(2026, 1, 1)
 LAST = FIRST + timedelta(days=DAYS - 1)
+ENGINE_PORT = int(os.environ.get("BENCH_ENGINE_PORT", "15099"))
 
 SQL_EQUIVALENT = [
     """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END),
@@ -63,6 +68,7 @@ def django_env() -> dict:
             "USAGE_METERING_MODE": "off",
             "PYTHONPATH": str(ROOT),
             "REPORT_DATABASE_URL": f"{PG}/{DB}",
+            "SPARK_ENGINE_PORT": str(ENGINE_PORT),
         }
     )
     return env
@@ -79,7 +85,7 @@ def prepare(rows: int) -> list[int]:
             "-c",
             "import django; django.setup()\n"
             "from apps.tenants.services import tenant_create\n"
-            "print(','.join(str(tenant_create(slug=f'bench-{i}', domain=f'bench{i}.test').pk) for i in range(3)))",
+            f"print(','.join(str(tenant_create(slug=f'bench-{{i}}', domain=f'bench{{i}}.test').pk) for i in range({TENANTS})))",
         ],
         cwd=ROOT,
         env=django_env(),
@@ -93,7 +99,7 @@ def prepare(rows: int) -> list[int]:
     psql(
         f"""INSERT INTO usage_commandmeter (tenant_id, at, transport, channel, command_type, code, http_status,
               bytes_in, bytes_out, duration_ms, sender_did)
-            SELECT (ARRAY[{",".join(map(str, ids))}])[1 + (g % 3)],
+            SELECT (ARRAY[{",".join(map(str, ids))}])[1 + (g % {TENANTS})],
                    TIMESTAMPTZ '{FIRST.isoformat()} 00:00:00+00' + (g::float / {rows} * {DAYS} * 86400) * INTERVAL '1 second',
                    CASE WHEN g % 5 = 0 THEN 'ws' ELSE 'http' END, 'DIRECT_AUTHENTICATED',
                    ({types})[1 + (g * 7 % 12)],
@@ -126,9 +132,10 @@ def new_run_id() -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def cold(run_id: int) -> float:
+def warm(run_id: int) -> tuple[float, dict]:
+    """Wall clock of one job process against the warm engine, and when each of its steps began."""
     t0 = time.perf_counter()
-    subprocess.run(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -142,11 +149,18 @@ def cold(run_id: int) -> float:
         ],
         cwd=ROOT,
         env=django_env(),
-        check=True,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
-    return time.perf_counter() - t0
+    steps: dict[str, float] = {}
+    for line in proc.stdout:
+        if line.startswith("USAGE_REPORT_PROGRESS "):
+            step = json.loads(line.split(" ", 1)[1])["step"]
+            steps.setdefault(step, round(time.perf_counter() - t0, 2))
+    if proc.wait() != 0:
+        raise SystemExit(f"the job failed (run {run_id})")
+    return time.perf_counter() - t0, steps
 
 
 def sql_only() -> float:
@@ -161,39 +175,45 @@ def sql_only() -> float:
 
 def bench(rows: int, runs: int) -> dict:
     prepare(rows)
-    result: dict = {"rows": rows, "runs": runs, "cold_s": [], "warm_s": [], "sql_s": []}
+    result: dict = {"rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": []}
+    new_run_id()  # Django's first connection, so that timings below hold only the work
+    # One report to warm the engine (JIT, JDBC classes), as after the engine's first report of the day.
+    warm(new_run_id())
     for _ in range(runs):
         result["sql_s"].append(round(sql_only(), 2))
-        result["cold_s"].append(round(cold(new_run_id()), 2))
-        print(f"  sql {result['sql_s'][-1]}s  cold {result['cold_s'][-1]}s", flush=True)
-    # Warm: one session, a first run to warm it, then timed runs.
-    os.environ.update({k: v for k, v in django_env().items() if k.startswith("REPORT_")})
-    from spark_reports.config import build_session, database_from_url
-    from spark_reports.usage_report import run as run_job
-
-    spark = build_session("usage-report-bench")
-    db = database_from_url(f"{PG}/{DB}")
-    try:
-        run_job(spark, db, run_id=new_run_id(), date_from=FIRST, date_to=LAST, tenant_ids=None)
-        for _ in range(runs):
-            rid = new_run_id()
-            t0 = time.perf_counter()
-            run_job(spark, db, run_id=rid, date_from=FIRST, date_to=LAST, tenant_ids=None)
-            result["warm_s"].append(round(time.perf_counter() - t0, 2))
-            print(f"  warm {result['warm_s'][-1]}s", flush=True)
-    finally:
-        spark.stop()
-    for key in ("cold_s", "warm_s", "sql_s"):
+        seconds, steps = warm(new_run_id())
+        result["warm_s"].append(round(seconds, 2))
+        result["stages"] = steps
+        print(f"  sql {result['sql_s'][-1]}s  warm {result['warm_s'][-1]}s  {steps}", flush=True)
+    for key in ("warm_s", "sql_s"):
         result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
+    result["ratio"] = round(result["warm_median_s"] / result["sql_median_s"], 2)
     return result
 
 
 def main() -> None:
+    global DAYS, TENANTS, LAST
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, action="append")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--days", type=int, default=DAYS)
+    parser.add_argument("--tenants", type=int, default=TENANTS)
     args = parser.parse_args()
+    DAYS, TENANTS = args.days, args.tenants
+    LAST = FIRST + timedelta(days=DAYS - 1)
     os.chdir(ROOT)
+    env = django_env()
+    os.environ["SPARK_ENGINE_PORT"] = env["SPARK_ENGINE_PORT"]
+    from spark_reports import engine
+
+    pid = engine.start_background(var_dir=ROOT / "var" / "bench-engine", host="127.0.0.1", port=ENGINE_PORT)
+    try:
+        run_all(args)
+    finally:
+        os.kill(pid, 15)
+
+
+def run_all(args) -> None:
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     for rows in args.rows or [1_000_000, 5_000_000]:
@@ -201,7 +221,7 @@ def main() -> None:
         res = bench(rows, args.runs)
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()
-        (out_dir / f"usage_report-{rows}.json").write_text(json.dumps(res, indent=2))
+        (out_dir / f"usage_report-{rows}-{DAYS}d-{TENANTS}t.json").write_text(json.dumps(res, indent=2))
         print(json.dumps(res), flush=True)
 
 

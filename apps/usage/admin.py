@@ -57,6 +57,17 @@ class ReportRunAdmin(BaseModelAdmin):
     def results_link(self, obj: ReportRun) -> str:
         return format_html('<a href="{}">open</a>', reverse("usage:run-detail", args=[obj.pk]))
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None) -> HttpResponse:
+        """One run page: the admin's own page for a run is the dashboard's (live progress, Cancel,
+        results), not a second one with the row counts as raw JSON."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            pk = int(object_id)
+        except ValueError:
+            return super().change_view(request, object_id, form_url, extra_context)
+        return HttpResponseRedirect(reverse("usage:run-detail", args=[pk]))
+
     def changelist_view(self, request: HttpRequest, extra_context=None) -> HttpResponse:
         may_request = operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"])
         return super().changelist_view(request, {**(extra_context or {}), "may_request_run": may_request})

@@ -28,6 +28,9 @@ PALETTE = [
 ]
 W, H = 720, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 44
+# Legend: two columns wide enough for the longest command type (QUERY_PENDING_CONTRACT_REQUESTS,
+# 31 characters at 12 px), one row per pair: names are never cut and never overlap.
+LEGEND_COLUMNS, LEGEND_COLUMN_W, LEGEND_ROW_H = 2, 320, 22
 
 
 def color(i: int) -> str:
@@ -70,7 +73,7 @@ def human(value: float, unit: str = "") -> str:
 def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: list[tuple[str, str]]) -> list[str]:
     """Axes, grid, day labels and legend of a chart."""
     parts = [
-        f'<svg class="usage-chart" viewBox="0 0 {W} {H + 22 * math.ceil(len(legend) / 4)}" role="img" '
+        f'<svg class="usage-chart" viewBox="0 0 {W} {H + LEGEND_ROW_H * math.ceil(len(legend) / LEGEND_COLUMNS)}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
     ]
@@ -91,10 +94,12 @@ def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: li
                 f'<text class="tick" x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{escape(label)}</text>'
             )
     for i, (name, col) in enumerate(legend):
-        lx = LEFT + (i % 4) * 165
-        ly = H + 4 + 22 * (i // 4)
+        lx = LEFT + (i % LEGEND_COLUMNS) * LEGEND_COLUMN_W
+        ly = H + 4 + LEGEND_ROW_H * (i // LEGEND_COLUMNS)
         parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="2" fill="{col}"/>')
-        parts.append(f'<text class="legend" x="{lx + 18}" y="{ly + 11}">{escape(name[:24])}</text>')
+        # textLength only squeezes a name longer than its column (never seen with today's types).
+        squeeze = f' textLength="{LEGEND_COLUMN_W - 30}" lengthAdjust="spacingAndGlyphs"' if len(name) > 40 else ""
+        parts.append(f'<text class="legend" x="{lx + 18}" y="{ly + 11}"{squeeze}>{escape(name)}</text>')
     return parts
 
 

@@ -6,4 +6,5 @@ REPORT_RUN_ACTIONS = {
     "retrieve": "view",
     "csv": "view",
     "request": "add",
+    "cancel": "add",  # whoever may start a run may stop one
 }

@@ -13,7 +13,15 @@ from django.utils import timezone
 from apps.messaging.models import PendingEvent
 from apps.tenants.models import Tenant
 
-from .models import CommandMeter, ReportCommandType, ReportDaily, ReportErrorCode, ReportRun, ReportTopIdentity
+from .models import (
+    DEFAULT_PROTOCOL,
+    CommandMeter,
+    ReportCommandType,
+    ReportDaily,
+    ReportErrorCode,
+    ReportRun,
+    ReportTopIdentity,
+)
 
 CSV_TABLES = {
     "daily": (
@@ -95,6 +103,21 @@ def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
             )
         )
     return out
+
+
+def typical_duration_s(*, last: int = 10) -> float | None:
+    """The median duration of the last `last` succeeded runs (what the run page compares against)."""
+    spans = [
+        (finished - started).total_seconds()
+        for started, finished in ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("started_at", "finished_at")[:last]
+    ]
+    if not spans:
+        return None
+    spans.sort()
+    mid = len(spans) // 2
+    return round(spans[mid] if len(spans) % 2 else (spans[mid - 1] + spans[mid]) / 2, 1)
 
 
 def run_results(run: ReportRun) -> dict:
@@ -183,10 +206,6 @@ def usage_over_time(*, tenant: Tenant | None, first: date, last: date) -> UsageO
     return UsageOverTime(days, UsageState.DATA, series, uncovered)
 
 
-def _add(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else a + b
-
-
 def chart_series(
     daily_rows: list[ReportDaily],
     type_rows: list[ReportCommandType],
@@ -231,16 +250,12 @@ def chart_series(
     for r in type_rows:
         i = index.get(r.day)
         if i is not None:
-            types[r.command_type][i] = (types[r.command_type][i] or 0) + r.commands
-            totals[r.command_type] += r.commands
-    # The eight busiest types keep their colour; the rest become "other".
+            name = r.command_type if r.protocol == DEFAULT_PROTOCOL else f"{r.protocol}: {r.command_type}"
+            types[name][i] = (types[name][i] or 0) + r.commands
+            totals[name] += r.commands
+    # Every type that carried traffic, by name, busiest first (TWO_WAY_PRIVATE is never "other").
     ordered = sorted(totals, key=lambda k: (-totals[k], k))
-    by_type = {k: types[k] for k in ordered[:8]}
-    if len(ordered) > 8:
-        other = blank()
-        for k in ordered[8:]:
-            other = [_add(a, b) for a, b in zip(other, types[k], strict=True)]
-        by_type["other"] = other
+    by_type = {k: types[k] for k in ordered}
     commands, errors = sums["commands"], sums["errors"]
     return {
         "sums": sums,

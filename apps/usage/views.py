@@ -5,15 +5,21 @@ from __future__ import annotations
 import csv
 from datetime import date
 
+from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from apps.tenants.models import Tenant
+from apps.tenants.permissions import operator_may
 
-from . import charts, metering, selectors
+from . import charts, metering, selectors, services
 from .forms import DASHBOARD_DAYS, DashboardFilterForm
 from .models import ReportRun
+from .permissions import REPORT_RUN_ACTIONS
 
 
 class _Echo:
@@ -109,10 +115,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     """Per-tenant usage over time from the latest published reports, plus live counters."""
     tenants = list(Tenant.objects.order_by("slug"))
     form = DashboardFilterForm(request.GET, tenants=tenants)
+    latest = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).order_by("-finished_at").first()
     context: dict = {
         "tenants": tenants,
         "day_choices": DASHBOARD_DAYS,
-        "latest_run": ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).first(),
+        "latest_run": latest,
+        "fresh_as_of": latest.finished_at if latest else None,
+        "may_request_run": operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]),
+        "running_run": ReportRun.objects.filter(status__in=[ReportRun.Status.QUEUED, ReportRun.Status.RUNNING]).first(),
     }
     if not form.is_valid():
         # Bad filters: say what is wrong, draw nothing (a 400, never a guess at what was meant).
@@ -147,9 +157,17 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @staff_member_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """A run's status (refreshing while it works), then its tables and charts."""
+    """The one page of a run: live progress while it works (run_status, no reload), Cancel, then
+    its charts and tables, or why it failed in words with the technical tail folded away."""
     run = get_object_or_404(ReportRun.objects.prefetch_related("tenants"), pk=pk)
-    context: dict = {"run": run, "tables": None, "charts": [], "empty_message": None}
+    context: dict = {
+        "run": run,
+        "tables": None,
+        "charts": [],
+        "empty_message": None,
+        "status": _status(run),
+        "may_cancel": operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["cancel"]),
+    }
     if run.status == ReportRun.Status.SUCCEEDED:
         context["csv_tables"] = list(selectors.CSV_TABLES)
         results = selectors.run_results(run)
@@ -162,10 +180,64 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "usage/run_detail.html", context)
 
 
+def _status(run: ReportRun) -> dict:
+    """What the run page shows while a run works, as JSON for its script."""
+    now = timezone.now()
+    elapsed = None
+    if run.started_at:
+        elapsed = ((run.finished_at or now) - run.started_at).total_seconds()
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "status_display": run.get_status_display(),
+        "finished": run.is_finished,
+        "progress": run.progress,
+        "elapsed_s": None if elapsed is None else round(elapsed, 1),
+        "typical_s": selectors.typical_duration_s(),
+        "cancel_requested": run.cancel_requested_at is not None,
+        "error": run.error,
+    }
+
+
 @staff_member_required
 def run_status(request: HttpRequest, pk: int) -> JsonResponse:
+    return JsonResponse(_status(get_object_or_404(ReportRun, pk=pk)))
+
+
+@require_POST
+@staff_member_required
+def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a queued or running run, then back to its page."""
     run = get_object_or_404(ReportRun, pk=pk)
-    return JsonResponse({"id": run.pk, "status": run.status, "finished": run.is_finished})
+    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["cancel"]):
+        raise PermissionDenied
+    try:
+        services.report_run_cancel(run_id=run.pk)
+        messages.info(request, f"Usage report #{run.pk}: cancel requested.")
+    except services.ReportCancelError:
+        messages.warning(request, f"Usage report #{run.pk} has already finished.")
+    return redirect("usage:run-detail", pk=run.pk)
+
+
+@require_POST
+@staff_member_required
+def dashboard_refresh(request: HttpRequest) -> HttpResponse:
+    """Request a report over the dashboard's range (through today) and follow it on its page."""
+    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]):
+        raise PermissionDenied
+    tenants = list(Tenant.objects.order_by("slug"))
+    form = DashboardFilterForm(request.POST, tenants=tenants)
+    if not form.is_valid():
+        return redirect("usage:dashboard")
+    selected = form.cleaned_data["tenant"]
+    today = timezone.now().date()
+    run = services.report_run_request(
+        date_from=form.cleaned_data["first"],
+        date_to=max(form.cleaned_data["last"], today),
+        tenants=[selected] if selected else None,
+        requested_by=request.user,
+    )
+    return redirect("usage:run-detail", pk=run.pk)
 
 
 def csv_response(run: ReportRun, table: str) -> StreamingHttpResponse:

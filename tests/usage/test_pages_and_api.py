@@ -99,17 +99,86 @@ def test_the_run_page_shows_tables_charts_and_csv(client, staff_user, published)
     assert client.get(f"/dashboard/reports/{published.pk}/csv?table=nope").status_code == 404
 
 
-def test_a_running_report_page_refreshes_and_has_no_download(client, staff_user, published):
+def test_a_running_report_page_follows_progress_without_reloading_and_has_no_download(client, staff_user, published):
     client.force_login(staff_user)
     running = ReportRun.objects.get(status=ReportRun.Status.RUNNING)
+    progress = {"step": "computing daily", "step_no": 3, "steps": 6, "tasks_done": 2, "tasks_total": 8}
+    ReportRun.objects.filter(pk=running.pk).update(started_at=timezone.now() - timedelta(seconds=30), progress=progress)
     html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
-    assert 'http-equiv="refresh"' in html
+    assert 'http-equiv="refresh"' not in html  # the page's script polls the status; it never reloads
+    assert 'id="run-progress"' in html and 'id="cancel-run"' in html
+    assert "Computing daily" in html and "(step 3 of 6)" in html
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
-    assert client.get(f"/dashboard/reports/{running.pk}/status").json() == {
+    status = client.get(f"/dashboard/reports/{running.pk}/status").json()
+    assert 30 <= status.pop("elapsed_s") < 40
+    assert status == {
         "id": running.pk,
         "status": "running",
+        "status_display": "Running",
         "finished": False,
+        "progress": progress,
+        "typical_s": 0.0,  # the one succeeded run of the fixture started and finished at once
+        "cancel_requested": False,
+        "error": "",
     }
+
+
+def test_cancel_from_the_run_page(client, staff_user, published, django_user_model):
+    running = ReportRun.objects.get(status=ReportRun.Status.RUNNING)
+    viewer = django_user_model.objects.create_user("viewer", "v@example.test", "pw-123456789", is_staff=True)
+    client.force_login(viewer)
+    assert client.post(f"/dashboard/reports/{running.pk}/cancel").status_code == 403
+    assert client.get(f"/dashboard/reports/{running.pk}/cancel").status_code == 405
+    client.force_login(staff_user)
+    resp = client.post(f"/dashboard/reports/{running.pk}/cancel")
+    assert resp.status_code == 302 and resp["Location"] == f"/dashboard/reports/{running.pk}/"
+    running.refresh_from_db()
+    assert running.status == "running" and running.cancel_requested_at is not None  # its launcher stops it
+    assert client.get(f"/dashboard/reports/{running.pk}/status").json()["cancel_requested"] is True
+    resp = client.post(f"/dashboard/reports/{published.pk}/cancel", follow=True)
+    assert "has already finished" in resp.content.decode()
+    assert client.post("/dashboard/reports/999999/cancel").status_code == 404
+
+
+def test_a_failed_run_says_why_in_words_with_the_log_folded(client, staff_user, tenant_a):
+    run = ReportRun.objects.create(
+        date_from="2026-01-01",
+        date_to="2026-01-01",
+        status=ReportRun.Status.FAILED,
+        error="Spark could not read the mediator's database.",
+        log_tail="org.postgresql.util.PSQLException: Connection to 127.0.0.1:5 refused",
+    )
+    client.force_login(staff_user)
+    html = client.get(f"/dashboard/reports/{run.pk}/").content.decode()
+    assert "<strong>Spark could not read the mediator&#x27;s database.</strong>" in html
+    assert "<details><summary>Technical details</summary>" in html and "PSQLException" in html
+
+
+def test_the_admin_page_of_a_run_is_the_run_page(client, staff_user, published):
+    client.force_login(staff_user)
+    resp = client.get(reverse("admin:usage_reportrun_change", args=[published.pk]))
+    assert resp.status_code == 302 and resp["Location"] == f"/dashboard/reports/{published.pk}/"
+
+
+def test_the_dashboard_says_how_fresh_it_is_and_offers_a_refresh(
+    client, staff_user, published, tenant_a, django_capture_on_commit_callbacks
+):
+    ReportRun.objects.filter(status=ReportRun.Status.RUNNING).delete()
+    client.force_login(staff_user)
+    html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
+    assert f"Numbers as of the report finished {published.finished_at:%Y-%m-%d %H:%M} UTC" in html
+    assert 'id="refresh-report"' in html
+    today = timezone.now().date()
+    with django_capture_on_commit_callbacks(execute=False):
+        resp = client.post(
+            "/dashboard/refresh",
+            {"tenant": tenant_a.slug, "date_from": str(today - timedelta(days=6)), "date_to": str(today)},
+        )
+    run = ReportRun.objects.get(status=ReportRun.Status.QUEUED)
+    assert resp["Location"] == f"/dashboard/reports/{run.pk}/"
+    assert (run.date_from, run.date_to, list(run.tenants.all())) == (today - timedelta(days=6), today, [tenant_a])
+    html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
+    assert f"Report #{run.pk} is queued" in html and 'id="refresh-report"' not in html
 
 
 def test_the_admin_button_queues_a_run_for_the_chosen_tenants(
