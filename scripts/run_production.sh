@@ -3,8 +3,10 @@
 #   nginx :PORT  ──/ws──▶ daphne :WS_PORT (Channels consumer, Redis channel layer)
 #               └──/────▶ gunicorn :HTTP_PORT (sync WSGI workers, POST / and the rest)
 #   celery worker + celery beat on the Redis broker
+#   the warm Spark engine (Spark Connect, spark_reports/engine.py) the usage reports run on
 # Requires REDIS_URL and DATABASE_URL (PostgreSQL). NO_PROXY=1 skips nginx (clients then use
-# HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1 skips the Celery processes.
+# HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1 skips the Celery processes (and the engine).
+# SPARK_REMOTE (a cluster's Connect server) or SPARK_MASTER: no local engine is started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${REDIS_URL:?REDIS_URL must be set for the production layout}"
@@ -43,6 +45,9 @@ DB_CONN_MAX_AGE="${GUNICORN_DB_CONN_MAX_AGE:-600}" \
 if [ "${NO_CELERY:-0}" != 1 ]; then
   "$VENV/bin/celery" -A mediator_project worker --concurrency "${CELERY_CONCURRENCY:-1}" -l warning & pids+=($!)
   "$VENV/bin/celery" -A mediator_project beat -l warning -s "$RUN_DIR/celerybeat-schedule" & pids+=($!)
+  if [ -z "${SPARK_REMOTE:-}" ] && [ -z "${SPARK_MASTER:-}" ]; then
+    "$VENV/bin/python" -m spark_reports.engine serve > "$RUN_DIR_ABS/spark-engine.log" 2>&1 & pids+=($!)
+  fi
 fi
 if [ "${NO_PROXY:-0}" != 1 ]; then
   NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
