@@ -43,10 +43,11 @@ from .views import command, forwarded_client
 
 log = logging.getLogger("mediator.command")
 
-# Sessions, users, messages and CSRF belong to the admin and the dashboard; static files are
-# never served at "/". The view of POST / is csrf_exempt and reads none of them.
+# Sessions, users, messages, CSRF and the staff pages' Content-Security-Policy belong to the admin
+# and the dashboard; static files are never served at "/". The view of POST / is csrf_exempt and reads none of them.
 SKIPPED_FOR_COMMANDS = frozenset(
     {
+        "apps.ops.middleware.ContentSecurityPolicyMiddleware",
         "whitenoise.middleware.WhiteNoiseMiddleware",
         "django.contrib.sessions.middleware.SessionMiddleware",
         "django.middleware.csrf.CsrfViewMiddleware",
