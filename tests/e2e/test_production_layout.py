@@ -31,21 +31,12 @@ REDIS_DB = 10  # dedicated to this module: no other test or benchmark uses it
 DAY = 86_400
 
 
-@pytest.fixture
-def layout(request, transactional_db, tmp_path):
-    """The whole layout on free ports; the tenant answers for nginx's address. Parametrized
-    indirectly, the parameter holds tenant settings (rate limits)."""
-    from apps.tenants.services import tenant_create
+def layout_env(port: int, http_port: int, ws_port: int, run_dir: Path, extra: dict | None = None) -> dict:
+    """The layout's environment: production mode (run_production.sh's default) with this test
+    process's deployment key, so that the servers can open the tenant keys the test stored."""
+    from django.conf import settings
 
-    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
-    port, http_port, ws_port = free_port(), free_port(), free_port()
-    tenant = tenant_create(
-        slug="prod-layout",
-        domain=f"127.0.0.1:{port}",
-        public_url=f"http://127.0.0.1:{port}",
-        **{"rate_limit_per_did": 0, "rate_limit_per_ip": 0, **getattr(request, "param", {})},
-    )
-    env = server_env(
+    return server_env(
         {
             "DATABASE_URL": servers.test_database_url(),
             "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
@@ -53,12 +44,35 @@ def layout(request, transactional_db, tmp_path):
             "HTTP_PORT": str(http_port),
             "WS_PORT": str(ws_port),
             "NO_CELERY": "1",
-            "DJANGO_DEBUG": "0",  # production-like: the TWO_WAY_PRIVATE statement runs prepared
-            "RUN_DIR": str(tmp_path / "run"),
+            "DJANGO_SECRET_KEY": secrets.token_hex(32),
+            "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
+            "RUN_DIR": str(run_dir),
             "VENV": str(Path(sys.executable).parent.parent),  # this interpreter's environment
             "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
+            **(extra or {}),
         }
     )
+
+
+@pytest.fixture
+def layout(request, transactional_db, tmp_path):
+    """The whole layout on free ports; the tenant answers for nginx's address. Parametrized
+    indirectly, the parameter holds tenant settings (rate limits) and, under "env", variables of
+    the layout."""
+    from apps.tenants.services import tenant_create
+
+    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
+    port, http_port, ws_port = free_port(), free_port(), free_port()
+    param = dict(getattr(request, "param", {}))
+    extra_env = param.pop("env", {})
+    tenant = tenant_create(
+        slug="prod-layout",
+        domain=f"127.0.0.1:{port}",
+        public_url=f"http://127.0.0.1:{port}",
+        **{"rate_limit_per_did": 0, "rate_limit_per_ip": 0, **param},
+    )
+    run_dir = tmp_path / "run"
+    env = layout_env(port, http_port, ws_port, run_dir, extra_env)
     log_path = tmp_path / "layout.log"
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "run_production.sh")],
@@ -71,6 +85,16 @@ def layout(request, transactional_db, tmp_path):
 
     def log() -> str:
         return log_path.read_text(errors="replace")
+
+    def ctl(*args: str) -> str:
+        """supervisorctl on this layout's supervisord (deploy/supervisord.conf.template)."""
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "supervisorctl"), "-c", str(run_dir / "supervisord.conf"), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return done.stdout
 
     try:
         deadline = time.time() + 60
@@ -88,12 +112,22 @@ def layout(request, transactional_db, tmp_path):
                     pass
             time.sleep(0.2)
         assert len(up) == 3, f"layout did not come up ({sorted(up)}):\n{log()}"
-        yield {"url": f"http://127.0.0.1:{port}", "ws": f"ws://127.0.0.1:{port}/ws", "tenant": tenant, "log": log}
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "ws": f"ws://127.0.0.1:{port}/ws",
+            "port": port,
+            "http_port": http_port,
+            "ws_port": ws_port,
+            "tenant": tenant,
+            "log": log,
+            "ctl": ctl,
+            "proc": proc,
+        }
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
