@@ -241,3 +241,106 @@ def test_gunicorn_threads_reconnect_after_their_database_connections_die(layout)
     assert health_burst(20) == [200] * 20
     assert asyncio.run(concurrent(32)) == [200] * 32
     assert "closed by the server while idle; reconnecting" in layout["log"]()
+
+
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is `pid` (an nginx master's workers, a gunicorn master's)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+
+
+@pytest.mark.parametrize("layout", [{"env": {"NO_CELERY": "0"}}], indirect=True)
+def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(layout):
+    """Issue 13 item 5: supervisord restarts the one program that died. A thread posts commands
+    (a protocol 400 each) all along; each process is SIGKILLed in turn. Daphne, the Celery worker
+    and beat are not on the POST / path: not one command fails while they restart. gunicorn and
+    nginx are back within seconds, with new pids, and what their dead masters left (workers
+    holding the listening socket) is gone (scripts/supervisor_reaper.py)."""
+    import threading
+
+    ctl = layout["ctl"]
+    programs = ["daphne", "celery-worker", "celery-beat", "gunicorn", "nginx"]
+
+    def pid(name: str) -> int:
+        out = ctl("pid", name).strip()
+        return int(out) if out.isdigit() else 0
+
+    def running(name: str) -> bool:
+        return " RUNNING " in ctl("status", name)
+
+    deadline = time.time() + 40
+    while time.time() < deadline and not all(running(p) for p in programs):
+        time.sleep(0.5)
+    assert all(running(p) for p in programs), ctl("status")
+
+    phase = {"name": "warmup"}
+    outcomes: list[tuple[str, bool]] = []
+    stop = threading.Event()
+    invalid = (400, {"type": "ERROR", "code": "INVALID_COMMAND"})
+
+    def load() -> None:
+        with httpx.Client(timeout=5) as c:
+            while not stop.is_set():
+                name = phase["name"]
+                try:
+                    r = c.post(layout["url"] + "/", content=b"{}", headers={"Content-Type": "application/json"})
+                    outcomes.append((name, (r.status_code, r.json()) == invalid))
+                except (httpx.HTTPError, ValueError):
+                    outcomes.append((name, False))
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    recovered: dict[str, float] = {}
+    try:
+        time.sleep(1)
+        for name in programs:
+            old = pid(name)
+            orphans = _children(old)
+            phase["name"] = name
+            os.kill(old, signal.SIGKILL)
+            killed_at = time.monotonic()
+            while time.monotonic() - killed_at < 20 and not (pid(name) not in (0, old) and running(name)):
+                time.sleep(0.2)
+            assert pid(name) not in (0, old) and running(name), f"{name} not back:\n{ctl('status')}"
+            recovered[name] = time.monotonic() - killed_at
+            if name in ("gunicorn", "nginx"):
+                # The reaper's SIGTERM, then SIGKILL after 5 s.
+                while time.monotonic() - killed_at < 10 and any(_alive(p) for p in orphans):
+                    time.sleep(0.2)
+                assert orphans and not any(_alive(p) for p in orphans), f"{name} left {orphans}"
+            # …and answering: the next commands through the whole layout succeed.
+            answered_at = time.monotonic()
+            while time.monotonic() - answered_at < 10 and [ok for n, ok in outcomes[-5:]] != [True] * 5:
+                time.sleep(0.1)
+            assert [ok for n, ok in outcomes[-5:]] == [True] * 5, name
+        phase["name"] = "after"
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+    failed = {n: sum(1 for p, ok in outcomes if p == n and not ok) for n in ["warmup", *programs, "after"]}
+    total = {n: sum(1 for p, _ in outcomes if p == n) for n in ["warmup", *programs, "after"]}
+    print(f"restart seconds {recovered}; failed/total POST / per phase {failed} / {total}")
+    assert {n: failed[n] for n in ("warmup", "daphne", "celery-worker", "celery-beat", "after")} == dict.fromkeys(
+        ("warmup", "daphne", "celery-worker", "celery-beat", "after"), 0
+    )
+    assert all(total[n] > 0 for n in total)
+    assert httpx.get(f"http://127.0.0.1:{layout['ws_port']}/health", timeout=5).status_code == 200
