@@ -46,7 +46,7 @@ if [ "${NO_PROXY:-0}" != 1 ]; then
   NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
   [ -x "$NGINX" ] || { echo "nginx missing: scripts/ensure_extra_nginx.sh (nginx-light), or NO_PROXY=1"; exit 1; }
   sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
-    -e "s/@MAX_BODY_BYTES@/$MAX_BODY_BYTES/g" -e "s/@PUBLIC_SCHEME@/$PUBLIC_SCHEME/g" \
+    -e "s/@USER@/$(id -un)/g" -e "s/@MAX_BODY_BYTES@/$MAX_BODY_BYTES/g" -e "s/@PUBLIC_SCHEME@/$PUBLIC_SCHEME/g" \
     deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
 fi
 [ "${NO_CELERY:-0}" = 1 ] && celery='/^@CELERY@/d' || celery='s/^@CELERY@//'

@@ -9,6 +9,7 @@ crossed Redis to the Daphne process.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -344,3 +345,117 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
     )
     assert all(total[n] > 0 for n in total)
     assert httpx.get(f"http://127.0.0.1:{layout['ws_port']}/health", timeout=5).status_code == 200
+
+
+def _raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request as raw bytes over a socket (framing httpx refuses to send); the reply parsed."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        while len(body) < int(headers.get("content-length", 0)) and (chunk := sock.recv(65536)):
+            body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+CAP = 65_536
+
+
+@pytest.mark.parametrize("layout", [{"env": {"MEDIATOR_MAX_BODY_BYTES": str(CAP)}}], indirect=True)
+def test_every_error_nginx_produces_is_the_protocols_json(layout):
+    """Issue 13 item 6: what nginx itself refuses is answered as the protocol's error, with the
+    status the application gives that code (apps/protocol/wire/errors.py), never nginx's HTML.
+    nginx's body cap is the application's MEDIATOR_MAX_BODY_BYTES: a body at the cap reaches the
+    application, one byte more is refused by nginx, with the application's own answer."""
+    from apps.protocol.wire.errors import ErrorCode, error_body
+
+    port, host = layout["port"], f"127.0.0.1:{layout['port']}".encode()
+
+    def post(headers: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        return _raw(port, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n" + headers + b"\r\n" + body)
+
+    def expect(code: ErrorCode, reply: tuple[int, dict[str, str], bytes]) -> None:
+        status, headers, body = reply
+        assert (status, headers["content-type"], json.loads(body)) == (
+            code.http_status,
+            "application/json",
+            error_body(code),
+        )
+
+    invalid, too_large = ErrorCode.INVALID_COMMAND, ErrorCode.PAYLOAD_TOO_LARGE
+    # At the cap: the application parses it (not JSON: INVALID_COMMAND, from gunicorn).
+    at_cap = post(f"Content-Length: {CAP}\r\n".encode(), b"x" * CAP)
+    expect(invalid, at_cap)
+    # Over the cap, declared or chunked: nginx's 413, as JSON.
+    expect(too_large, post(f"Content-Length: {CAP + 1}\r\n".encode(), b"x" * (CAP + 1)))
+    chunk = b"x" * (CAP + 1)
+    expect(too_large, post(b"Transfer-Encoding: chunked\r\n", b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n"))
+    # Bad chunked framing, Content-Length with Transfer-Encoding, an unknown Transfer-Encoding.
+    expect(invalid, post(b"Transfer-Encoding: chunked\r\n", b"zz\r\nnot a chunk\r\n0\r\n\r\n"))
+    expect(invalid, post(b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n", b"2\r\n{}\r\n0\r\n\r\n"))
+    expect(invalid, post(b"Transfer-Encoding: gzip\r\n", b"{}"))
+    # An oversized request header (nginx's 494) and a malformed request line.
+    expect(invalid, post(b"X-Big: " + b"a" * 20_000 + b"\r\n"))
+    expect(invalid, _raw(port, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: x\r\n\r\n"))
+    # The upstream down (gunicorn stopped, then /ws's Daphne): MEDIATOR_UNAVAILABLE.
+    layout["ctl"]("stop", "gunicorn")
+    expect(ErrorCode.MEDIATOR_UNAVAILABLE, post(b"Content-Length: 2\r\n", b"{}"))
+    layout["ctl"]("stop", "daphne")
+    ws = _raw(port, b"GET /ws HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    expect(ErrorCode.MEDIATOR_UNAVAILABLE, ws)
+
+
+def test_production_mode_headers_through_the_layout(layout):
+    """Issue 13 item 8: run_production.sh runs in production mode (MEDIATOR_ENV defaults to
+    production, so MEDIATOR_PUBLIC_SCHEME is https behind nginx): the admin's login page gets the
+    Content-Security-Policy, HSTS and Secure cookies; no server names its version."""
+    from django.conf import settings
+
+    url, port = layout["url"], layout["port"]
+    login = httpx.get(url + "/admin/login/", timeout=10)
+    assert login.status_code == 200
+    assert login.headers["content-security-policy"] == settings.MEDIATOR_CSP
+    assert login.headers["strict-transport-security"] == "max-age=31536000"
+    cookie = login.headers["set-cookie"]
+    assert cookie.startswith("csrftoken=") and "; Secure" in cookie
+    command = httpx.post(url + "/", content=b"{}", timeout=10)
+    assert command.json() == {"type": "ERROR", "code": "INVALID_COMMAND"}
+    assert command.headers["strict-transport-security"] == "max-age=31536000"
+    assert "content-security-policy" not in command.headers
+    # A debug 404 would list the URL map; production answers the plain page.
+    missing = httpx.get(url + "/no-such-page", timeout=10)
+    assert missing.status_code == 404 and "URLconf" not in missing.text
+    assert {login.headers["server"], command.headers["server"], missing.headers["server"]} == {"nginx"}
+    for direct in (layout["http_port"], layout["ws_port"]):
+        server = httpx.get(f"http://127.0.0.1:{direct}/health", headers={"Host": f"127.0.0.1:{port}"}, timeout=10)
+        assert "/" not in server.headers.get("server", ""), server.headers
+
+
+def test_the_layout_refuses_to_start_in_debug(transactional_db, tmp_path):
+    """Production (run_production.sh's default mode) with DJANGO_DEBUG on stops before any process
+    starts, saying why."""
+    env = layout_env(free_port(), free_port(), free_port(), tmp_path / "run", {"DJANGO_DEBUG": "1"})
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "run_production.sh")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # it started after all: supervisord stops what it started
+        stdout, stderr = proc.communicate(timeout=60)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_DEBUG must be off with MEDIATOR_ENV=production" in done.stderr
+    assert "production layout:" not in done.stdout
+    assert not (tmp_path / "run" / "supervisord.pid").exists()
