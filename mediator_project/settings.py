@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.realtime",
     "apps.usage",
     "apps.decentrl",
+    "apps.didcomm",
     "apps.ops",
 ]
 
@@ -189,6 +190,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
 MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
 MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
+# DIDComm v2 (UC-021 AF-2): per authcrypt sender DID and per IP, per minute; tenants override
+# them in their DIDComm policy (null = these, 0 = off).
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
 MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
