@@ -4,8 +4,9 @@ The load generator shares the 2 cores with the server and, on a shared box, with
 Throughput alone then says little; CPU milliseconds per request do not depend on who else is
 running. A sample sums utime+stime of:
 
-- server: every process in the server's process group (scripts/run_production.sh starts in its
-  own session: gunicorn master and workers, Daphne, nginx, Celery if started);
+- server: every process in the server's session (scripts/run_production.sh starts in its own
+  session, whose id is the `server_pgid` given here; supervisord gives each program a process
+  group of its own inside it: gunicorn master and workers, Daphne, nginx, Celery if started);
 - postgres: backends whose command line names the bench database ("postgres: user db …");
 - machine: all CPUs from /proc/stat (busy = everything but idle and iowait).
 
@@ -21,15 +22,15 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _stat(pid: str) -> tuple[int, float] | None:
-    """(process group, cpu seconds) of one pid, or None if it is gone."""
+    """(session, cpu seconds) of one pid, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode("ascii", "replace")
     except OSError:
         return None
     rest = raw[raw.rindex(")") + 2 :].split()
-    # fields after "comm": state(3) ppid(4) pgrp(5) … utime(14) stime(15) → rest index 0-based from state
-    return int(rest[2]), (int(rest[11]) + int(rest[12])) / TICK
+    # fields after "comm": state(3) ppid(4) pgrp(5) session(6) … utime(14) stime(15) → rest index 0-based from state
+    return int(rest[3]), (int(rest[11]) + int(rest[12])) / TICK
 
 
 def _cmdline(pid: str) -> str:

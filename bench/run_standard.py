@@ -80,6 +80,9 @@ def server_env(args) -> dict:
             "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
             "DATABASE_URL": db_url(args.db),
             "REDIS_URL": args.redis_url,
+            # Development mode with DEBUG off, as in every earlier run (docs/benchmarks.md);
+            # run_production.sh would otherwise default to production and need its secrets.
+            "MEDIATOR_ENV": "development",
             "DJANGO_DEBUG": "0",
             "LOG_LEVEL": "WARNING",
             "MEDIATOR_RATE_LIMIT_PER_DID": "0",
@@ -115,7 +118,8 @@ def prepare_database(args) -> None:
 
 
 class Layout:
-    """scripts/run_production.sh in its own session: its pid is the process group of the set."""
+    """scripts/run_production.sh in its own session: its pid (supervisord's, which stops the
+    programs on SIGTERM) is the session of the set."""
 
     def __init__(self, args):
         self.args = args

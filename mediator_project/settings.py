@@ -44,6 +44,9 @@ SECRET_KEY = _required("DJANGO_SECRET_KEY", "django-secret.key", 32)
 # 32-byte key (hex) that encrypts tenant private keys at rest (apps/tenants/keystore.py).
 MEDIATOR_DEPLOYMENT_KEY = _required("MEDIATOR_DEPLOYMENT_KEY", "deployment.key", 32)
 DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+if PRODUCTION and DEBUG:
+    # Debug pages list the URL map, and a 500 shows settings (DATABASE_URL) and a traceback.
+    raise ImproperlyConfigured("DJANGO_DEBUG must be off with MEDIATOR_ENV=production")
 # Tenants own their hosts: the tenant middleware decides which Host is served (PROTOCOL-DECISIONS §7).
 ALLOWED_HOSTS = ["*"]
 
@@ -67,12 +70,14 @@ INSTALLED_APPS = [
     "apps.realtime",
     "apps.usage",
     "apps.decentrl",
+    "apps.didcomm",
     "apps.ops",
 ]
 
 MIDDLEWARE = [
     "apps.decentrl.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "apps.ops.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "apps.tenants.middleware.OperatorHostMiddleware",
     "apps.tenants.middleware.TenantMiddleware",
@@ -185,6 +190,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
 MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
 MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
+# DIDComm v2 (UC-021 AF-2): per authcrypt sender DID and per IP, per minute; tenants override
+# them in their DIDComm policy (null = these, 0 = off).
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
 MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
@@ -237,6 +246,15 @@ PORT = env_int("PORT", 8000)
 # UNKNOWN_MEDIATOR for unknown hosts (PROTOCOL-DECISIONS §7).
 MEDIATOR_DEFAULT_TENANT = env("MEDIATOR_DEFAULT_TENANT", "" if PRODUCTION else "default")
 MEDIATOR_PUBLIC_SCHEME = env("MEDIATOR_PUBLIC_SCHEME", "https" if PRODUCTION else "http")
+# --- Served over TLS (MEDIATOR_PUBLIC_SCHEME=https, the production default; docs/serving.md) ------
+# Session and CSRF cookies are Secure, and a secure request gets HSTS (a year unless
+# MEDIATOR_HSTS_SECONDS says otherwise; 0 = none). A request is secure when a trusted proxy says
+# so: the layout's nginx sets X-Forwarded-Proto to the public scheme (it terminates no TLS
+# itself), and gunicorn and Daphne listen on 127.0.0.1 only, behind it.
+_TLS = MEDIATOR_PUBLIC_SCHEME == "https"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _TLS
+SECURE_HSTS_SECONDS = env_int("MEDIATOR_HSTS_SECONDS", 31_536_000 if _TLS else 0)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if MEDIATOR_TRUSTED_PROXIES else None
 MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
 MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 # TWO_WAY_PRIVATE as one SQL statement on PostgreSQL (apps/messaging/fastpath.py, issue 8);
@@ -286,6 +304,16 @@ MEDIATOR_OPERATOR_HOSTS = [h.strip().lower().rstrip(".") for h in _operator_host
 for _host in MEDIATOR_OPERATOR_HOSTS:
     if not re.fullmatch(r"\*|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?|\[[0-9a-f:.]+\](:\d{1,5})?", _host):
         raise ImproperlyConfigured(f"MEDIATOR_OPERATOR_HOSTS: not a host or host:port: {_host!r}")
+# Content-Security-Policy of the staff pages (apps/ops/middleware.py); empty = none. Everything from
+# this origin, no inline script; the console theme's Alpine.js evaluates its x-* attributes
+# ('unsafe-eval') and its templates, Swagger UI and Redoc set inline styles ('unsafe-inline').
+MEDIATOR_CSP = env(
+    "MEDIATOR_CSP",
+    "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; worker-src 'self' blob:; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
+MEDIATOR_CSP_PATHS = ["/admin/", "/dashboard/", "/api/v1/docs/", "/api/v1/redoc/"]
 # The console theme's login form carries no "next": land operators on the console, not /accounts/profile/.
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {

@@ -30,6 +30,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
+from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
@@ -41,7 +42,6 @@ from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import hooks
 from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
-from .views import forwarded_client
 
 log = logging.getLogger("mediator.realtime")
 

@@ -10,7 +10,7 @@ of a TWO_WAY_PRIVATE's worker CPU (docs/benchmarks.md). `MEDIATOR_COMMAND_ENTRY`
   `request_started`/`request_finished` signals (database connections are handled exactly as
   before), tenant resolution, the body size cap, `dispatch.handle`, and the CORS, security,
   X-Frame-Options and Content-Length headers. It is used only when `settings.MIDDLEWARE` is the
-  list it replicates and no redirecting or HSTS security setting is on; otherwise `lean` is used;
+  list it replicates and no redirecting security setting is on; otherwise `lean` is used;
 - `lean`: `CommandHandler`, Django's own `WSGIHandler` whose middleware chain is
   `settings.MIDDLEWARE` minus `SKIPPED_FOR_COMMANDS`, ending directly in `views.command`;
 - `full`: commands go through the full handler like everything else.
@@ -28,27 +28,29 @@ from django.conf import settings
 from django.core import signals
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.exception import convert_exception_to_response
-from django.core.handlers.wsgi import WSGIHandler
+from django.core.handlers.wsgi import WSGIHandler, WSGIRequest
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from apps.ops.clientip import forwarded_client
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, error_body
 
 from .dispatch import handle
 from .middleware import cors_headers
-from .views import command, forwarded_client
+from .views import command
 
 log = logging.getLogger("mediator.command")
 
-# Sessions, users, messages and CSRF belong to the admin and the dashboard; static files are
-# never served at "/". The view of POST / is csrf_exempt and reads none of them. The operator-host
-# rule covers /admin/, /api/v1/ and /dashboard/ only, never "/".
+# Sessions, users, messages, CSRF and the staff pages' Content-Security-Policy belong to the admin
+# and the dashboard; static files are never served at "/". The view of POST / is csrf_exempt and
+# reads none of them. The operator-host rule covers /admin/, /api/v1/ and /dashboard/ only, never "/".
 SKIPPED_FOR_COMMANDS = frozenset(
     {
         "apps.tenants.middleware.OperatorHostMiddleware",
+        "apps.ops.middleware.ContentSecurityPolicyMiddleware",
         "whitenoise.middleware.WhiteNoiseMiddleware",
         "django.contrib.sessions.middleware.SessionMiddleware",
         "django.middleware.csrf.CsrfViewMiddleware",
@@ -97,7 +99,6 @@ def bare_supported() -> bool:
     return (
         kept == BARE_REPLICATES
         and not settings.SECURE_SSL_REDIRECT
-        and not settings.SECURE_HSTS_SECONDS
         and not settings.DISALLOWED_USER_AGENTS
         and not settings.PREPEND_WWW
     )
@@ -115,15 +116,27 @@ class BareCommandApp:
 
     def __init__(self) -> None:
         # The headers SecurityMiddleware and XFrameOptionsMiddleware put on every reply, taken
-        # from the middlewares themselves under the current settings.
+        # from the middlewares themselves under the current settings; a secure request (behind
+        # a TLS proxy, settings.SECURE_PROXY_SSL_HEADER) may get more: HSTS.
+        self.static_headers = self._probe(secure=False)
+        self.secure_headers = self._probe(secure=True)
+
+    @staticmethod
+    def _probe(*, secure: bool) -> list[tuple[str, str]]:
         from django.middleware.clickjacking import XFrameOptionsMiddleware
         from django.middleware.security import SecurityMiddleware
 
         probe = HttpResponse()
         request = HttpRequest()
+        request.is_secure = lambda: secure
         SecurityMiddleware(lambda r: probe).process_response(request, probe)
         XFrameOptionsMiddleware(lambda r: probe).process_response(request, probe)
-        self.static_headers = [(k, v) for k, v in probe.items() if k != "Content-Type"]
+        return [(k, v) for k, v in probe.items() if k != "Content-Type"]
+
+    def _security_headers(self, environ) -> list[tuple[str, str]]:
+        if self.secure_headers == self.static_headers or not WSGIRequest(environ).is_secure():
+            return self.static_headers
+        return self.secure_headers
 
     def __call__(self, environ, start_response):
         signals.request_started.send(sender=BareCommandApp, environ=environ)
@@ -142,7 +155,7 @@ class BareCommandApp:
             _JSON,
             *headers,
             ("Content-Length", str(len(body))),
-            *self.static_headers,
+            *self._security_headers(environ),
             *cors_headers(environ.get("HTTP_ORIGIN")),
         ]
         start_response(f"{status} {responses.get(status, 'Unknown Status Code')}", headers)

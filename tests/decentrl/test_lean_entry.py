@@ -171,7 +171,6 @@ def test_the_setting_picks_the_entry(settings):
     "change",
     [
         {"SECURE_SSL_REDIRECT": True},
-        {"SECURE_HSTS_SECONDS": 3600},
         {"PREPEND_WWW": True},
         {"MIDDLEWARE": ["django.middleware.gzip.GZipMiddleware"]},
     ],
@@ -182,6 +181,20 @@ def test_settings_the_bare_entry_does_not_replicate_fall_back_to_the_lean_handle
         setattr(settings, name, value if name != "MIDDLEWARE" else [*settings.MIDDLEWARE, *value])
     assert not bare_supported()
     assert type(ProtocolWSGIApplication().commands) is CommandHandler
+
+
+@pytest.mark.parametrize("proto", ["https", "http"])
+def test_hsts_behind_a_tls_proxy_is_the_same_on_every_entry(tenant_a, settings, proto):
+    """Production over TLS (settings.py: MEDIATOR_PUBLIC_SCHEME=https, a trusted proxy) keeps the
+    bare entry, and a request the proxy marks https gets HSTS from it as from the full chain."""
+    settings.SECURE_HSTS_SECONDS = 31_536_000
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert type(ProtocolWSGIApplication().commands) is BareCommandApp
+    full = call(WSGIHandler(), b"[]", HTTP_X_FORWARDED_PROTO=proto)
+    bare = call(BareCommandApp(), b"[]", HTTP_X_FORWARDED_PROTO=proto)
+    assert bare == full
+    hsts = [("Strict-Transport-Security", "max-age=31536000")] if proto == "https" else []
+    assert bare[1] == sorted([*_with_length(bare[2]), *hsts])
 
 
 def test_the_bare_entry_ends_the_request_like_django(handlers, tenant_a, monkeypatch):

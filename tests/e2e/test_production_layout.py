@@ -9,6 +9,7 @@ crossed Redis to the Daphne process.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -31,21 +32,12 @@ REDIS_DB = 10  # dedicated to this module: no other test or benchmark uses it
 DAY = 86_400
 
 
-@pytest.fixture
-def layout(request, transactional_db, tmp_path):
-    """The whole layout on free ports; the tenant answers for nginx's address. Parametrized
-    indirectly, the parameter holds tenant settings (rate limits)."""
-    from apps.tenants.services import tenant_create
+def layout_env(port: int, http_port: int, ws_port: int, run_dir: Path, extra: dict | None = None) -> dict:
+    """The layout's environment: production mode (run_production.sh's default) with this test
+    process's deployment key, so that the servers can open the tenant keys the test stored."""
+    from django.conf import settings
 
-    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
-    port, http_port, ws_port = free_port(), free_port(), free_port()
-    tenant = tenant_create(
-        slug="prod-layout",
-        domain=f"127.0.0.1:{port}",
-        public_url=f"http://127.0.0.1:{port}",
-        **{"rate_limit_per_did": 0, "rate_limit_per_ip": 0, **getattr(request, "param", {})},
-    )
-    env = server_env(
+    return server_env(
         {
             "DATABASE_URL": servers.test_database_url(),
             "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
@@ -53,12 +45,36 @@ def layout(request, transactional_db, tmp_path):
             "HTTP_PORT": str(http_port),
             "WS_PORT": str(ws_port),
             "NO_CELERY": "1",
-            "DJANGO_DEBUG": "0",  # production-like: the TWO_WAY_PRIVATE statement runs prepared
-            "RUN_DIR": str(tmp_path / "run"),
+            "DJANGO_SECRET_KEY": secrets.token_hex(32),
+            "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
+            "MEDIATOR_OPERATOR_HOSTS": "127.0.0.1",  # the admin checks below use nginx's address
+            "RUN_DIR": str(run_dir),
             "VENV": str(Path(sys.executable).parent.parent),  # this interpreter's environment
             "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
+            **(extra or {}),
         }
     )
+
+
+@pytest.fixture
+def layout(request, transactional_db, tmp_path):
+    """The whole layout on free ports; the tenant answers for nginx's address. Parametrized
+    indirectly, the parameter holds tenant settings (rate limits) and, under "env", variables of
+    the layout."""
+    from apps.tenants.services import tenant_create
+
+    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
+    port, http_port, ws_port = free_port(), free_port(), free_port()
+    param = dict(getattr(request, "param", {}))
+    extra_env = param.pop("env", {})
+    tenant = tenant_create(
+        slug="prod-layout",
+        domain=f"127.0.0.1:{port}",
+        public_url=f"http://127.0.0.1:{port}",
+        **{"rate_limit_per_did": 0, "rate_limit_per_ip": 0, **param},
+    )
+    run_dir = tmp_path / "run"
+    env = layout_env(port, http_port, ws_port, run_dir, extra_env)
     log_path = tmp_path / "layout.log"
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "run_production.sh")],
@@ -71,6 +87,16 @@ def layout(request, transactional_db, tmp_path):
 
     def log() -> str:
         return log_path.read_text(errors="replace")
+
+    def ctl(*args: str) -> str:
+        """supervisorctl on this layout's supervisord (deploy/supervisord.conf.template)."""
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "supervisorctl"), "-c", str(run_dir / "supervisord.conf"), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return done.stdout
 
     try:
         deadline = time.time() + 60
@@ -88,12 +114,22 @@ def layout(request, transactional_db, tmp_path):
                     pass
             time.sleep(0.2)
         assert len(up) == 3, f"layout did not come up ({sorted(up)}):\n{log()}"
-        yield {"url": f"http://127.0.0.1:{port}", "ws": f"ws://127.0.0.1:{port}/ws", "tenant": tenant, "log": log}
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "ws": f"ws://127.0.0.1:{port}/ws",
+            "port": port,
+            "http_port": http_port,
+            "ws_port": ws_port,
+            "tenant": tenant,
+            "log": log,
+            "ctl": ctl,
+            "proc": proc,
+        }
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
@@ -207,3 +243,220 @@ def test_gunicorn_threads_reconnect_after_their_database_connections_die(layout)
     assert health_burst(20) == [200] * 20
     assert asyncio.run(concurrent(32)) == [200] * 32
     assert "closed by the server while idle; reconnecting" in layout["log"]()
+
+
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is `pid` (an nginx master's workers, a gunicorn master's)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+
+
+@pytest.mark.parametrize("layout", [{"env": {"NO_CELERY": "0"}}], indirect=True)
+def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(layout):
+    """Issue 13 item 5: supervisord restarts the one program that died. A thread posts commands
+    (a protocol 400 each) all along; each process is SIGKILLed in turn. Daphne, the Celery worker
+    and beat are not on the POST / path: not one command fails while they restart. gunicorn and
+    nginx are back within seconds, with new pids, and what their dead masters left (workers
+    holding the listening socket) is gone (scripts/supervisor_reaper.py)."""
+    import threading
+
+    ctl = layout["ctl"]
+    programs = ["daphne", "celery-worker", "celery-beat", "gunicorn", "nginx"]
+
+    def pid(name: str) -> int:
+        out = ctl("pid", name).strip()
+        return int(out) if out.isdigit() else 0
+
+    def running(name: str) -> bool:
+        return " RUNNING " in ctl("status", name)
+
+    deadline = time.time() + 40
+    while time.time() < deadline and not all(running(p) for p in programs):
+        time.sleep(0.5)
+    assert all(running(p) for p in programs), ctl("status")
+
+    phase = {"name": "warmup"}
+    outcomes: list[tuple[str, bool]] = []
+    stop = threading.Event()
+    invalid = (400, {"type": "ERROR", "code": "INVALID_COMMAND"})
+
+    def load() -> None:
+        with httpx.Client(timeout=5) as c:
+            while not stop.is_set():
+                name = phase["name"]
+                try:
+                    r = c.post(layout["url"] + "/", content=b"{}", headers={"Content-Type": "application/json"})
+                    outcomes.append((name, (r.status_code, r.json()) == invalid))
+                except (httpx.HTTPError, ValueError):
+                    outcomes.append((name, False))
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    recovered: dict[str, float] = {}
+    try:
+        time.sleep(1)
+        for name in programs:
+            old = pid(name)
+            orphans = _children(old)
+            phase["name"] = name
+            os.kill(old, signal.SIGKILL)
+            killed_at = time.monotonic()
+            while time.monotonic() - killed_at < 20 and not (pid(name) not in (0, old) and running(name)):
+                time.sleep(0.2)
+            assert pid(name) not in (0, old) and running(name), f"{name} not back:\n{ctl('status')}"
+            recovered[name] = time.monotonic() - killed_at
+            if name in ("gunicorn", "nginx"):
+                # The reaper's SIGTERM, then SIGKILL after 5 s.
+                while time.monotonic() - killed_at < 10 and any(_alive(p) for p in orphans):
+                    time.sleep(0.2)
+                assert orphans and not any(_alive(p) for p in orphans), f"{name} left {orphans}"
+            # …and answering: the next commands through the whole layout succeed.
+            answered_at = time.monotonic()
+            while time.monotonic() - answered_at < 10 and [ok for n, ok in outcomes[-5:]] != [True] * 5:
+                time.sleep(0.1)
+            assert [ok for n, ok in outcomes[-5:]] == [True] * 5, name
+        phase["name"] = "after"
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+    failed = {n: sum(1 for p, ok in outcomes if p == n and not ok) for n in ["warmup", *programs, "after"]}
+    total = {n: sum(1 for p, _ in outcomes if p == n) for n in ["warmup", *programs, "after"]}
+    print(f"restart seconds {recovered}; failed/total POST / per phase {failed} / {total}")
+    assert {n: failed[n] for n in ("warmup", "daphne", "celery-worker", "celery-beat", "after")} == dict.fromkeys(
+        ("warmup", "daphne", "celery-worker", "celery-beat", "after"), 0
+    )
+    assert all(total[n] > 0 for n in total)
+    assert httpx.get(f"http://127.0.0.1:{layout['ws_port']}/health", timeout=5).status_code == 200
+
+
+def _raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request as raw bytes over a socket (framing httpx refuses to send); the reply parsed."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        while len(body) < int(headers.get("content-length", 0)) and (chunk := sock.recv(65536)):
+            body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+CAP = 65_536
+
+
+@pytest.mark.parametrize("layout", [{"env": {"MEDIATOR_MAX_BODY_BYTES": str(CAP)}}], indirect=True)
+def test_every_error_nginx_produces_is_the_protocols_json(layout):
+    """Issue 13 item 6: what nginx itself refuses is answered as the protocol's error, with the
+    status the application gives that code (apps/wire/errors.py), never nginx's HTML.
+    nginx's body cap is the application's MEDIATOR_MAX_BODY_BYTES: a body at the cap reaches the
+    application, one byte more is refused by nginx, with the application's own answer."""
+    from apps.wire.errors import ErrorCode, error_body
+
+    port, host = layout["port"], f"127.0.0.1:{layout['port']}".encode()
+
+    def post(headers: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        return _raw(port, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n" + headers + b"\r\n" + body)
+
+    def expect(code: ErrorCode, reply: tuple[int, dict[str, str], bytes]) -> None:
+        status, headers, body = reply
+        assert (status, headers["content-type"], json.loads(body)) == (
+            code.http_status,
+            "application/json",
+            error_body(code),
+        )
+
+    invalid, too_large = ErrorCode.INVALID_COMMAND, ErrorCode.PAYLOAD_TOO_LARGE
+    # At the cap: the application parses it (not JSON: INVALID_COMMAND, from gunicorn).
+    at_cap = post(f"Content-Length: {CAP}\r\n".encode(), b"x" * CAP)
+    expect(invalid, at_cap)
+    # Over the cap, declared or chunked: nginx's 413, as JSON.
+    expect(too_large, post(f"Content-Length: {CAP + 1}\r\n".encode(), b"x" * (CAP + 1)))
+    chunk = b"x" * (CAP + 1)
+    expect(too_large, post(b"Transfer-Encoding: chunked\r\n", b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n"))
+    # Bad chunked framing, Content-Length with Transfer-Encoding, an unknown Transfer-Encoding.
+    expect(invalid, post(b"Transfer-Encoding: chunked\r\n", b"zz\r\nnot a chunk\r\n0\r\n\r\n"))
+    expect(invalid, post(b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n", b"2\r\n{}\r\n0\r\n\r\n"))
+    expect(invalid, post(b"Transfer-Encoding: gzip\r\n", b"{}"))
+    # An oversized request header (nginx's 494) and a malformed request line.
+    expect(invalid, post(b"X-Big: " + b"a" * 20_000 + b"\r\n"))
+    expect(invalid, _raw(port, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: x\r\n\r\n"))
+    # The upstream down (gunicorn stopped, then /ws's Daphne): MEDIATOR_UNAVAILABLE.
+    layout["ctl"]("stop", "gunicorn")
+    expect(ErrorCode.MEDIATOR_UNAVAILABLE, post(b"Content-Length: 2\r\n", b"{}"))
+    layout["ctl"]("stop", "daphne")
+    ws = _raw(port, b"GET /ws HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    expect(ErrorCode.MEDIATOR_UNAVAILABLE, ws)
+
+
+def test_production_mode_headers_through_the_layout(layout):
+    """Issue 13 item 8: run_production.sh runs in production mode (MEDIATOR_ENV defaults to
+    production, so MEDIATOR_PUBLIC_SCHEME is https behind nginx): the admin's login page gets the
+    Content-Security-Policy, HSTS and Secure cookies; no server names its version."""
+    from django.conf import settings
+
+    url, port = layout["url"], layout["port"]
+    login = httpx.get(url + "/admin/login/", timeout=10)
+    assert login.status_code == 200
+    assert login.headers["content-security-policy"] == settings.MEDIATOR_CSP
+    assert login.headers["strict-transport-security"] == "max-age=31536000"
+    cookie = login.headers["set-cookie"]
+    assert cookie.startswith("csrftoken=") and "; Secure" in cookie
+    command = httpx.post(url + "/", content=b"{}", timeout=10)
+    assert command.json() == {"type": "ERROR", "code": "INVALID_COMMAND"}
+    assert command.headers["strict-transport-security"] == "max-age=31536000"
+    assert "content-security-policy" not in command.headers
+    # A debug 404 would list the URL map; production answers the plain page.
+    missing = httpx.get(url + "/no-such-page", timeout=10)
+    assert missing.status_code == 404 and "URLconf" not in missing.text
+    assert {login.headers["server"], command.headers["server"], missing.headers["server"]} == {"nginx"}
+    for direct in (layout["http_port"], layout["ws_port"]):
+        server = httpx.get(f"http://127.0.0.1:{direct}/health", headers={"Host": f"127.0.0.1:{port}"}, timeout=10)
+        assert "/" not in server.headers.get("server", ""), server.headers
+
+
+def test_the_layout_refuses_to_start_in_debug(transactional_db, tmp_path):
+    """Production (run_production.sh's default mode) with DJANGO_DEBUG on stops before any process
+    starts, saying why."""
+    env = layout_env(free_port(), free_port(), free_port(), tmp_path / "run", {"DJANGO_DEBUG": "1"})
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "run_production.sh")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # it started after all: supervisord stops what it started
+        stdout, stderr = proc.communicate(timeout=60)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_DEBUG must be off with MEDIATOR_ENV=production" in done.stderr
+    assert "production layout:" not in done.stdout
+    assert not (tmp_path / "run" / "supervisord.pid").exists()

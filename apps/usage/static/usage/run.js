@@ -1,0 +1,33 @@
+// Follows the run without reloading the page: progress every second; once it has finished, the
+// page's results are fetched and swapped in once (charts and tables are rendered on the server).
+(function () {
+  const box = document.getElementById("run-progress");
+  const $ = (id) => document.getElementById(id);
+  const size = (b) => b >= 1e9 ? (b / 1e9).toFixed(1) + " GB" : b >= 1e6 ? (b / 1e6).toFixed(1) + " MB" : b >= 1e3 ? (b / 1e3).toFixed(1) + " kB" : b + " B";
+  async function tick() {
+    let s;
+    try { s = await (await fetch(box.dataset.statusUrl, {headers: {"Accept": "application/json"}})).json(); }
+    catch (e) { return setTimeout(tick, 2000); }
+    const p = s.progress || {};
+    $("run-status").textContent = s.status_display;
+    $("run-status").className = "status status-" + s.status;
+    if (s.finished) {
+      const page = new DOMParser().parseFromString(await (await fetch(location.href)).text(), "text/html");
+      document.querySelector("main").replaceWith(page.querySelector("main"));
+      return;
+    }
+    $("progress-step").textContent = s.status === "queued" ? "Waiting for a worker" : (s.cancel_requested ? "Cancelling" : (p.step || "starting").replace(/^./, (c) => c.toUpperCase()));
+    $("progress-stepno").textContent = p.step_no ? "(step " + p.step_no + " of " + p.steps + ")" : "";
+    $("progress-tasks").textContent = (p.tasks_done || 0) + " of " + (p.tasks_total || 0);
+    $("progress-rows").textContent = p.rows_total != null ? p.rows_total.toLocaleString() : "–";
+    $("progress-bytes").textContent = p.bytes_read ? size(p.bytes_read) : "–";
+    $("progress-elapsed").textContent = s.elapsed_s != null ? Math.round(s.elapsed_s) + " s" : "–";
+    $("progress-typical").textContent = s.typical_s != null ? Math.round(s.typical_s) + " s" : "–";
+    $("run-duration").textContent = s.elapsed_s != null ? Math.round(s.elapsed_s) + " s so far" : "–";
+    const within = p.steps ? ((p.step_no - 1) + (p.tasks_total ? p.tasks_done / p.tasks_total : 0)) / p.steps : 0;
+    $("progress-bar").style.width = Math.min(100, Math.round(within * 100)) + "%";
+    if (s.cancel_requested && $("cancel-run")) { $("cancel-run").disabled = true; $("cancel-run").textContent = "Cancelling…"; }
+    setTimeout(tick, 1000);
+  }
+  tick();
+})();
