@@ -42,7 +42,6 @@ class CommandRecord:
     # anybody's to write (issue 13 item 9).
     sender_did: str | None
     remote_addr: str | None
-    protocol: str = "decentrl"  # the usage reports' protocol dimension (DIDComm meters "didcomm")
 
 
 PRE_CHECKS: list[Callable[[Any, RequestMeta], None]] = []

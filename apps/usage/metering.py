@@ -24,9 +24,13 @@ from typing import Any
 from django.conf import settings
 from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 
-from .models import DEFAULT_PROTOCOL, LABEL_MAX, PROTOCOL_MAX, SENDER_DID_MAX, CommandMeter
+from .models import DEFAULT_PROTOCOL, LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
 log = logging.getLogger("mediator.usage.metering")
+
+# The report's protocol dimension, from the record's channel: the DIDComm front door meters every
+# message with channel "didcomm-v2" (apps/didcomm/hooks.py); everything else is Decentrl.
+PROTOCOL_BY_CHANNEL = {"didcomm-v2": "didcomm"}
 
 _buffer: deque[Any] = deque()  # CommandRecords waiting for the writer
 # Held for the whole drain+insert so `flush()` returns only after every earlier record is stored.
@@ -51,7 +55,7 @@ def _values(record: Any) -> tuple:
         record.tenant_id,
         record.at,
         (record.transport or "")[:8],
-        (record.protocol or DEFAULT_PROTOCOL)[:PROTOCOL_MAX],
+        PROTOCOL_BY_CHANNEL.get(record.channel or "", DEFAULT_PROTOCOL),
         (record.channel or "")[:32],
         (record.command_type or "")[:LABEL_MAX],
         (record.code or "")[:LABEL_MAX],

@@ -299,3 +299,27 @@ def test_only_commands_whose_signature_verified_are_metered_with_their_sender(
         (T, "TWO_WAY_PRIVATE", "DUPLICATE_NONCE", 401, None),
         (T, "TWO_WAY_PRIVATE", "COMMUNICATION_CONTRACT_NOT_FOUND", 404, bob.did),  # verified, then refused
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_protocol_of_a_row_follows_its_channel(tenant_a):
+    # The DIDComm front door meters with channel "didcomm-v2" and no protocol field of its own.
+    from apps.didcomm.hooks import CHANNEL, MessageRecord
+
+    metering.flush()
+    didcomm = MessageRecord(
+        **{
+            **vars(meter_record(tenant_a, code="DIDCOMM_ROW")),
+            "channel": CHANNEL,
+            "command_type": "routing/2.0/forward",
+        }
+    )
+    for record in (meter_record(tenant_a, code="DECENTRL_ROW"), didcomm):
+        metering._buffer.append(record)
+    metering.flush()
+    got = dict(
+        CommandMeter.objects.filter(tenant=tenant_a, code__in=["DECENTRL_ROW", "DIDCOMM_ROW"]).values_list(
+            "code", "protocol"
+        )
+    )
+    assert got == {"DECENTRL_ROW": "decentrl", "DIDCOMM_ROW": "didcomm"}
