@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.wire.display import UTC_FORMAT
+
 from .env import env, env_bool, env_int
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -225,6 +227,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One time format everywhere (apps/wire/display.py): ISO 8601 in UTC with a Z, in the console's
+# lists and forms (these format modules), the dashboard and the API (DATETIME_FORMAT below).
+FORMAT_MODULE_PATH = ["mediator_project.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -297,6 +302,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
+    "DATETIME_FORMAT": UTC_FORMAT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Decentrl mediator operator API",

@@ -12,6 +12,8 @@ from datetime import datetime
 from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from apps.wire.display import utc_iso
+
 from .models import Contract, ContractRequest, PendingEvent, StoredEvent
 
 
@@ -30,7 +32,7 @@ class TenantStatistics:
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        data["last_activity"] = self.last_activity.isoformat() if self.last_activity else None
+        data["last_activity"] = utc_iso(self.last_activity) if self.last_activity else None
         return data
 
 

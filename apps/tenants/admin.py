@@ -10,7 +10,6 @@ of the stack and may read from any app (docs/architecture.md).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 from django import forms
 from django.contrib import admin, messages
@@ -32,6 +31,7 @@ from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationFo
 
 from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, tenant_registrations
 from apps.ops import console
+from apps.wire.display import human_bytes, utc_iso
 
 from .models import AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS
@@ -55,19 +55,6 @@ PAGE = 50
 
 def _actor(request: HttpRequest) -> Actor:
     return Actor(user=request.user, via="admin")
-
-
-def _humanize_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def _unix(ts: int) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class TenantAdminForm(forms.ModelForm):
@@ -285,7 +272,7 @@ class TenantAdmin(ModelAdmin):
         return format_html_join(
             "",
             "<div>{} {} · retired {}</div>",
-            ((k.purpose, fingerprint(k.public), k.retired_at.strftime("%Y-%m-%d %H:%M UTC")) for k in rows),
+            ((k.purpose, fingerprint(k.public), utc_iso(k.retired_at)) for k in rows),
         )
 
     @display(description="Live figures")
@@ -299,8 +286,8 @@ class TenantAdmin(ModelAdmin):
             ("Largest recipient queue", largest),
             ("Pending contract requests", s.pending_contract_requests),
             ("Stored events", s.stored_events),
-            ("Stored event bytes", _humanize_bytes(s.stored_event_bytes)),
-            ("Last activity", s.last_activity.strftime("%Y-%m-%d %H:%M:%S UTC") if s.last_activity else "never"),
+            ("Stored event bytes", human_bytes(s.stored_event_bytes)),
+            ("Last activity", utc_iso(s.last_activity) if s.last_activity else "never"),
         ]
         body = format_html_join(
             "",
@@ -317,7 +304,7 @@ class TenantAdmin(ModelAdmin):
         items = format_html_join(
             "",
             "<li>{} · {} · {} via {}</li>",
-            ((e.at.strftime("%Y-%m-%d %H:%M"), e.action, e.actor_name or "-", e.via) for e in entries),
+            ((utc_iso(e.at), e.action, e.actor_name or "-", e.via) for e in entries),
         )
         url = reverse("admin:tenants_auditentry_changelist") + f"?tenant__id__exact={obj.pk}"
         return format_html('<ul>{}</ul><a class="text-primary-600" href="{}">Full audit log</a>', items, url)
@@ -563,7 +550,7 @@ class TenantAdmin(ModelAdmin):
             title=f"Registrations of {tenant.slug}",
             columns=["Identity (DID)", "Expires", "Registered"],
             rows_qs=tenant_registrations(tenant=tenant),
-            row=lambda r: [r["owner_did"], _unix(r["expires_at"]), r["created_at"].strftime("%Y-%m-%d %H:%M:%S UTC")],
+            row=lambda r: [r["owner_did"], utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
         )
 
     @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])
@@ -576,7 +563,7 @@ class TenantAdmin(ModelAdmin):
             title=f"Contracts stored by {tenant.slug}",
             columns=["Owner", "Requestor", "Recipient", "Expires"],
             rows_qs=tenant_contracts(tenant=tenant),
-            row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], _unix(r["expires_at"])],
+            row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], utc_iso(r["expires_at"])],
         )
 
 

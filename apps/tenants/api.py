@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.ops import console
+from apps.wire.display import utc_iso
 
 from .models import AuditEntry, Tenant
 from .permissions import AUDIT_ACTIONS, TENANT_ACTIONS
@@ -102,11 +103,11 @@ class TenantSerializer(serializers.Serializer):
             "keys": {
                 "signing_key_fingerprint": fingerprint(tenant.signing_public),
                 "prekey_fingerprint": fingerprint(tenant.prekey_public),
-                "rotated_at": tenant.keys_rotated_at.isoformat() if tenant.keys_rotated_at else None,
+                "rotated_at": utc_iso(tenant.keys_rotated_at) if tenant.keys_rotated_at else None,
                 "prekey_grace_hours": tenant.prekey_grace_hours,
             },
-            "created_at": tenant.created_at.isoformat(),
-            "updated_at": tenant.updated_at.isoformat(),
+            "created_at": utc_iso(tenant.created_at),
+            "updated_at": utc_iso(tenant.updated_at),
         }
 
 
