@@ -313,12 +313,61 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+# The console's sidebar, in this order (apps/ops/admin.py::console_navigation builds it per request).
+# A "model" entry shows when that model has an admin page the user may view; an "app" entry lists
+# every admin page of that app, so the DIDComm group appears once apps/didcomm registers models;
+# a "url" entry is a named URL (staff only, like the whole console).
+CONSOLE_NAVIGATION = [
+    (
+        "Operate",
+        [
+            {"title": "Tenants", "icon": "dns", "model": "tenants.Tenant"},
+            {"title": "Usage dashboard", "icon": "monitoring", "url": "usage:dashboard"},
+            {"title": "Report runs", "icon": "summarize", "model": "usage.ReportRun"},
+            {"title": "Audit log", "icon": "history", "model": "tenants.AuditEntry"},
+            {"title": "API docs", "icon": "api", "url": "api-docs"},
+        ],
+    ),
+    ("DIDComm", [{"app": "didcomm", "icon": "forum"}]),
+    (
+        "Monitoring",
+        [
+            {"title": "Scheduled jobs", "icon": "schedule", "model": "ops.JobStat"},
+            {"title": "Command meters", "icon": "speed", "model": "usage.CommandMeter"},
+        ],
+    ),
+    (
+        "Access",
+        [
+            {"title": "Users", "icon": "person", "model": "auth.User"},
+            {"title": "Groups", "icon": "group", "model": "auth.Group"},
+            {"title": "API tokens", "icon": "key", "model": "authtoken.TokenProxy"},
+        ],
+    ),
+]
+
+
+def _static(path: str):
+    return lambda request: f"/{STATIC_URL}{path}"
+
+
 UNFOLD = {
     "SITE_TITLE": "Mediator operator console",
     "SITE_HEADER": "Decentrl mediator",
     "SITE_SYMBOL": "hub",
+    # The header's site link leads to the usage dashboard, not to / (a tenant's DID document).
+    "SITE_URL": "/dashboard/",
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
+    "DASHBOARD_CALLBACK": "apps.ops.admin.console_overview",
+    "SIDEBAR": {
+        "show_search": False,
+        "show_all_applications": False,
+        "navigation": "apps.ops.admin.console_navigation",
+    },
+    # Static files only (no inline code), so a Content-Security-Policy can allow them by origin.
+    "STYLES": [_static("console/console.css")],
+    "SCRIPTS": [_static("console/console.js")],
 }
 
 # --- Usage metering and reports (issue 6, docs/usage.md) ------------------------------------------
