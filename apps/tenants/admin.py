@@ -28,19 +28,22 @@ from rest_framework.authtoken.models import TokenProxy
 from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
+from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
 from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, tenant_registrations
 from apps.ops import console
 from apps.wire.display import human_bytes, utc_iso
 
+from . import texts
 from .models import AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS
-from .selectors import domain_in_use
+from .selectors import domain_owner
 from .services import (
     POLICY_FIELDS,
     Actor,
     fingerprint,
     normalize_domain,
+    normalize_public_url,
     tenant_create,
     tenant_resume,
     tenant_rotate_keys,
@@ -58,17 +61,9 @@ def _actor(request: HttpRequest) -> Actor:
 
 
 class TenantAdminForm(forms.ModelForm):
-    public_url = forms.URLField(
-        required=False,
-        max_length=300,
-        assume_scheme="https",
-        help_text="Published in the DID document; defaults to the domain's URL.",
-    )
-    aliases = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Extra hosts that serve this mediator, one per line (host or host:port).",
-    )
+    # Declared form fields get the theme's widgets explicitly (the admin styles only model fields).
+    public_url = forms.CharField(required=False, max_length=300, widget=UnfoldAdminURLInputWidget)
+    aliases = forms.CharField(required=False, widget=UnfoldAdminTextareaWidget(attrs={"rows": 3}))
 
     class Meta:
         model = Tenant
@@ -76,6 +71,10 @@ class TenantAdminForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for name, field in self.fields.items():
+            if name in texts.FIELDS:
+                field.label = texts.label(name)
+                field.help_text = texts.help_text(name)
         if self.instance.pk:
             self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
 
@@ -86,18 +85,21 @@ class TenantAdminForm(forms.ModelForm):
     def clean_public_url(self) -> str:
         # Blank means "the default": the domain's URL for a new tenant, the current URL on edit.
         # (The instance still holds the stored value here: the form writes it only after clean.)
-        url = self.cleaned_data.get("public_url") or ""
-        if not url and self.instance.pk:
-            return self.instance.public_url
-        return url
+        url = (self.cleaned_data.get("public_url") or "").strip()
+        if not url:
+            return self.instance.public_url if self.instance.pk else ""
+        try:
+            return normalize_public_url(url)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["public_url"]) from exc
 
     def clean_domain(self) -> str:
         try:
             domain = normalize_domain(self.cleaned_data["domain"])
         except ValidationError as exc:
             raise forms.ValidationError(exc.messages) from exc
-        if domain_in_use(domain):
-            raise forms.ValidationError(f"{domain} is already served by another tenant.")
+        if owner := domain_owner(domain):
+            raise forms.ValidationError(f"{domain} is already served by tenant {owner}.")
         return domain
 
     def clean(self):
@@ -178,12 +180,14 @@ class TenantAdmin(ModelAdmin):
     ordering = ["slug"]
     list_per_page = PAGE
     actions = ["suspend_selected", "resume_selected", "rotate_keys_selected", "purge_selected"]
+    # Status-aware: a tenant's page offers Suspend or Resume, never both (get_actions_detail);
+    # the rarer actions sit in one menu so the header keeps its breadcrumb at 1440 px.
     actions_detail = [
-        "detail_suspend_resume",
-        "detail_rotate",
-        "detail_purge",
+        "detail_suspend",
+        "detail_resume",
         "detail_registrations",
         "detail_contracts",
+        {"title": "Keys and data", "icon": "more_vert", "items": ["detail_rotate", "detail_purge"]},
     ]
     warn_unsaved_form = True
 
@@ -211,10 +215,10 @@ class TenantAdmin(ModelAdmin):
             identity = (name, {"fields": ["alias_domains" if f == "aliases" else f for f in opts["fields"]]})
         return [
             identity,
-            ("Live figures", {"fields": ["live_figures"]}),
+            ("Activity", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
-            ("Recent operator actions", {"fields": ["recent_audit"]}),
+            ("Audit", {"fields": ["recent_audit"]}),
         ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -237,6 +241,20 @@ class TenantAdmin(ModelAdmin):
         # Tenants are suspended, never deleted from the console: deletion would drop every
         # identity's data with no way back.
         return False
+
+    def get_actions_detail(self, request, object_id):
+        # Status-aware buttons: an active tenant's page offers Suspend, a suspended one's Resume.
+        # Only the buttons: a POST to the other one answers as the API does (a no-op, said so).
+        actions = super().get_actions_detail(request, object_id)
+        status = Tenant.objects.filter(pk=object_id).values_list("status", flat=True).first()
+        hidden = "detail_resume" if status == Tenant.Status.ACTIVE else "detail_suspend"
+        return [a for a in actions if not a.action_name.endswith(f"_{hidden}")]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # An existing tenant is edited, not used as a template: no "Save and add another" there.
+        if change:
+            context["show_save_and_add_another"] = False
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     # --- columns and read-only fields ----------------------------------------------------------
 
@@ -446,24 +464,30 @@ class TenantAdmin(ModelAdmin):
         }
         return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)
 
-    @action(
-        description="Suspend / resume",
-        url_path="status",
-        icon="power_settings_new",
-        permissions=sorted({TENANT_ACTIONS["suspend"], TENANT_ACTIONS["resume"]}),
-    )
-    def detail_suspend_resume(self, request, object_id) -> HttpResponse:
-        tenant = self._get(object_id)
-        self._require(request, tenant, "suspend" if tenant.is_active else "resume")
+    @action(description="Suspend", url_path="suspend", icon="pause_circle", permissions=[TENANT_ACTIONS["suspend"]])
+    def detail_suspend(self, request, object_id) -> HttpResponse:
+        return self._set_status(request, object_id, "suspend")
+
+    @action(description="Resume", url_path="resume", icon="play_circle", permissions=[TENANT_ACTIONS["resume"]])
+    def detail_resume(self, request, object_id) -> HttpResponse:
+        return self._set_status(request, object_id, "resume")
+
+    def _set_status(self, request, object_id, action: str) -> HttpResponse:
+        """GET confirms, POST acts; a tenant already in the wanted state is sent back to its page."""
+        tenant = self._object_or_deny(request, object_id, action)
+        if tenant.is_active == (action == "resume"):
+            state = "active" if tenant.is_active else "suspended"
+            self.message_user(request, f"{tenant.slug} is already {state}.", messages.INFO)
+            return HttpResponseRedirect(self._change_url(tenant))
         if request.method == "POST":
-            if tenant.is_active:
+            if action == "suspend":
                 tenant_suspend(tenant=tenant, actor=_actor(request))
                 self.message_user(request, f"{tenant.slug} is suspended.", messages.WARNING)
             else:
                 tenant_resume(tenant=tenant, actor=_actor(request))
                 self.message_user(request, f"{tenant.slug} is active again.", messages.SUCCESS)
             return HttpResponseRedirect(self._change_url(tenant))
-        if tenant.is_active:
+        if action == "suspend":
             return self._detail_confirm(
                 request,
                 tenant,

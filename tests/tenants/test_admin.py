@@ -128,8 +128,8 @@ def test_creating_a_tenant_goes_through_the_service_and_is_audited(staff_client,
     ("overrides", "field", "message"),
     [
         ({"domain": "not a host!"}, "domain", "is not a host name"),
-        ({"domain": "a.mediator.test"}, "domain", "already served by another tenant"),
-        ({"aliases": "a.mediator.test"}, "aliases", "already served by another tenant"),
+        ({"domain": "a.mediator.test"}, "domain", "a.mediator.test is already served by tenant tenant-a"),
+        ({"aliases": "a.mediator.test"}, "aliases", "a.mediator.test is already served by tenant tenant-a"),
         ({"max_page_size": "500"}, "max_page_size", "Must be between 1 and 100."),
         ({"max_registration_days": "0"}, "max_registration_days", "Must be between 1 and 3650."),
     ],
@@ -175,7 +175,7 @@ def test_saving_a_tenant_with_a_blank_public_url_keeps_its_url(staff_client, ten
 
 
 def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, tenant_a, client):
-    url = action_url(tenant_a, "status")
+    url = action_url(tenant_a, "suspend")
     resp = staff_client.get(url)
     assert resp.status_code == 200 and "MEDIATOR_UNAVAILABLE" in _text(resp)
     tenant_a.refresh_from_db()
@@ -184,7 +184,12 @@ def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, t
     tenant_a.refresh_from_db()
     assert tenant_a.status == "suspended"
     assert client.get("/health", HTTP_HOST="a.mediator.test").status_code == 503
-    assert staff_client.post(url).status_code == 302
+    # The page of a suspended tenant offers Resume only; suspending it again is refused.
+    page = _text(staff_client.get(change_url(tenant_a)))
+    assert f'href="{action_url(tenant_a, "resume")}"' in page and action_url(tenant_a, "suspend") not in page
+    resp = staff_client.post(url, follow=True)
+    assert "tenant-a is already suspended." in _text(resp)
+    assert staff_client.post(action_url(tenant_a, "resume")).status_code == 302
     tenant_a.refresh_from_db()
     assert tenant_a.status == "active"
     assert list(AuditEntry.objects.order_by("id").values_list("action", "via")) == [
@@ -288,7 +293,9 @@ def test_tenants_cannot_be_deleted_from_the_console(staff_client, tenant_a):
     assert Tenant.objects.filter(pk=tenant_a.pk).exists()
 
 
-@pytest.mark.parametrize("path", [CHANGELIST, ADD, "/admin/tenants/auditentry/", "status/", "purge/", "registrations/"])
+@pytest.mark.parametrize(
+    "path", [CHANGELIST, ADD, "/admin/tenants/auditentry/", "suspend/", "purge/", "registrations/"]
+)
 def test_non_staff_users_are_refused(client, plain_user, tenant_a, path):
     client.force_login(plain_user)
     url = action_url(tenant_a, path.strip("/")) if not path.startswith("/") else path
@@ -304,7 +311,7 @@ def test_staff_without_permissions_cannot_act(client, django_user_model, tenant_
     viewer = django_user_model.objects.create_user("vic", password="pw-pw-pw-pw", is_staff=True)
     client.force_login(viewer)
     assert client.get(CHANGELIST).status_code == 403
-    assert client.post(action_url(tenant_a, "status")).status_code == 403
+    assert client.post(action_url(tenant_a, "suspend")).status_code == 403
     tenant_a.refresh_from_db()
     assert tenant_a.is_active
 
@@ -315,6 +322,6 @@ def test_the_login_page_and_dashboard_render(client, staff_client):
     assert resp.status_code == 200 and "Mediator operator console" in _text(resp)
 
 
-@pytest.mark.parametrize("path", ["999999/status/", "abc/purge/", "999999/registrations/"])
+@pytest.mark.parametrize("path", ["999999/suspend/", "999999/resume/", "abc/purge/", "999999/registrations/"])
 def test_actions_on_a_missing_tenant_are_404(staff_client, path):
     assert staff_client.get(f"/admin/tenants/tenant/{path}").status_code == 404

@@ -94,7 +94,7 @@ def test_create_returns_201_and_is_audited(api, operator, client):
         ({"slug": "x", "domain": "not a host"}, {"domain": ["'not a host' is not a host name (host or host:port)"]}),
         (
             {"slug": "x", "domain": "a.mediator.test"},
-            {"domain": ["a.mediator.test is already served by another tenant"]},
+            {"domain": ["a.mediator.test is already served by tenant tenant-a"]},
         ),
         (
             {"slug": "x", "domain": "x.test", "policy": {"max_page_size": 0}},
@@ -107,7 +107,7 @@ def test_create_returns_201_and_is_audited(api, operator, client):
         ({"slug": "x", "domain": "x.test", "colour": "red"}, {"colour": ["Unknown field."]}),
         (
             {"slug": "x", "domain": "x.test", "aliases": ["a.mediator.test"]},
-            {"aliases": ["a.mediator.test is already served by another tenant"]},
+            {"aliases": ["a.mediator.test is already served by tenant tenant-a"]},
         ),
         ({"slug": "tenant-a", "domain": "x.test"}, {"slug": ["Tenant with this Slug already exists."]}),
     ],

@@ -139,7 +139,10 @@ def test_days_no_report_covers_are_gaps_not_zeros(staff, tenant_a):
     assert resp.status_code == 200
     html = resp.content.decode()
     assert html.count(SVG) == 9
-    assert '<p class="hint" id="usage-gaps">No published report covers 4 of these 7 days; the charts leave them blank' in html
+    assert (
+        '<p class="hint" id="usage-gaps">No published report covers 4 of these 7 days; the charts leave them blank'
+        in html
+    )
     assert resp.context["totals"]["commands"] == 14 and resp.context["totals"]["errors"] == 2
     # One bar per day with commands in "succeeded and failed": two days succeeded, one day failed.
     errors_chart = next(c for c in resp.context["charts"] if c["id"] == "errors")["svg"]
