@@ -10,6 +10,7 @@ of the stack and may read from any app (docs/architecture.md).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from django import forms
 from django.contrib import admin, messages
@@ -30,7 +31,12 @@ from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
-from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, tenant_registrations
+from apps.messaging.selectors import (
+    CONTRACT_STATES,
+    tenant_contracts,
+    tenant_list_annotations,
+    tenant_registrations,
+)
 from apps.ops import console
 from apps.wire.display import human_bytes, utc_iso
 
@@ -54,6 +60,13 @@ from .services import (
 )
 
 PAGE = 50
+
+
+@dataclass(frozen=True)
+class DidCell:
+    """A listing cell the template shows as alias, shortened DID and a copy button."""
+
+    did: str
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -544,7 +557,8 @@ class TenantAdmin(ModelAdmin):
             plans=[(tenant, plan)],
         )
 
-    def _listing(self, request, tenant, *, title, columns, rows_qs, row) -> TemplateResponse:
+    def _listing(self, request, tenant, *, title, columns, rows_qs, row, states=()) -> TemplateResponse:
+        """A read-only paginated list with a DID search (and a live/expired filter for contracts)."""
         paginator = Paginator(rows_qs, PAGE)
         page = paginator.get_page(request.GET.get("page"))
         context = {
@@ -555,6 +569,9 @@ class TenantAdmin(ModelAdmin):
             "columns": columns,
             "rows": [row(r) for r in page.object_list],
             "page": page,
+            "search": request.GET.get("q", ""),
+            "states": states,
+            "state": request.GET.get("state", ""),
             "cancel_url": self._change_url(tenant),
         }
         return TemplateResponse(request, "admin/tenants/tenant/listing.html", context)
@@ -566,28 +583,36 @@ class TenantAdmin(ModelAdmin):
         permissions=[TENANT_ACTIONS["registrations"]],
     )
     def detail_registrations(self, request, object_id) -> HttpResponse:
-
         tenant = self._object_or_deny(request, object_id, "registrations")
         return self._listing(
             request,
             tenant,
             title=f"Registrations of {tenant.slug}",
-            columns=["Identity (DID)", "Expires", "Registered"],
-            rows_qs=tenant_registrations(tenant=tenant),
-            row=lambda r: [r["owner_did"], utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
+            columns=["Identity", "Expires", "Registered"],
+            rows_qs=tenant_registrations(tenant=tenant, search=request.GET.get("q", "")),
+            row=lambda r: [DidCell(r["owner_did"]), utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
         )
 
     @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])
     def detail_contracts(self, request, object_id) -> HttpResponse:
-
         tenant = self._object_or_deny(request, object_id, "contracts")
+        state = request.GET.get("state", "")
         return self._listing(
             request,
             tenant,
             title=f"Contracts stored by {tenant.slug}",
-            columns=["Owner", "Requestor", "Recipient", "Expires"],
-            rows_qs=tenant_contracts(tenant=tenant),
-            row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], utc_iso(r["expires_at"])],
+            columns=["Owner", "Requestor", "Recipient", "Expires", "Stored"],
+            rows_qs=tenant_contracts(
+                tenant=tenant, search=request.GET.get("q", ""), state=state if state in CONTRACT_STATES else ""
+            ),
+            row=lambda r: [
+                DidCell(r["owner_did"]),
+                DidCell(r["requestor_did"]),
+                DidCell(r["recipient_did"]),
+                utc_iso(r["expires_at"]),
+                utc_iso(r["created_at"]),
+            ],
+            states=CONTRACT_STATES,
         )
 
 

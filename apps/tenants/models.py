@@ -183,7 +183,7 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         verbose_name = "audit entry"
-        verbose_name_plural = "audit log"
+        verbose_name_plural = "audit log entries"
         indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
+from apps.ops import console
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
 from apps.tenants.services import fingerprint
 from tests.support.registration import contract_both_ways, register
@@ -257,6 +258,9 @@ def test_bulk_actions_suspend_and_purge_dry_run(staff_client, tenant_a, tenant_b
     assert set(Tenant.objects.values_list("status", flat=True)) == {"suspended"}
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids})
     assert resp.status_code == 200 and 'id="purge-plan"' in _text(resp)
+    headings = re.findall(r'<th class="text-right font-semibold py-2 px-4">([^<]+)</th>', _text(resp))
+    assert headings == [k.replace("_", " ").capitalize() for k in console.purge_kinds()]
+    assert "Pending events" in headings and "Contract requests" in headings
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids, "confirm": "yes"})
     assert resp.status_code == 302
     assert AuditEntry.objects.filter(action="tenant.purge_expired").count() == 2
@@ -282,6 +286,8 @@ def test_the_audit_log_is_visible_and_read_only(staff_client, tenant_a, actor):
     entry = AuditEntry.objects.get()
     resp = staff_client.get("/admin/tenants/auditentry/")
     assert resp.status_code == 200 and "tenant.suspend" in _text(resp)
+    footer = re.sub(r"\s+", " ", re.search(r"(\d+\s+audit [a-z ]+)\n", _text(resp)).group(1)).strip()
+    assert footer == "1 audit entry"
     resp = staff_client.get(f"/admin/tenants/auditentry/{entry.pk}/change/")
     assert resp.status_code == 200 and "&quot;suspended&quot;" in _text(resp)
     assert staff_client.get("/admin/tenants/auditentry/add/").status_code == 403
@@ -325,3 +331,35 @@ def test_the_login_page_and_dashboard_render(client, staff_client):
 @pytest.mark.parametrize("path", ["999999/suspend/", "999999/resume/", "abc/purge/", "999999/registrations/"])
 def test_actions_on_a_missing_tenant_are_404(staff_client, path):
     assert staff_client.get(f"/admin/tenants/tenant/{path}").status_code == 404
+
+
+def test_registrations_show_alias_short_did_and_a_copy_button(staff_client, busy_a, alice, bob):
+    html = _text(staff_client.get(action_url(busy_a, "registrations")))
+    cells = re.findall(r'<span class="did-cell">(.*?)</button></span>', html, re.S)
+    assert len(cells) == 2
+    newest = cells[0]  # bob registered last
+    assert '<span class="did-alias">bob</span>' in newest
+    assert f'data-copy="{bob.did}"' in newest and f'title="{bob.did}"' in newest
+    short = re.search(r'<code class="did-short"[^>]*>([^<]+)</code>', newest).group(1)
+    assert short.startswith("did:decentrl:") and "…" in short and len(short) < 40
+
+
+@pytest.mark.parametrize(
+    ("q", "found"), [("alice", ["alice"]), ("bob", ["bob"]), ("nobody", []), ("", ["bob", "alice"])]
+)
+def test_registrations_can_be_searched_by_alias_or_did_part(staff_client, busy_a, alice, bob, q, found):
+    html = _text(staff_client.get(action_url(busy_a, "registrations"), {"q": q}))
+    assert re.findall(r'<span class="did-alias">([^<]+)</span>', html) == found
+    assert f"{len(found)} in total" in html
+
+
+def test_contracts_can_be_filtered_by_expiry_and_searched(staff_client, busy_a, alice, bob):
+    url = action_url(busy_a, "contracts")
+    assert "3 in total" in _text(staff_client.get(url, {"state": "live"}))
+    assert "0 in total" in _text(staff_client.get(url, {"state": "expired"}))
+    Contract.objects.filter(tenant=busy_a, requestor_did=bob.did, recipient_did=alice.did).update(expires_at=1)
+    assert "1 in total" in _text(staff_client.get(url, {"state": "expired"}))
+    # alice's DID is a party of her registration and of the contract with bob, stored by both owners.
+    assert "3 in total" in _text(staff_client.get(url, {"q": alice.did[-20:]}))
+    # An unknown state is ignored rather than an error.
+    assert "3 in total" in _text(staff_client.get(url, {"state": "bogus"}))

@@ -62,3 +62,9 @@ def did_cell(did: str):
         did_short(did),
         did,
     )
+
+
+@register.filter
+def words(value) -> str:
+    """`pending_events` → `Pending events` (column headings from keys)."""
+    return str(value).replace("_", " ").capitalize()
