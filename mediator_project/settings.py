@@ -294,7 +294,12 @@ for _host in MEDIATOR_OPERATOR_HOSTS:
 # The console theme's login form carries no "next": land operators on the console, not /accounts/profile/.
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    # A token for scripts; the console's session (with its CSRF token) for a logged-in operator,
+    # so that Swagger UI's "Try it out" works from the browser (issue 18).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     # Staff plus the model permission the console needs for the same action (issue 13).
     "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.OperatorPermissions"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -306,12 +311,26 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Decentrl mediator operator API",
-    "DESCRIPTION": "Manage hosted mediators (tenants): policy, status, key rotation, statistics.",
+    "DESCRIPTION": (
+        "Manage hosted mediators (tenants): policy, status, key rotation, statistics, the audit log and "
+        "usage reports.\n\n"
+        "**Authentication.** Scripts send `Authorization: Token <key>`; `manage.py operator_token <user>` "
+        "prints a staff user's key. In a browser logged into the console (`/admin/`), *Try it out* uses "
+        "that session. Every call also needs the model permission the console needs for the same action "
+        "(docs/operators.md#permissions).\n\n"
+        "**Errors.** 400 maps each field to its messages and changes nothing; 401 means no credentials; "
+        "403 a non-staff user or a missing permission; 404 an unknown tenant or run. Times are ISO 8601 "
+        "in UTC with a `Z`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.tenants.api_schema.finish_operator_schema",
+    ],
 }
 # The console's sidebar, in this order (apps/ops/admin.py::console_navigation builds it per request).
 # A "model" entry shows when that model has an admin page the user may view; an "app" entry lists

@@ -48,13 +48,16 @@ def _call(fn, **kwargs):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects members it does not declare, so a typo is an error rather than a silent no-op."""
+    """Rejects members it does not declare, so a typo is an error rather than a silent no-op.
+    `fixed` names members that exist but cannot be sent here, each with the reason."""
+
+    fixed: dict[str, str] = {}
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise ValidationError({name: ["Unknown field."] for name in unknown})
+                raise ValidationError({name: [self.fixed.get(name, "Unknown field.")] for name in unknown})
         return super().to_internal_value(data)
 
 
@@ -121,6 +124,13 @@ class TenantCreateSerializer(StrictSerializer):
 
 
 class TenantUpdateSerializer(StrictSerializer):
+    fixed = {
+        "slug": "The slug cannot be changed.",
+        "domain": "The primary domain cannot be changed: its did:web follows it. Add an alias instead.",
+        "did": "The DID cannot be changed: it follows the primary domain.",
+        "status": "Use POST …/suspend/ or …/resume/ to change the status.",
+        "keys": "Use POST …/rotate-keys/ to change the keys.",
+    }
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     public_url = serializers.URLField(max_length=300, required=False)
     aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
@@ -128,8 +138,15 @@ class TenantUpdateSerializer(StrictSerializer):
 
 
 class RotateSerializer(StrictSerializer):
-    signing = serializers.BooleanField(default=True)
-    prekey = serializers.BooleanField(default=True)
+    """Which keys to rotate, said explicitly: `{}` is refused rather than rotating both (issue 18)."""
+
+    signing = serializers.BooleanField(required=False, help_text="rotate the Ed25519 signing key")
+    prekey = serializers.BooleanField(required=False, help_text="rotate the X25519 pre-key")
+
+    def validate(self, attrs):
+        if not attrs:
+            raise ValidationError({"non_field_errors": ['Name the keys to rotate: {"signing": true, "prekey": true}.']})
+        return {"signing": attrs.get("signing", False), "prekey": attrs.get("prekey", False)}
 
 
 class PurgeSerializer(StrictSerializer):

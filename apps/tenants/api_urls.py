@@ -1,7 +1,7 @@
 """/api/v1/: the operator API, its OpenAPI schema and offline docs (Swagger UI and Redoc from the sidecar)."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAdminUser
 from rest_framework.routers import DefaultRouter
@@ -19,6 +19,7 @@ docs = {"permission_classes": [IsAdminUser], "authentication_classes": [SessionA
 urlpatterns = [
     path("", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(**docs), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema", **docs), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file (`?script`), not inline (CSP).
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", **docs), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", **docs), name="api-redoc"),
 ]

@@ -132,7 +132,7 @@ OPS = [
         {"tenants.change_tenant"},
         lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/rotate-keys/", {"keys": "both"}),
         302,
-        lambda c, w: c.post("/api/v1/tenants/tenant-a/rotate-keys/", {}, format="json"),
+        lambda c, w: c.post("/api/v1/tenants/tenant-a/rotate-keys/", {"signing": True, "prekey": True}, format="json"),
         200,
     ),
     Op(
