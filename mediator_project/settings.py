@@ -159,8 +159,10 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # --- Celery -------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
+# The filesystem broker names a host it ignores: without one kombu warns "No hostname was supplied"
+# on every connection (twice per `make run` start).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
+if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
     for _sub in ("in", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
