@@ -193,14 +193,16 @@ class TenantAdmin(ModelAdmin):
     ordering = ["slug"]
     list_per_page = PAGE
     actions = ["suspend_selected", "resume_selected", "rotate_keys_selected", "purge_selected"]
-    # Status-aware: a tenant's page offers Suspend or Resume, never both (get_actions_detail);
-    # the rarer actions sit in one menu so the header keeps its breadcrumb at 1440 px.
+    # Status-aware: a tenant's page offers Suspend or Resume, never both (get_actions_detail); the
+    # rest sits in one menu, so the header keeps its whole breadcrumb at 1440 px.
     actions_detail = [
         "detail_suspend",
         "detail_resume",
-        "detail_registrations",
-        "detail_contracts",
-        {"title": "Keys and data", "icon": "more_vert", "items": ["detail_rotate", "detail_purge"]},
+        {
+            "title": "Data and keys",
+            "icon": "more_vert",
+            "items": ["detail_registrations", "detail_contracts", "detail_rotate", "detail_purge"],
+        },
     ]
     warn_unsaved_form = True
 

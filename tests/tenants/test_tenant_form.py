@@ -97,7 +97,7 @@ def test_the_tenant_page_is_status_aware_and_not_a_template(staff_client, tenant
     html = staff_client.get(change_url(tenant_a)).content.decode()
     assert f"/admin/tenants/tenant/{tenant_a.pk}/suspend/" in html
     assert f"/admin/tenants/tenant/{tenant_a.pk}/resume/" not in html
-    assert "Keys and data" in html
+    assert "Data and keys" in html
     assert "_addanother" not in html
     assert html.count(">Live figures<") + html.count("Live figures\n") <= 1
     add = staff_client.get(ADD).content.decode()
