@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from apps.ops import console
 from apps.wire.display import utc_iso
 
+from . import texts
 from .models import AuditEntry, Tenant
 from .permissions import AUDIT_ACTIONS, TENANT_ACTIONS
 from .services import (
@@ -62,10 +63,18 @@ class StrictSerializer(serializers.Serializer):
 
 
 def _policy_fields(*, required: bool) -> dict:
-    fields: dict = {"registration_open": serializers.BooleanField(required=required)}
+    """The policy members, described in the schema with the console's words (apps/tenants/texts.py)."""
+    fields: dict = {
+        "registration_open": serializers.BooleanField(required=required, help_text=texts.help_text("registration_open"))
+    }
     for name, (lo, hi) in POLICY_BOUNDS.items():
         fields[name] = serializers.IntegerField(
-            min_value=lo, max_value=hi, required=False, allow_null=name in NULLABLE_POLICY
+            min_value=lo,
+            max_value=hi,
+            required=False,
+            allow_null=name in NULLABLE_POLICY,
+            label=texts.label(name),
+            help_text=texts.help_text(name),
         )
     return fields
 

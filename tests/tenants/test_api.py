@@ -243,6 +243,9 @@ def test_the_openapi_schema_and_offline_docs_are_served(api, staff_client):
     create = schema["paths"]["/api/v1/tenants/"]["post"]["responses"]
     assert create["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ValidationErrors"}
     assert "Authorization: Token <key>" in schema["info"]["description"]
+    body_size = schema["components"]["schemas"]["Policy"]["properties"]["max_body_bytes"]
+    assert body_size["title"] == "Largest request body (bytes)"
+    assert body_size["description"].endswith("Allowed 1024 (1.0 KiB)–67108864 (64.0 MiB). Default 6291456 (6.0 MiB).")
     assert {"tokenAuth", "cookieAuth"} <= set(schema["components"]["securitySchemes"])
     for path in ("/api/v1/docs/", "/api/v1/redoc/"):
         resp = staff_client.get(path)
