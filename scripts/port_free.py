@@ -10,4 +10,6 @@ with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
     try:
         sock.bind((host, port))
     except OSError as exc:
-        sys.exit(f"Cannot serve on {host}:{port}: {exc.strerror}. Stop the other server or choose a port: make run PORT=8010")
+        sys.exit(
+            f"Cannot serve on {host}:{port}: {exc.strerror}. Stop the other server or choose a port: make run PORT=8010"
+        )
