@@ -6,7 +6,7 @@ PORT ?= 8000
 BIND ?= 127.0.0.1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install run test lint format bench report clean
+.PHONY: install run operator test lint format bench report clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 install: $(VENV)/.installed
 
 run: install
+	@$(PY) scripts/port_free.py $(BIND) $(PORT)
 	$(PY) manage.py migrate --noinput -v0
 	PORT=$(PORT) $(PY) manage.py bootstrap_tenant --port $(PORT)
-	PORT=$(PORT) scripts/run_embedded.sh $(BIND) $(PORT)
+	@PORT=$(PORT) exec scripts/run_embedded.sh $(BIND) $(PORT)
+
+# The first operator (a superuser) for the console at /admin/ and the operator API; asks for a
+# name and a password. `make operator OPERATOR=olivia` skips the name prompt.
+operator: install
+	$(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py createsuperuser $(if $(OPERATOR),--username $(OPERATOR))
 
 test: install
 	scripts/ensure_services.sh

@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.wire.display import UTC_FORMAT
+
 from .env import env, env_bool, env_int
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -162,8 +164,10 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # --- Celery -------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
+# The filesystem broker names a host it ignores: without one kombu warns "No hostname was supplied"
+# on every connection (twice per `make run` start).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
+if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
     for _sub in ("in", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -234,6 +238,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One time format everywhere (apps/wire/display.py): ISO 8601 in UTC with a Z, in the console's
+# lists and forms (these format modules), the dashboard and the API (DATETIME_FORMAT below).
+FORMAT_MODULE_PATH = ["mediator_project.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -317,7 +324,12 @@ MEDIATOR_CSP_PATHS = ["/admin/", "/dashboard/", "/api/v1/docs/", "/api/v1/redoc/
 # The console theme's login form carries no "next": land operators on the console, not /accounts/profile/.
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    # A token for scripts; the console's session (with its CSRF token) for a logged-in operator,
+    # so that Swagger UI's "Try it out" works from the browser (issue 18).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     # Staff plus the model permission the console needs for the same action (issue 13).
     "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.OperatorPermissions"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -325,22 +337,86 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
+    "DATETIME_FORMAT": UTC_FORMAT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Decentrl mediator operator API",
-    "DESCRIPTION": "Manage hosted mediators (tenants): policy, status, key rotation, statistics.",
+    "DESCRIPTION": (
+        "Manage hosted mediators (tenants): policy, status, key rotation, statistics, the audit log and "
+        "usage reports.\n\n"
+        "**Authentication.** Scripts send `Authorization: Token <key>`; `manage.py operator_token <user>` "
+        "prints a staff user's key. In a browser logged into the console (`/admin/`), *Try it out* uses "
+        "that session. Every call also needs the model permission the console needs for the same action "
+        "(docs/operators.md#permissions).\n\n"
+        "**Errors.** 400 maps each field to its messages and changes nothing; 401 means no credentials; "
+        "403 a non-staff user or a missing permission; 404 an unknown tenant or run. Times are ISO 8601 "
+        "in UTC with a `Z`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.tenants.api_schema.finish_operator_schema",
+    ],
 }
+# The console's sidebar, in this order (apps/ops/admin.py::console_navigation builds it per request).
+# A "model" entry shows when that model has an admin page the user may view; an "app" entry lists
+# every admin page of that app, so the DIDComm group appears once apps/didcomm registers models;
+# a "url" entry is a named URL (staff only, like the whole console).
+CONSOLE_NAVIGATION = [
+    (
+        "Operate",
+        [
+            {"title": "Tenants", "icon": "dns", "model": "tenants.Tenant"},
+            {"title": "Usage dashboard", "icon": "monitoring", "url": "usage:dashboard"},
+            {"title": "Report runs", "icon": "summarize", "model": "usage.ReportRun"},
+            {"title": "Audit log", "icon": "history", "model": "tenants.AuditEntry"},
+            {"title": "API docs", "icon": "api", "url": "api-docs"},
+        ],
+    ),
+    ("DIDComm", [{"app": "didcomm", "icon": "forum"}]),
+    (
+        "Monitoring",
+        [
+            {"title": "Scheduled jobs", "icon": "schedule", "model": "ops.JobStat"},
+            {"title": "Command meters", "icon": "speed", "model": "usage.CommandMeter"},
+        ],
+    ),
+    (
+        "Access",
+        [
+            {"title": "Users", "icon": "person", "model": "auth.User"},
+            {"title": "Groups", "icon": "group", "model": "auth.Group"},
+            {"title": "API tokens", "icon": "key", "model": "authtoken.TokenProxy"},
+        ],
+    ),
+]
+
+
+def _static(path: str):
+    return lambda request: f"/{STATIC_URL}{path}"
+
+
 UNFOLD = {
     "SITE_TITLE": "Mediator operator console",
     "SITE_HEADER": "Decentrl mediator",
     "SITE_SYMBOL": "hub",
+    # The header's site link leads to the usage dashboard, not to / (a tenant's DID document).
+    "SITE_URL": "/dashboard/",
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
+    "DASHBOARD_CALLBACK": "apps.ops.admin.console_overview",
+    "SIDEBAR": {
+        "show_search": False,
+        "show_all_applications": False,
+        "navigation": "apps.ops.admin.console_navigation",
+    },
+    # Static files only (no inline code), so a Content-Security-Policy can allow them by origin.
+    "STYLES": [_static("console/console.css")],
+    "SCRIPTS": [_static("console/console.js")],
 }
 
 # --- Usage metering and reports (issue 6, docs/usage.md) ------------------------------------------

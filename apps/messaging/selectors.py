@@ -12,6 +12,9 @@ from datetime import datetime
 from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from apps.wire.display import utc_iso
+from apps.wire.encoding import b64url_nopad
+
 from .models import Contract, ContractRequest, PendingEvent, StoredEvent
 
 
@@ -30,7 +33,7 @@ class TenantStatistics:
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        data["last_activity"] = self.last_activity.isoformat() if self.last_activity else None
+        data["last_activity"] = utc_iso(self.last_activity) if self.last_activity else None
         return data
 
 
@@ -104,21 +107,43 @@ def tenant_list_annotations(*, now_s: int | None = None) -> dict:
     }
 
 
-def tenant_registrations(*, tenant, now_s: int | None = None):
-    """Live registrations of a tenant: (owner DID, expiry, created) rows only, newest first."""
+def did_search(field: str, text: str) -> Q:
+    """A DID column matching `text`: part of the DID, or a did:decentrl whose alias is `text` (the
+    alias is the DID's first segment, base64url without padding, so only a whole alias matches)."""
+    text = text.strip()
+    if not text:
+        return Q()
+    alias = f"did:decentrl:{b64url_nopad(text.encode('utf-8'))}:"
+    return Q(**{f"{field}__icontains": text}) | Q(**{f"{field}__startswith": alias})
+
+
+def tenant_registrations(*, tenant, now_s: int | None = None, search: str = ""):
+    """Live registrations of a tenant: (owner DID, expiry, created) rows only, newest first;
+    `search` narrows them to DIDs containing it or aliases starting with it."""
     now_s = int(time.time()) if now_s is None else now_s
     return (
         Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
         .filter(requestor_did=F("owner_did"))
+        .filter(did_search("owner_did", search))
         .order_by("-id")
         .values("owner_did", "expires_at", "created_at")
     )
 
 
-def tenant_contracts(*, tenant):
-    """Every stored contract of a tenant: owner, parties, expiry and arrival only, newest first."""
-    return (
-        Contract.objects.filter(tenant=tenant)
-        .order_by("-id")
-        .values("owner_did", "requestor_did", "recipient_did", "expires_at", "created_at")
-    )
+CONTRACT_STATES = ("live", "expired")
+
+
+def tenant_contracts(*, tenant, search: str = "", state: str = "", now_s: int | None = None):
+    """Every stored contract of a tenant: owner, parties, expiry and arrival only, newest first;
+    `search` matches any of the three DIDs, `state` is "live", "expired" or "" (both)."""
+    now_s = int(time.time()) if now_s is None else now_s
+    qs = Contract.objects.filter(tenant=tenant)
+    if search.strip():
+        qs = qs.filter(
+            did_search("owner_did", search) | did_search("requestor_did", search) | did_search("recipient_did", search)
+        )
+    if state == "live":
+        qs = qs.filter(expires_at__gt=now_s)
+    elif state == "expired":
+        qs = qs.filter(expires_at__lte=now_s)
+    return qs.order_by("-id").values("owner_did", "requestor_did", "recipient_did", "expires_at", "created_at")

@@ -1,9 +1,19 @@
-"""Scheduled jobs in the operator console: read-only (the jobs themselves write the figures)."""
+"""The operator console's frame: its sidebar and home page (an adapter: it reads from any app), and
+the scheduled jobs, read-only (the jobs themselves write the figures)."""
 
 from __future__ import annotations
 
+from django.apps import apps as django_apps
+from django.conf import settings
 from django.contrib import admin
+from django.db.models import Count
+from django.urls import NoReverseMatch, reverse
 from unfold.admin import ModelAdmin
+
+from apps.messaging.selectors import tenant_list_annotations
+from apps.tenants.models import AuditEntry, Tenant
+from apps.tenants.permissions import operator_may
+from apps.usage.models import ReportRun
 
 from .models import JobStat
 
@@ -23,3 +33,77 @@ class JobStatAdmin(ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+# --- The console's sidebar and home page (UNFOLD["SIDEBAR"]["navigation"], DASHBOARD_CALLBACK) ---
+
+
+def _nav_item(request, entry: dict) -> list[dict]:
+    """Unfold sidebar items for one CONSOLE_NAVIGATION entry: none when its page does not exist
+    (a model not registered, an app without admin pages) or the user may not open it."""
+    if "url" in entry:
+        try:
+            link = reverse(entry["url"])
+        except NoReverseMatch:
+            return []
+        return [{"title": entry["title"], "icon": entry.get("icon"), "link": link}]
+    if "app" in entry:
+        models = [m for m in admin.site._registry if m._meta.app_label == entry["app"]]
+    else:
+        try:
+            models = [django_apps.get_model(entry["model"])]
+        except LookupError:
+            return []
+    items = []
+    for model in sorted(models, key=lambda m: str(m._meta.verbose_name_plural)):
+        model_admin = admin.site._registry.get(model)
+        if model_admin is None or not model_admin.has_view_or_change_permission(request):
+            continue
+        opts = model._meta
+        items.append(
+            {
+                "title": entry.get("title") or str(opts.verbose_name_plural).capitalize(),
+                "icon": entry.get("icon"),
+                "link": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+            }
+        )
+    return items
+
+
+def console_navigation(request) -> list[dict]:
+    """settings.CONSOLE_NAVIGATION as unfold's sidebar groups; empty groups are left out."""
+    groups = []
+    for title, entries in settings.CONSOLE_NAVIGATION:
+        items = [item for entry in entries for item in _nav_item(request, entry)]
+        if items:
+            groups.append({"title": title, "separator": True, "collapsible": False, "items": items})
+    return groups
+
+
+OVERVIEW_ROWS = 5
+
+
+def console_overview(request, context: dict) -> dict:
+    """The console's home page: tenants by status, the suspended ones, the largest queues,
+    recent operator actions and the last report run, each shown only to those who may read it."""
+    user = request.user
+    overview: dict = {}
+    if operator_may(user, Tenant, "view"):
+        counts = dict(Tenant.objects.order_by().values_list("status").annotate(n=Count("id")))
+        overview["status_counts"] = [(label, counts.get(value, 0), value) for value, label in Tenant.Status.choices]
+        overview["tenant_total"] = sum(counts.values())
+        overview["suspended"] = list(Tenant.objects.filter(status=Tenant.Status.SUSPENDED).order_by("slug")[:10])
+        overview["largest_queues"] = [
+            t
+            for t in Tenant.objects.annotate(**tenant_list_annotations()).order_by("-stat_pending", "slug")[
+                :OVERVIEW_ROWS
+            ]
+            if t.stat_pending
+        ]
+    if operator_may(user, AuditEntry, "view"):
+        overview["recent_actions"] = list(AuditEntry.objects.order_by("-at", "-id")[:8])
+    if operator_may(user, ReportRun, "view"):
+        overview["last_run"] = ReportRun.objects.order_by("-created_at", "-id").first()
+        overview["may_view_runs"] = True
+    context.update(overview=overview, title="Overview")
+    return context

@@ -10,7 +10,7 @@ of the stack and may read from any app (docs/architecture.md).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 from django import forms
 from django.contrib import admin, messages
@@ -29,18 +29,27 @@ from rest_framework.authtoken.models import TokenProxy
 from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
+from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
-from apps.messaging.selectors import tenant_contracts, tenant_list_annotations, tenant_registrations
+from apps.messaging.selectors import (
+    CONTRACT_STATES,
+    tenant_contracts,
+    tenant_list_annotations,
+    tenant_registrations,
+)
 from apps.ops import console
+from apps.wire.display import human_bytes, utc_iso
 
+from . import texts
 from .models import AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS
-from .selectors import domain_in_use
+from .selectors import domain_owner
 from .services import (
     POLICY_FIELDS,
     Actor,
     fingerprint,
     normalize_domain,
+    normalize_public_url,
     tenant_create,
     tenant_resume,
     tenant_rotate_keys,
@@ -53,35 +62,21 @@ from .services import (
 PAGE = 50
 
 
+@dataclass(frozen=True)
+class DidCell:
+    """A listing cell the template shows as alias, shortened DID and a copy button."""
+
+    did: str
+
+
 def _actor(request: HttpRequest) -> Actor:
     return Actor(user=request.user, via="admin")
 
 
-def _humanize_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def _unix(ts: int) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 class TenantAdminForm(forms.ModelForm):
-    public_url = forms.URLField(
-        required=False,
-        max_length=300,
-        assume_scheme="https",
-        help_text="Published in the DID document; defaults to the domain's URL.",
-    )
-    aliases = forms.CharField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Extra hosts that serve this mediator, one per line (host or host:port).",
-    )
+    # Declared form fields get the theme's widgets explicitly (the admin styles only model fields).
+    public_url = forms.CharField(required=False, max_length=300, widget=UnfoldAdminURLInputWidget)
+    aliases = forms.CharField(required=False, widget=UnfoldAdminTextareaWidget(attrs={"rows": 3}))
 
     class Meta:
         model = Tenant
@@ -89,6 +84,10 @@ class TenantAdminForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for name, field in self.fields.items():
+            if name in texts.FIELDS:
+                field.label = texts.label(name)
+                field.help_text = texts.help_text(name)
         if self.instance.pk:
             self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
 
@@ -99,18 +98,21 @@ class TenantAdminForm(forms.ModelForm):
     def clean_public_url(self) -> str:
         # Blank means "the default": the domain's URL for a new tenant, the current URL on edit.
         # (The instance still holds the stored value here: the form writes it only after clean.)
-        url = self.cleaned_data.get("public_url") or ""
-        if not url and self.instance.pk:
-            return self.instance.public_url
-        return url
+        url = (self.cleaned_data.get("public_url") or "").strip()
+        if not url:
+            return self.instance.public_url if self.instance.pk else ""
+        try:
+            return normalize_public_url(url)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["public_url"]) from exc
 
     def clean_domain(self) -> str:
         try:
             domain = normalize_domain(self.cleaned_data["domain"])
         except ValidationError as exc:
             raise forms.ValidationError(exc.messages) from exc
-        if domain_in_use(domain):
-            raise forms.ValidationError(f"{domain} is already served by another tenant.")
+        if owner := domain_owner(domain):
+            raise forms.ValidationError(f"{domain} is already served by tenant {owner}.")
         return domain
 
     def clean(self):
@@ -191,12 +193,16 @@ class TenantAdmin(ModelAdmin):
     ordering = ["slug"]
     list_per_page = PAGE
     actions = ["suspend_selected", "resume_selected", "rotate_keys_selected", "purge_selected"]
+    # Status-aware: a tenant's page offers Suspend or Resume, never both (get_actions_detail); the
+    # rest sits in one menu, so the header keeps its whole breadcrumb at 1440 px.
     actions_detail = [
-        "detail_suspend_resume",
-        "detail_rotate",
-        "detail_purge",
-        "detail_registrations",
-        "detail_contracts",
+        "detail_suspend",
+        "detail_resume",
+        {
+            "title": "Data and keys",
+            "icon": "more_vert",
+            "items": ["detail_registrations", "detail_contracts", "detail_rotate", "detail_purge"],
+        },
     ]
     warn_unsaved_form = True
 
@@ -224,10 +230,10 @@ class TenantAdmin(ModelAdmin):
             identity = (name, {"fields": ["alias_domains" if f == "aliases" else f for f in opts["fields"]]})
         return [
             identity,
-            ("Live figures", {"fields": ["live_figures"]}),
+            ("Activity", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
-            ("Recent operator actions", {"fields": ["recent_audit"]}),
+            ("Audit", {"fields": ["recent_audit"]}),
         ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -250,6 +256,20 @@ class TenantAdmin(ModelAdmin):
         # Tenants are suspended, never deleted from the console: deletion would drop every
         # identity's data with no way back.
         return False
+
+    def get_actions_detail(self, request, object_id):
+        # Status-aware buttons: an active tenant's page offers Suspend, a suspended one's Resume.
+        # Only the buttons: a POST to the other one answers as the API does (a no-op, said so).
+        actions = super().get_actions_detail(request, object_id)
+        status = Tenant.objects.filter(pk=object_id).values_list("status", flat=True).first()
+        hidden = "detail_resume" if status == Tenant.Status.ACTIVE else "detail_suspend"
+        return [a for a in actions if not a.action_name.endswith(f"_{hidden}")]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # An existing tenant is edited, not used as a template: no "Save and add another" there.
+        if change:
+            context["show_save_and_add_another"] = False
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     # --- columns and read-only fields ----------------------------------------------------------
 
@@ -285,7 +305,7 @@ class TenantAdmin(ModelAdmin):
         return format_html_join(
             "",
             "<div>{} {} · retired {}</div>",
-            ((k.purpose, fingerprint(k.public), k.retired_at.strftime("%Y-%m-%d %H:%M UTC")) for k in rows),
+            ((k.purpose, fingerprint(k.public), utc_iso(k.retired_at)) for k in rows),
         )
 
     @display(description="Live figures")
@@ -299,8 +319,8 @@ class TenantAdmin(ModelAdmin):
             ("Largest recipient queue", largest),
             ("Pending contract requests", s.pending_contract_requests),
             ("Stored events", s.stored_events),
-            ("Stored event bytes", _humanize_bytes(s.stored_event_bytes)),
-            ("Last activity", s.last_activity.strftime("%Y-%m-%d %H:%M:%S UTC") if s.last_activity else "never"),
+            ("Stored event bytes", human_bytes(s.stored_event_bytes)),
+            ("Last activity", utc_iso(s.last_activity) if s.last_activity else "never"),
         ]
         body = format_html_join(
             "",
@@ -317,7 +337,7 @@ class TenantAdmin(ModelAdmin):
         items = format_html_join(
             "",
             "<li>{} · {} · {} via {}</li>",
-            ((e.at.strftime("%Y-%m-%d %H:%M"), e.action, e.actor_name or "-", e.via) for e in entries),
+            ((utc_iso(e.at), e.action, e.actor_name or "-", e.via) for e in entries),
         )
         url = reverse("admin:tenants_auditentry_changelist") + f"?tenant__id__exact={obj.pk}"
         return format_html('<ul>{}</ul><a class="text-primary-600" href="{}">Full audit log</a>', items, url)
@@ -459,24 +479,30 @@ class TenantAdmin(ModelAdmin):
         }
         return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)
 
-    @action(
-        description="Suspend / resume",
-        url_path="status",
-        icon="power_settings_new",
-        permissions=sorted({TENANT_ACTIONS["suspend"], TENANT_ACTIONS["resume"]}),
-    )
-    def detail_suspend_resume(self, request, object_id) -> HttpResponse:
-        tenant = self._get(object_id)
-        self._require(request, tenant, "suspend" if tenant.is_active else "resume")
+    @action(description="Suspend", url_path="suspend", icon="pause_circle", permissions=[TENANT_ACTIONS["suspend"]])
+    def detail_suspend(self, request, object_id) -> HttpResponse:
+        return self._set_status(request, object_id, "suspend")
+
+    @action(description="Resume", url_path="resume", icon="play_circle", permissions=[TENANT_ACTIONS["resume"]])
+    def detail_resume(self, request, object_id) -> HttpResponse:
+        return self._set_status(request, object_id, "resume")
+
+    def _set_status(self, request, object_id, action: str) -> HttpResponse:
+        """GET confirms, POST acts; a tenant already in the wanted state is sent back to its page."""
+        tenant = self._object_or_deny(request, object_id, action)
+        if tenant.is_active == (action == "resume"):
+            state = "active" if tenant.is_active else "suspended"
+            self.message_user(request, f"{tenant.slug} is already {state}.", messages.INFO)
+            return HttpResponseRedirect(self._change_url(tenant))
         if request.method == "POST":
-            if tenant.is_active:
+            if action == "suspend":
                 tenant_suspend(tenant=tenant, actor=_actor(request))
                 self.message_user(request, f"{tenant.slug} is suspended.", messages.WARNING)
             else:
                 tenant_resume(tenant=tenant, actor=_actor(request))
                 self.message_user(request, f"{tenant.slug} is active again.", messages.SUCCESS)
             return HttpResponseRedirect(self._change_url(tenant))
-        if tenant.is_active:
+        if action == "suspend":
             return self._detail_confirm(
                 request,
                 tenant,
@@ -533,7 +559,8 @@ class TenantAdmin(ModelAdmin):
             plans=[(tenant, plan)],
         )
 
-    def _listing(self, request, tenant, *, title, columns, rows_qs, row) -> TemplateResponse:
+    def _listing(self, request, tenant, *, title, columns, rows_qs, row, states=()) -> TemplateResponse:
+        """A read-only paginated list with a DID search (and a live/expired filter for contracts)."""
         paginator = Paginator(rows_qs, PAGE)
         page = paginator.get_page(request.GET.get("page"))
         context = {
@@ -544,6 +571,9 @@ class TenantAdmin(ModelAdmin):
             "columns": columns,
             "rows": [row(r) for r in page.object_list],
             "page": page,
+            "search": request.GET.get("q", ""),
+            "states": states,
+            "state": request.GET.get("state", ""),
             "cancel_url": self._change_url(tenant),
         }
         return TemplateResponse(request, "admin/tenants/tenant/listing.html", context)
@@ -555,28 +585,36 @@ class TenantAdmin(ModelAdmin):
         permissions=[TENANT_ACTIONS["registrations"]],
     )
     def detail_registrations(self, request, object_id) -> HttpResponse:
-
         tenant = self._object_or_deny(request, object_id, "registrations")
         return self._listing(
             request,
             tenant,
             title=f"Registrations of {tenant.slug}",
-            columns=["Identity (DID)", "Expires", "Registered"],
-            rows_qs=tenant_registrations(tenant=tenant),
-            row=lambda r: [r["owner_did"], _unix(r["expires_at"]), r["created_at"].strftime("%Y-%m-%d %H:%M:%S UTC")],
+            columns=["Identity", "Expires", "Registered"],
+            rows_qs=tenant_registrations(tenant=tenant, search=request.GET.get("q", "")),
+            row=lambda r: [DidCell(r["owner_did"]), utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
         )
 
     @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])
     def detail_contracts(self, request, object_id) -> HttpResponse:
-
         tenant = self._object_or_deny(request, object_id, "contracts")
+        state = request.GET.get("state", "")
         return self._listing(
             request,
             tenant,
             title=f"Contracts stored by {tenant.slug}",
-            columns=["Owner", "Requestor", "Recipient", "Expires"],
-            rows_qs=tenant_contracts(tenant=tenant),
-            row=lambda r: [r["owner_did"], r["requestor_did"], r["recipient_did"], _unix(r["expires_at"])],
+            columns=["Owner", "Requestor", "Recipient", "Expires", "Stored"],
+            rows_qs=tenant_contracts(
+                tenant=tenant, search=request.GET.get("q", ""), state=state if state in CONTRACT_STATES else ""
+            ),
+            row=lambda r: [
+                DidCell(r["owner_did"]),
+                DidCell(r["requestor_did"]),
+                DidCell(r["recipient_did"]),
+                utc_iso(r["expires_at"]),
+                utc_iso(r["created_at"]),
+            ],
+            states=CONTRACT_STATES,
         )
 
 

@@ -17,7 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.ops import console
+from apps.wire.display import utc_iso
 
+from . import texts
 from .models import AuditEntry, Tenant
 from .permissions import AUDIT_ACTIONS, TENANT_ACTIONS
 from .services import (
@@ -47,21 +49,32 @@ def _call(fn, **kwargs):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects members it does not declare, so a typo is an error rather than a silent no-op."""
+    """Rejects members it does not declare, so a typo is an error rather than a silent no-op.
+    `fixed` names members that exist but cannot be sent here, each with the reason."""
+
+    fixed: dict[str, str] = {}
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise ValidationError({name: ["Unknown field."] for name in unknown})
+                raise ValidationError({name: [self.fixed.get(name, "Unknown field.")] for name in unknown})
         return super().to_internal_value(data)
 
 
 def _policy_fields(*, required: bool) -> dict:
-    fields: dict = {"registration_open": serializers.BooleanField(required=required)}
+    """The policy members, described in the schema with the console's words (apps/tenants/texts.py)."""
+    fields: dict = {
+        "registration_open": serializers.BooleanField(required=required, help_text=texts.help_text("registration_open"))
+    }
     for name, (lo, hi) in POLICY_BOUNDS.items():
         fields[name] = serializers.IntegerField(
-            min_value=lo, max_value=hi, required=False, allow_null=name in NULLABLE_POLICY
+            min_value=lo,
+            max_value=hi,
+            required=False,
+            allow_null=name in NULLABLE_POLICY,
+            label=texts.label(name),
+            help_text=texts.help_text(name),
         )
     return fields
 
@@ -102,11 +115,11 @@ class TenantSerializer(serializers.Serializer):
             "keys": {
                 "signing_key_fingerprint": fingerprint(tenant.signing_public),
                 "prekey_fingerprint": fingerprint(tenant.prekey_public),
-                "rotated_at": tenant.keys_rotated_at.isoformat() if tenant.keys_rotated_at else None,
+                "rotated_at": utc_iso(tenant.keys_rotated_at) if tenant.keys_rotated_at else None,
                 "prekey_grace_hours": tenant.prekey_grace_hours,
             },
-            "created_at": tenant.created_at.isoformat(),
-            "updated_at": tenant.updated_at.isoformat(),
+            "created_at": utc_iso(tenant.created_at),
+            "updated_at": utc_iso(tenant.updated_at),
         }
 
 
@@ -120,6 +133,13 @@ class TenantCreateSerializer(StrictSerializer):
 
 
 class TenantUpdateSerializer(StrictSerializer):
+    fixed = {
+        "slug": "The slug cannot be changed.",
+        "domain": "The primary domain cannot be changed: its did:web follows it. Add an alias instead.",
+        "did": "The DID cannot be changed: it follows the primary domain.",
+        "status": "Use POST …/suspend/ or …/resume/ to change the status.",
+        "keys": "Use POST …/rotate-keys/ to change the keys.",
+    }
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     public_url = serializers.URLField(max_length=300, required=False)
     aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
@@ -127,8 +147,15 @@ class TenantUpdateSerializer(StrictSerializer):
 
 
 class RotateSerializer(StrictSerializer):
-    signing = serializers.BooleanField(default=True)
-    prekey = serializers.BooleanField(default=True)
+    """Which keys to rotate, said explicitly: `{}` is refused rather than rotating both (issue 18)."""
+
+    signing = serializers.BooleanField(required=False, help_text="rotate the Ed25519 signing key")
+    prekey = serializers.BooleanField(required=False, help_text="rotate the X25519 pre-key")
+
+    def validate(self, attrs):
+        if not attrs:
+            raise ValidationError({"non_field_errors": ['Name the keys to rotate: {"signing": true, "prekey": true}.']})
+        return {"signing": attrs.get("signing", False), "prekey": attrs.get("prekey", False)}
 
 
 class PurgeSerializer(StrictSerializer):

@@ -19,6 +19,7 @@ docs = {"permission_classes": [IsAdminUser], "authentication_classes": [SessionA
 urlpatterns = [
     path("", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(**docs), name="api-schema"),
+    # The split view serves Swagger UI's start-up script as a file (`?script`), not inline (CSP).
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", **docs), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", **docs), name="api-redoc"),
 ]

@@ -23,10 +23,15 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
     domain = models.CharField(
-        max_length=255, unique=True, help_text="Host (with :port if not default) this mediator serves."
+        "primary domain",
+        max_length=255,
+        unique=True,
+        help_text="Host (with :port if not default) this mediator serves.",
     )
-    did = models.CharField(max_length=300, unique=True, editable=False)
-    public_url = models.URLField(max_length=300, help_text="HTTP URL published in the DID document's service.")
+    did = models.CharField("DID", max_length=300, unique=True, editable=False)
+    public_url = models.URLField(
+        "public URL", max_length=300, help_text="HTTP URL published in the DID document's service."
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
 
     signing_public = models.BinaryField(max_length=32, editable=False)
@@ -58,7 +63,7 @@ class Tenant(models.Model):
     # Key rotation (issue 4): a registration request encrypted to a retired pre-key is still
     # accepted for this many hours after the rotation.
     prekey_grace_hours = models.PositiveIntegerField(default=72)
-    keys_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    keys_rotated_at = models.DateTimeField("keys last rotated", null=True, blank=True, editable=False)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -178,7 +183,7 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         verbose_name = "audit entry"
-        verbose_name_plural = "audit log"
+        verbose_name_plural = "audit log entries"
         indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
 
     def __str__(self) -> str:

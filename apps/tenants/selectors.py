@@ -94,11 +94,13 @@ def tenant_by_slug(slug: str) -> Tenant | None:
     return Tenant.objects.filter(slug=slug).first()
 
 
-def domain_in_use(domain: str, *, exclude_tenant_id: int | None = None) -> bool:
-    """True if `domain` is already a tenant's domain or alias (other than `exclude_tenant_id`'s)."""
+def domain_owner(domain: str, *, exclude_tenant_id: int | None = None) -> str | None:
+    """The slug of the tenant serving `domain` as its domain or an alias (other than
+    `exclude_tenant_id`), or None when no tenant does."""
     tenants = Tenant.objects.filter(domain=domain)
     aliases = TenantDomain.objects.filter(domain=domain)
     if exclude_tenant_id is not None:
         tenants = tenants.exclude(pk=exclude_tenant_id)
         aliases = aliases.exclude(tenant_id=exclude_tenant_id)
-    return tenants.exists() or aliases.exists()
+    slug = tenants.values_list("slug", flat=True).first()
+    return slug or aliases.values_list("tenant__slug", flat=True).first()

@@ -10,6 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -21,7 +22,7 @@ from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import web_did_for_host
 
 from .models import AuditEntry, Tenant, TenantDomain, TenantKey
-from .selectors import domain_in_use, tenant_cache_clear
+from .selectors import domain_owner, tenant_cache_clear
 
 # Editable policy and their bounds (PROTOCOL-DECISIONS defaults live on the model fields).
 POLICY_BOUNDS: dict[str, tuple[int, int]] = {
@@ -104,13 +105,39 @@ def audit_record(
 
 
 def normalize_domain(domain: str) -> str:
-    """Lowercase host[:port], validated; raises ValidationError."""
-    value = (domain or "").strip().lower()
+    """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/`) is reduced to
+    its host[:port]. Raises ValidationError."""
+    value = (domain or "").strip()
+    if "://" in value:
+        parts = urlsplit(value)
+        if parts.username or parts.password or parts.query or parts.fragment or parts.path not in ("", "/"):
+            raise ValidationError(f"{domain!r} is a URL with more than a host: give the host (and :port) only")
+        value = parts.netloc
+    value = value.lower().rstrip("/").rstrip(".")
     if not _HOST_RE.match(value):
         raise ValidationError(f"{domain!r} is not a host name (host or host:port)")
     if ":" in value and not (0 < int(value.rsplit(":", 1)[1]) < 65536):
         raise ValidationError(f"{domain!r} has an invalid port")
     return value
+
+
+def normalize_public_url(url: str) -> str:
+    """An http(s) URL with its scheme and host lowercased and no trailing slash; raises ValidationError."""
+    value = (url or "").strip()
+    try:
+        URLValidator(schemes=["http", "https"])(value)
+    except ValidationError as exc:
+        raise ValidationError({"public_url": exc.messages}) from exc
+    parts = urlsplit(value)
+    path = parts.path.rstrip("/")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{path}{query}"
+
+
+def _served_elsewhere(host: str, *, tenant_id: int | None) -> str | None:
+    """The conflict message when another tenant serves `host`, naming that tenant; else None."""
+    owner = domain_owner(host, exclude_tenant_id=tenant_id)
+    return f"{host} is already served by tenant {owner}" if owner else None
 
 
 def validate_policy(values: dict) -> dict:
@@ -155,8 +182,8 @@ def validate_aliases(aliases: list[str], *, primary: str, tenant_id: int | None)
             continue
         if host == primary or host in out:
             continue
-        if domain_in_use(host, exclude_tenant_id=tenant_id):
-            errors.append(f"{host} is already served by another tenant")
+        if conflict := _served_elsewhere(host, tenant_id=tenant_id):
+            errors.append(conflict)
             continue
         out.append(host)
     if errors:
@@ -187,15 +214,15 @@ def tenant_create(
     except ValidationError as exc:
         raise ValidationError({"domain": exc.messages}) from exc
     clean_policy = validate_policy(policy)
-    if domain_in_use(domain):
-        raise ValidationError({"domain": [f"{domain} is already served by another tenant"]})
+    if conflict := _served_elsewhere(domain, tenant_id=None):
+        raise ValidationError({"domain": [conflict]})
     alias_list = validate_aliases(aliases or [], primary=domain, tenant_id=None)
     tenant = Tenant(
         slug=slug,
         name=name or slug,
         domain=domain,
         did=web_did_for_host(domain),
-        public_url=public_url or f"{settings.MEDIATOR_PUBLIC_SCHEME}://{domain}",
+        public_url=normalize_public_url(public_url) if public_url else f"{settings.MEDIATOR_PUBLIC_SCHEME}://{domain}",
         **clean_policy,
     )
     tenant.set_keys(Ed25519KeyPair.generate(), X25519KeyPair.generate())
@@ -228,11 +255,7 @@ def tenant_update(*, tenant: Tenant, actor: Actor, aliases: list[str] | None = N
     if "name" in changes:
         locked.name = str(changes["name"])[:200]
     if "public_url" in changes:
-        try:
-            URLValidator(schemes=["http", "https"])(changes["public_url"])
-        except ValidationError as exc:
-            raise ValidationError({"public_url": exc.messages}) from exc
-        locked.public_url = changes["public_url"]
+        locked.public_url = normalize_public_url(changes["public_url"])
     locked.full_clean()
     locked.save()
     if aliases is not None:

@@ -10,6 +10,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from apps.tenants.permissions import operator_may
+from apps.wire.display import human_bytes, human_ms
 
 from . import services
 from .forms import ReportRequestForm
@@ -114,14 +115,26 @@ class CommandMeterAdmin(BaseModelAdmin):
         "command_type",
         "code",
         "http_status",
-        "bytes_in",
-        "bytes_out",
-        "duration_ms",
+        "size_in",
+        "size_out",
+        "duration",
     )
     list_filter = ("transport", "code")
     list_select_related = ("tenant",)
     date_hierarchy = "at"
     show_full_result_count = False
+
+    @admin.display(description="bytes in", ordering="bytes_in")
+    def size_in(self, obj: CommandMeter) -> str:
+        return human_bytes(obj.bytes_in)
+
+    @admin.display(description="bytes out", ordering="bytes_out")
+    def size_out(self, obj: CommandMeter) -> str:
+        return human_bytes(obj.bytes_out)
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: CommandMeter) -> str:
+        return human_ms(obj.duration_ms)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -12,6 +12,8 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
+from apps.wire.display import human_bytes
+
 PALETTE = [
     "#4f46e5",
     "#0ea5e9",
@@ -50,12 +52,9 @@ def nice_max(value: float) -> float:
 
 
 def human(value: float, unit: str = "") -> str:
-    """Short number: 1.2k, 3.4M; bytes as kB/MB/GB."""
+    """Short number: 1.2k, 3.4M; bytes in binary units (apps/wire/display.py)."""
     if unit == "B":
-        for suffix, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-            if abs(value) >= size:
-                return f"{value / size:.1f} {suffix}"
-        return f"{value:.0f} B"
+        return human_bytes(value)
     if unit == "%":
         return f"{value * 100:.1f}%"
     if unit == "ms" and value >= 1000:

@@ -11,7 +11,9 @@ from django.utils import timezone
 from apps.tenants.models import Tenant
 
 DASHBOARD_DAYS = (7, 14, 30, 90)
-DASHBOARD_DEFAULT_DAYS = 30
+# Without a range in the query string the dashboard shows the days of the latest published report
+# (issue 18: a 30-day default drew 23 empty days around a 7-day report), else the last 7 days.
+DASHBOARD_DEFAULT_DAYS = 7
 
 
 def day_range_check(first: date, last: date) -> None:
@@ -22,9 +24,17 @@ def day_range_check(first: date, last: date) -> None:
         raise forms.ValidationError(f"A range covers at most {settings.USAGE_REPORT_MAX_DAYS} days.")
 
 
+def _utc_day_input() -> forms.DateInput:
+    """A text box for YYYY-MM-DD: a browser's date picker would show the day in its own locale."""
+    return forms.DateInput(
+        format="%Y-%m-%d",
+        attrs={"placeholder": "YYYY-MM-DD", "pattern": r"\d{4}-\d{2}-\d{2}", "inputmode": "numeric", "size": 10},
+    )
+
+
 class ReportRequestForm(forms.Form):
-    date_from = forms.DateField(label="From (UTC day)", widget=forms.DateInput(attrs={"type": "date"}))
-    date_to = forms.DateField(label="To (UTC day, inclusive)", widget=forms.DateInput(attrs={"type": "date"}))
+    date_from = forms.DateField(label="From (UTC day, YYYY-MM-DD)", widget=_utc_day_input())
+    date_to = forms.DateField(label="To (UTC day, YYYY-MM-DD, inclusive)", widget=_utc_day_input())
     tenants = forms.ModelMultipleChoiceField(
         queryset=Tenant.objects.order_by("slug"),
         required=False,
@@ -53,15 +63,16 @@ class DashboardFilterForm(forms.Form):
         choices=[(d, d) for d in DASHBOARD_DAYS],
         coerce=int,
         required=False,
-        empty_value=DASHBOARD_DEFAULT_DAYS,
+        empty_value=None,
         error_messages={"invalid_choice": f"Days must be one of {', '.join(map(str, DASHBOARD_DAYS))}."},
     )
     date_from = forms.DateField(required=False, error_messages={"invalid": "date_from is not a date (YYYY-MM-DD)."})
     date_to = forms.DateField(required=False, error_messages={"invalid": "date_to is not a date (YYYY-MM-DD)."})
 
-    def __init__(self, *args, tenants: list[Tenant], **kwargs):
+    def __init__(self, *args, tenants: list[Tenant], default_range: tuple[date, date] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.tenants = tenants
+        self.default_range = default_range
 
     def clean_tenant(self) -> Tenant | None:
         slug = self.cleaned_data["tenant"]
@@ -79,9 +90,11 @@ class DashboardFilterForm(forms.Form):
         first, last = data.get("date_from"), data.get("date_to")
         if (first is None) != (last is None):
             raise forms.ValidationError("Give both date_from and date_to, or neither.")
-        if first is None:
+        if first is None and data["days"] is None and self.default_range is not None:
+            first, last = self.default_range
+        elif first is None:
             last = timezone.now().date()
-            first = last - timedelta(days=data["days"] - 1)
+            first = last - timedelta(days=(data["days"] or DASHBOARD_DEFAULT_DAYS) - 1)
         day_range_check(first, last)
         data["first"], data["last"] = first, last
         return data

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from datetime import date
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -110,24 +110,48 @@ def _empty_message(usage: selectors.UsageOverTime, tenant: Tenant | None, first:
     return message
 
 
+def _page(request: HttpRequest, template: str, context: dict, *, title: str, tab: str, status: int = 200):
+    """A usage page inside the console: the admin's theme, sidebar and header around it."""
+    return render(
+        request,
+        template,
+        {
+            **admin.site.each_context(request),
+            "title": title,
+            "usage_tab": tab,
+            "may_request_run": operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]),
+            **context,
+        },
+        status=status,
+    )
+
+
 @staff_member_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Per-tenant usage over time from the latest published reports, plus live counters."""
     tenants = list(Tenant.objects.order_by("slug"))
-    form = DashboardFilterForm(request.GET, tenants=tenants)
-    latest = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).order_by("-finished_at").first()
+    latest_run = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).order_by("-finished_at").first()
+    default_range = (latest_run.date_from, latest_run.date_to) if latest_run else None
+    form = DashboardFilterForm(request.GET, tenants=tenants, default_range=default_range)
     context: dict = {
         "tenants": tenants,
         "day_choices": DASHBOARD_DAYS,
-        "latest_run": latest,
-        "fresh_as_of": latest.finished_at if latest else None,
+        "latest_run": latest_run,
+        "fresh_as_of": latest_run.finished_at if latest_run else None,
         "may_request_run": operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]),
         "running_run": ReportRun.objects.filter(status__in=[ReportRun.Status.QUEUED, ReportRun.Status.RUNNING]).first(),
     }
     if not form.is_valid():
         # Bad filters: say what is wrong, draw nothing (a 400, never a guess at what was meant).
         errors = [e for field_errors in form.errors.values() for e in field_errors]
-        return render(request, "usage/dashboard.html", {**context, "filter_errors": errors}, status=400)
+        return _page(
+            request,
+            "usage/dashboard.html",
+            {**context, "filter_errors": errors},
+            title="Usage dashboard",
+            tab="dashboard",
+            status=400,
+        )
     selected: Tenant | None = form.cleaned_data["tenant"]
     first, last = form.cleaned_data["first"], form.cleaned_data["last"]
     usage = selectors.usage_over_time(tenant=selected, first=first, last=last)
@@ -145,14 +169,17 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         live=selectors.live_counters(tenants=[selected] if selected else tenants),
         metering_buffer=metering.pending(),
         runs=ReportRun.objects.all()[:5],
+        days_param=form.cleaned_data["days"],
+        from_report=not request.GET.get("days") and not request.GET.get("date_from") and latest_run is not None,
     )
-    return render(request, "usage/dashboard.html", context)
+    title = f"Usage of {selected.slug}" if selected else "Usage of all tenants"
+    return _page(request, "usage/dashboard.html", context, title=title, tab="dashboard")
 
 
 @staff_member_required
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = ReportRun.objects.select_related("requested_by").prefetch_related("tenants")[:100]
-    return render(request, "usage/run_list.html", {"runs": runs})
+    return _page(request, "usage/run_list.html", {"runs": runs}, title="Usage reports", tab="reports")
 
 
 @staff_member_required
@@ -177,7 +204,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             days = selectors.days_between(run.date_from, run.date_to)
             series = selectors.chart_series(results["daily"], results["by_type"], days)
             context.update(tables=results, charts=_charts(series, _labels(days)))
-    return render(request, "usage/run_detail.html", context)
+    return _page(request, "usage/run_detail.html", context, title=f"Usage report #{run.pk}", tab="reports")
 
 
 def _status(run: ReportRun) -> dict:

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import httpx
 
 from .client import DAY_S, Identity, MediatorClient, MediatorDirectory, MediatorError
 from .did import DidError, parse_decentrl
+from .display import utc_iso
 
 MAX_IDENTITY_FILE = 16 * 1024 * 1024
 PAGE_SIZE = 100
@@ -96,8 +96,8 @@ def safe(text: str) -> str:
 
 
 def iso(ts_s: int) -> str:
-    """Unix seconds as an ISO 8601 UTC timestamp."""
-    return datetime.fromtimestamp(ts_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Unix seconds as an ISO 8601 UTC timestamp (the one format of apps/wire/display.py)."""
+    return utc_iso(ts_s)
 
 
 def who(did: str) -> str:

@@ -62,7 +62,7 @@ def test_the_staff_pages_render_under_their_content_security_policy(daphne, djan
             page.screenshot(path=str(ARTIFACTS / f"csp{path.replace('/', '-').rstrip('-')}.png"), full_page=False)
             if path == "/dashboard/":
                 assert page.locator("figure#chart-commands-by-type svg").count() == 1
-                # The filters submit on change (apps/usage/static/usage/usage.js, no inline handler).
+                # The filters submit on change (apps/tenants/static/console/console.js, no inline handler).
                 page.select_option("select[name=days]", "7")
                 page.wait_for_url(f"{daphne.url}/dashboard/?tenant=&days=7")
     # The one refusal is the policy at work: Redoc's footer logo from its CDN (nothing third-party).

@@ -25,14 +25,14 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 @contextmanager
-def admin_page(base_url: str, username: str, password: str) -> Iterator[Page]:
+def admin_page(base_url: str, username: str, password: str, *, width: int = 1440, height: int = 1000) -> Iterator[Page]:
     """A page logged into `base_url`/admin/ (never `playwright install`: Debian's chromium)."""
     assert shutil.which(CHROMIUM), "run scripts/ensure_extra_chromium.sh (make test does)"
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(20_000)
             page.goto(f"{base_url}/admin/login/")
             page.fill("input[name=username]", username)

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
+from apps.ops import console
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
 from apps.tenants.services import fingerprint
 from tests.support.registration import contract_both_ways, register
@@ -128,8 +129,8 @@ def test_creating_a_tenant_goes_through_the_service_and_is_audited(staff_client,
     ("overrides", "field", "message"),
     [
         ({"domain": "not a host!"}, "domain", "is not a host name"),
-        ({"domain": "a.mediator.test"}, "domain", "already served by another tenant"),
-        ({"aliases": "a.mediator.test"}, "aliases", "already served by another tenant"),
+        ({"domain": "a.mediator.test"}, "domain", "a.mediator.test is already served by tenant tenant-a"),
+        ({"aliases": "a.mediator.test"}, "aliases", "a.mediator.test is already served by tenant tenant-a"),
         ({"max_page_size": "500"}, "max_page_size", "Must be between 1 and 100."),
         ({"max_registration_days": "0"}, "max_registration_days", "Must be between 1 and 3650."),
     ],
@@ -175,7 +176,7 @@ def test_saving_a_tenant_with_a_blank_public_url_keeps_its_url(staff_client, ten
 
 
 def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, tenant_a, client):
-    url = action_url(tenant_a, "status")
+    url = action_url(tenant_a, "suspend")
     resp = staff_client.get(url)
     assert resp.status_code == 200 and "MEDIATOR_UNAVAILABLE" in _text(resp)
     tenant_a.refresh_from_db()
@@ -184,7 +185,12 @@ def test_suspend_asks_for_confirmation_then_suspends_and_resumes(staff_client, t
     tenant_a.refresh_from_db()
     assert tenant_a.status == "suspended"
     assert client.get("/health", HTTP_HOST="a.mediator.test").status_code == 503
-    assert staff_client.post(url).status_code == 302
+    # The page of a suspended tenant offers Resume only; suspending it again is refused.
+    page = _text(staff_client.get(change_url(tenant_a)))
+    assert f'href="{action_url(tenant_a, "resume")}"' in page and action_url(tenant_a, "suspend") not in page
+    resp = staff_client.post(url, follow=True)
+    assert "tenant-a is already suspended." in _text(resp)
+    assert staff_client.post(action_url(tenant_a, "resume")).status_code == 302
     tenant_a.refresh_from_db()
     assert tenant_a.status == "active"
     assert list(AuditEntry.objects.order_by("id").values_list("action", "via")) == [
@@ -252,6 +258,9 @@ def test_bulk_actions_suspend_and_purge_dry_run(staff_client, tenant_a, tenant_b
     assert set(Tenant.objects.values_list("status", flat=True)) == {"suspended"}
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids})
     assert resp.status_code == 200 and 'id="purge-plan"' in _text(resp)
+    headings = re.findall(r'<th class="text-right font-semibold py-2 px-4">([^<]+)</th>', _text(resp))
+    assert headings == [k.replace("_", " ").capitalize() for k in console.purge_kinds()]
+    assert "Pending events" in headings and "Contract requests" in headings
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids, "confirm": "yes"})
     assert resp.status_code == 302
     assert AuditEntry.objects.filter(action="tenant.purge_expired").count() == 2
@@ -277,6 +286,8 @@ def test_the_audit_log_is_visible_and_read_only(staff_client, tenant_a, actor):
     entry = AuditEntry.objects.get()
     resp = staff_client.get("/admin/tenants/auditentry/")
     assert resp.status_code == 200 and "tenant.suspend" in _text(resp)
+    footer = re.sub(r"\s+", " ", re.search(r"(\d+\s+audit [a-z ]+)\n", _text(resp)).group(1)).strip()
+    assert footer == "1 audit entry"
     resp = staff_client.get(f"/admin/tenants/auditentry/{entry.pk}/change/")
     assert resp.status_code == 200 and "&quot;suspended&quot;" in _text(resp)
     assert staff_client.get("/admin/tenants/auditentry/add/").status_code == 403
@@ -288,7 +299,9 @@ def test_tenants_cannot_be_deleted_from_the_console(staff_client, tenant_a):
     assert Tenant.objects.filter(pk=tenant_a.pk).exists()
 
 
-@pytest.mark.parametrize("path", [CHANGELIST, ADD, "/admin/tenants/auditentry/", "status/", "purge/", "registrations/"])
+@pytest.mark.parametrize(
+    "path", [CHANGELIST, ADD, "/admin/tenants/auditentry/", "suspend/", "purge/", "registrations/"]
+)
 def test_non_staff_users_are_refused(client, plain_user, tenant_a, path):
     client.force_login(plain_user)
     url = action_url(tenant_a, path.strip("/")) if not path.startswith("/") else path
@@ -304,7 +317,7 @@ def test_staff_without_permissions_cannot_act(client, django_user_model, tenant_
     viewer = django_user_model.objects.create_user("vic", password="pw-pw-pw-pw", is_staff=True)
     client.force_login(viewer)
     assert client.get(CHANGELIST).status_code == 403
-    assert client.post(action_url(tenant_a, "status")).status_code == 403
+    assert client.post(action_url(tenant_a, "suspend")).status_code == 403
     tenant_a.refresh_from_db()
     assert tenant_a.is_active
 
@@ -315,6 +328,38 @@ def test_the_login_page_and_dashboard_render(client, staff_client):
     assert resp.status_code == 200 and "Mediator operator console" in _text(resp)
 
 
-@pytest.mark.parametrize("path", ["999999/status/", "abc/purge/", "999999/registrations/"])
+@pytest.mark.parametrize("path", ["999999/suspend/", "999999/resume/", "abc/purge/", "999999/registrations/"])
 def test_actions_on_a_missing_tenant_are_404(staff_client, path):
     assert staff_client.get(f"/admin/tenants/tenant/{path}").status_code == 404
+
+
+def test_registrations_show_alias_short_did_and_a_copy_button(staff_client, busy_a, alice, bob):
+    html = _text(staff_client.get(action_url(busy_a, "registrations")))
+    cells = re.findall(r'<span class="did-cell">(.*?)</button></span>', html, re.S)
+    assert len(cells) == 2
+    newest = cells[0]  # bob registered last
+    assert '<span class="did-alias">bob</span>' in newest
+    assert f'data-copy="{bob.did}"' in newest and f'title="{bob.did}"' in newest
+    short = re.search(r'<code class="did-short"[^>]*>([^<]+)</code>', newest).group(1)
+    assert short.startswith("did:decentrl:") and "…" in short and len(short) < 40
+
+
+@pytest.mark.parametrize(
+    ("q", "found"), [("alice", ["alice"]), ("bob", ["bob"]), ("nobody", []), ("", ["bob", "alice"])]
+)
+def test_registrations_can_be_searched_by_alias_or_did_part(staff_client, busy_a, alice, bob, q, found):
+    html = _text(staff_client.get(action_url(busy_a, "registrations"), {"q": q}))
+    assert re.findall(r'<span class="did-alias">([^<]+)</span>', html) == found
+    assert f"{len(found)} in total" in html
+
+
+def test_contracts_can_be_filtered_by_expiry_and_searched(staff_client, busy_a, alice, bob):
+    url = action_url(busy_a, "contracts")
+    assert "3 in total" in _text(staff_client.get(url, {"state": "live"}))
+    assert "0 in total" in _text(staff_client.get(url, {"state": "expired"}))
+    Contract.objects.filter(tenant=busy_a, requestor_did=bob.did, recipient_did=alice.did).update(expires_at=1)
+    assert "1 in total" in _text(staff_client.get(url, {"state": "expired"}))
+    # alice's DID is a party of her registration and of the contract with bob, stored by both owners.
+    assert "3 in total" in _text(staff_client.get(url, {"q": alice.did[-20:]}))
+    # An unknown state is ignored rather than an error.
+    assert "3 in total" in _text(staff_client.get(url, {"state": "bogus"}))

@@ -94,7 +94,7 @@ def test_create_returns_201_and_is_audited(api, operator, client):
         ({"slug": "x", "domain": "not a host"}, {"domain": ["'not a host' is not a host name (host or host:port)"]}),
         (
             {"slug": "x", "domain": "a.mediator.test"},
-            {"domain": ["a.mediator.test is already served by another tenant"]},
+            {"domain": ["a.mediator.test is already served by tenant tenant-a"]},
         ),
         (
             {"slug": "x", "domain": "x.test", "policy": {"max_page_size": 0}},
@@ -107,7 +107,7 @@ def test_create_returns_201_and_is_audited(api, operator, client):
         ({"slug": "x", "domain": "x.test", "colour": "red"}, {"colour": ["Unknown field."]}),
         (
             {"slug": "x", "domain": "x.test", "aliases": ["a.mediator.test"]},
-            {"aliases": ["a.mediator.test is already served by another tenant"]},
+            {"aliases": ["a.mediator.test is already served by tenant tenant-a"]},
         ),
         ({"slug": "tenant-a", "domain": "x.test"}, {"slug": ["Tenant with this Slug already exists."]}),
     ],
@@ -143,7 +143,19 @@ def test_update_policy_is_audited_with_before_and_after(api, tenant_a):
     assert (entry.before["pending_queue_cap"], entry.after["pending_queue_cap"]) == (10_000, 50)
     assert (entry.before["rate_limit_per_ip"], entry.after["rate_limit_per_ip"]) == (None, 10)
     resp = api.patch("/api/v1/tenants/tenant-a/", {"domain": "elsewhere.test"}, format="json")
-    assert (resp.status_code, resp.json()) == (400, {"domain": ["Unknown field."]})
+    assert (resp.status_code, resp.json()) == (
+        400,
+        {"domain": ["The primary domain cannot be changed: its did:web follows it. Add an alias instead."]},
+    )
+    resp = api.patch("/api/v1/tenants/tenant-a/", {"slug": "b", "status": "suspended", "colour": 1}, format="json")
+    assert (resp.status_code, resp.json()) == (
+        400,
+        {
+            "colour": ["Unknown field."],
+            "slug": ["The slug cannot be changed."],
+            "status": ["Use POST …/suspend/ or …/resume/ to change the status."],
+        },
+    )
     resp = api.patch("/api/v1/tenants/tenant-a/", {"policy": {"max_body_bytes": "big"}}, format="json")
     assert (resp.status_code, resp.json()) == (400, {"policy": {"max_body_bytes": ["A valid integer is required."]}})
 
@@ -163,6 +175,13 @@ def test_suspend_resume_and_rotate(api, client, tenant_a):
     assert list(TenantKey.objects.values_list("purpose", flat=True)) == ["signing"]
     resp = api.post("/api/v1/tenants/tenant-a/rotate-keys/", {"signing": False, "prekey": False}, format="json")
     assert (resp.status_code, resp.json()) == (400, {"keys": ["Choose the signing key, the pre-key, or both."]})
+    # An empty body names no key: refused, not "both" by default.
+    resp = api.post("/api/v1/tenants/tenant-a/rotate-keys/", {}, format="json")
+    assert (resp.status_code, resp.json()) == (
+        400,
+        {"non_field_errors": ['Name the keys to rotate: {"signing": true, "prekey": true}.']},
+    )
+    assert TenantKey.objects.count() == 1
     actions = list(AuditEntry.objects.order_by("id").values_list("action", "via"))
     assert actions == [("tenant.suspend", "api"), ("tenant.resume", "api"), ("tenant.rotate_keys", "api")]
     resp = api.get("/api/v1/audit/?tenant=tenant-a")
@@ -214,6 +233,20 @@ def test_the_openapi_schema_and_offline_docs_are_served(api, staff_client):
     assert {"/api/v1/tenants/", "/api/v1/tenants/{slug}/rotate-keys/", "/api/v1/tenants/{slug}/statistics/"} <= set(
         schema["paths"]
     )
+    operations = [op for ops in schema["paths"].values() for op in ops.values()]
+    titles = {op["operationId"]: op["summary"] for op in operations}
+    assert titles["audit_list"] == "List operator actions (audit log)"
+    assert titles["tenants_rotate_keys_create"] == "Rotate a tenant's keys"
+    assert all(op["summary"] and "_" not in op["summary"] for op in operations), titles
+    for op in operations:
+        assert {"401", "403"} <= set(op["responses"]), op["operationId"]
+    create = schema["paths"]["/api/v1/tenants/"]["post"]["responses"]
+    assert create["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ValidationErrors"}
+    assert "Authorization: Token <key>" in schema["info"]["description"]
+    body_size = schema["components"]["schemas"]["Policy"]["properties"]["max_body_bytes"]
+    assert body_size["title"] == "Largest request body (bytes)"
+    assert body_size["description"].endswith("Allowed 1024 (1.0 KiB)–67108864 (64.0 MiB). Default 6291456 (6.0 MiB).")
+    assert {"tokenAuth", "cookieAuth"} <= set(schema["components"]["securitySchemes"])
     for path in ("/api/v1/docs/", "/api/v1/redoc/"):
         resp = staff_client.get(path)
         assert resp.status_code == 200
@@ -234,3 +267,20 @@ def test_the_operator_token_command_prints_a_staff_token(operator, plain_user):
     assert out.getvalue().strip() == Token.objects.get(user=operator).key
     with pytest.raises(CommandError):
         call_command("operator_token", "mallory")
+
+
+def test_a_logged_in_operator_can_call_the_api_with_the_session_and_its_csrf_token(operator, tenant_a):
+    """What Swagger UI's "Try it out" sends from the console: the session cookie and X-CSRFToken."""
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(operator)
+    assert browser.get("/api/v1/tenants/tenant-a/").json()["slug"] == "tenant-a"
+    resp = browser.post("/api/v1/tenants/tenant-a/suspend/")
+    assert (resp.status_code, resp.json()) == (403, {"detail": "CSRF Failed: CSRF cookie not set."})
+    script = browser.get("/api/v1/docs/?script")  # Swagger UI start-up script: sets the cookie, carries the token
+    assert script["Content-Type"].startswith("application/javascript")
+    token = browser.cookies["csrftoken"].value
+    resp = browser.post("/api/v1/tenants/tenant-a/suspend/", content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert (resp.status_code, resp.json()["status"]) == (200, "suspended")
+    assert AuditEntry.objects.get().via == "api"

@@ -114,7 +114,7 @@ OPS = [
     Op(
         "tenant suspend",
         {"tenants.change_tenant"},
-        lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/status/"),
+        lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/suspend/"),
         302,
         lambda c, w: c.post("/api/v1/tenants/tenant-a/suspend/"),
         200,
@@ -122,7 +122,7 @@ OPS = [
     Op(
         "tenant resume",
         {"tenants.change_tenant"},
-        lambda c, w: c.post(f"/admin/tenants/tenant/{w.b.pk}/status/"),
+        lambda c, w: c.post(f"/admin/tenants/tenant/{w.b.pk}/resume/"),
         302,
         lambda c, w: c.post("/api/v1/tenants/tenant-b/resume/"),
         200,
@@ -132,7 +132,7 @@ OPS = [
         {"tenants.change_tenant"},
         lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/rotate-keys/", {"keys": "both"}),
         302,
-        lambda c, w: c.post("/api/v1/tenants/tenant-a/rotate-keys/", {}, format="json"),
+        lambda c, w: c.post("/api/v1/tenants/tenant-a/rotate-keys/", {"signing": True, "prekey": True}, format="json"),
         200,
     ),
     Op(

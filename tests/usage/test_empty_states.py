@@ -71,10 +71,11 @@ def test_a_fresh_deployment_dashboard_says_no_report_has_been_published(staff, t
     assert empty_message(html) == "No usage report has been published yet. Generate one."
     assert SVG not in html
     today = timezone.now().date()
-    assert f"from the latest published reports, {today - timedelta(days=29)} – {today}" in html
-    # The cards show a dash, not a zero that was never measured.
+    # No report yet: the last 7 days (issue 18: not 30 days of nothing).
+    assert f"from the latest published reports, {today - timedelta(days=6)} – {today} (UTC days)" in html
+    # The cards say "no data", not a zero that was never measured, and nothing is drawn as an error.
     assert resp.context["totals"] == dict.fromkeys(selectors.SUM_FIELDS)
-    assert html.count('<div class="value">–</div>') == 3 and '<div class="value bad">–</div>' in html
+    assert html.count('<div class="value">no data</div>') == 4 and "value bad" not in html
     assert "none yet" in html
 
 
@@ -138,7 +139,10 @@ def test_days_no_report_covers_are_gaps_not_zeros(staff, tenant_a):
     assert resp.status_code == 200
     html = resp.content.decode()
     assert html.count(SVG) == 9
-    assert '<p class="hint" id="usage-gaps">No published report covers 4 of these 7 days; they are gaps' in html
+    assert (
+        '<p class="hint" id="usage-gaps">No published report covers 4 of these 7 days; the charts leave them blank'
+        in html
+    )
     assert resp.context["totals"]["commands"] == 14 and resp.context["totals"]["errors"] == 2
     # One bar per day with commands in "succeeded and failed": two days succeeded, one day failed.
     errors_chart = next(c for c in resp.context["charts"] if c["id"] == "errors")["svg"]
@@ -313,3 +317,25 @@ def test_the_generate_form_refuses_a_range_with_the_dashboards_words(staff, date
     assert resp.status_code == 200
     assert resp.context["form"].non_field_errors() == [message]
     assert ReportRun.objects.count() == 0
+
+
+def test_without_a_range_the_dashboard_shows_the_days_of_the_latest_published_report(staff, tenant_a):
+    now = timezone.now()
+    run = ReportRun.objects.create(
+        date_from=date(2026, 11, 1),
+        date_to=date(2026, 11, 7),
+        status=ReportRun.Status.SUCCEEDED,
+        started_at=now,
+        finished_at=now,
+        row_counts={"daily": 1},
+    )
+    ReportDaily.objects.create(run=run, tenant=tenant_a, day=date(2026, 11, 2), commands=12, errors=0)
+    html = staff.get("/dashboard/").content.decode()
+    assert "from the latest published reports, 2026-11-01 – 2026-11-07 (UTC days)" in html
+    assert html.count(SVG) == 9 and 'id="usage-gaps"' not in html
+    assert '<option value="" selected>latest report (2026-11-01 – 2026-11-07)</option>' in html
+    # Zero errors are not drawn as bad news; "no data" is not drawn as zero.
+    assert '<div class="value">0</div>' in html and "value bad" not in html
+    assert "nothing is waiting in this process's buffer" in html
+    html = staff.get("/dashboard/?days=30").content.decode()
+    assert "No published report covers 23 of these 30 days" in html

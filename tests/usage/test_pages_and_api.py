@@ -13,6 +13,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportRun
+from apps.wire.display import utc_iso
 
 pytestmark = pytest.mark.django_db
 
@@ -166,7 +167,7 @@ def test_the_dashboard_says_how_fresh_it_is_and_offers_a_refresh(
     ReportRun.objects.filter(status=ReportRun.Status.RUNNING).delete()
     client.force_login(staff_user)
     html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
-    assert f"Numbers as of the report finished {published.finished_at:%Y-%m-%d %H:%M} UTC" in html
+    assert f"Numbers as of the report that finished {utc_iso(published.finished_at)}" in html
     assert 'id="refresh-report"' in html
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):

@@ -1,0 +1,67 @@
+"""The operator API's OpenAPI document, finished (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]):
+readable operation titles, and the error answers every operation can give (issue 18: Redoc showed
+generated ids and Swagger called 400/401/403 "Undocumented")."""
+
+from __future__ import annotations
+
+# operationId → the title Swagger UI and Redoc show.
+SUMMARIES = {
+    "tenants_list": "List tenants",
+    "tenants_create": "Create a tenant",
+    "tenants_retrieve": "Read a tenant",
+    "tenants_partial_update": "Change a tenant's name, public URL, aliases or policy",
+    "tenants_suspend_create": "Suspend a tenant",
+    "tenants_resume_create": "Resume a tenant",
+    "tenants_rotate_keys_create": "Rotate a tenant's keys",
+    "tenants_statistics_retrieve": "A tenant's live figures",
+    "tenants_purge_expired_create": "Purge a tenant's expired data (dry run by default)",
+    "audit_list": "List operator actions (audit log)",
+    "audit_retrieve": "Read one audit entry",
+    "usage_reports_list": "List usage report runs",
+    "usage_reports_create": "Request a usage report run",
+    "usage_reports_retrieve": "Read a usage report run",
+    "usage_reports_csv_retrieve": "Download a usage report table as CSV",
+}
+
+_DETAIL = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
+_ERRORS = {
+    "ValidationErrors": {
+        "type": "object",
+        "description": "Each member names a field (or `non_field_errors`) and lists its messages; nested "
+        "objects (`policy`) map their own fields the same way.",
+        "additionalProperties": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "object"}]},
+        "example": {"domain": ["The primary domain cannot be changed: its did:web follows it. Add an alias instead."]},
+    },
+    "ErrorDetail": _DETAIL,
+}
+_ANSWERS = {
+    "400": ("Bad input: nothing was changed.", "ValidationErrors"),
+    "401": ("No credentials: send `Authorization: Token <key>` (or log into the console).", "ErrorDetail"),
+    "403": ("A non-staff user, or a staff user without the model permission this action needs.", "ErrorDetail"),
+    "404": ("No such tenant, report run or audit entry.", "ErrorDetail"),
+}
+
+
+def _answer(code: str) -> dict:
+    description, schema = _ANSWERS[code]
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+    }
+
+
+def finish_operator_schema(result: dict, generator, request, public) -> dict:
+    """Add titles and the 400/401/403/404 answers to every operation of the operator API."""
+    result.setdefault("components", {}).setdefault("schemas", {}).update(_ERRORS)
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            operation["summary"] = SUMMARIES.get(operation["operationId"], operation.get("summary", ""))
+            responses = operation.setdefault("responses", {})
+            codes = ["401", "403"]
+            if "requestBody" in operation or operation.get("parameters"):
+                codes.insert(0, "400")
+            if "{" in path:
+                codes.append("404")
+            for code in codes:
+                responses.setdefault(code, _answer(code))
+    return result
