@@ -45,7 +45,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_env(*, redis: bool) -> dict:
+def server_env(*, redis: bool, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(
         {
@@ -63,6 +63,7 @@ def server_env(*, redis: bool) -> dict:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(extra or {})
     return env
 
 
@@ -142,7 +143,8 @@ class Daphne:
                 self.proc.wait()
 
 
-def start_daphne(port: int, *, redis: bool) -> Daphne:
+def start_daphne(port: int, *, redis: bool, env: dict | None = None) -> Daphne:
+    """A Daphne process on `port` (production settings; `env` adds or overrides variables)."""
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     log_path = VAR_DIR / f"daphne-{port}.log"
     proc = subprocess.Popen(
@@ -161,7 +163,7 @@ def start_daphne(port: int, *, redis: bool) -> Daphne:
             "mediator_project.asgi:application",
         ],
         cwd=ROOT,
-        env=server_env(redis=redis),
+        env=server_env(redis=redis, extra=env),
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
     )

@@ -60,6 +60,13 @@ app.conf.beat_schedule = {
         "schedule": 10 * MINUTE,
         "options": {"expires": 10 * MINUTE},
     },
+    # UC-021 AF-5: queued DIDComm messages expire after their tenant's message_ttl_hours
+    # (default 72 h); every 10 minutes keeps the overshoot small whatever the TTL.
+    "purge-didcomm-messages": {
+        "task": "apps.didcomm.tasks.purge_messages",
+        "schedule": 10 * MINUTE,
+        "options": {"expires": 10 * MINUTE},
+    },
     # Metering retention (issue 6): drop metering rows older than each tenant's
     # metering_retention_days. Implemented by the usage app.
     "prune-metering": {

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "apps.realtime",
     "apps.usage",
     "apps.decentrl",
+    "apps.didcomm",
     "apps.ops",
 ]
 
@@ -185,6 +186,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
 MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
 MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
+# DIDComm v2 (UC-021 AF-2): per authcrypt sender DID and per IP, per minute; tenants override
+# them in their DIDComm policy (null = these, 0 = off).
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
 MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
@@ -261,6 +266,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
 # allowed, so tests can shorten them).
 MEDIATOR_WS_AUTH_TIMEOUT_S = float(env("MEDIATOR_WS_AUTH_TIMEOUT_S", "10") or "10")
 MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or "30")
+# Bytes a socket may have queued and not yet taken by its peer before a push closes it (4509);
+# the backlog waits for room instead (apps/realtime/sendbudget.py, docs/realtime.md).
+MEDIATOR_WS_SEND_BUDGET_BYTES = env_int("MEDIATOR_WS_SEND_BUDGET_BYTES", 4 * 1024 * 1024)
+if MEDIATOR_WS_SEND_BUDGET_BYTES < 0:
+    raise ImproperlyConfigured("MEDIATOR_WS_SEND_BUDGET_BYTES must be 0 or more")
 
 # --- Operator console and API (issue 4, docs/operators.md) ---------------------------------------
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the

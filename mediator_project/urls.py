@@ -10,6 +10,8 @@ urlpatterns = [
     path("metrics", ops_views.metrics, name="metrics"),
     path("dashboard/", include("apps.usage.urls")),
     path("api/v1/usage/", include("apps.usage.api_urls")),
+    path("api/v1/didcomm/", include("apps.didcomm.api_urls")),
     path("api/v1/", include("apps.tenants.api_urls")),
+    path("", include("apps.didcomm.urls")),
     path("", include("apps.decentrl.urls")),
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Bottom to top; apps on one rank are peers and do not import each other.
-RANK = {"wire": 0, "tenants": 1, "messaging": 2, "realtime": 3, "usage": 3, "ops": 3, "decentrl": 4}
+RANK = {"wire": 0, "tenants": 1, "messaging": 2, "realtime": 3, "usage": 3, "ops": 3, "decentrl": 4, "didcomm": 4}
 # Adapters sit on top of the stack and may read from any app (docs/architecture.md).
 ADAPTERS = {"admin.py", "api.py", "api_urls.py", "views.py", "urls.py", "tasks.py", "forms.py", "serializers.py"}
 # Function-level imports that are not layering workarounds: AppConfig.ready() (models are loaded

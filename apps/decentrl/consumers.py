@@ -7,12 +7,14 @@ checked over what was received (STYLE §8). Life of a socket:
   receive    first frame must be AUTHENTICATE (§10.2 order, AUTH_FAILED + close 4001-4008),
              then: join the (tenant, DID) group, AUTH_SUCCESS, the unacknowledged backlog in
              PENDING_EVENTS batches, a PING every MEDIATOR_WS_PING_INTERVAL_S
-  push       group messages from apps.realtime.push, sent as they are
+  push       group messages from apps.realtime.push, sent as they are, within the socket's
+             send budget (apps/realtime/sendbudget.py); the backlog waits for room instead
   afterwards PONG is accepted, anything else is ignored
 
 Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type":"ERROR"} frame:
 4029 RATE_LIMITED (a WS_CONNECT_CHECKS/WS_AUTH_CHECKS refusal), 4404 UNKNOWN_MEDIATOR,
-4503 MEDIATOR_UNAVAILABLE (tenant suspended or database unreachable).
+4503 MEDIATOR_UNAVAILABLE (tenant suspended or database unreachable), 4509 SEND_BUDGET_EXCEEDED
+(a push found more than MEDIATOR_WS_SEND_BUDGET_BYTES unsent: the client is not reading).
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
+from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import group_name
+from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
+from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
+from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_str
@@ -36,7 +42,6 @@ from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import hooks
 from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
-from .views import forwarded_client
 
 log = logging.getLogger("mediator.realtime")
 
@@ -185,6 +190,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
             await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
             return
         await self.accept()
+        self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
         self.observed = True
         _observe("connect", self.tenant)
         self.auth_timer = asyncio.create_task(self._auth_timer())
@@ -242,10 +248,12 @@ class SocketConsumer(AsyncWebsocketConsumer):
     async def realtime_push(self, event: dict) -> None:
         """A push from apps.realtime.push: already-serialised PENDING_EVENTS or CONTRACTS_UPDATED."""
         if self.state == AUTHENTICATED:
-            await self._send_text(event["text"])
+            await self._push(event["text"])
 
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
+        if getattr(self, "budget", None):
+            self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
         if getattr(self, "group", None):
@@ -273,6 +281,25 @@ class SocketConsumer(AsyncWebsocketConsumer):
             self.state = CLOSED
             return False
         return True
+
+    async def _push(self, text: str) -> None:
+        """Send a frame the server pushes (an event, a PING) within the send budget. Over it, the
+        socket is closed: the client is not reading, and the events stay pending for its next
+        AUTHENTICATE (a push is a wake-up, never the only copy)."""
+        if self.budget.admits(frame_bytes(text)):
+            await self._send_text(text)
+            return
+        # At once, so that a PING and a push over budget together close the socket only once.
+        self.state = CLOSED
+        log.warning(
+            "websocket closed: send budget exceeded tenant=%s unsent=%d budget=%d",
+            self.tenant.slug,
+            self.budget.unsent(),
+            self.budget.limit,
+        )
+        _observe("send_budget_exceeded", self.tenant)
+        await self._send_json({"type": "ERROR", "code": SEND_BUDGET_ERROR})
+        await self._close(SEND_BUDGET_CLOSE)
 
     async def _close(self, code: int) -> None:
         self.state = CLOSED
@@ -302,7 +329,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
             await asyncio.sleep(interval)
             if self.state != AUTHENTICATED:
                 return
-            await self._send_json({"type": "PING", "timestamp": _now_ms()})
+            await self._push(canonical_str({"type": "PING", "timestamp": _now_ms()}))
             # Channel layers forget group members after `group_expiry` (a day by default); a
             # socket may live longer, so it re-joins well before that.
             if time.monotonic() - joined >= GROUP_REFRESH_S:
@@ -322,7 +349,11 @@ class SocketConsumer(AsyncWebsocketConsumer):
             if not rows:
                 return
             for frame in _backlog_frames(rows):
-                if self.state != AUTHENTICATED or not await self._send_text(frame):
+                # The backlog is read at the server's pace, so it waits for the client to take
+                # what is queued instead of closing the socket (apps/realtime/sendbudget.py).
+                if self.state != AUTHENTICATED or not await self.budget.room_for(frame_bytes(frame)):
+                    return
+                if not await self._send_text(frame):
                     return
             if len(rows) < BACKLOG_ROWS_PER_QUERY:
                 return

@@ -4,10 +4,8 @@ verifier untouched (no DRF parsing in front of them)."""
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -16,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from apps.messaging.public import public_events_list
+from apps.ops.clientip import forwarded_client
 from apps.realtime.health import channel_layer_reachable
 from apps.wire.canonical import canonical_str
 from apps.wire.envelope import Pagination, parse_pagination
@@ -67,29 +66,8 @@ def command(request: HttpRequest) -> HttpResponse:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The client's address: the peer, or behind proxies listed in MEDIATOR_TRUSTED_PROXIES the
-    right-most X-Forwarded-For entry that is not one of them (per-IP limits, docs/operations.md).
-    Without trusted proxies the header is ignored, so a client cannot choose its own limit bucket."""
+    """The client's address (apps/ops/clientip.py: X-Forwarded-For only behind trusted proxies)."""
     return forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
-
-
-def _trusted_proxy(addr: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return False
-    return any(ip in ipaddress.ip_network(net, strict=False) for net in settings.MEDIATOR_TRUSTED_PROXIES)
-
-
-def forwarded_client(peer: str | None, forwarded_for: str | None) -> str | None:
-    """The client address for a request from `peer` carrying X-Forwarded-For `forwarded_for`."""
-    if not peer or not forwarded_for or not settings.MEDIATOR_TRUSTED_PROXIES or not _trusted_proxy(peer):
-        return peer
-    hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
-    for hop in reversed(hops):
-        if not _trusted_proxy(hop):
-            return hop
-    return hops[0] if hops else peer
 
 
 @require_http_methods(["GET", "HEAD"])

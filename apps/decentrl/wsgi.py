@@ -33,13 +33,14 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from apps.ops.clientip import forwarded_client
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, error_body
 
 from .dispatch import handle
 from .middleware import cors_headers
-from .views import command, forwarded_client
+from .views import command
 
 log = logging.getLogger("mediator.command")
 

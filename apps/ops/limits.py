@@ -24,7 +24,9 @@ def _limit(override: int | None, default: int) -> int:
     return default if override is None else override
 
 
-def _enforce(scope: str, tenant_id: int | None, ident: str, limit: int) -> None:
+def enforce(scope: str, tenant_id: int | None, ident: str, limit: int) -> None:
+    """One hit of `ident` in the (scope, tenant) window; RATE_LIMITED with Retry-After past `limit`
+    (0 = off). Front doors call it with their own scopes (DIDComm: didcomm_ip, didcomm_sender)."""
     decision = ratelimit.hit(scope, tenant_id, ident, limit)
     if not decision.allowed:
         metrics.RATE_LIMITED.labels(scope).inc()
@@ -36,7 +38,7 @@ def per_ip_check(tenant, meta) -> None:
     if not meta.remote_addr:
         return
     limit = _limit(tenant.rate_limit_per_ip, settings.MEDIATOR_RATE_LIMIT_PER_IP)
-    _enforce("ip", tenant.pk, meta.remote_addr, limit)
+    enforce("ip", tenant.pk, meta.remote_addr, limit)
 
 
 def _signature_holds(cmd) -> bool:
@@ -60,16 +62,16 @@ def per_did_check(tenant, cmd, meta) -> None:
     limit = _limit(tenant.rate_limit_per_did, settings.MEDIATOR_RATE_LIMIT_PER_DID)
     if limit <= 0 or not _signature_holds(cmd):
         return
-    _enforce("did", tenant.pk, cmd.header.sender_did, limit)
+    enforce("did", tenant.pk, cmd.header.sender_did, limit)
 
 
 def ws_connect_check(tenant, ip: str | None) -> None:
     """hooks.WS_CONNECT_CHECKS: /ws upgrades per address per minute."""
     if ip:
-        _enforce("ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP)
+        enforce("ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP)
 
 
 def ws_auth_check(tenant, ip: str | None) -> None:
     """hooks.WS_AUTH_CHECKS: AUTHENTICATE attempts per address per minute."""
     if ip:
-        _enforce("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP)
+        enforce("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP)

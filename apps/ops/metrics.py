@@ -54,7 +54,7 @@ WS_CONNECTIONS = Gauge(
 )
 WS_EVENTS = Counter(
     "mediator_websocket_events_total",
-    "WebSocket lifecycle events (connect, authenticated, disconnect).",
+    "WebSocket lifecycle events (connect, authenticated, disconnect, send_budget_exceeded).",
     ["event"],
     registry=OPS_REGISTRY,
 )
@@ -67,7 +67,7 @@ RATE_LIMIT_ERRORS = Counter(
     registry=OPS_REGISTRY,
 )
 
-WS_EVENT_NAMES = {"connect", "authenticated", "disconnect"}
+WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}
 
 
 def observe_command(record) -> None:
@@ -104,6 +104,16 @@ STORE_SIZES: list[tuple[str, str, Callable[[], int]]] = []
 def register_store_size(name: str, doc: str, count: Callable[[], int]) -> None:
     if all(entry[0] != name for entry in STORE_SIZES):
         STORE_SIZES.append((name, doc, count))
+
+
+# Per-tenant figures of stores above ops, read at scrape time: (metric name, help, rows()) where
+# rows() gives (tenant slug, value) pairs. Never a DID label (cardinality and privacy).
+TENANT_SIZES: list[tuple[str, str, Callable[[], list[tuple[str, int]]]]] = []
+
+
+def register_tenant_size(name: str, doc: str, rows: Callable[[], list[tuple[str, int]]]) -> None:
+    if all(entry[0] != name for entry in TENANT_SIZES):
+        TENANT_SIZES.append((name, doc, rows))
 
 
 class DatabaseCollector:
@@ -145,6 +155,7 @@ class DatabaseCollector:
                 cur.execute(depth_sql)
                 recipients, events, deepest = cur.fetchone()
             sizes = [(name, doc, count()) for name, doc, count in STORE_SIZES]
+            tenant_sizes = [(name, doc, rows()) for name, doc, rows in TENANT_SIZES]
             stats = list(
                 JobStat.objects.order_by("name").values_list("name", "runs", "failures", "items", "last_success_at")
             )
@@ -163,6 +174,10 @@ class DatabaseCollector:
         for name, doc, size in sizes:
             size_fs.append(GaugeMetricFamily(name, doc))
             size_fs[-1].add_metric([], size)
+        for name, doc, rows in tenant_sizes:
+            size_fs.append(GaugeMetricFamily(name, doc, labels=["tenant"]))
+            for slug, value in rows:
+                size_fs[-1].add_metric([slug], value)
         runs = CounterMetricFamily("mediator_job_runs", "Maintenance and Celery job runs.", labels=["job"])
         fails = CounterMetricFamily("mediator_job_failures", "Maintenance and Celery job failures.", labels=["job"])
         items = CounterMetricFamily("mediator_job_items", "Rows a maintenance job removed.", labels=["job"])

@@ -255,7 +255,7 @@ def test_the_body_cap_accepts_exactly_the_cap_and_refuses_one_byte_more(settings
     ],
 )
 def test_the_client_address_trusts_only_configured_proxies(settings, trusted, peer, xff, client):
-    from apps.decentrl.views import forwarded_client
+    from apps.ops.clientip import forwarded_client
 
     settings.MEDIATOR_TRUSTED_PROXIES = trusted
     assert forwarded_client(peer, xff) == client

@@ -4,19 +4,28 @@
 - two Daphne processes sharing Redis and PostgreSQL: a TWO_WAY_PRIVATE handled by one reaches a
   socket held by the other;
 - durability: a socket dropped mid-stream gets the backlog again on reconnect, and an event that
-  was answered before a kill -9 is still pending after the restart.
+  was answered before a kill -9 is still pending after the restart;
+- the send budget (hardening issue 13): raw sockets with a tiny receive buffer that stop reading
+  are closed once over MEDIATOR_WS_SEND_BUDGET_BYTES, a reading socket of the same DID keeps
+  getting every push, and the events stay pending for the next AUTHENTICATE.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import struct
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import MediatorSocket, open_authenticated
+from bench.ws_slow_reader import StalledSocket
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
 
@@ -216,3 +225,102 @@ def test_an_answered_event_survives_kill_9_and_arrives_as_backlog(deploy):
         await sock.close()
 
     asyncio.run(body())
+
+
+BUDGET_LOG = "websocket closed: send budget exceeded tenant=rt "
+
+
+def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_events_stay_pending(deploy):
+    budget = 512 * 1024
+    d = deploy(env={"MEDIATOR_WS_SEND_BUDGET_BYTES": str(budget)})
+    alice, bob = d.pair()
+    http = d.clients[0]
+    addr = ("127.0.0.1", d.ports[0])
+
+    async def body():
+        # Two of bob's devices stop reading right after AUTH_SUCCESS; his phone reads everything.
+        never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
+        late = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
+        assert never.reply == late.reply == {"type": "AUTH_SUCCESS"}
+        phone = await d.socket(bob)
+
+        sent: list[str] = []
+        blob = "A" * (128 * 1024)
+        for _ in range(80):  # 10 MiB at most; the budget is 0.5 MiB
+            sent.append(await asyncio.to_thread(http.send_sealed, alice, bob.did, blob))
+            got = (await phone.next_of("PENDING_EVENTS", 10))["events"]
+            assert got == [{"id": sent[-1], "sender_did": alice.did, "payload": blob}]
+            if d.servers[0].log().count(BUDGET_LOG) == 2:
+                break
+        assert d.servers[0].log().count(BUDGET_LOG) == 2, f"not closed after {len(sent)} events"
+
+        # The one that starts reading now finds what was queued (no more than the budget plus
+        # the kernel's buffers), then the ERROR frame and close 4509.
+        frames = await asyncio.to_thread(late.read_to_close)
+        assert frames[-2:] == [(1, b'{"code":"SEND_BUDGET_EXCEEDED","type":"ERROR"}'), (8, struct.pack("!H", 4509))]
+        pushed = [json.loads(payload)["events"][0]["id"] for _, payload in frames[:-2]]
+        assert pushed == sent[: len(pushed)] and len(pushed) < len(sent)
+        # The one that never reads is cut off (Daphne's 1 s close handshake timeout, then a reset).
+        deadline = time.monotonic() + 10
+        while not never.closed_by_server() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert never.closed_by_server()
+        never.close()
+        late.close()
+
+        # The phone was never over budget and keeps working.
+        sent.append(await asyncio.to_thread(http.send_sealed, alice, bob.did, blob))
+        assert (await phone.next_of("PENDING_EVENTS", 10))["events"][0]["id"] == sent[-1]
+        await phone.close()
+
+        # Nothing was acknowledged: a new AUTHENTICATE gets every event as backlog, paced to the
+        # budget (frames of up to 1 MiB, each sent once the one before has left).
+        again = await d.socket(bob)
+        backlog: list[str] = []
+        while len(backlog) < len(sent):
+            backlog += [e["id"] for e in (await again.next_of("PENDING_EVENTS", 10))["events"]]
+        assert backlog == sent
+        assert await _no_frame(again)
+        await again.close()
+
+    asyncio.run(body())
+    assert d.servers[0].log().count(BUDGET_LOG) == 2
+    metrics = httpx.get(d.servers[0].url + "/metrics", timeout=5).text
+    events = {
+        s.labels["event"]: s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "mediator_websocket_events_total"
+    }
+    assert events["send_budget_exceeded"] == 2
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_what_a_closed_socket_still_had_queued_is_freed_when_it_closes(deploy):
+    # No budget, so the queue can grow; glibc maps every allocation of 64 KiB or more on its own,
+    # so a freed frame leaves the RSS at once (with its default, freed heap memory may stay mapped).
+    d = deploy(env={"MEDIATOR_WS_SEND_BUDGET_BYTES": str(1 << 40), "MALLOC_MMAP_THRESHOLD_": "65536"})
+    alice, bob = d.pair()
+    http = d.clients[0]
+    pid = d.servers[0].proc.pid
+    stalled = StalledSocket.open(("127.0.0.1", d.ports[0]), d.host, bob.ws_authenticate())
+    assert stalled.reply == {"type": "AUTH_SUCCESS"}
+    blob = "A" * (256 * 1024)
+    http.send_sealed(alice, bob.did, blob)  # warm up: the first push's code paths and caches
+    before = _rss_kib(pid)
+    for _ in range(80):
+        http.send_sealed(alice, bob.did, blob)
+    grown = _rss_kib(pid) - before
+    assert grown > 15 * 1024  # 20 MiB queued for a socket that does not read
+
+    # Closing with unread data resets the connection. The queue goes at once, not at the next
+    # full garbage collection (what else the process allocated meanwhile stays, a few MiB).
+    stalled.close()
+    deadline = time.monotonic() + 10
+    while _rss_kib(pid) - before > grown / 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _rss_kib(pid) - before <= grown / 3, f"grew {grown} KiB, still {_rss_kib(pid) - before} KiB"

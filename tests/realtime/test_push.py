@@ -306,9 +306,11 @@ def _tenant_pk(who) -> int:
 
 def test_a_push_to_a_socket_the_server_already_closed_is_dropped_quietly():
     from apps.decentrl.consumers import AUTHENTICATED, CLOSED, SocketConsumer
+    from apps.realtime.sendbudget import SendBudget
 
     consumer = SocketConsumer()
     consumer.state = AUTHENTICATED
+    consumer.budget = SendBudget(1024, transport=None)  # set by connect(); nothing to read here
 
     async def refuse(**kwargs):
         raise RuntimeError("Attempt to send on a closed protocol")

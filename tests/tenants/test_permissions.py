@@ -335,4 +335,11 @@ def test_every_api_route_names_the_permission_of_each_of_its_actions():
         assert wanted <= set(table), (route, wanted - set(table))
         assert set(table.values()) <= set(METHOD_VERBS.values()), route
         seen.add(cls.__name__)
-    assert seen == {"TenantViewSet", "AuditEntryViewSet", "ReportRunListCreate", "ReportRunDetail", "ReportRunCsv"}
+    assert seen == {
+        "TenantViewSet",
+        "AuditEntryViewSet",
+        "ReportRunListCreate",
+        "ReportRunDetail",
+        "ReportRunCsv",
+        "GrantViewSet",
+    }

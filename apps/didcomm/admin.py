@@ -1,0 +1,74 @@
+"""The DIDComm part of the operator console: policy per tenant (editable), mediator identities and
+grants (read-only, protocol-owned), per-recipient queue depths, and the revoke-grant action."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.utils.html import format_html_join
+from unfold.admin import ModelAdmin
+
+from apps.tenants.services import Actor
+
+from .models import DidcommPolicy, Mediation, MediatorIdentity
+from .selectors import queued_for, recipient_depths
+from .services import mediation_revoke
+
+
+@admin.register(DidcommPolicy)
+class DidcommPolicyAdmin(ModelAdmin):
+    list_display = ["tenant", "enabled", "mediation", "max_grants", "queue_cap", "overflow", "message_ttl_hours"]
+    list_select_related = ["tenant"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant"] if obj else []
+
+
+@admin.register(MediatorIdentity)
+class MediatorIdentityAdmin(ModelAdmin):
+    list_display = ["tenant", "short_did", "created_at", "retired_at"]
+    list_select_related = ["tenant"]
+    fields = ["tenant", "did", "http_uri", "ws_uri", "created_at", "retired_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request) -> bool:
+        return False  # made by the service (first use, rotation), never by hand
+
+    @admin.display(description="DID")
+    def short_did(self, obj: MediatorIdentity) -> str:
+        return obj.did[:60] + "…"
+
+
+@admin.register(Mediation)
+class MediationAdmin(ModelAdmin):
+    list_display = ["tenant", "short_client", "state", "queued", "created_at"]
+    list_filter = ["state", "tenant"]
+    list_select_related = ["tenant"]
+    fields = ["tenant", "client_did", "state", "created_at", "updated_at", "recipients_and_depths"]
+    readonly_fields = fields
+    actions = ["revoke_selected"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.display(description="client DID")
+    def short_client(self, obj: Mediation) -> str:
+        return obj.client_did[:60] + "…"
+
+    @admin.display(description="queued messages")
+    def queued(self, obj: Mediation) -> int:
+        return queued_for(mediation=obj)
+
+    @admin.display(description="recipient DIDs (queue depth)")
+    def recipients_and_depths(self, obj: Mediation):
+        rows = recipient_depths(mediation=obj)
+        return format_html_join(
+            "", "<div><code>{}</code> — {} queued</div>", ((r["recipient_did"], r["queued"]) for r in rows)
+        )
+
+    @admin.action(
+        description="Revoke the selected grants (recipients and queued messages are removed)", permissions=["change"]
+    )
+    def revoke_selected(self, request, queryset):
+        for mediation in queryset:
+            mediation_revoke(mediation=mediation, actor=Actor(user=request.user, via="admin"))
+        messages.success(request, f"Revoked {queryset.count()} grant(s).")

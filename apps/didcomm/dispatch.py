@@ -1,0 +1,334 @@
+"""One DIDComm v2 message path for every transport: bytes in, a Reply out (docs/didcomm.md).
+
+Order: tenant and policy → size → media type (HTTP) → per-IP limit → unpack (decrypt with the
+current or a grace-period mediator DID; authcrypt sender = the DID of `skid`, resolved with
+core.resolver; signed inner messages verified) → per-sender limit → the protocol handler → the
+response, authcrypt from the mediator DID that was addressed to the caller's `skid`.
+
+Every client-caused error is a Report Problem 2.0 message with `pthid` = the thread it concerns:
+plaintext JSON while the sender is unknown, authcrypt to the sender once it is authenticated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+
+from apps.didcomm.core import jwe, jws
+from apps.didcomm.core.did_peer import resolve_peer2
+from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.message import ENCRYPTED, SIGNED, PlainMessage, envelope_kind, parse_plaintext
+from apps.didcomm.core.resolver import authentication_key, key_agreement_key
+from apps.ops import limits
+from apps.tenants.models import Tenant
+from apps.wire.errors import ProtocolError
+
+from . import handlers, hooks, protocols, services
+from .models import DidcommPolicy, MediatorIdentity
+from .problems import Problem
+from .protocols import Code
+
+log = logging.getLogger("mediator.didcomm")
+
+ENCRYPTED_MEDIA = "application/didcomm-encrypted+json"
+ACCEPTED_MEDIA = (ENCRYPTED_MEDIA, "application/json")
+PLAIN_MEDIA = "application/json"
+MAX_NESTING = 2  # anoncrypt(authcrypt(…)) at most
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes = b""
+    content_type: str | None = None
+    retry_after: int | None = None
+    live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    caller_did: str | None = None  # the authcrypt sender, once known
+    caller_kid: str | None = None  # its key (`skid`): where a socket's live deliveries are encrypted to
+
+
+@dataclass
+class Context:
+    """What a handler may know about the message it handles (never the raw bytes)."""
+
+    tenant: Tenant
+    policy: DidcommPolicy
+    identity: MediatorIdentity  # the mediator DID the sender addressed; answers come from it
+    caller_did: str | None  # the authcrypt sender's DID (from skid), None for anoncrypt
+    caller_kid: str | None
+    transport: str
+    live: bool | None  # None on HTTP; on a socket, whether live delivery is on
+    code: str = "SUCCESS"
+    extra: dict = field(default_factory=dict)
+
+
+def problem_message(code: str, comment: str, *, pthid: str | None, identity=None, to: str | None = None) -> dict:
+    """A Report Problem 2.0 plaintext message."""
+    msg: dict = {
+        "id": str(uuid.uuid4()),
+        "typ": "application/didcomm-plain+json",
+        "type": protocols.PROBLEM_REPORT,
+        "body": {"code": code, "comment": comment},
+    }
+    if pthid:
+        msg["pthid"] = pthid
+    if identity is not None:
+        msg["from"] = identity.did
+    if to:
+        msg["to"] = [to]
+    return msg
+
+
+def _media_ok(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media in ACCEPTED_MEDIA
+
+
+@dataclass
+class _Unpacked:
+    message: PlainMessage
+    identity: MediatorIdentity
+    sender_kid: str | None
+
+
+def _unpack(raw: bytes, identities: list[MediatorIdentity]) -> _Unpacked:
+    """Decrypt (nested at most MAX_NESTING), verify an inner JWS, parse the plaintext."""
+    docs = {ident.did: (ident, resolve_peer2(ident.did)) for ident in identities}
+    used: list[MediatorIdentity] = []
+
+    def private_key_for(kid: str):
+        entry = docs.get(kid.split("#", 1)[0])
+        if entry is None:
+            return None
+        ident, doc = entry
+        vm = doc.find(kid, "keyAgreement")
+        if vm is None or vm.key.raw != bytes(ident.agreement_public):
+            return None
+        return ident.agreement_key
+
+    obj: object = jwe.parse_envelope(raw)
+    if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+        raise Problem(Code.UNAUTHENTICATED, "messages to this mediator must be encrypted (JWE)")
+    sender_kid = None
+    for _ in range(MAX_NESTING):
+        decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)  # type: ignore[arg-type]
+        used.append(docs[decrypted.recipient_kid.split("#", 1)[0]][0])
+        sender_kid = decrypted.sender_kid or sender_kid
+        obj = jwe.parse_envelope(decrypted.plaintext)
+        if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+            break
+    else:
+        raise Problem("e.p.msg", "envelope nested too deeply")
+    signer = None
+    if envelope_kind(obj) == SIGNED:  # type: ignore[arg-type]
+        verified = jws.verify(obj, public_key_for=authentication_key)  # type: ignore[arg-type]
+        signer = verified.signer_kids[0].split("#", 1)[0]
+        obj = verified.payload
+    message = parse_plaintext(obj)  # type: ignore[arg-type]
+    sender_did = sender_kid.split("#", 1)[0] if sender_kid else None
+    # DIDComm v2: `from` must be the authcrypt sender's (and a signer's) DID.
+    for claimed in (signer, message.from_):
+        if claimed is not None and sender_did is not None and claimed != sender_did:
+            problem = Problem(Code.SENDER_MISMATCH, "from does not match the sender key")
+            problem.message = message
+            raise problem
+    return _Unpacked(message, used[0], sender_kid)
+
+
+def _pthid(message: PlainMessage | None) -> str | None:
+    if message is None:
+        return None
+    return message.thid or message.id
+
+
+def handle(
+    raw: bytes,
+    *,
+    tenant: Tenant | None,
+    transport: str,
+    remote_addr: str | None,
+    content_type: str | None = None,
+    live: bool | None = None,
+) -> Reply:
+    """Handle one DIDComm message; never raises for client input (a problem report instead)."""
+    started = time.perf_counter()
+    message: PlainMessage | None = None
+    ctx: Context | None = None
+    reply: Reply
+    try:
+        reply, message, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live)
+        code = ctx.code if ctx else "SUCCESS"
+    except Problem as problem:
+        code = problem.code
+        message, ctx = problem.message, problem.ctx
+        reply = _problem_reply(problem, message=message, ctx=ctx)
+    except DatabaseError:
+        log.warning("didcomm: database unreachable tenant=%s", tenant.slug if tenant else "-")
+        code = Code.UNAVAILABLE
+        reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), None)
+    caller = ctx.caller_did if ctx else None
+    reply.caller_did = caller
+    reply.caller_kid = ctx.caller_kid if ctx else None
+    duration = (time.perf_counter() - started) * 1000
+    short = protocols.short_type(message.type if message else None)
+    # Routing metadata only: never a payload, an attachment, a key or a DID.
+    log.info(
+        "didcomm tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f%s",
+        tenant.slug if tenant else "-",
+        transport,
+        short,
+        code,
+        reply.status,
+        duration,
+        "".join(f" {k}={v}" for k, v in (ctx.extra.items() if ctx else ())),
+    )
+    record = hooks.MessageRecord(
+        tenant_id=tenant.pk if tenant else None,
+        tenant_slug=tenant.slug if tenant else None,
+        at=timezone.now(),
+        transport=transport,
+        channel=hooks.CHANNEL,
+        command_type=short,
+        code=code,
+        http_status=reply.status,
+        bytes_in=len(raw),
+        bytes_out=len(reply.body),
+        duration_ms=duration,
+        sender_did=caller,
+        remote_addr=remote_addr,
+    )
+    for observer in hooks.OBSERVERS:
+        try:
+            observer(record)
+        except Exception:  # noqa: BLE001 - an observer must never break the message path
+            log.exception("didcomm observer failed")
+    return reply
+
+
+def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Reply, PlainMessage, Context]:
+    if tenant is None:
+        raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
+    if not tenant.is_active:
+        raise Problem(Code.UNAVAILABLE, "mediator suspended", 503)
+    policy = services.policy_for(tenant=tenant)
+    if not policy.enabled:
+        raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
+    if len(raw) > tenant.max_body_bytes:
+        raise Problem(Code.TOO_BIG, "message too large", 413)
+    if transport == "http" and not _media_ok(content_type):
+        raise Problem(Code.UNSUPPORTED_MEDIA, f"use {ENCRYPTED_MEDIA}", 415)
+    if remote_addr:
+        _limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
+    identities = services.identities_accepting(tenant=tenant)
+    try:
+        unpacked = _unpack(raw, identities)
+    except DidcommError as exc:
+        raise Problem(exc.problem_code, str(exc), 400) from exc
+    message = unpacked.message
+    caller_kid = unpacked.sender_kid
+    ctx = Context(
+        tenant=tenant,
+        policy=policy,
+        identity=unpacked.identity,
+        caller_did=caller_kid.split("#", 1)[0] if caller_kid else None,
+        caller_kid=caller_kid,
+        transport=transport,
+        live=live,
+    )
+    try:
+        if ctx.caller_did:
+            _limit(
+                "didcomm_sender",
+                tenant,
+                ctx.caller_did,
+                policy.rate_limit_per_sender,
+                settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER,
+            )
+        outcome = handlers.run(ctx, message)
+    except Problem as problem:
+        problem.message, problem.ctx = message, ctx
+        raise
+    if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
+        return Reply(outcome.status, live=outcome.live), message, ctx
+    response = _stamp(outcome.response, ctx, message)
+    envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
+    body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+    return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
+
+
+def _limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:
+    try:
+        limits.enforce(scope, tenant.pk, ident, default if override is None else override)
+    except ProtocolError as err:
+        raise Problem(Code.RATE_LIMITED, "rate limit exceeded", 429, retry_after=err.retry_after) from err
+
+
+def _stamp(response: dict, ctx: Context, request: PlainMessage | None) -> dict:
+    """Headers every response carries: id, typ, from (the addressed mediator DID), to, created_time, thid."""
+    out = {
+        "id": str(uuid.uuid4()),
+        "typ": "application/didcomm-plain+json",
+        **response,
+        "from": ctx.identity.did,
+        "created_time": int(time.time()),
+    }
+    if ctx.caller_did:
+        out["to"] = [ctx.caller_did]
+    if request is not None and "thid" not in out and "pthid" not in out:
+        out["thid"] = request.thid or request.id
+    return out
+
+
+def _plain_problem(problem: Problem, message: PlainMessage | None) -> Reply:
+    body = json.dumps(problem_message(problem.code, problem.comment, pthid=_pthid(message)), separators=(",", ":"))
+    return Reply(problem.status, body.encode("utf-8"), PLAIN_MEDIA, retry_after=problem.retry_after)
+
+
+def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Context | None) -> Reply:
+    """Authcrypt to the sender when it is known, plaintext otherwise; the HTTP status says the error."""
+    if ctx is None or ctx.caller_kid is None:
+        return _plain_problem(problem, message)
+    report = problem_message(
+        problem.code, problem.comment, pthid=_pthid(message), identity=ctx.identity, to=ctx.caller_did
+    )
+    report["created_time"] = int(time.time())
+    try:
+        envelope = services.pack_for_kid(report, identity=ctx.identity, kid=ctx.caller_kid)
+    except DidcommError:
+        return _plain_problem(problem, message)
+    body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+    return Reply(problem.status, body, ENCRYPTED_MEDIA, retry_after=problem.retry_after)
+
+
+def live_delivery_frame(*, tenant: Tenant, client_did: str, client_kid: str, ids: list[str] | None) -> str | None:
+    """A Pickup 3.0 `delivery` for a live socket, authcrypt to `client_kid`: the listed messages
+    (a push) or the oldest queued ones (ids None, when live mode starts). The messages stay
+    queued until messages-received. None when nothing is queued or the grant is gone."""
+    mediation = services.mediation_for(tenant=tenant, client_did=client_did)
+    if mediation is None:
+        return None
+    attachments = services.messages_batch(
+        mediation=mediation, recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
+    )
+    if not attachments:
+        return None
+    identity = services.identity_current(tenant=tenant)
+    message = {
+        "id": str(uuid.uuid4()),
+        "typ": "application/didcomm-plain+json",
+        "type": protocols.PICKUP + "delivery",
+        "from": identity.did,
+        "to": [client_did],
+        "created_time": int(time.time()),
+        "body": {},
+        "attachments": attachments,
+    }
+    envelope = services.pack_for_kid(message, identity=identity, kid=client_kid)
+    return json.dumps(envelope, separators=(",", ":"))

@@ -1,0 +1,259 @@
+"""Protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome.
+
+Bodies are validated here, at the edge, into stable problem codes; the writes are services.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from apps.didcomm.core.message import PlainMessage
+
+from . import metrics, protocols, services
+from .models import Mediation
+from .problems import Problem
+from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
+
+log = logging.getLogger("mediator.didcomm")
+
+MAX_DELIVERY_LIMIT = 100
+MAX_PAGE = 100
+MAX_UPDATES = 100
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int = 202
+    response: dict | None = None  # the plaintext answer (stamped and packed by dispatch)
+    live: bool | None = None
+
+
+def _problem(code: str, comment: str, status: int = 400) -> Problem:
+    return Problem(code, comment, status)
+
+
+def _require_caller(ctx) -> str:
+    if ctx.caller_did is None:
+        raise _problem(Code.UNAUTHENTICATED, "this message must be authcrypt (ECDH-1PU)", 401)
+    return ctx.caller_did
+
+
+def _granted(ctx) -> Mediation:
+    client = _require_caller(ctx)
+    mediation = services.mediation_for(tenant=ctx.tenant, client_did=client)
+    if mediation is None:
+        raise _problem(Code.NOT_GRANTED, "no mediation granted to this DID", 403)
+    return mediation
+
+
+# --- routing/2.0 --------------------------------------------------------------------------------
+
+
+def forward(ctx, msg: PlainMessage) -> Outcome:
+    """UC-021: find body.next among granted recipients, store attachment[0].data opaque, 202."""
+    next_did = msg.body.get("next")
+    if not isinstance(next_did, str) or not next_did:
+        raise _problem(Code.BAD_BODY, "forward needs body.next")
+    if not msg.attachments or not isinstance(msg.attachments[0].get("data"), dict):
+        raise _problem(Code.BAD_BODY, "forward needs one attachment with data")
+    data = msg.attachments[0]["data"]
+    if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
+        raise _problem(Code.BAD_BODY, "forward attachment data must be json or base64")
+    recipient = services.recipient_for_next(tenant=ctx.tenant, next_did=next_did)
+    if recipient is None:
+        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
+    kept = {k: data[k] for k in ("json", "base64") if k in data}
+    try:
+        stored = services.message_store(tenant=ctx.tenant, policy=ctx.policy, recipient=recipient, data=kept)
+    except services.QueueFull:
+        raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
+    metrics.FORWARDED.inc()
+    metrics.STORED.inc()
+    if stored.evicted:
+        metrics.EVICTED.inc(stored.evicted)
+        ctx.code = "EVICTED"
+    ctx.extra.update(message_id=stored.message_id, evicted=stored.evicted)
+    return Outcome(202)
+
+
+# --- coordinate-mediation 2.0 and 3.0 (one store) -----------------------------------------------
+
+
+def mediate_request(ctx, msg: PlainMessage) -> Outcome:
+    client = _require_caller(ctx)
+    base = CM3 if msg.type.startswith(CM3) else CM2
+    mediation = services.mediation_request(tenant=ctx.tenant, client_did=client)
+    if mediation.state != Mediation.State.GRANTED:
+        return Outcome(200, {"type": base + "mediate-deny", "body": {}})
+    # CM 2.0: routing_did is one DID string; CM 3.0: a list of DIDs.
+    routing = ctx.identity.did if base == CM2 else [ctx.identity.did]
+    return Outcome(200, {"type": base + "mediate-grant", "body": {"routing_did": routing}})
+
+
+def recipient_update(ctx, msg: PlainMessage) -> Outcome:
+    mediation = _granted(ctx)
+    base = CM3 if msg.type.startswith(CM3) else CM2
+    updates = msg.body.get("updates")
+    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
+        raise _problem(Code.BAD_BODY, "updates must be a list of objects")
+    if len(updates) > MAX_UPDATES:
+        raise _problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    results = services.recipients_update(mediation=mediation, updates=updates)
+    answer = "keylist-update-response" if base == CM2 else "recipient-update-response"
+    updated = [{"recipient_did": r.recipient_did, "action": r.action, "result": r.result} for r in results]
+    return Outcome(200, {"type": base + answer, "body": {"updated": updated}})
+
+
+def _paginate(body: dict) -> tuple[int, int]:
+    page = body.get("paginate")
+    if page is None:
+        return MAX_PAGE, 0
+    if not isinstance(page, dict):
+        raise _problem(Code.BAD_BODY, "paginate must be an object")
+    limit, offset = page.get("limit", MAX_PAGE), page.get("offset", 0)
+    for value in (limit, offset):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _problem(Code.BAD_BODY, "paginate limit and offset must be non-negative integers")
+    return min(limit, MAX_PAGE), offset
+
+
+def recipient_query(ctx, msg: PlainMessage) -> Outcome:
+    mediation = _granted(ctx)
+    base = CM3 if msg.type.startswith(CM3) else CM2
+    limit, offset = _paginate(msg.body)
+    dids, total = services.recipients_page(mediation=mediation, limit=limit, offset=offset)
+    pagination = {"count": len(dids), "offset": offset, "remaining": max(0, total - offset - len(dids))}
+    if base == CM2:
+        body = {"keys": [{"recipient_did": d} for d in dids], "pagination": pagination}
+        return Outcome(200, {"type": CM2 + "keylist", "body": body})
+    body = {"dids": [{"recipient_did": d} for d in dids], "pagination": pagination}
+    return Outcome(200, {"type": CM3 + "recipient", "body": body})
+
+
+# --- messagepickup/3.0 --------------------------------------------------------------------------
+
+
+def _pickup_scope(ctx, msg: PlainMessage):
+    mediation = _granted(ctx)
+    recipient_did = msg.body.get("recipient_did")
+    if recipient_did is None:
+        return mediation, None, None
+    if not isinstance(recipient_did, str):
+        raise _problem(Code.BAD_BODY, "recipient_did must be a string")
+    recipient = services.recipient_of_client(mediation=mediation, recipient_did=recipient_did)
+    if recipient is None:
+        raise _problem(Code.NOT_FOUND, "recipient_did is not one of this client's recipients")
+    return mediation, recipient, recipient_did
+
+
+def _status(ctx, mediation, recipient, recipient_did, *, live: bool | None = None) -> dict:
+    body = services.messages_status(mediation=mediation, recipient=recipient)
+    if recipient_did is not None:
+        body = {"recipient_did": recipient_did, **body}
+    body["live_delivery"] = bool(ctx.live) if live is None else live
+    return {"type": PICKUP + "status", "body": body}
+
+
+def status_request(ctx, msg: PlainMessage) -> Outcome:
+    mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
+    return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+
+
+def delivery_request(ctx, msg: PlainMessage) -> Outcome:
+    mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
+    limit = msg.body.get("limit")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise _problem(Code.BAD_BODY, "limit must be a positive integer")
+    attachments = services.messages_batch(
+        mediation=mediation, recipient=recipient, limit=min(limit, MAX_DELIVERY_LIMIT)
+    )
+    if not attachments:
+        return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+    body = {"recipient_did": recipient_did} if recipient_did is not None else {}
+    ctx.extra["delivered"] = len(attachments)
+    return Outcome(200, {"type": PICKUP + "delivery", "body": body, "attachments": attachments})
+
+
+def messages_received(ctx, msg: PlainMessage) -> Outcome:
+    mediation = _granted(ctx)
+    ids = msg.body.get("message_id_list")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > 1000:
+        raise _problem(Code.BAD_BODY, "message_id_list must be a list of at most 1000 ids")
+    removed = services.messages_received(mediation=mediation, ids=ids)
+    metrics.DELIVERED.inc(removed)
+    ctx.extra["removed"] = removed
+    return Outcome(200, _status(ctx, mediation, None, None))
+
+
+def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
+    mediation = _granted(ctx)
+    value = msg.body.get("live_delivery")
+    if not isinstance(value, bool):
+        raise _problem(Code.BAD_BODY, "live_delivery must be true or false")
+    if ctx.live is None:  # HTTP: no connection to deliver on (Pickup 3.0)
+        raise _problem(Code.LIVE_NOT_SUPPORTED, "live delivery needs the DIDComm WebSocket")
+    return Outcome(200, _status(ctx, mediation, None, None, live=value), live=value)
+
+
+# --- trust-ping, discover-features, report-problem ----------------------------------------------
+
+
+def ping(ctx, msg: PlainMessage) -> Outcome:
+    _require_caller(ctx)
+    if msg.body.get("response_requested", True) is False:
+        return Outcome(202)
+    return Outcome(200, {"type": TRUST_PING + "ping-response", "body": {}})
+
+
+def queries(ctx, msg: PlainMessage) -> Outcome:
+    _require_caller(ctx)
+    asked = msg.body.get("queries")
+    if not isinstance(asked, list) or not all(isinstance(q, dict) for q in asked):
+        raise _problem(Code.BAD_BODY, "queries must be a list of objects")
+    disclosures = []
+    for query in asked:
+        if query.get("feature-type") != "protocol" or not isinstance(query.get("match"), str):
+            continue
+        pattern = query["match"]
+        for piuri, roles in protocols.SUPPORTED.items():
+            if _matches(pattern, piuri) and not any(d["id"] == piuri for d in disclosures):
+                disclosures.append({"feature-type": "protocol", "id": piuri, "roles": list(roles)})
+    return Outcome(200, {"type": DISCOVER + "disclose", "body": {"disclosures": disclosures}})
+
+
+def _matches(pattern: str, piuri: str) -> bool:
+    """Discover Features 2.0 match: exact, or a trailing `*` wildcard."""
+    return piuri.startswith(pattern[:-1]) if pattern.endswith("*") else pattern == piuri
+
+
+def problem_report(ctx, msg: PlainMessage) -> Outcome:
+    code = msg.body.get("code")
+    ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
+    return Outcome(202)
+
+
+HANDLERS: dict[str, Callable[..., Outcome]] = {
+    FORWARD: forward,
+    CM2 + "mediate-request": mediate_request,
+    CM3 + "mediate-request": mediate_request,
+    CM2 + "keylist-update": recipient_update,
+    CM3 + "recipient-update": recipient_update,
+    CM2 + "keylist-query": recipient_query,
+    CM3 + "recipient-query": recipient_query,
+    PICKUP + "status-request": status_request,
+    PICKUP + "delivery-request": delivery_request,
+    PICKUP + "messages-received": messages_received,
+    PICKUP + "live-delivery-change": live_delivery_change,
+    TRUST_PING + "ping": ping,
+    DISCOVER + "queries": queries,
+    REPORT_PROBLEM + "problem-report": problem_report,
+}
+
+
+def run(ctx, msg: PlainMessage) -> Outcome:
+    handler = HANDLERS.get(msg.type)
+    if handler is None:
+        raise _problem(Code.UNSUPPORTED_TYPE, "message type not supported")
+    return handler(ctx, msg)

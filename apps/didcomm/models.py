@@ -1,0 +1,184 @@
+"""DIDComm v2 mediation state per tenant: policy, the mediator identity, grants, recipients, the queue.
+
+DIDs are stored as text (a routed did:peer:2 embeds the mediator DID: ~600 characters and more);
+uniqueness and lookups go through a SHA-256 of the normalised form (`*_hash`), never a text index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from functools import cached_property
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.tenants import keystore
+
+
+def did_hash(value: str) -> str:
+    """The lookup key of a (normalised) DID: hex SHA-256."""
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+class DidcommPolicy(models.Model):
+    """A tenant's DIDComm v2 policy (one row per tenant, created with the defaults on first use)."""
+
+    class Mediation(models.TextChoices):
+        OPEN = "open", "Open: anyone who asks is granted"
+        CLOSED = "closed", "Closed: every request is denied"
+
+    class Overflow(models.TextChoices):
+        EVICT = "evict", "Evict the oldest message (UC-021 AF-4; sender gets 202)"
+        REJECT = "reject", "Reject the new message (problem report, HTTP 507)"
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
+    enabled = models.BooleanField(default=True, help_text="Serve DIDComm v2 (POST /didcomm, /didcomm/ws).")
+    mediation = models.CharField(max_length=8, choices=Mediation.choices, default=Mediation.OPEN)
+    max_grants = models.PositiveIntegerField(default=0, help_text="Granted mediation clients at most; 0 = unlimited.")
+    max_recipients_per_grant = models.PositiveIntegerField(default=100, help_text="Recipient DIDs one client may add.")
+    queue_cap = models.PositiveIntegerField(default=1000, help_text="Queued messages per recipient DID.")
+    overflow = models.CharField(max_length=8, choices=Overflow.choices, default=Overflow.EVICT)
+    message_ttl_hours = models.PositiveIntegerField(default=72, help_text="Queued messages expire after this.")
+    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off.
+    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "DIDComm policy"
+        verbose_name_plural = "DIDComm policies"
+
+    def __str__(self) -> str:
+        return f"DIDComm policy of tenant {self.tenant_id}"
+
+
+class MediatorIdentity(models.Model):
+    """One DIDComm v2 mediator DID of a tenant (did:peer:2, V then E, http then ws service).
+
+    The current one has `retired_at` NULL; a retired one keeps decrypting and answering for the
+    tenant's `prekey_grace_hours` after its rotation.
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    key_ref = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, help_text="binds the sealed keys")
+    did = models.TextField()
+    http_uri = models.TextField()
+    ws_uri = models.TextField()
+    authentication_public = models.BinaryField(max_length=32)
+    authentication_private_sealed = models.TextField()
+    agreement_public = models.BinaryField(max_length=32)
+    agreement_private_sealed = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "DIDComm mediator identity"
+        verbose_name_plural = "DIDComm mediator identities"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant"], condition=Q(retired_at__isnull=True), name="didcomm_one_current")
+        ]
+        indexes = [models.Index(fields=["tenant", "retired_at"], name="didcomm_identity_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.did[:40]}… ({'current' if self.retired_at is None else 'retired'})"
+
+    def _context(self, purpose: str) -> str:
+        return f"{self.tenant.slug}:didcomm-{purpose}:{self.key_ref}"
+
+    def seal(self, *, authentication: PrivateKey, agreement: PrivateKey) -> None:
+        """Attach freshly generated keys, sealed like the tenant's own (callers save)."""
+        self.authentication_public = authentication.public.raw
+        self.authentication_private_sealed = keystore.seal(authentication.secret, context=self._context("auth"))
+        self.agreement_public = agreement.public.raw
+        self.agreement_private_sealed = keystore.seal(agreement.secret, context=self._context("agreement"))
+
+    @cached_property
+    def authentication_key(self) -> PrivateKey:
+        secret = keystore.unseal(self.authentication_private_sealed, context=self._context("auth"))
+        return PrivateKey.from_secret(ED25519, secret)
+
+    @cached_property
+    def agreement_key(self) -> PrivateKey:
+        secret = keystore.unseal(self.agreement_private_sealed, context=self._context("agreement"))
+        return PrivateKey.from_secret(X25519, secret)
+
+    @property
+    def agreement_kid(self) -> str:
+        """`<did>#key-2`: V is key-1, E is key-2 (did:peer:2 numbering in segment order)."""
+        return f"{self.did}#key-2"
+
+
+class Mediation(models.Model):
+    """A mediation client (the DID that sent mediate-request, authenticated by authcrypt)."""
+
+    class State(models.TextChoices):
+        GRANTED = "granted", "Granted"
+        DENIED = "denied", "Denied"
+        REVOKED = "revoked", "Revoked by an operator"
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    client_did = models.TextField()
+    client_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=8, choices=State.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "DIDComm mediation grant"
+        verbose_name_plural = "DIDComm mediation grants"
+        constraints = [models.UniqueConstraint(fields=["tenant", "client_hash"], name="didcomm_mediation_client")]
+        indexes = [models.Index(fields=["tenant", "state"], name="didcomm_mediation_state")]
+
+    def __str__(self) -> str:
+        return f"{self.client_did[:48]}… ({self.state})"
+
+
+class RecipientKey(models.Model):
+    """A recipient DID (or key) a client registered (keylist-update / recipient-update).
+
+    `lookup_hash` is the hash of `routing.normalise(recipient_did)`: the same for the DID, its
+    `did#key` URLs and, for an Ed25519 did:key, its X25519 did:key form.
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    mediation = models.ForeignKey(Mediation, on_delete=models.CASCADE, related_name="recipients")
+    recipient_did = models.TextField(help_text="exactly as the client sent it")
+    lookup_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "DIDComm recipient DID"
+        constraints = [models.UniqueConstraint(fields=["tenant", "lookup_hash"], name="didcomm_recipient_unique")]
+        indexes = [models.Index(fields=["mediation", "id"], name="didcomm_recipient_page")]
+
+    def __str__(self) -> str:
+        return self.recipient_did[:64]
+
+
+class QueuedMessage(models.Model):
+    """One stored message for a recipient: the forward's attachment `data`, opaque, as JSON text.
+
+    It leaves the table only on messages-received, TTL expiry or eviction (UC-021).
+    """
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    mediation = models.ForeignKey(Mediation, on_delete=models.CASCADE, related_name="+")
+    recipient = models.ForeignKey(RecipientKey, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    message_id = models.UUIDField(default=uuid.uuid4, unique=True)
+    data = models.TextField(help_text="attachment data object (json or base64), never read")
+    size = models.PositiveIntegerField()
+    received_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "DIDComm queued message"
+        indexes = [
+            models.Index(fields=["mediation", "id"], name="didcomm_queue_client"),
+            models.Index(fields=["recipient", "id"], name="didcomm_queue_recipient"),
+            models.Index(fields=["expires_at"], name="didcomm_queue_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.message_id}"

@@ -1,0 +1,57 @@
+"""The DIDComm v2 protocols this front door speaks: message types, what Discover Features discloses,
+and the Report Problem 2.0 codes it answers with (docs/didcomm.md).
+"""
+
+from __future__ import annotations
+
+BASE = "https://didcomm.org/"
+
+FORWARD = BASE + "routing/2.0/forward"
+
+CM2 = BASE + "coordinate-mediation/2.0/"
+CM3 = BASE + "coordinate-mediation/3.0/"
+PICKUP = BASE + "messagepickup/3.0/"
+TRUST_PING = BASE + "trust-ping/2.0/"
+DISCOVER = BASE + "discover-features/2.0/"
+REPORT_PROBLEM = BASE + "report-problem/2.0/"
+OOB = BASE + "out-of-band/2.0/"
+
+PROBLEM_REPORT = REPORT_PROBLEM + "problem-report"
+OOB_INVITATION = OOB + "invitation"
+
+# Protocol PIURIs and our roles in them, exactly what we implement (Discover Features 2.0).
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    BASE + "routing/2.0": ("mediator",),
+    BASE + "coordinate-mediation/2.0": ("mediator",),
+    BASE + "coordinate-mediation/3.0": ("mediator",),
+    BASE + "messagepickup/3.0": ("mediator",),
+    BASE + "trust-ping/2.0": ("receiver",),
+    BASE + "discover-features/2.0": ("responder",),
+    BASE + "report-problem/2.0": ("notified",),
+}
+
+
+def short_type(message_type: str | None) -> str:
+    """`routing/2.0/forward` from the full message type URI (metering and logs); '-' if unknown."""
+    if isinstance(message_type, str) and message_type.startswith(BASE):
+        short = message_type[len(BASE) :]
+        if short.count("/") == 2 and len(short) <= 64:
+            return short
+    return "-"
+
+
+# Report Problem 2.0 codes (sorter.scope.descriptor) with their HTTP statuses.
+class Code:
+    NOT_FOUND = "e.p.me.res.not-found"  # UC-021 AF-1: forward to a recipient we do not mediate
+    STORAGE_FULL = "e.p.me.res.storage.full"  # overflow policy `reject`
+    NOT_GRANTED = "e.p.req.not-granted"  # mediation or pickup without a granted mediation
+    UNAUTHENTICATED = "e.p.trust.unauthenticated"  # an admin message that was not authcrypt
+    SENDER_MISMATCH = "e.p.trust.sender-mismatch"  # `from` is not the authcrypt sender's DID
+    UNSUPPORTED_TYPE = "e.p.msg.unsupported-type"
+    BAD_BODY = "e.p.msg.invalid-body"
+    LIVE_NOT_SUPPORTED = "e.m.live-mode-not-supported"  # Pickup 3.0: live mode over HTTP
+    UNSUPPORTED_MEDIA = "e.p.xfer.unsupported-media-type"
+    TOO_BIG = "e.p.xfer.too-big"
+    RATE_LIMITED = "e.p.xfer.rate-limited"
+    UNKNOWN_MEDIATOR = "e.p.xfer.unknown-mediator"
+    UNAVAILABLE = "e.p.me.unavailable"

@@ -1,0 +1,40 @@
+"""One form for the ways a forward's `body.next` can name a recipient (pure; docs/didcomm.md).
+
+A recipient registered as a DID is found by that DID and by any `did#fragment` URL of it. An
+Ed25519 did:key is also found by its X25519 did:key form (a sender encrypts to the key-agreement
+key, and some name that as the forward's `next`), so both normalise to the X25519 did:key.
+"""
+
+from __future__ import annotations
+
+from apps.didcomm.core.did_key import did_key_from_key, key_from_did_key
+from apps.didcomm.core.did_peer import MAX_PEER_DID_LENGTH
+from apps.didcomm.core.errors import DidcommError, InvalidDid
+from apps.didcomm.core.keys import ED25519
+from apps.didcomm.core.resolver import resolve_did
+
+MAX_DID_LENGTH = MAX_PEER_DID_LENGTH
+
+
+def lookup_form(value: object) -> str:
+    """The normalised form of a recipient DID, DID URL or did:key; InvalidDid if it is not one."""
+    if not isinstance(value, str) or not value.startswith("did:") or len(value) > MAX_DID_LENGTH:
+        raise InvalidDid("not a DID")
+    base = value.split("#", 1)[0]
+    if base.count(":") < 2 or any(c.isspace() for c in base):
+        raise InvalidDid("not a DID")
+    if base.startswith("did:key:"):
+        key = key_from_did_key(base)
+        return did_key_from_key(key.to_x25519() if key.crv == ED25519 else key)
+    return base
+
+
+def check_registrable(value: object) -> str:
+    """`lookup_form`, and for the methods we resolve (did:key, did:peer) a document that resolves."""
+    form = lookup_form(value)
+    if form.startswith(("did:key:", "did:peer:")):
+        try:
+            resolve_did(form)
+        except DidcommError as exc:
+            raise InvalidDid("DID does not resolve") from exc
+    return form

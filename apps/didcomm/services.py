@@ -1,0 +1,432 @@
+"""DIDComm v2 mediation writes and reads: identity, grants, recipients, the message queue.
+
+Every service is keyword-only and atomic at its boundary; pushes leave after commit through
+`messaging.notify` (a push is a wake-up, never the only copy: the row is stored first).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Min, Sum
+from django.utils import timezone
+
+from apps.didcomm.core import jwe
+from apps.didcomm.core.did_peer import mediator_peer_did
+from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.didcomm.core.resolver import resolve_did
+from apps.messaging.notify import notify_on_commit
+from apps.tenants.models import Tenant
+from apps.tenants.services import Actor, audit_record
+from apps.wire.encoding import b64url_nopad
+
+from . import protocols
+from .models import DidcommPolicy, Mediation, MediatorIdentity, QueuedMessage, RecipientKey, did_hash
+from .recipients import check_registrable, lookup_form
+
+log = logging.getLogger("mediator.didcomm")
+
+# The wake-up a socket in live mode gets when a message for one of its client's recipients is stored.
+WAKE = "DIDCOMM_WAKE"
+# Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
+PURGE_BATCH = 5_000
+
+
+class QueueFull(Exception):
+    """The recipient's queue is at its cap and the tenant's overflow policy is `reject`."""
+
+
+# --- policy and identity ------------------------------------------------------------------------
+
+
+def policy_for(*, tenant: Tenant) -> DidcommPolicy:
+    """The tenant's DIDComm policy, created with the defaults on first use."""
+    policy = DidcommPolicy.objects.filter(tenant=tenant).first()
+    if policy is None:
+        # Two first uses racing: the primary key decides, the loser reads the winner's row.
+        policy, _ = DidcommPolicy.objects.get_or_create(tenant=tenant)
+    return policy
+
+
+def service_uris(tenant: Tenant) -> tuple[str, str]:
+    """(http uri, ws uri) of the tenant's DIDComm endpoints, from its public URL."""
+    base = tenant.public_url.rstrip("/")
+    ws = "wss://" + base[len("https://") :] if base.startswith("https://") else "ws://" + base.split("://", 1)[-1]
+    return base + "/didcomm", ws + "/didcomm/ws"
+
+
+def _new_identity(tenant: Tenant) -> MediatorIdentity:
+    http_uri, ws_uri = service_uris(tenant)
+    auth, agreement = PrivateKey.generate(ED25519), PrivateKey.generate(X25519)
+    did = mediator_peer_did(authentication=auth.public, agreement=agreement.public, http_uri=http_uri, ws_uri=ws_uri)
+    identity = MediatorIdentity(tenant=tenant, did=did, http_uri=http_uri, ws_uri=ws_uri)
+    identity.seal(authentication=auth, agreement=agreement)
+    identity.save()
+    return identity
+
+
+def identity_current(*, tenant: Tenant) -> MediatorIdentity:
+    """The tenant's current mediator DID, created on first use, and rotated when its public URL
+    changed (a did:peer:2 carries its service URIs)."""
+    identity = MediatorIdentity.objects.filter(tenant=tenant, retired_at__isnull=True).first()
+    if identity is not None and (identity.http_uri, identity.ws_uri) == service_uris(tenant):
+        identity.tenant = tenant
+        return identity
+    return identity_rotate(tenant=tenant, actor=None)
+
+
+def identities_accepting(*, tenant: Tenant, now: datetime | None = None) -> list[MediatorIdentity]:
+    """The current identity first, then those retired within the tenant's grace period."""
+    current = identity_current(tenant=tenant)
+    cutoff = (now or timezone.now()) - timedelta(hours=tenant.prekey_grace_hours)
+    retired = MediatorIdentity.objects.filter(tenant=tenant, retired_at__gt=cutoff).order_by("-retired_at")
+    out = [current, *retired]
+    for identity in out:
+        identity.tenant = tenant
+    return out
+
+
+@transaction.atomic
+def identity_rotate(*, tenant: Tenant, actor: Actor | None) -> MediatorIdentity:
+    """Retire the current mediator DID and make a new one; queue the new DID to every granted client.
+
+    The old DID keeps decrypting and answering for `prekey_grace_hours` (identities_accepting).
+    """
+    # The tenant row lock serialises rotations and first creations of one tenant.
+    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    old = MediatorIdentity.objects.filter(tenant=locked, retired_at__isnull=True).first()
+    if old is not None:
+        if actor is None and (old.http_uri, old.ws_uri) == service_uris(locked):
+            return old  # another request created or rotated it while we waited for the lock
+        old.retired_at = timezone.now()
+        old.save(update_fields=["retired_at"])
+    new = _new_identity(locked)
+    if old is not None:
+        announced = _announce_rotation(tenant=locked, old=old, new=new)
+        log.info("didcomm identity rotated tenant=%s announced=%d", locked.slug, announced)
+    if actor is not None:
+        audit_record(
+            actor=actor,
+            action="didcomm.rotate_identity",
+            tenant=locked,
+            before={"didcomm_did": old.did if old else None},
+            after={"didcomm_did": new.did},
+        )
+    return new
+
+
+def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorIdentity) -> int:
+    """Queue, for each granted client, a CM 2.0 mediate-grant from the new DID naming it as routing DID."""
+    policy = policy_for(tenant=tenant)
+    count = 0
+    for mediation in Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED):
+        message = {
+            "id": str(uuid.uuid4()),
+            "typ": "application/didcomm-plain+json",
+            "type": protocols.CM2 + "mediate-grant",
+            "from": new.did,
+            "to": [mediation.client_did],
+            "created_time": int(timezone.now().timestamp()),
+            "body": {"routing_did": new.did, "previous_routing_did": old.did},
+        }
+        try:
+            envelope = pack_for_did(message, identity=new, to_did=mediation.client_did)
+        except DidcommError:
+            continue  # a client DID that no longer resolves cannot be told
+        _enqueue(tenant=tenant, policy=policy, mediation=mediation, recipient=None, data={"json": envelope})
+        count += 1
+    return count
+
+
+def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str) -> dict:
+    """Authcrypt `message` from the identity's X25519 key to the key-agreement key `kid` names."""
+    doc = resolve_did(kid)
+    vm = doc.find(kid, "keyAgreement")
+    if vm is None or vm.key.crv != X25519:
+        raise DidcommError("recipient has no X25519 key-agreement key")
+    plaintext = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    return jwe.encrypt(plaintext, to=[(vm.id, vm.key)], sender=(identity.agreement_kid, identity.agreement_key))
+
+
+def pack_for_did(message: dict, *, identity: MediatorIdentity, to_did: str) -> dict:
+    """Authcrypt `message` to the first X25519 key-agreement key of `to_did`'s document."""
+    doc = resolve_did(to_did)
+    for vm in doc.key_agreement:
+        if vm.key.crv == X25519:
+            return pack_for_kid(message, identity=identity, kid=vm.id)
+    raise DidcommError("recipient has no X25519 key-agreement key")
+
+
+# --- mediation and recipients -------------------------------------------------------------------
+
+
+def mediation_for(*, tenant: Tenant, client_did: str) -> Mediation | None:
+    """The granted mediation of `client_did`, if any."""
+    return Mediation.objects.filter(
+        tenant=tenant, client_hash=did_hash(client_did), state=Mediation.State.GRANTED
+    ).first()
+
+
+@transaction.atomic
+def mediation_request(*, tenant: Tenant, client_did: str) -> Mediation:
+    """Grant or deny mediation to `client_did` by the tenant's policy (a revoked client stays denied)."""
+    # The policy row lock serialises grants, so `max_grants` is never exceeded.
+    policy = DidcommPolicy.objects.select_for_update().get(pk=policy_for(tenant=tenant).pk)
+    existing = Mediation.objects.filter(tenant=tenant, client_hash=did_hash(client_did)).first()
+    if existing is not None and existing.state in (Mediation.State.GRANTED, Mediation.State.REVOKED):
+        return existing
+    granted = policy.mediation == DidcommPolicy.Mediation.OPEN and (
+        policy.max_grants == 0
+        or Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED).count() < policy.max_grants
+    )
+    state = Mediation.State.GRANTED if granted else Mediation.State.DENIED
+    if existing is not None:
+        existing.state = state
+        existing.save(update_fields=["state", "updated_at"])
+        return existing
+    return Mediation.objects.create(tenant=tenant, client_did=client_did, client_hash=did_hash(client_did), state=state)
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    recipient_did: object
+    action: object
+    result: str  # success | no_change | client_error | server_error
+
+
+@transaction.atomic
+def recipients_update(*, mediation: Mediation, updates: list[dict]) -> list[UpdateResult]:
+    """Apply keylist-update / recipient-update entries in order; one result per entry."""
+    policy = policy_for(tenant=mediation.tenant)
+    # The mediation row lock serialises updates of one client (its recipient cap).
+    Mediation.objects.select_for_update().filter(pk=mediation.pk).first()
+    results = []
+    for update in updates:
+        did, action = update.get("recipient_did"), update.get("action")
+        try:
+            form = check_registrable(did)
+        except DidcommError:
+            results.append(UpdateResult(did, action, "client_error"))
+            continue
+        h = did_hash(form)
+        if action == "add":
+            owner = RecipientKey.objects.filter(tenant=mediation.tenant, lookup_hash=h).first()
+            if owner is not None:
+                results.append(
+                    UpdateResult(did, action, "no_change" if owner.mediation_id == mediation.pk else "client_error")
+                )
+                continue
+            if RecipientKey.objects.filter(mediation=mediation).count() >= policy.max_recipients_per_grant:
+                results.append(UpdateResult(did, action, "client_error"))
+                continue
+            try:
+                with transaction.atomic():
+                    RecipientKey.objects.create(
+                        tenant=mediation.tenant, mediation=mediation, recipient_did=did, lookup_hash=h
+                    )
+            except IntegrityError:  # another client registered it at the same moment
+                results.append(UpdateResult(did, action, "client_error"))
+                continue
+            results.append(UpdateResult(did, action, "success"))
+        elif action == "remove":
+            deleted, _ = RecipientKey.objects.filter(mediation=mediation, lookup_hash=h).delete()
+            results.append(UpdateResult(did, action, "success" if deleted else "no_change"))
+        else:
+            results.append(UpdateResult(did, action, "client_error"))
+    return results
+
+
+def recipients_page(*, mediation: Mediation, limit: int, offset: int) -> tuple[list[str], int]:
+    """(recipient DIDs as registered, in registration order; total count)."""
+    qs = RecipientKey.objects.filter(mediation=mediation).order_by("id")
+    total = qs.count()
+    return list(qs.values_list("recipient_did", flat=True)[offset : offset + limit]), total
+
+
+def recipient_for_next(*, tenant: Tenant, next_did: str) -> RecipientKey | None:
+    """The granted recipient a forward's `body.next` names (any of its forms), or None."""
+    try:
+        form = lookup_form(next_did)
+    except DidcommError:
+        return None
+    return (
+        RecipientKey.objects.select_related("mediation")
+        .filter(tenant=tenant, lookup_hash=did_hash(form), mediation__state=Mediation.State.GRANTED)
+        .first()
+    )
+
+
+def recipient_of_client(*, mediation: Mediation, recipient_did: str) -> RecipientKey | None:
+    """One of the client's own recipients, by any form of its DID."""
+    try:
+        form = lookup_form(recipient_did)
+    except DidcommError:
+        return None
+    return RecipientKey.objects.filter(mediation=mediation, lookup_hash=did_hash(form)).first()
+
+
+@transaction.atomic
+def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
+    """Operator action: revoke a grant; its recipients and queued messages go with it."""
+    locked = Mediation.objects.select_for_update().get(pk=mediation.pk)
+    before = {"state": locked.state, "recipients": RecipientKey.objects.filter(mediation=locked).count()}
+    QueuedMessage.objects.filter(mediation=locked).delete()
+    RecipientKey.objects.filter(mediation=locked).delete()
+    locked.state = Mediation.State.REVOKED
+    locked.save(update_fields=["state", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="didcomm.revoke_grant",
+        tenant=locked.tenant,
+        before=before,
+        after={"state": locked.state, "mediation_id": locked.pk},
+    )
+    return locked
+
+
+# --- the queue ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    message_id: str
+    evicted: int
+
+
+def _enqueue(
+    *, tenant: Tenant, policy: DidcommPolicy, mediation: Mediation, recipient: RecipientKey | None, data: dict
+) -> Stored:
+    text = json.dumps(data, separators=(",", ":"))
+    evicted = 0
+    if recipient is not None:
+        # The recipient row lock serialises enqueues of one recipient: the cap holds exactly.
+        RecipientKey.objects.select_for_update().filter(pk=recipient.pk).first()
+        depth = QueuedMessage.objects.filter(recipient=recipient).count()
+        if depth >= policy.queue_cap:
+            if policy.overflow == DidcommPolicy.Overflow.REJECT:
+                raise QueueFull()
+            # UC-021 AF-4: FIFO eviction, the oldest first.
+            oldest = list(
+                QueuedMessage.objects.filter(recipient=recipient)
+                .order_by("id")
+                .values_list("id", flat=True)[: depth - policy.queue_cap + 1]
+            )
+            evicted, _ = QueuedMessage.objects.filter(id__in=oldest).delete()
+    now = timezone.now()
+    row = QueuedMessage.objects.create(
+        tenant=tenant,
+        mediation=mediation,
+        recipient=recipient,
+        data=text,
+        size=len(text),
+        received_at=now,
+        expires_at=now + timedelta(hours=policy.message_ttl_hours),
+    )
+    notify_on_commit(
+        tenant_id=tenant.pk, did=mediation.client_did, message={"type": WAKE, "ids": [str(row.message_id)]}
+    )
+    return Stored(str(row.message_id), evicted)
+
+
+@transaction.atomic
+def message_store(*, tenant: Tenant, policy: DidcommPolicy, recipient: RecipientKey, data: dict) -> Stored:
+    """Store a forwarded attachment for `recipient`, durably, before any answer or push (UC-021 step 8)."""
+    return _enqueue(tenant=tenant, policy=policy, mediation=recipient.mediation, recipient=recipient, data=data)
+
+
+def _queue(mediation: Mediation, recipient: RecipientKey | None):
+    qs = QueuedMessage.objects.filter(mediation=mediation)
+    return qs.filter(recipient=recipient) if recipient is not None else qs
+
+
+def messages_batch(
+    *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
+) -> list[dict]:
+    """Up to `limit` queued messages, oldest first, as Pickup 3.0 attachments (they stay queued)."""
+    qs = _queue(mediation, recipient).order_by("id")
+    if ids is not None:
+        qs = qs.filter(message_id__in=_uuids(ids))
+    rows = qs.values_list("message_id", "data")[:limit]
+    return [{"id": str(mid), "data": json.loads(data)} for mid, data in rows]
+
+
+def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:
+    """Pickup 3.0 status figures of the client's queue (or one recipient's)."""
+    agg = _queue(mediation, recipient).aggregate(
+        n=Count("id"), oldest=Min("received_at"), newest=Max("received_at"), size=Sum("size")
+    )
+    out: dict = {"message_count": agg["n"]}
+    if agg["n"]:
+        now = timezone.now()
+        out.update(
+            longest_waited_seconds=int((now - agg["oldest"]).total_seconds()),
+            newest_received_time=int(agg["newest"].timestamp()),
+            oldest_received_time=int(agg["oldest"].timestamp()),
+            total_bytes=agg["size"] or 0,
+        )
+    return out
+
+
+def _uuids(ids: list) -> list[uuid.UUID]:
+    out = []
+    for value in ids:
+        try:
+            out.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue  # not one of ours: nothing to remove
+    return out
+
+
+@transaction.atomic
+def messages_received(*, mediation: Mediation, ids: list) -> int:
+    """messages-received: the client's listed messages leave the queue; returns how many did."""
+    deleted, _ = QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)).delete()
+    return deleted
+
+
+def messages_purge_expired(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
+    """TTL expiry (UC-021 AF-5): delete (or count) queued messages past `expires_at`, in batches."""
+    qs = QueuedMessage.objects.filter(expires_at__lte=now)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    if dry_run:
+        return qs.count()
+    total = 0
+    while True:
+        batch = list(qs.values_list("id", flat=True)[:PURGE_BATCH])
+        if not batch:
+            return total
+        total += QueuedMessage.objects.filter(id__in=batch).delete()[0]
+
+
+def queue_sizes() -> list[tuple[str, int]]:
+    """(tenant slug, queued messages) for every tenant with a queue: the per-tenant gauge."""
+    rows = QueuedMessage.objects.values("tenant__slug").annotate(n=Count("id")).order_by("tenant__slug")
+    return [(r["tenant__slug"], r["n"]) for r in rows]
+
+
+# --- Out-of-Band 2.0 ----------------------------------------------------------------------------
+
+
+def invitation_for(*, tenant: Tenant) -> tuple[dict, str]:
+    """The tenant's OOB 2.0 mediation invitation and its `?_oob=` URL form (multi-use, stable per DID)."""
+    identity = identity_current(tenant=tenant)
+    invitation = {
+        "type": protocols.OOB_INVITATION,
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, identity.did)),
+        "from": identity.did,
+        "body": {
+            "goal_code": "request-mediate",
+            "goal": "Request mediation",
+            "label": tenant.name or tenant.slug,
+            "accept": ["didcomm/v2"],
+        },
+    }
+    encoded = b64url_nopad(json.dumps(invitation, separators=(",", ":")).encode("utf-8"))
+    return invitation, f"{identity.http_uri}?_oob={encoded}"

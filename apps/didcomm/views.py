@@ -1,0 +1,73 @@
+"""DIDComm v2 over HTTP: `POST /didcomm` (a message) and `GET /didcomm/invitation` (OOB 2.0).
+
+POST is a plain Django view: the received bytes reach the decrypter untouched (STYLE §8).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from apps.ops.clientip import forwarded_client
+
+from .dispatch import Reply, handle, problem_message
+from .protocols import Code
+from .services import invitation_for, policy_for
+
+
+def _response(reply: Reply) -> HttpResponse:
+    response = HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
+    if not reply.content_type:
+        del response["Content-Type"]
+    if reply.retry_after is not None:
+        response["Retry-After"] = str(reply.retry_after)
+    return response
+
+
+def _problem(code: str, comment: str, status: int) -> HttpResponse:
+    return JsonResponse(problem_message(code, comment, pthid=None), status=status)
+
+
+@csrf_exempt
+@require_http_methods(["GET", "HEAD", "POST"])
+def endpoint(request: HttpRequest) -> HttpResponse:
+    """POST: one DIDComm message. GET: the invitation (what an `?_oob=` URL opens)."""
+    if request.method != "POST":
+        return invitation(request)
+    try:
+        raw = request.body
+    except (RequestDataTooBig, RawPostDataException):
+        return _problem(Code.TOO_BIG, "message too large", 413)
+    reply = handle(
+        raw,
+        tenant=request.tenant,
+        transport="http",
+        remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
+        content_type=request.META.get("CONTENT_TYPE"),
+    )
+    return _response(reply)
+
+
+@require_http_methods(["GET", "HEAD"])
+def invitation(request: HttpRequest) -> HttpResponse:
+    """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text."""
+    tenant = request.tenant
+    if tenant is None:
+        return _problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
+    if not tenant.is_active:
+        return _problem(Code.UNAVAILABLE, "mediator suspended", 503)
+    try:
+        if not policy_for(tenant=tenant).enabled:
+            return _problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
+        message, url = invitation_for(tenant=tenant)
+    except DatabaseError:
+        return _problem(Code.UNAVAILABLE, "mediator unavailable", 503)
+    if request.GET.get("form") == "url":
+        return HttpResponse(url, content_type="text/plain; charset=utf-8")
+    return HttpResponse(json.dumps(message, separators=(",", ":")), content_type="application/json")

@@ -1,0 +1,256 @@
+"""The production layout against the lean reference (bench/lean_reference.py), side by side in one run:
+TWO_WAY_PRIVATE at 16 clients, same database, same world, same load generator (issue 14).
+
+    .venv/bin/python -m bench.lean_compare                          # 3 alternations x 10 s
+    .venv/bin/python -m bench.lean_compare --alternations 5 --seconds 15
+
+1. a fresh PostgreSQL database (migrated, one tenant), as bench/run_standard.py makes it;
+2. the production layout (scripts/run_production.sh: nginx → gunicorn, Daphne for /ws, no Celery)
+   and the lean reference (uvicorn + asyncpg, one process per core, clients straight to it) both
+   started and kept running; only the one under load does any work;
+3. the world built once through the production layout (bench/loadgen.py: 64 registered
+   sender/recipient pairs, each recipient holding a contract with its sender);
+4. a short unmeasured warm-up of each, then `--alternations` rounds of one run of each (the order
+   flips every round, so that a drift in the VM's speed falls on both), with fresh signed bodies
+   for every run, and where the CPU went (bench/cpu.py): each server's process group, the
+   PostgreSQL backends of the database, the load generator, the rest of the machine;
+5. per run and as medians: req/s, p50/p99, CPU ms per command of each server and of PostgreSQL,
+   nginx µs per request (how fast the VM ran, docs/benchmarks.md "Third round"), and the ratio
+   production / lean (per round, and its median). JSON and Markdown under bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+
+from bench import loadgen
+from bench.cpu import CpuSampler
+from bench.pg import db_url
+from bench.run_standard import Layout, machine, prepare_database
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+class LeanServer:
+    """bench/lean_reference.py in its own session: its pid is the process group (CPU accounting)."""
+
+    def __init__(self, *, port: int, database_url: str, workers: int, pool_size: int):
+        log_dir = ROOT / "var" / "bench"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"lean-{port}.log"
+        env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "bench.lean_reference", "--port", str(port), "--workers", str(workers),
+               "--pool-size", str(pool_size)]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log_path.read_text(errors="replace"))
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            self.stop()
+            raise RuntimeError("the lean reference did not start:\n" + self.log_path.read_text(errors="replace"))
+        time.sleep(1.0)  # every worker process up
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pgid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+
+def _row(name: str, r: dict) -> dict:
+    c = r.get("cpu") or {}
+    kinds = c.get("server_cpu_ms_per_req_by_process") or {}
+    return {
+        "server": name,
+        "requests": r["requests"],
+        "throughput_rps": r["throughput_rps"],
+        "p50_ms": r["p50_ms"],
+        "p99_ms": r["p99_ms"],
+        "server_cpu_ms_per_req": c.get("server_cpu_ms_per_req"),
+        "server_cpu_ms_per_req_by_process": kinds,
+        "postgres_cpu_ms_per_req": c.get("postgres_cpu_ms_per_req"),
+        "client_cpu_share": c.get("client_cpu_share"),
+        "other_cpu_share": c.get("other_cpu_share"),
+        "nginx_us_per_req": loadgen.nginx_us(c),
+        "loadavg_1m": c.get("loadavg_1m"),
+        "codes": r["codes"],
+    }
+
+
+def _median(rows: list[dict], key: str):
+    vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Medians per server, and production / lean: per round, and the median of the rounds."""
+    out: dict = {}
+    for name in ("production", "lean"):
+        rows = [r for r in runs if r["server"] == name]
+        out[name] = {
+            k: _median(rows, k)
+            for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req", "postgres_cpu_ms_per_req",
+                      "other_cpu_share", "nginx_us_per_req")
+        }  # fmt: skip
+    ratios, cpu_ratios = [], []
+
+    def cpu(r):
+        return (r["server_cpu_ms_per_req"] or 0) + (r["postgres_cpu_ms_per_req"] or 0)
+
+    for rnd in sorted({r["round"] for r in runs}):
+        by = {r["server"]: r for r in runs if r["round"] == rnd}
+        if by.get("production") and by.get("lean") and by["lean"]["throughput_rps"]:
+            ratios.append(round(by["production"]["throughput_rps"] / by["lean"]["throughput_rps"], 3))
+            if cpu(by["production"]):
+                cpu_ratios.append(round(cpu(by["lean"]) / cpu(by["production"]), 3))
+    out["ratio_per_round"] = ratios
+    out["cpu_ratio_per_round"] = cpu_ratios
+    out["ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
+    p, lean = out["production"], out["lean"]
+    if lean["throughput_rps"]:
+        out["ratio_of_medians"] = round(p["throughput_rps"] / lean["throughput_rps"], 3)
+    # CPU per command does not depend much on who else runs on the box: lean (server + PostgreSQL)
+    # over production (server + PostgreSQL), i.e. the throughput ratio if each had the box alone.
+    total = {n: (out[n]["server_cpu_ms_per_req"] or 0) + (out[n]["postgres_cpu_ms_per_req"] or 0) for n in out
+             if n in ("production", "lean")}  # fmt: skip
+    out["cpu_ratio"] = round(total["lean"] / total["production"], 3) if total["production"] else None
+    return out
+
+
+def markdown(report: dict) -> str:
+    out = [f"# lean_compare — {report['started']}", "", "Command: `" + report["command"] + "`", "",
+           "| round | server | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req "
+           "| other CPU share | nginx µs/req | codes |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in report["runs"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in r["server_cpu_ms_per_req_by_process"].items() if v)
+        out.append(
+            f"| {r['round']} | {r['server']} | {r['throughput_rps']} | {r['p50_ms']} | {r['p99_ms']} "
+            f"| {r['server_cpu_ms_per_req']} ({kinds}) | {r['postgres_cpu_ms_per_req']} | {r['other_cpu_share']} "
+            f"| {r['nginx_us_per_req']} | {r['codes']} |"
+        )
+    s = report["summary"]
+    out += ["", "| medians | req/s | p50 ms | p99 ms | server CPU ms/req | PG CPU ms/req | other CPU share |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in ("production", "lean"):
+        m = s[name]
+        out.append(
+            f"| {name} | {m['throughput_rps']} | {m['p50_ms']} | {m['p99_ms']} | {m['server_cpu_ms_per_req']} "
+            f"| {m['postgres_cpu_ms_per_req']} | {m['other_cpu_share']} |"
+        )
+    out += ["", f"production / lean req/s per round: {s['ratio_per_round']}; median **{s['ratio_median']}**; "
+            f"ratio of the medians {s.get('ratio_of_medians')}; CPU per command (server + PostgreSQL) lean / "
+            f"production {s['cpu_ratio']} (per round {s['cpu_ratio_per_round']}); nginx µs/req (production runs) "
+            f"median {s['production']['nginx_us_per_req']}"]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--alternations", type=int, default=3, help="rounds of one production and one lean run")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--warmup", type=float, default=3, help="unmeasured seconds of load on each server first")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=25_000, help="bodies signed for a server's first run")
+    ap.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench_lean"))
+    ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8320")), help="production")
+    ap.add_argument("--lean-port", type=int, default=None, help="default: --port + 10")
+    ap.add_argument("--lean-workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--lean-pool-size", type=int, default=8, help="PostgreSQL connections per lean process")
+    ap.add_argument("--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the production layout")
+    args = ap.parse_args(argv)
+    started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
+    layout_args = SimpleNamespace(db=args.db, redis_url=args.redis_url, port=args.port, env=args.env,
+                                  no_celery=True, layout="production")  # fmt: skip
+    report: dict = {
+        "started": started,
+        "command": "python -m bench.lean_compare " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "runs": [],
+    }
+    print(f"== fresh database {args.db}", file=sys.stderr)
+    prepare_database(layout_args)
+    layout = Layout(layout_args)
+    lean = None
+    try:
+        lean = LeanServer(port=args.lean_port or args.port + 10, database_url=db_url(args.db),
+                          workers=args.lean_workers, pool_size=args.lean_pool_size)  # fmt: skip
+        servers = {"production": layout, "lean": lean}
+        world = loadgen.build_world(layout.url, layout.host, args.pairs)
+        print(f"== world: {args.pairs} pairs", file=sys.stderr)
+        for srv in servers.values():
+            if args.warmup > 0:
+                loadgen.drive(srv.url, layout.host, loadgen.gen_two_way(world, 3000), args.clients, args.warmup)
+        last: dict[str, float] = {}
+        for rnd in range(1, args.alternations + 1):
+            order = ["production", "lean"] if rnd % 2 else ["lean", "production"]
+            for name in order:
+                srv = servers[name]
+                n = (
+                    args.requests
+                    if name not in last
+                    else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
+                )
+                bodies = loadgen.gen_two_way(world, n)
+                time.sleep(2.0)  # let the other server's buffers (metering flush) settle
+                cpu = CpuSampler(server_pgid=srv.pgid, database=args.db)
+                res = loadgen.drive(srv.url, layout.host, bodies, args.clients, args.seconds, cpu)
+                last[name] = res["throughput_rps"]
+                row = {"round": rnd, **_row(name, res)}
+                report["runs"].append(row)
+                print(
+                    f"   round {rnd} {name:10s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']} ms  "
+                    f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
+                    f"{row['postgres_cpu_ms_per_req']} CPU ms/req  other share {row['other_cpu_share']}  "
+                    f"nginx {row['nginx_us_per_req']} µs  {row['codes']}",
+                    file=sys.stderr,
+                )
+    finally:
+        if lean is not None:
+            lean.stop()
+        layout.stop()
+    report["summary"] = summarize(report["runs"])
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    base = RESULTS / f"lean_compare-{started}"
+    base.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    md = markdown(report)
+    base.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"results: {base}.json / .md", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    main()

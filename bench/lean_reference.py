@@ -1,0 +1,354 @@
+"""A framework-free reference server for TWO_WAY_PRIVATE (issue 14): what plain Python does for the
+same command on the same PostgreSQL schema, to measure the production layout against.
+
+    DATABASE_URL=postgresql://… python -m bench.lean_reference --port 8310 --workers 2
+
+A raw ASGI callable on uvicorn (uvloop, httptools) with an asyncpg pool; no Django. Per `POST /` it
+does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `handle` and
+`_two_way_fast`, apps/messaging/fastpath.py), in the same order and with the same answers:
+
+1. the tenant from the Host header (domain, alias, host without :80/:443), cached per process for
+   MEDIATOR_TENANT_CACHE_SECONDS (default 5) as apps/tenants/selectors.py does; unknown host
+   UNKNOWN_MEDIATOR, suspended tenant MEDIATOR_UNAVAILABLE, body over
+   min(MEDIATOR_MAX_BODY_BYTES, the tenant's cap) PAYLOAD_TOO_LARGE;
+2. `parse_command` of the product's pure protocol library (apps/wire: strict JSON, the
+   envelope's schema), then the timestamp window (MEDIATOR_TIMESTAMP_WINDOW_MS);
+3. the CPU checks, remembered and not answered: sender DID, signing key id, Ed25519 signature over
+   the canonical JSON of the received header and payload (PyNaCl, `wire.crypto`), recipient DID;
+4. ONE statement, the product's own text (`STATEMENT`, held equal to what the product executes by
+   tests/test_bench_lean_reference.py): nonce claim, registration, contract and queue-cap checks
+   and the insert, prepared per connection (asyncpg's statement cache);
+5. the error in protocol order (DUPLICATE_NONCE, the remembered CPU error,
+   RECIPIENT_NOT_REGISTERED, COMMUNICATION_CONTRACT_NOT_FOUND, RECIPIENT_QUEUE_FULL) or
+   `{"type":"SUCCESS","pendingEventId":…}`, as the product's canonical JSON bytes. If the statement
+   fails, the nonce is claimed on its own and the answer is 503 MEDIATOR_UNAVAILABLE, as in the
+   product.
+
+What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmarks.md "Lean
+reference"): usage metering and metrics (the command observers), the after-commit push to
+`/ws` sockets (the Redis presence check), the per-command log line, rate limits and CORS.
+Other channels are answered INVALID_COMMAND (the reference serves TWO_WAY_PRIVATE only), and only
+did:decentrl DIDs resolve: a did:web sender or recipient (a tenant itself) is SENDER_NOT_FOUND or
+RECIPIENT_NOT_FOUND here, where the product looks it up. Bench only: not part of the product, and
+its dependencies (uvicorn, uvloop, httptools, asyncpg) are in requirements-dev.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from apps.wire.canonical import canonical_bytes
+from apps.wire.crypto import verify_json_object
+from apps.wire.did import DidError, ResolvedDid, parse_decentrl
+from apps.wire.envelope import TWO_WAY_PRIVATE, Command, parse_command
+from apps.wire.errors import ErrorCode, ProtocolError, error_body
+
+# apps/decentrl/nonces.py nonce_claim_sql as the first CTE, then apps/messaging/fastpath.py _BODY,
+# with psycopg's %s numbered as $1…$30 in order (the test compares it with what the product runs).
+STATEMENT = """WITH claim AS (INSERT INTO protocol_nonce (tenant_id, sender_did, nonce, expires_at) VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE protocol_nonce.expires_at < $5 RETURNING id)
+, chk AS (
+    SELECT c.fresh,
+        CASE WHEN c.fresh AND $6 THEN EXISTS(
+            SELECT 1 FROM messaging_contract WHERE tenant_id = $7 AND owner_did = $8 AND requestor_did = $9
+              AND recipient_did = $10 AND expires_at > $11) END AS registered,            -- contract_parties
+        CASE WHEN c.fresh AND $12 THEN EXISTS(
+            SELECT 1 FROM messaging_contract WHERE tenant_id = $13 AND owner_did = $14 AND expires_at > $15
+              AND ((requestor_did = $16 AND recipient_did = $17)
+                OR (requestor_did = $18 AND recipient_did = $19))) END AS has_contract,   -- contract_parties(_rev)
+        CASE WHEN c.fresh AND $20 AND $21 > 0 THEN COALESCE((
+            SELECT depth >= $22 FROM messaging_pendingqueuedepth WHERE tenant_id = $23 AND recipient_did = $24
+            ), false) ELSE false END AS queue_full                                  -- queue_depth_recipient
+    FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
+), ins AS (
+    INSERT INTO messaging_pendingevent (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
+    SELECT $25, $26, $27, $28, $29, $30, now() FROM chk
+    WHERE chk.fresh AND chk.registered AND chk.has_contract AND NOT chk.queue_full
+    RETURNING id
+)
+SELECT chk.fresh, chk.registered, chk.has_contract, chk.queue_full, EXISTS(SELECT 1 FROM ins) FROM chk
+"""
+# The claim alone (apps/decentrl/nonces.py nonce_consume), for the 503 after a failed statement.
+CLAIM = STATEMENT[len("WITH claim AS (") : STATEMENT.index(")\n, chk AS")]
+
+_TENANT_COLUMNS = "t.id, t.did, t.status, t.pending_queue_cap, t.max_body_bytes"
+_TENANT_BY_DOMAIN = f"SELECT {_TENANT_COLUMNS} FROM tenants_tenant t WHERE t.domain = $1"
+_TENANT_BY_ALIAS = (
+    f"SELECT {_TENANT_COLUMNS} FROM tenants_tenantdomain d JOIN tenants_tenant t ON t.id = d.tenant_id "
+    "WHERE d.domain = $1"
+)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    did: str
+    active: bool
+    pending_queue_cap: int
+    max_body_bytes: int
+
+
+def statement_params(
+    *, tenant: Tenant, cmd: Command, checks_passed: bool, now_ms: int, window_ms: int, public_id: uuid.UUID
+) -> list:
+    """The 30 parameters of STATEMENT, in the order apps/messaging/fastpath.py passes them."""
+    h = cmd.header
+    now_s = now_ms // 1000
+    cap = tenant.pending_queue_cap or 0
+    sender, recipient, payload = h.sender_did, h.recipient_did, cmd.payload
+    return [
+        tenant.id, sender, h.nonce, h.timestamp + window_ms, now_ms,  # claim
+        checks_passed, tenant.id, recipient, recipient, tenant.did, now_s,  # registered
+        checks_passed, tenant.id, recipient, now_s, sender, recipient, recipient, sender,  # has_contract
+        checks_passed, cap, cap, tenant.id, recipient,  # queue_full
+        public_id, tenant.id, recipient, sender, payload, len(payload.encode("utf-8")),  # ins
+    ]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(did: str) -> ResolvedDid:
+    """did:decentrl parses, cached as dispatch._resolve caches them; anything else DidError."""
+    return parse_decentrl(did)
+
+
+def cpu_checks(cmd: Command) -> None:
+    """DCTRL-0004 §7.2 steps 1-4 on the CPU, as dispatch._two_way_fast's cpu_checks."""
+    h = cmd.header
+    try:
+        sender = _resolve(h.sender_did)
+    except DidError as exc:
+        raise ProtocolError(ErrorCode.SENDER_NOT_FOUND) from exc
+    key = sender.signing_key_for(h.sender_signing_key_id)
+    if key is None:
+        raise ProtocolError(ErrorCode.SENDER_SIGNING_KEY_NOT_FOUND)
+    if not verify_json_object(cmd.signable, cmd.signature, key):
+        raise ProtocolError(ErrorCode.INVALID_SIGNATURE)
+    try:
+        _resolve(h.recipient_did)
+    except DidError as exc:
+        raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
+
+
+async def _keep_session(conn) -> None:
+    """Nothing to reset: the reference never changes session state or leaves a transaction open."""
+
+
+class Reference:
+    """The per-process state: the pool and the tenant cache."""
+
+    def __init__(self, dsn: str, pool_size: int):
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self.pool: asyncpg.Pool | None = None
+        self.window_ms = int(os.environ.get("MEDIATOR_TIMESTAMP_WINDOW_MS", "300000"))
+        self.max_body = int(os.environ.get("MEDIATOR_MAX_BODY_BYTES", str(6 * 1024 * 1024)))
+        self.tenant_ttl = float(os.environ.get("MEDIATOR_TENANT_CACHE_SECONDS", "5"))
+        self._tenants: dict[str, tuple[Tenant | None, float]] = {}
+
+    async def start(self) -> None:
+        # A fixed set of persistent connections, as gunicorn's threads keep theirs: no reset
+        # round trip on release (asyncpg's default sends `RESET ALL` etc. after every use), no
+        # replacement after N queries or idle time, so each keeps its prepared statement.
+        self.pool = await asyncpg.create_pool(
+            self.dsn,
+            min_size=self.pool_size,
+            max_size=self.pool_size,
+            reset=_keep_session,
+            max_queries=2**62,
+            max_inactive_connection_lifetime=0,
+        )
+
+    async def stop(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+
+    async def _lookup(self, conn, host: str) -> Tenant | None:
+        row = await conn.fetchrow(_TENANT_BY_DOMAIN, host) or await conn.fetchrow(_TENANT_BY_ALIAS, host)
+        if row is None:
+            return None
+        return Tenant(row[0], row[1], row[2] == "active", row[3], row[4])
+
+    async def tenant_for_host(self, conn, host: str) -> Tenant | None:
+        host = host.lower()
+        now = time.monotonic()
+        hit = self._tenants.get(host)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        tenant = await self._lookup(conn, host)
+        if tenant is None and ":" in host:
+            name, _, port = host.rpartition(":")
+            if port in ("80", "443"):
+                tenant = await self._lookup(conn, name)
+        if self.tenant_ttl > 0:
+            if len(self._tenants) >= 1024:
+                self._tenants.clear()
+            self._tenants[host] = (tenant, now + self.tenant_ttl)
+        return tenant
+
+    async def command(self, host: str, raw: bytes) -> tuple[int, dict]:
+        """(status, reply body) for one `POST /`."""
+        async with self.pool.acquire() as conn:
+            try:
+                tenant = await self.tenant_for_host(conn, host)
+                if tenant is None:
+                    raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
+                if not tenant.active:
+                    raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
+                if len(raw) > min(self.max_body, tenant.max_body_bytes):
+                    raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
+                cmd = parse_command(raw)
+                if cmd.header.channel != TWO_WAY_PRIVATE:
+                    raise ProtocolError(ErrorCode.INVALID_COMMAND, "the lean reference serves TWO_WAY_PRIVATE only")
+                return 200, await self.two_way_private(conn, tenant, cmd, int(time.time() * 1000))
+            except ProtocolError as err:
+                return err.status, err.body()
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                return 503, error_body(ErrorCode.MEDIATOR_UNAVAILABLE)
+
+    async def two_way_private(self, conn, tenant: Tenant, cmd: Command, now_ms: int) -> dict:
+        h = cmd.header
+        if abs(now_ms - h.timestamp) > self.window_ms:
+            raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
+        deferred: ProtocolError | None = None
+        try:
+            cpu_checks(cmd)
+        except ProtocolError as err:
+            deferred = err
+        public_id = uuid.uuid4()
+        params = statement_params(
+            tenant=tenant,
+            cmd=cmd,
+            checks_passed=deferred is None,
+            now_ms=now_ms,
+            window_ms=self.window_ms,
+            public_id=public_id,
+        )
+        try:
+            fresh, registered, has_contract, queue_full, stored = await conn.fetchrow(STATEMENT, *params)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            # Nothing of the failed statement committed: claim the nonce on its own before the 503.
+            try:
+                await conn.fetchrow(CLAIM, *params[:5])
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                pass
+            raise
+        if not fresh:
+            raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
+        if deferred is not None:
+            raise deferred
+        if not registered:
+            raise ProtocolError(ErrorCode.RECIPIENT_NOT_REGISTERED)
+        if not has_contract:
+            raise ProtocolError(ErrorCode.COMMUNICATION_CONTRACT_NOT_FOUND)
+        if queue_full:
+            raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
+        assert stored
+        return {"type": "SUCCESS", "pendingEventId": str(public_id)}
+
+
+# What the product's SecurityMiddleware and XFrameOptionsMiddleware put on every reply (with the
+# layout's settings), so that both servers send replies of the same size.
+_STATIC_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+
+
+async def _read_body(receive, limit: int) -> bytes | None:
+    """The request body, or None once it passes `limit` bytes."""
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _reply(send, status: int, body: bytes, headers=_STATIC_HEADERS) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def make_app(dsn: str, pool_size: int):
+    """The ASGI callable: `POST /` commands, `GET /health`, 404 for anything else."""
+    ref = Reference(dsn, pool_size)
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await ref.start()
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await ref.stop()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "POST" and scope["path"] == "/":
+            raw = await _read_body(receive, ref.max_body)
+            if raw is None:
+                status, body = 413, error_body(ErrorCode.PAYLOAD_TOO_LARGE)
+            else:
+                host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+                status, body = await ref.command(host, raw)
+            await _reply(send, status, canonical_bytes(body))
+        elif scope["method"] == "GET" and scope["path"] == "/health":
+            await _reply(send, 200, b'{"status":"ok"}')
+        else:
+            await _reply(send, 404, b"{}")
+
+    return app
+
+
+def app_from_env():
+    """uvicorn's factory (`--factory`): the app for DATABASE_URL and LEAN_POOL_SIZE."""
+    return make_app(os.environ["DATABASE_URL"], int(os.environ.get("LEAN_POOL_SIZE", "8")))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8310)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
+    ap.add_argument("--pool-size", type=int, default=8, help="PostgreSQL connections per process")
+    args = ap.parse_args(argv)
+    os.environ["LEAN_POOL_SIZE"] = str(args.pool_size)
+    uvicorn.run(
+        "bench.lean_reference:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+    )
+
+
+if __name__ == "__main__":
+    main()
