@@ -11,7 +11,9 @@
 // stdout: one JSON object per line, {"event": ...}:
 //   mediated {mediator_did, host_did, routing_did}   ready {peer_did}   offline   online {live}
 //   live (the first frame the mediator sent on the socket)   message {id, piuri, from, to, body}
-//   wire {transport: "http"|"ws", direction: "out"|"in", status?, body} (with --record: the exact bytes)
+//   with --record, the exact bytes: wire {transport: "http", method, url, request_headers, request_body, status,
+//   response_content_type, response_body} | wire {transport: "ws", direction: "out"|"in", body}; and
+//   keys {did: [{curve, raw (base64url)}]}, the SDK's private keys of its DIDs (test keys, for replaying)
 //   error {error}   selftest {mediator_did, invitation_id, mediator_services, peer_did}
 // stdin, one command a line: "offline" (stop the agent), "pickup" (a new agent on the same store; it polls),
 //   "live" (a new agent on the same store with live mode), "exit".
@@ -53,13 +55,14 @@ if (record) {
     const text = await response.clone().text();
     emit("wire", {
       transport: "http",
-      direction: "out",
       method: init.method ?? "GET",
       url: String(url),
-      headers: Object.fromEntries(new Headers(init.headers ?? {})),
-      body: init.body ?? null,
+      request_headers: Object.fromEntries(new Headers(init.headers ?? {})),
+      request_body: init.body ?? null,
+      status: response.status,
+      response_content_type: response.headers.get("content-type"),
+      response_body: text,
     });
-    emit("wire", { transport: "http", direction: "in", status: response.status, body: text });
     return response;
   };
 }
@@ -121,10 +124,12 @@ function newAgent(mediatorDID, liveMode) {
   return agent;
 }
 
+// The invitation as the SDK takes it: the JSON object, or the `…?_oob=<base64url>` URL form as a string.
 async function invitationFrom(url) {
-  const response = await fetch(url, { headers: { accept: "application/json" } });
+  const response = await fetch(url);
   if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}`);
-  return response.json();
+  const text = (await response.text()).trim();
+  return (response.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) : text;
 }
 
 async function selftest(invitationJson) {
@@ -161,6 +166,14 @@ async function main() {
   emit("mediated", { mediator_did: mediatorDID, host_did: hostDID.toString(), routing_did: routingDID.toString() });
   const peerDid = await agent.createNewPeerDID([], true);
   emit("ready", { peer_did: peerDid.toString() });
+  if (record) {
+    const keys = {};
+    for (const did of [hostDID, peerDid]) {
+      const privateKeys = await pluto.getDIDPrivateKeysByDID(SDK.Domain.DID.from(did.toString()));
+      keys[did.toString()] = privateKeys.map((k) => ({ curve: k.curve, raw: Buffer.from(k.raw).toString("base64url") }));
+    }
+    emit("keys", { keys });
+  }
 
   const lines = readline.createInterface({ input: process.stdin });
   for await (const line of lines) {
