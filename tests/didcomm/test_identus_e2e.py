@@ -1,9 +1,11 @@
 """Issue 15 §6: the Identus SDK 7.0.0 (npm; nobody here wrote it) as the recipient of a real Daphne server.
 
-Identus gets mediation from the OOB invitation, adds its peer DID, goes offline; a sender forwards three
-messages built by didcomm-node (npm) through POST /didcomm (202 each, stored); Identus comes back, picks
+Identus gets mediation from the OOB invitation, adds its peer DID, goes offline; senders forward three
+messages through POST /didcomm (202 each, stored), two built by didcomm-node (npm) and one by SICPA's
+Python `didcomm` in its own venv; Identus comes back, picks
 them up with Pickup 3.0 and acknowledges (the queue is empty afterwards); Identus goes live and a fourth
-forward is pushed over /didcomm/ws. Install the SDK with scripts/ensure_extra_identus.sh.
+forward is pushed over /didcomm/ws. Install with scripts/ensure_extra_identus.sh, ensure_extra_didcomm_node.sh
+and ensure_extra_sicpa.sh (all run by scripts/ensure_services.sh).
 
 Every run records the exact bytes on the wire (and the test keys of all parties) in
 test-artifacts/identus/identus_<version>.json; a copy of one such recording is
@@ -36,6 +38,7 @@ ARTIFACT = ROOT / "test-artifacts" / "identus" / f"identus_{identus.VERSION}.jso
 def _installed():
     assert identus.installed_version() == identus.VERSION, "run scripts/ensure_extra_identus.sh"
     assert didcomm_node.installed_version() == didcomm_node.VERSION, "run scripts/ensure_extra_didcomm_node.sh"
+    assert didcomm_node.SICPA_PYTHON.exists(), "run scripts/ensure_extra_sicpa.sh"
 
 
 @pytest.fixture
@@ -81,10 +84,10 @@ def send_forward(daphne, recipient: IdentusRecipient, body: str, content_type: s
     assert (resp.status_code, resp.content) == (202, b"")
 
 
-def save_transcript(tenant, recipient: IdentusRecipient, sender: Party) -> None:
+def save_transcript(tenant, recipient: IdentusRecipient, senders: dict[str, Party]) -> None:
     identity = MediatorIdentity.objects.get(tenant=tenant, retired_at__isnull=True)
     mediator = Party(identity.did, identity.agreement_key, identity.authentication_key)
-    data = identus.transcript(recipient=recipient, mediator=mediator, sender=sender, public_url=tenant.public_url)
+    data = identus.transcript(recipient=recipient, mediator=mediator, senders=senders, public_url=tenant.public_url)
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     ARTIFACT.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -92,7 +95,7 @@ def save_transcript(tenant, recipient: IdentusRecipient, sender: Party) -> None:
 def test_identus_gets_mediation_picks_up_what_arrived_offline_then_receives_live(server, recipient):
     tenant, daphne = server
     mediator_did = httpx.get(daphne.url + "/didcomm/invitation").json()["from"]
-    sender = Party.create()
+    sender, sicpa_sender = Party.create(), Party.create()
 
     mediated = recipient.expect("mediated")
     assert mediated["mediator_did"] == mediator_did
@@ -105,21 +108,24 @@ def test_identus_gets_mediation_picks_up_what_arrived_offline_then_receives_live
 
     recipient.command("offline")
     recipient.expect("offline")
-    sent = [basic_message(sender, peer_did, f"offline {n}") for n in (1, 2, 3)]
-    for msg, enc in zip(sent, ["Xc20pEcdhEsA256kw", "A256gcmEcdhEsA256kw", "A256cbcHs512EcdhEsA256kw"], strict=True):
-        send_forward(
-            daphne,
-            recipient,
-            didcomm_node.forward_via(mediator_did, sender, peer_did, msg, enc_alg_anon=enc),
-            ENCRYPTED,
-        )
+    # Two senders nobody here wrote: didcomm-node (npm) and SICPA didcomm (Python, its own venv).
+    builders = [
+        (sender, didcomm_node.forward_via, "A256gcmEcdhEsA256kw"),
+        (sicpa_sender, didcomm_node.sicpa_forward_via, "Xc20pEcdhEsA256kw"),
+        (sender, didcomm_node.forward_via, "A256cbcHs512EcdhEsA256kw"),
+    ]
+    sent = []
+    for n, (who, build, enc) in enumerate(builders, 1):
+        msg = basic_message(who, peer_did, f"offline {n}")
+        send_forward(daphne, recipient, build(mediator_did, who, peer_did, msg, enc_alg_anon=enc), ENCRYPTED)
+        sent.append(msg)
     assert queued(tenant, peer_did) == 3
 
     recipient.command("pickup")
     recipient.expect("online")
     received = [recipient.expect("message") for _ in sent]
     assert [(m["id"], m["piuri"], m["from"], m["body"]) for m in received] == [
-        (msg["id"], BASIC, sender.did, msg["body"]) for msg in sent
+        (msg["id"], BASIC, msg["from"], msg["body"]) for msg in sent
     ]
     # The SDK emits only after its messages-received was answered: nothing is left queued.
     assert queued(tenant, peer_did) == 0
@@ -135,4 +141,4 @@ def test_identus_gets_mediation_picks_up_what_arrived_offline_then_receives_live
     assert queued(tenant, peer_did) == 0  # acked over HTTP after the push
     assert len(recipient.of_kind("message")) == 4
     assert recipient.of_kind("socket-closed") == []
-    save_transcript(tenant, recipient, sender)
+    save_transcript(tenant, recipient, {"sender": sender, "sicpa_sender": sicpa_sender})

@@ -31,7 +31,8 @@ from tests.interop.didcomm_node import Party
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "identus" / "identus_7.0.0.json"
 DATA = json.loads(FIXTURE.read_text())
 PARTIES = {name: Party.from_json(p) for name, p in DATA["parties"].items()}
-MEDIATOR, HOST, PEER, SENDER = (PARTIES[n] for n in ("mediator", "host", "peer", "sender"))
+MEDIATOR, HOST, PEER = (PARTIES[n] for n in ("mediator", "host", "peer"))
+SENDER, SICPA_SENDER = PARTIES["sender"], PARTIES["sicpa_sender"]  # didcomm-node's, SICPA didcomm's
 EVENTS = DATA["events"]
 CM2 = "https://didcomm.org/coordinate-mediation/2.0/"
 PICKUP = "https://didcomm.org/messagepickup/3.0/"
@@ -182,14 +183,15 @@ def test_the_sdk_opened_what_the_mediator_delivered_byte_for_byte():
         answer, _ = opened(e.get("response_body") or e["body"], HOST)
         if answer["type"] == PICKUP + "delivery":
             delivered += [a["data"]["json"] for a in answer["attachments"]]
-    texts = []
-    for inner in delivered:
-        message, decrypted = opened(json.dumps(inner), PEER)
-        assert decrypted.sender_kid == SENDER.did + "#key-1"
-        texts.append(message["body"]["content"])
-    assert texts == ["offline 1", "offline 2", "offline 3", "live 4"]
-    reported = [(e["id"], e["from"]) for e in EVENTS if e["event"] == "message"]
-    assert [r[1] for r in reported] == [SENDER.did] * 4
+    opened_by_peer = [opened(json.dumps(inner), PEER) for inner in delivered]
+    assert [(m["body"]["content"], d.sender_kid) for m, d in opened_by_peer] == [
+        ("offline 1", SENDER.did + "#key-1"),
+        ("offline 2", SICPA_SENDER.did + "#key-1"),
+        ("offline 3", SENDER.did + "#key-1"),
+        ("live 4", SENDER.did + "#key-1"),
+    ]
+    reported = [(e["id"], e["from"], e["body"]) for e in EVENTS if e["event"] == "message"]
+    assert reported == [(m["id"], m["from"], m["body"]) for m, _ in opened_by_peer]
 
 
 def test_the_recorded_invitation_url_is_the_oob_2_invitation_of_the_mediator():

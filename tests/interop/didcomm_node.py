@@ -148,3 +148,34 @@ def forward_via(mediator_did: str, sender: Party, recipient_did: str, msg: dict,
     )
     assert fwd["ok"], fwd
     return fwd["packed"]
+
+
+SICPA_PYTHON = NODE_DIR.parents[2] / "var" / "sicpa-venv" / "bin" / "python"
+SICPA_SCRIPT = NODE_DIR.parent / "sicpa" / "sicpa_peer.py"
+
+
+def sicpa_forward_via(mediator_did: str, sender: Party, recipient_did: str, msg: dict, *, enc_alg_anon: str) -> str:
+    """As `forward_via`, built by SICPA `didcomm` 0.3.2 (Python) in its own venv (scripts/ensure_extra_sicpa.sh)."""
+    med, recipient = Party(mediator_did, None, None), Party(recipient_did, None, None)
+    request = {
+        "docs": [node_doc(p.document) for p in (med, sender, recipient)],
+        "secrets": node_secrets(sender),
+        "jobs": [
+            {
+                "op": "forward",
+                "message": msg,
+                "to": recipient_did,
+                "from": sender.did,
+                "routing_keys": [mediator_did + "#key-2"],
+                "enc_alg_anon": enc_alg_anon,
+            }
+        ],
+    }
+    out = subprocess.run(
+        [str(SICPA_PYTHON), str(SICPA_SCRIPT)], input=json.dumps(request), capture_output=True, text=True, timeout=60
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"SICPA didcomm failed: {out.stderr[-2000:]}")
+    [result] = json.loads(out.stdout)["results"]
+    assert result["ok"], result
+    return result["packed"]

@@ -119,7 +119,7 @@ def sdk_party(did: str, keys: list[dict]) -> Party:
     )
 
 
-def transcript(*, recipient: IdentusRecipient, mediator: Party, sender: Party, public_url: str) -> dict:
+def transcript(*, recipient: IdentusRecipient, mediator: Party, senders: dict[str, Party], public_url: str) -> dict:
     """A recorded run as test data: every party's (test) keys and every event in order, wire bytes included."""
     [keys] = recipient.of_kind("keys")
     mediated = recipient.of_kind("mediated")[0]
@@ -127,7 +127,7 @@ def transcript(*, recipient: IdentusRecipient, mediator: Party, sender: Party, p
     return {
         "source": (
             f"@hyperledger/identus-sdk {VERSION} (npm) driven by tests/interop/identus/recipient.mjs --record, "
-            f"the sender didcomm-node {didcomm_node.VERSION}, against a Daphne server; recorded by "
+            f"the senders didcomm-node {didcomm_node.VERSION} and SICPA didcomm 0.3.2, against a Daphne server; recorded by "
             "tests/didcomm/test_identus_e2e.py; every key is a throwaway test key"
         ),
         "public_url": public_url,
@@ -135,7 +135,7 @@ def transcript(*, recipient: IdentusRecipient, mediator: Party, sender: Party, p
             "mediator": mediator.to_json(),
             "host": sdk_party(mediated["host_did"], keys["keys"][mediated["host_did"]]).to_json(),
             "peer": sdk_party(peer_did, keys["keys"][peer_did]).to_json(),
-            "sender": sender.to_json(),
-        },
+        }
+        | {name: party.to_json() for name, party in senders.items()},
         "events": [e for e in recipient.events if e["event"] != "keys"],
     }
