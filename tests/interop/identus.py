@@ -29,10 +29,11 @@ def installed_version() -> str | None:
     return json.loads(pkg.read_text())["version"] if pkg.exists() else None
 
 
-def selftest(invitation: dict, timeout: float = 60) -> dict:
-    """Offline: the SDK parses `invitation` (OOB 2.0), resolves its DID and makes a peer DID of its own."""
+def selftest(invitation: dict | str, timeout: float = 60) -> dict:
+    """Offline: the SDK parses `invitation` (OOB 2.0 JSON or its `?_oob=` URL), resolves its DID and makes a
+    peer DID of its own."""
     out = subprocess.run(
-        ["node", str(SCRIPT), "--selftest", json.dumps(invitation)],
+        ["node", str(SCRIPT), "--selftest", invitation if isinstance(invitation, str) else json.dumps(invitation)],
         cwd=IDENTUS_DIR,
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 // The Identus SDK 7.0.0 (npm @hyperledger/identus-sdk) as an independent DIDComm v2 RECIPIENT of our mediator.
 //
 //   node recipient.mjs <invitation URL>  [--record]
-//   node recipient.mjs --selftest <OOB invitation JSON>
+//   node recipient.mjs --selftest <OOB invitation JSON or ?_oob= URL>
 //
 // Everything on the wire is the SDK's own code: its Agent asks for mediation (Coordinate Mediation 2.0), adds a
 // new peer DID (keylist-update), polls with Pickup 3.0 delivery-request, acks with messages-received, and in
@@ -132,10 +132,10 @@ async function invitationFrom(url) {
   return (response.headers.get("content-type") ?? "").includes("json") ? JSON.parse(text) : text;
 }
 
-async function selftest(invitationJson) {
+async function selftest(invitation) {
   // Offline: no mediator. The SDK's own OOB 2.0 parser and peer DID creation and resolution.
   const agent = newAgent(undefined, false);
-  const oob = await agent.parseInvitation(JSON.parse(invitationJson));
+  const oob = await agent.parseInvitation(invitation.startsWith("{") ? JSON.parse(invitation) : invitation);
   const peerDid = await agent.createNewPeerDID([], false);
   const mediatorDoc = await castor.resolveDID(oob.from);
   emit("selftest", {
@@ -150,7 +150,7 @@ async function selftest(invitationJson) {
 async function main() {
   if (args[0] === "--selftest") return selftest(args[1]);
   const url = args.find((a) => !a.startsWith("--"));
-  if (!url) throw new Error("usage: recipient.mjs <invitation URL> [--record] | --selftest <invitation JSON>");
+  if (!url) throw new Error("usage: recipient.mjs <invitation URL> [--record] | --selftest <invitation JSON or URL>");
 
   const probe = newAgent(undefined, false);
   const oob = await probe.parseInvitation(await invitationFrom(url));
