@@ -256,7 +256,8 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
         problem.message, problem.ctx = message, ctx
         raise
     if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
-        return Reply(outcome.status, live=outcome.live), message, ctx
+        # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
+        return Reply(202, live=outcome.live), message, ctx
     response = _stamp(outcome.response, ctx, message)
     envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
     body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")

@@ -121,3 +121,61 @@ def message(sender: Party | None, recipient: Party, body: dict | None = None) ->
     if sender:
         msg["from"] = sender.did
     return msg
+
+
+def forward_via(mediator_did: str, sender: Party, recipient_did: str, msg: dict, *, enc_alg_anon: str) -> str:
+    """didcomm-node authcrypts `msg` from `sender` to `recipient_did` and wraps it in a routing/2.0 forward,
+    anoncrypt to the mediator's key-agreement key (`#key-2` of our mediator DID): the body to POST."""
+    med, recipient = Party(mediator_did, None, None), Party(recipient_did, None, None)  # public documents only
+    [packed] = run(
+        [{"op": "pack", "message": msg, "to": recipient_did, "from": sender.did}],
+        parties=[med, sender, recipient],
+        secrets_of=[sender],
+    )
+    assert packed["ok"], packed
+    [fwd] = run(
+        [
+            {
+                "op": "forward",
+                "packed": packed["packed"],
+                "to": recipient_did,
+                "routing_keys": [mediator_did + "#key-2"],
+                "enc_alg_anon": enc_alg_anon,
+            }
+        ],
+        parties=[med, sender, recipient],
+        secrets_of=[],
+    )
+    assert fwd["ok"], fwd
+    return fwd["packed"]
+
+
+SICPA_PYTHON = NODE_DIR.parents[2] / "var" / "sicpa-venv" / "bin" / "python"
+SICPA_SCRIPT = NODE_DIR.parent / "sicpa" / "sicpa_peer.py"
+
+
+def sicpa_forward_via(mediator_did: str, sender: Party, recipient_did: str, msg: dict, *, enc_alg_anon: str) -> str:
+    """As `forward_via`, built by SICPA `didcomm` 0.3.2 (Python) in its own venv (scripts/ensure_extra_sicpa.sh)."""
+    med, recipient = Party(mediator_did, None, None), Party(recipient_did, None, None)
+    request = {
+        "docs": [node_doc(p.document) for p in (med, sender, recipient)],
+        "secrets": node_secrets(sender),
+        "jobs": [
+            {
+                "op": "forward",
+                "message": msg,
+                "to": recipient_did,
+                "from": sender.did,
+                "routing_keys": [mediator_did + "#key-2"],
+                "enc_alg_anon": enc_alg_anon,
+            }
+        ],
+    }
+    out = subprocess.run(
+        [str(SICPA_PYTHON), str(SICPA_SCRIPT)], input=json.dumps(request), capture_output=True, text=True, timeout=60
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"SICPA didcomm failed: {out.stderr[-2000:]}")
+    [result] = json.loads(out.stdout)["results"]
+    assert result["ok"], result
+    return result["packed"]
