@@ -95,7 +95,7 @@ class AcaPyAgent:
 
     def post(self, path: str, body: dict | None = None, **params) -> dict:
         resp = self.admin.post(path, json=body if body is not None else {}, params=params)
-        assert resp.status_code == 200, f"POST {path}: {resp.status_code} {resp.text}"
+        assert resp.status_code in (200, 201), f"POST {path}: {resp.status_code} {resp.text}"
         return resp.json()
 
     def wait_for(self, what: str, probe: Callable[[], object], timeout: float = 30) -> object:
