@@ -17,6 +17,7 @@ from apps.didcomm.core.did_key import did_key_to_verkey
 from apps.didcomm.models import Connection, Mediation, Outbound, RecipientKey
 from tests.interop import acapy
 
+from .recorded import open_recorded
 from .v1_server import V1Mediator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -55,6 +56,17 @@ def keylists_received(agent: acapy.AcaPyAgent) -> list[list[str]]:
     """The keys of each `keylist` ACA-Py received, in order (its keylist handler only logs them)."""
     lines = [line for line in agent.log().splitlines() if "Keylist received:" in line]
     return [re.findall(r"recipient_key='([^']+)'", line) for line in lines]
+
+
+def _invitation_keys(opened) -> set[str]:
+    """Every key the recipient ever added (its invitation key included)."""
+    return {
+        u["recipient_key"]
+        for o in opened
+        if o.type.endswith("keylist-update")
+        for u in o.message["updates"]
+        if u["action"] == "add"
+    }
 
 
 def connection_state(agent: acapy.AcaPyAgent, connection_id: str) -> str:
@@ -125,4 +137,26 @@ def test_acapy_gets_mediation_registers_keys_and_receives_a_message_routed_throu
     time.sleep(3)  # ACA-Py sends in the background; give its forward (and our refusal) time to happen
     assert Outbound.objects.filter(tenant=mediator.tenant).count() == outbound_before
     assert [m["content"] for m in recipient.webhooks.of("basicmessages")] == ["hello through the mediator"]
+    # 5. what the two agents sent us, recorded (MEDIATOR_RECORD_FIXTURES=1 writes the fixture)
+    opened = open_recorded(mediator.record("acapy_1.7.0.json", agent="ACA-Py 1.7.0"))
+    assert opened[0].type == "didexchange/1.1/request"
+    assert {o.type for o in opened} == {
+        "didexchange/1.1/request",
+        "didexchange/1.1/complete",
+        "trust_ping/1.0/ping",
+        "coordinate-mediation/1.0/mediate-request",
+        "coordinate-mediation/1.0/keylist-update",
+        "coordinate-mediation/1.0/keylist-query",
+        "routing/1.0/forward",
+    }
+    forwards = [o for o in opened if o.type == "routing/1.0/forward"]
+    assert all(o.sender_verkey is None for o in forwards)  # anoncrypt, to our routing key
+    assert all(o.sender_verkey for o in opened if o not in forwards)  # authcrypt
+    assert {o.message["to"] for o in forwards} <= {did_key_to_verkey(k) for k in client_keys} | {
+        did_key_to_verkey(k) for k in _invitation_keys(opened)
+    }
+    assert [o.message["paginate"] for o in opened if o.type.endswith("keylist-query")] == [
+        {"limit": 1, "offset": 0},
+        {"limit": 1, "offset": 1},
+    ]
     assert time.monotonic() - t0 < 90, f"took {time.monotonic() - t0:.0f} s"

@@ -17,6 +17,7 @@ from apps.didcomm.core.did_key import normalise_verkey
 from apps.didcomm.models import Connection, QueuedMessage
 from tests.interop import credo
 
+from .recorded import open_recorded
 from .v1_server import V1Mediator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -97,4 +98,16 @@ def test_credo_picks_up_by_polling_then_after_being_offline_and_live(mediator, s
     assert [e["event"] for e in recipient.seen[mark:]] == ["socket-frame", "basic-message"]
     # a pushed message stays queued until Credo's messages-received (it acks over HTTP, just after)
     assert wait_queued(mediator, 0) == 0
+    opened = open_recorded(mediator.record("credo_0.6.3.json", agent="Credo 0.6.3"))
+    types = {(o.transport, o.type) for o in opened}
+    assert {
+        ("http", "messagepickup/2.0/status-request"),
+        ("http", "messagepickup/2.0/delivery-request"),
+        ("http", "messagepickup/2.0/messages-received"),
+        ("ws", "messagepickup/2.0/live-delivery-change"),
+        ("http", "routing/1.0/forward"),
+    } <= types
+    assert all(o.sender_verkey is None for o in opened if o.type == "routing/1.0/forward")
+    pickups = [o for o in opened if o.type.startswith("messagepickup/2.0/")]
+    assert {o.message["~transport"]["return_route"] for o in pickups} == {"all"}
     assert time.monotonic() - t0 < 120, f"took {time.monotonic() - t0:.0f} s"
