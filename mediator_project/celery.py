@@ -67,6 +67,13 @@ app.conf.beat_schedule = {
         "schedule": 10 * MINUTE,
         "options": {"expires": 10 * MINUTE},
     },
+    # DIDComm v1 outbound POSTs: each row has its own task with backoff; this sweep picks up rows
+    # whose task was lost (broker down, worker killed). Every minute, so a lost POST waits ~1 min.
+    "deliver-didcomm-outbound": {
+        "task": "apps.didcomm.tasks.deliver_due_outbound",
+        "schedule": MINUTE,
+        "options": {"expires": MINUTE},
+    },
     # Metering retention (issue 6): drop metering rows older than each tenant's
     # metering_retention_days. Implemented by the usage app.
     "prune-metering": {

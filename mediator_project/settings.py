@@ -198,6 +198,14 @@ MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
 # them in their DIDComm policy (null = these, 0 = off).
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
+# DIDComm v1 outbound POSTs (to an agent's endpoint from its DID document; ACA-Py never asks for
+# a return route). Private, loopback, link-local and other non-global targets are refused unless
+# this is on (the test suite turns it on: its agents listen on 127.0.0.1). The Celery queue of the
+# delivery task, the per-request timeout and the retry backoff cap (seconds).
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE", False)
+MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
+MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
+MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)
 MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).

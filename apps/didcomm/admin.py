@@ -9,9 +9,10 @@ from unfold.admin import ModelAdmin
 
 from apps.tenants.services import Actor
 
-from .models import DidcommPolicy, Mediation, MediatorIdentity
+from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .selectors import queued_for, recipient_depths
 from .services import mediation_revoke
+from .services_v1 import connection_remove
 
 
 @admin.register(DidcommPolicy)
@@ -72,3 +73,40 @@ class MediationAdmin(ModelAdmin):
         for mediation in queryset:
             mediation_revoke(mediation=mediation, actor=Actor(user=request.user, via="admin"))
         messages.success(request, f"Revoked {queryset.count()} grant(s).")
+
+
+@admin.register(Connection)
+class ConnectionAdmin(ModelAdmin):
+    """DIDComm v1 connections (DID Exchange): read-only; an operator can remove them."""
+
+    list_display = ["tenant", "short_did", "protocol", "state", "has_endpoint", "created_at"]
+    list_filter = ["state", "tenant"]
+    list_select_related = ["tenant"]
+    fields = ["tenant", "their_did", "their_verkey", "endpoint", "protocol", "state", "created_at", "updated_at"]
+    readonly_fields = fields
+    actions = ["remove_selected"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # made by DID Exchange, never by hand
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # removal goes through the audited action below
+
+    @admin.display(description="their DID")
+    def short_did(self, obj: Connection) -> str:
+        return obj.their_did[:60] + "…"
+
+    @admin.display(description="HTTP endpoint", boolean=True)
+    def has_endpoint(self, obj: Connection) -> bool:
+        return bool(obj.endpoint)
+
+    @admin.action(
+        description="Remove the selected connections (their mediation, keys and queued messages go too)",
+        permissions=["change"],
+    )
+    def remove_selected(self, request, queryset):
+        count = 0
+        for connection in queryset:
+            connection_remove(connection=connection, actor=Actor(user=request.user, via="admin"))
+            count += 1
+        messages.success(request, f"Removed {count} connection(s).")

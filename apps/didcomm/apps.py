@@ -16,7 +16,7 @@ class DidcommConfig(AppConfig):
         from apps.usage import metering
 
         from . import hooks, metrics, services
-        from .jobs import PURGE_JOB
+        from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB
 
         # Like the Decentrl front door: plug metering and metrics into our own observer list,
         # exactly once (ready() may run more than once in some test setups).
@@ -27,6 +27,7 @@ class DidcommConfig(AppConfig):
             if fn not in hooks.OBSERVERS:
                 hooks.OBSERVERS.append(fn)
         jobs.register(PURGE_JOB)
+        jobs.register(OUTBOUND_PURGE_JOB)
         ops_metrics.register_tenant_size(
             "mediator_message_queue_size", "Queued DIDComm messages, per tenant.", services.queue_sizes
         )

@@ -25,7 +25,7 @@ from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
-from . import metrics, services
+from . import dispatch_v1, metrics, services
 from .dispatch import handle, live_delivery_frame, problem_message
 from .models import did_hash
 from .problems import Problem
@@ -56,7 +56,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.tenant = None
         self.closed = False
         self.observed = False
-        self.live: dict[str, tuple[str, str, str]] = {}  # did hash -> (did, kid, group)
+        self.live: dict[str, tuple[str, str, str, str]] = {}  # did hash -> (did, kid, group, protocol)
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
@@ -79,28 +79,31 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         if self.tenant is None or self.closed:
             return
         raw = text_data.encode("utf-8") if text_data is not None else (bytes_data or b"")
-        reply = await database_sync_to_async(handle)(
+        # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
+        handler = dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle
+        reply = await database_sync_to_async(handler)(
             raw, tenant=self.tenant, transport="ws", remote_addr=self.ip, live=bool(self.live)
         )
         if reply.body:
-            await self._send(reply.body.decode("utf-8"))
+            # v1 agents (Credo) send and expect binary frames; v2 clients text.
+            await self._send(reply.body if reply.protocol == "v1" else reply.body.decode("utf-8"))
         if reply.live is None or reply.caller_did is None or self.closed:
             return
         key = did_hash(reply.caller_did)
         if reply.live:
-            await self._go_live(key, reply.caller_did, reply.caller_kid)
+            await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol)
         elif key in self.live:
-            _, _, group = self.live.pop(key)
+            group = self.live.pop(key)[2]
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def _go_live(self, key: str, did: str, kid: str) -> None:
+    async def _go_live(self, key: str, did: str, kid: str, protocol: str) -> None:
         group = group_name(self.tenant.pk, did)
         try:
             await self.channel_layer.group_add(group, self.channel_name)
         except Exception:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
             log.warning("didcomm: channel layer unreachable while going live")
             return
-        self.live[key] = (did, kid, group)
+        self.live[key] = (did, kid, group, protocol)
         # What was queued before live mode started goes out now, once (then each new message).
         await self._deliver(key, None)
 
@@ -119,11 +122,10 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         entry = self.live.get(key)
         if entry is None or self.closed:
             return
-        did, kid, _ = entry
+        did, kid, _, protocol = entry
+        build = dispatch_v1.live_delivery_frame if protocol == "v1" else live_delivery_frame
         try:
-            frame = await database_sync_to_async(live_delivery_frame)(
-                tenant=self.tenant, client_did=did, client_kid=kid, ids=ids
-            )
+            frame = await database_sync_to_async(build)(tenant=self.tenant, client_did=did, client_kid=kid, ids=ids)
         except DatabaseError:
             log.warning("didcomm: database unreachable during a live delivery")
             return
@@ -141,7 +143,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = True
         if getattr(self, "budget", None):
             self.budget.release()
-        for _, _, group in getattr(self, "live", {}).values():
+        for _, _, group, _ in getattr(self, "live", {}).values():
             try:
                 await self.channel_layer.group_discard(group, self.channel_name)
             except Exception:  # noqa: BLE001 - the membership expires by itself
@@ -149,9 +151,12 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         if getattr(self, "observed", False):
             metrics.ACTIVE_CONNECTIONS.dec()
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, frame: str | bytes) -> None:
         try:
-            await self.send(text_data=text)
+            if isinstance(frame, bytes):
+                await self.send(bytes_data=frame)
+            else:
+                await self.send(text_data=frame)
         except Exception:  # noqa: BLE001 - the peer is already gone (Daphne refuses to send)
             self.closed = True
 

@@ -50,6 +50,7 @@ class Reply:
     content_type: str | None = None
     retry_after: int | None = None
     live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    protocol: str = "v2"  # "v1": an RFC 0019 exchange (socket frames are binary)
     caller_did: str | None = None  # the authcrypt sender, once known
     caller_kid: str | None = None  # its key (`skid`): where a socket's live deliveries are encrypted to
 
@@ -84,11 +85,6 @@ def problem_message(code: str, comment: str, *, pthid: str | None, identity=None
     if to:
         msg["to"] = [to]
     return msg
-
-
-def _media_ok(content_type: str | None) -> bool:
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media in ACCEPTED_MEDIA
 
 
 @dataclass
@@ -173,11 +169,40 @@ def handle(
         log.warning("didcomm: database unreachable tenant=%s", tenant.slug if tenant else "-")
         code = Code.UNAVAILABLE
         reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), None)
-    caller = ctx.caller_did if ctx else None
-    reply.caller_did = caller
+    reply.caller_did = ctx.caller_did if ctx else None
     reply.caller_kid = ctx.caller_kid if ctx else None
+    observe(
+        tenant=tenant,
+        transport=transport,
+        channel=hooks.CHANNEL,
+        short=protocols.short_type(message.type if message else None),
+        code=code,
+        reply=reply,
+        raw=raw,
+        started=started,
+        sender=reply.caller_did,
+        remote_addr=remote_addr,
+        extra=ctx.extra if ctx else {},
+    )
+    return reply
+
+
+def observe(
+    *,
+    tenant: Tenant | None,
+    transport: str,
+    channel: str,
+    short: str,
+    code: str,
+    reply: Reply,
+    raw: bytes,
+    started: float,
+    sender: str | None,
+    remote_addr: str | None,
+    extra: dict,
+) -> None:
+    """The one log line and the observers' record of a finished DIDComm message (v1 and v2)."""
     duration = (time.perf_counter() - started) * 1000
-    short = protocols.short_type(message.type if message else None)
     # Routing metadata only: never a payload, an attachment, a key or a DID.
     log.info(
         "didcomm tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f%s",
@@ -187,21 +212,21 @@ def handle(
         code,
         reply.status,
         duration,
-        "".join(f" {k}={v}" for k, v in (ctx.extra.items() if ctx else ())),
+        "".join(f" {k}={v}" for k, v in extra.items()),
     )
     record = hooks.MessageRecord(
         tenant_id=tenant.pk if tenant else None,
         tenant_slug=tenant.slug if tenant else None,
         at=timezone.now(),
         transport=transport,
-        channel=hooks.CHANNEL,
+        channel=channel,
         command_type=short,
         code=code,
         http_status=reply.status,
         bytes_in=len(raw),
         bytes_out=len(reply.body),
         duration_ms=duration,
-        sender_did=caller,
+        sender_did=sender,
         remote_addr=remote_addr,
     )
     for observer in hooks.OBSERVERS:
@@ -209,10 +234,12 @@ def handle(
             observer(record)
         except Exception:  # noqa: BLE001 - an observer must never break the message path
             log.exception("didcomm observer failed")
-    return reply
 
 
-def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Reply, PlainMessage, Context]:
+def admit(
+    raw: bytes, tenant: Tenant | None, transport: str, remote_addr: str | None, content_type: str | None, media
+) -> DidcommPolicy:
+    """The checks before decryption, shared by both versions: tenant, policy, size, media type, per-IP limit."""
     if tenant is None:
         raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
     if not tenant.is_active:
@@ -222,10 +249,15 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
         raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
     if len(raw) > tenant.max_body_bytes:
         raise Problem(Code.TOO_BIG, "message too large", 413)
-    if transport == "http" and not _media_ok(content_type):
-        raise Problem(Code.UNSUPPORTED_MEDIA, f"use {ENCRYPTED_MEDIA}", 415)
+    if transport == "http" and (content_type or "").split(";", 1)[0].strip().lower() not in media:
+        raise Problem(Code.UNSUPPORTED_MEDIA, f"use {media[0]}", 415)
     if remote_addr:
-        _limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
+        limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
+    return policy
+
+
+def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Reply, PlainMessage, Context]:
+    policy = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
     identities = services.identities_accepting(tenant=tenant)
     try:
         unpacked = _unpack(raw, identities)
@@ -244,7 +276,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
     )
     try:
         if ctx.caller_did:
-            _limit(
+            limit(
                 "didcomm_sender",
                 tenant,
                 ctx.caller_did,
@@ -264,7 +296,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
     return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
 
 
-def _limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:
+def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:
     try:
         limits.enforce(scope, tenant.pk, ident, default if override is None else override)
     except ProtocolError as err:

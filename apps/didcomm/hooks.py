@@ -13,6 +13,7 @@ from typing import Any
 
 # The usage channel of every DIDComm v2 record (beside Decentrl's DCTRL-0004 channels).
 CHANNEL = "didcomm-v2"
+CHANNEL_V1 = "didcomm-v1"  # the same records for the DIDComm v1 (RFC 0019) front door
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from apps.ops.jobs import Job
 
+from .outbound import outbound_purge_expired
 from .services import messages_purge_expired
 
 
@@ -15,3 +16,13 @@ def _purge(*, now: datetime, dry_run: bool, tenant) -> int:
 
 # UC-021 AF-5: queued messages past their tenant's message_ttl_hours are removed.
 PURGE_JOB = Job("purge_didcomm_messages", "expired DIDComm messages", "purged", _purge, "didcomm_messages")
+
+
+def _purge_outbound(*, now: datetime, dry_run: bool, tenant) -> int:
+    return outbound_purge_expired(tenant=tenant, now=now, dry_run=dry_run)
+
+
+# DIDComm v1: outbound POSTs past their expiry are given up (an attempt removes them too).
+OUTBOUND_PURGE_JOB = Job(
+    "purge_didcomm_outbound", "expired DIDComm v1 outbound messages", "purged", _purge_outbound, "didcomm_outbound"
+)

@@ -122,6 +122,10 @@ class Mediation(models.Model):
     client_did = models.TextField()
     client_hash = models.CharField(max_length=64)
     state = models.CharField(max_length=8, choices=State.choices)
+    # DIDComm v1 (CM 1.0): the connection the client asked over; NULL for a DIDComm v2 client.
+    connection = models.OneToOneField(
+        "Connection", null=True, blank=True, on_delete=models.CASCADE, related_name="mediation"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -133,6 +137,37 @@ class Mediation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.client_did[:48]}… ({self.state})"
+
+
+class Connection(models.Model):
+    """A DIDComm v1 connection (DID Exchange 1.0/1.1) between an agent and a tenant's mediator.
+
+    The agent is known by the base58 verkey it authcrypts from (`their_verkey`); our side is the
+    identity's Ed25519 key, which is also the invitation key and the routing key.
+    """
+
+    class State(models.TextChoices):
+        RESPONSE_SENT = "response", "Response sent"
+        COMPLETED = "completed", "Completed"
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    identity = models.ForeignKey(MediatorIdentity, on_delete=models.CASCADE, related_name="+")
+    their_did = models.TextField()
+    their_verkey = models.CharField(max_length=64)
+    endpoint = models.TextField(blank=True, help_text="their http(s) DIDComm endpoint; blank: return routes only")
+    routing_keys = models.JSONField(default=list, blank=True, help_text="base58 verkeys, outermost last")
+    thread_id = models.TextField(help_text="the DID Exchange request's thread")
+    protocol = models.CharField(max_length=24)
+    state = models.CharField(max_length=12, choices=State.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "DIDComm v1 connection"
+        constraints = [models.UniqueConstraint(fields=["tenant", "their_verkey"], name="didcomm_connection_key")]
+
+    def __str__(self) -> str:
+        return f"{self.their_did[:48]}… ({self.state})"
 
 
 class RecipientKey(models.Model):
@@ -182,3 +217,26 @@ class QueuedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"message {self.message_id}"
+
+
+class Outbound(models.Model):
+    """A DIDComm v1 message waiting to be POSTed to an agent's endpoint (ACA-Py never asks for a
+    return route): a packed reply (`body`) or a forwarded message (`queued`, sent as stored).
+    Retried with backoff until `expires_at`."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="+")
+    queued = models.ForeignKey(QueuedMessage, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    body = models.TextField(blank=True, help_text="the packed envelope of a reply; blank for a forwarded message")
+    attempts = models.PositiveIntegerField(default=0)
+    last_status = models.CharField(max_length=32, blank=True, help_text="HTTP status or error class; no payload")
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "DIDComm v1 outbound message"
+        indexes = [models.Index(fields=["next_attempt_at"], name="didcomm_outbound_due")]
+
+    def __str__(self) -> str:
+        return f"outbound {self.pk} ({self.attempts} attempts)"

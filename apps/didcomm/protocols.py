@@ -55,3 +55,35 @@ class Code:
     RATE_LIMITED = "e.p.xfer.rate-limited"
     UNKNOWN_MEDIATOR = "e.p.xfer.unknown-mediator"
     UNAVAILABLE = "e.p.me.unavailable"
+    # DIDComm v1 only
+    NOT_CONNECTED = "e.p.req.not-connected"  # an authcrypt message from a key with no connection
+    CONNECTION_EXISTS = "e.p.req.connection-exists"  # DID Exchange again from a connected key, new thread
+    UNSUPPORTED_DID = "e.p.did.unresolvable"  # DID Exchange with a DID we cannot resolve
+
+
+# --- DIDComm v1 (Aries) -------------------------------------------------------------------------
+
+DIDX_10 = BASE + "didexchange/1.0/"
+DIDX_11 = BASE + "didexchange/1.1/"
+CM1 = BASE + "coordinate-mediation/1.0/"
+FORWARD_V1 = BASE + "routing/1.0/forward"
+PICKUP_V1 = BASE + "messagepickup/1.0/"
+PICKUP_V2 = BASE + "messagepickup/2.0/"
+TRUST_PING_V1 = BASE + "trust_ping/1.0/"
+DISCOVER_V1 = BASE + "discover-features/1.0/"
+REPORT_PROBLEM_V1 = BASE + "report-problem/1.0/problem-report"
+NOTIFICATION_PROBLEM = BASE + "notification/1.0/problem-report"
+OOB_V1_INVITATION = BASE + "out-of-band/1.1/invitation"
+
+# Discover Features 1.0: protocol ids and our roles, exactly what the v1 front door implements.
+SUPPORTED_V1: dict[str, tuple[str, ...]] = {
+    BASE + "didexchange/1.1": ("responder",),
+    BASE + "didexchange/1.0": ("responder",),
+    BASE + "coordinate-mediation/1.0": ("mediator",),
+    BASE + "routing/1.0": ("mediator",),
+    BASE + "messagepickup/2.0": ("mediator",),
+    BASE + "messagepickup/1.0": ("mediator",),
+    BASE + "trust_ping/1.0": ("receiver",),
+    BASE + "discover-features/1.0": ("responder",),
+    BASE + "report-problem/1.0": ("notified",),
+}

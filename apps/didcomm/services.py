@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
@@ -27,7 +29,16 @@ from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b64url_nopad
 
 from . import protocols
-from .models import DidcommPolicy, Mediation, MediatorIdentity, QueuedMessage, RecipientKey, did_hash
+from .models import (
+    Connection,
+    DidcommPolicy,
+    Mediation,
+    MediatorIdentity,
+    Outbound,
+    QueuedMessage,
+    RecipientKey,
+    did_hash,
+)
 from .recipients import check_registrable, lookup_form
 
 log = logging.getLogger("mediator.didcomm")
@@ -36,6 +47,8 @@ log = logging.getLogger("mediator.didcomm")
 WAKE = "DIDCOMM_WAKE"
 # Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
 PURGE_BATCH = 5_000
+# The Celery task that POSTs a DIDComm v1 outbound row (apps/didcomm/tasks.py), sent by name.
+OUTBOUND_TASK = "apps.didcomm.tasks.deliver_outbound"
 
 
 class QueueFull(Exception):
@@ -125,7 +138,8 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
     """Queue, for each granted client, a CM 2.0 mediate-grant from the new DID naming it as routing DID."""
     policy = policy_for(tenant=tenant)
     count = 0
-    for mediation in Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED):
+    # DIDComm v1 connections are told nothing: they keep our old did:peer:4 until the grace ends.
+    for mediation in Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED, connection__isnull=True):
         message = {
             "id": str(uuid.uuid4()),
             "typ": "application/didcomm-plain+json",
@@ -256,7 +270,7 @@ def recipient_for_next(*, tenant: Tenant, next_did: str) -> RecipientKey | None:
     except DidcommError:
         return None
     return (
-        RecipientKey.objects.select_related("mediation")
+        RecipientKey.objects.select_related("mediation", "mediation__connection")
         .filter(tenant=tenant, lookup_hash=did_hash(form), mediation__state=Mediation.State.GRANTED)
         .first()
     )
@@ -297,6 +311,7 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
 class Stored:
     message_id: str
     evicted: int
+    row: QueuedMessage | None = None
 
 
 def _enqueue(
@@ -331,13 +346,33 @@ def _enqueue(
     notify_on_commit(
         tenant_id=tenant.pk, did=mediation.client_did, message={"type": WAKE, "ids": [str(row.message_id)]}
     )
-    return Stored(str(row.message_id), evicted)
+    return Stored(str(row.message_id), evicted, row)
 
 
 @transaction.atomic
 def message_store(*, tenant: Tenant, policy: DidcommPolicy, recipient: RecipientKey, data: dict) -> Stored:
-    """Store a forwarded attachment for `recipient`, durably, before any answer or push (UC-021 step 8)."""
-    return _enqueue(tenant=tenant, policy=policy, mediation=recipient.mediation, recipient=recipient, data=data)
+    """Store a forwarded attachment for `recipient`, durably, before any answer or push (UC-021 step 8).
+
+    When the recipient's client is a DIDComm v1 connection with an HTTP endpoint (ACA-Py), the
+    stored message is also queued for an outbound POST of `data.json` unchanged (after commit).
+    """
+    stored = _enqueue(tenant=tenant, policy=policy, mediation=recipient.mediation, recipient=recipient, data=data)
+    connection = recipient.mediation.connection
+    if connection is not None and connection.endpoint and isinstance(data.get("json"), dict):
+        outbound_create(connection=connection, queued=stored.row, body="", expires_at=stored.row.expires_at)
+    return stored
+
+
+def outbound_create(*, connection: Connection, queued: QueuedMessage | None, body: str, expires_at) -> Outbound:
+    """Queue an outbound POST to a v1 connection's endpoint; its delivery task leaves after commit."""
+    row = Outbound.objects.create(
+        tenant_id=connection.tenant_id, connection=connection, queued=queued, body=body, expires_at=expires_at
+    )
+    row_id = row.pk
+    transaction.on_commit(
+        lambda: current_app.send_task(OUTBOUND_TASK, args=[row_id], queue=settings.MEDIATOR_DIDCOMM_OUTBOUND_QUEUE)
+    )
+    return row
 
 
 def _queue(mediation: Mediation, recipient: RecipientKey | None):
@@ -345,15 +380,23 @@ def _queue(mediation: Mediation, recipient: RecipientKey | None):
     return qs.filter(recipient=recipient) if recipient is not None else qs
 
 
+def messages_rows(
+    *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
+) -> list[tuple[str, dict, datetime]]:
+    """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay queued."""
+    qs = _queue(mediation, recipient).order_by("id")
+    if ids is not None:
+        qs = qs.filter(message_id__in=_uuids(ids))
+    rows = qs.values_list("message_id", "data", "received_at")[:limit]
+    return [(str(mid), json.loads(data), at) for mid, data, at in rows]
+
+
 def messages_batch(
     *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
 ) -> list[dict]:
     """Up to `limit` queued messages, oldest first, as Pickup 3.0 attachments (they stay queued)."""
-    qs = _queue(mediation, recipient).order_by("id")
-    if ids is not None:
-        qs = qs.filter(message_id__in=_uuids(ids))
-    rows = qs.values_list("message_id", "data")[:limit]
-    return [{"id": str(mid), "data": json.loads(data)} for mid, data in rows]
+    rows = messages_rows(mediation=mediation, recipient=recipient, limit=limit, ids=ids)
+    return [{"id": mid, "data": data} for mid, data, _ in rows]
 
 
 def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:

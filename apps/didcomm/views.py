@@ -1,4 +1,5 @@
-"""DIDComm v2 over HTTP: `POST /didcomm` (a message) and `GET /didcomm/invitation` (OOB 2.0).
+"""DIDComm over HTTP: `POST /didcomm` (a v2 JWE or a v1 RFC 0019 envelope, told apart by shape) and
+`GET /didcomm/invitation` (OOB 2.0, or OOB 1.1 with `?version=1`).
 
 POST is a plain Django view: the received bytes reach the decrypter untouched (STYLE §8).
 """
@@ -16,9 +17,11 @@ from django.views.decorators.http import require_http_methods
 
 from apps.ops.clientip import forwarded_client
 
+from . import dispatch_v1
 from .dispatch import Reply, handle, problem_message
 from .protocols import Code
 from .services import invitation_for, policy_for
+from .services_v1 import invitation_v1_for
 
 
 def _response(reply: Reply) -> HttpResponse:
@@ -44,7 +47,8 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
-    reply = handle(
+    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
+    reply = (dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle)(
         raw,
         tenant=request.tenant,
         transport="http",
@@ -56,7 +60,8 @@ def endpoint(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "HEAD"])
 def invitation(request: HttpRequest) -> HttpResponse:
-    """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text."""
+    """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text.
+    `?version=1`: the Out-of-Band 1.1 invitation for DIDComm v1 agents (its URL form uses `?oob=`)."""
     tenant = request.tenant
     if tenant is None:
         return _problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
@@ -65,7 +70,8 @@ def invitation(request: HttpRequest) -> HttpResponse:
     try:
         if not policy_for(tenant=tenant).enabled:
             return _problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
-        message, url = invitation_for(tenant=tenant)
+        v1 = request.GET.get("version") == "1" or "oob" in request.GET
+        message, url = (invitation_v1_for if v1 else invitation_for)(tenant=tenant)
     except DatabaseError:
         return _problem(Code.UNAVAILABLE, "mediator unavailable", 503)
     if request.GET.get("form") == "url":

@@ -182,3 +182,28 @@ def peer4_document_json(did: str) -> dict:
 def resolve_peer4(did: str) -> DidDocument:
     """Resolve a long-form did:peer:4."""
     return document_from_json(peer4_document_json(did))
+
+
+def peer4_didcomm_v1(key: PublicKey, endpoints: Sequence[str]) -> str:
+    """A long-form did:peer:4 shaped as ACA-Py 1.7 makes its own (one Ed25519 `#key-0` for
+    authentication and key agreement; one `did-communication` service per endpoint, in priority order)."""
+    services = [
+        {
+            "id": f"#didcomm-{i}",
+            "type": "did-communication",
+            "recipientKeys": ["#key-0"],
+            "routingKeys": [],
+            "serviceEndpoint": uri,
+            "priority": i,
+        }
+        for i, uri in enumerate(endpoints)
+    ]
+    return peer4_create(
+        {
+            "@context": list(_CONTEXT),
+            "verificationMethod": [{"id": "#key-0", "type": "Multikey", "publicKeyMultibase": key.multibase}],
+            "authentication": ["#key-0"],
+            "keyAgreement": ["#key-0"],
+            "service": services,
+        }
+    )

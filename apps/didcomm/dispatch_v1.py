@@ -1,0 +1,191 @@
+"""One DIDComm v1 (RFC 0019) message path for HTTP and the socket: bytes in, a Reply out.
+
+Order: the checks shared with v2 (tenant, policy, size, media type, per-IP limit) → unpack with
+the base58 verkey of the current or a grace-period identity → the connection of the authcrypt
+sender's verkey → per-sender limit → the handler → the answer. An answer goes back on the return
+route (HTTP body or socket) when the message asked for one (`~transport.return_route` all/thread)
+or the agent has no HTTP endpoint; otherwise it is queued as an outbound POST to the endpoint of
+its DID document (ACA-Py never asks for a return route). Errors are Report Problem 1.0 messages
+on the return path, authcrypt to the sender when it is known, with the HTTP status of the code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from apps.didcomm.core import envelope_v1, message_v1
+from apps.didcomm.core.errors import DidcommError, MalformedEnvelope
+from apps.didcomm.core.message import parse_json_object
+from apps.tenants.models import Tenant
+
+from . import handlers_v1, hooks, protocols, services, services_v1
+from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, admit, limit, observe
+from .handlers_v1 import ContextV1, attachments_v1
+from .problems import Problem
+from .protocols import Code
+
+ENVELOPE_MEDIA = "application/didcomm-envelope-enc"
+ACCEPTED_MEDIA = (ENVELOPE_MEDIA, "application/ssi-agent-wire", ENCRYPTED_MEDIA, "application/json")
+
+
+def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
+    """A Report Problem 1.0 message about `msg` (its thread)."""
+    report: dict = {
+        "@type": protocols.REPORT_PROBLEM_V1,
+        "@id": str(uuid.uuid4()),
+        "description": {"code": code, "en": comment},
+    }
+    if msg is not None:
+        report["~thread"] = {"thid": msg.thid}
+    return report
+
+
+def _body(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def handle(
+    raw: bytes,
+    *,
+    tenant: Tenant | None,
+    transport: str,
+    remote_addr: str | None,
+    content_type: str | None = None,
+    live: bool | None = None,
+) -> Reply:
+    """Handle one DIDComm v1 message; never raises for client input (a problem report instead)."""
+    started = time.perf_counter()
+    msg = ctx = None
+    try:
+        reply, msg, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live)
+        code = ctx.code
+    except Problem as problem:
+        code = problem.code
+        msg, ctx = problem.message, problem.ctx
+        reply = _problem_reply(problem, msg, ctx)
+    except DatabaseError:
+        code = Code.UNAVAILABLE
+        reply = Reply(503, _body(problem_v1(code, "mediator unavailable", None)), PLAIN_MEDIA)
+    reply.protocol = "v1"
+    mediation_did = ctx.connection.their_did if ctx is not None and ctx.connection is not None else None
+    reply.caller_did = mediation_did
+    reply.caller_kid = ctx.sender_verkey if ctx is not None else None
+    observe(
+        tenant=tenant,
+        transport=transport,
+        channel=hooks.CHANNEL_V1,
+        short=protocols.short_type(msg.type if msg else None),
+        code=code,
+        reply=reply,
+        raw=raw,
+        started=started,
+        sender=mediation_did,
+        remote_addr=remote_addr,
+        extra=ctx.extra if ctx is not None else {},
+    )
+    return reply
+
+
+def _handle(raw, tenant, transport, remote_addr, content_type, live):
+    policy = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
+    identities = services.identities_accepting(tenant=tenant)
+    keys = {services_v1.verkey_of(i): i for i in identities}
+    try:
+        envelope = parse_json_object(raw)
+        unpacked = envelope_v1.unpack(envelope, private_key_for=lambda kid: _key(keys, kid))
+        msg = message_v1.parse(unpacked.message)
+    except DidcommError as exc:
+        raise Problem(exc.problem_code, str(exc), 400) from exc
+    sender = unpacked.sender_verkey
+    connection = services_v1.connection_for_key(tenant=tenant, verkey=sender) if sender else None
+    ctx = ContextV1(
+        tenant=tenant,
+        policy=policy,
+        identity=keys[unpacked.recipient_verkey],
+        identities=identities,
+        sender_verkey=sender,
+        connection=connection,
+        transport=transport,
+        live=live,
+    )
+    try:
+        if sender:
+            limit(
+                "didcomm_sender",
+                tenant,
+                sender,
+                policy.rate_limit_per_sender,
+                settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER,
+            )
+        outcome = handlers_v1.run(ctx, msg)
+    except Problem as problem:
+        problem.message, problem.ctx = msg, ctx
+        raise
+    if outcome.connection is not None:
+        ctx.connection = outcome.connection
+    if outcome.response is None or sender is None:
+        return Reply(200, live=outcome.live), msg, ctx
+    conn = ctx.connection
+    inline = msg.return_route in ("all", "thread") or conn is None or not conn.endpoint
+    if inline:
+        envelope = services_v1.pack_reply(outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[])
+        return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live), msg, ctx
+    envelope = services_v1.pack_reply(
+        outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=list(conn.routing_keys)
+    )
+    services_v1.outbound_reply(connection=conn, envelope=envelope, policy=policy)
+    ctx.extra["outbound"] = 1
+    return Reply(200, live=outcome.live), msg, ctx
+
+
+def _key(keys: dict, kid: str):
+    identity = keys.get(kid)
+    return identity.authentication_key if identity is not None else None
+
+
+def _problem_reply(problem: Problem, msg, ctx: ContextV1 | None) -> Reply:
+    """Authcrypt to the sender when known, plaintext JSON otherwise; the HTTP status says the error."""
+    report = problem_v1(problem.code, problem.comment, msg)
+    if ctx is None or ctx.sender_verkey is None:
+        return Reply(problem.status, _body(report), PLAIN_MEDIA, retry_after=problem.retry_after)
+    try:
+        envelope = services_v1.pack_reply(
+            report, identity=ctx.identity, their_verkey=ctx.sender_verkey, routing_keys=[]
+        )
+    except DidcommError:
+        return Reply(problem.status, _body(report), PLAIN_MEDIA, retry_after=problem.retry_after)
+    return Reply(problem.status, _body(envelope), ENVELOPE_MEDIA, retry_after=problem.retry_after)
+
+
+def is_v1(raw: bytes) -> bool:
+    """Whether a message body is an RFC 0019 envelope (dispatch by shape, whatever the media type)."""
+    try:
+        return envelope_v1.is_v1(parse_json_object(raw))
+    except MalformedEnvelope:
+        return False
+
+
+def live_delivery_frame(*, tenant: Tenant, client_did: str, client_kid: str, ids: list[str] | None) -> bytes | None:
+    """A Pickup 2.0 `delivery` push for a live v1 socket (empty `~thread`, as a Credo mediator pushes),
+    authcrypt to the agent's verkey `client_kid`. Messages stay queued until messages-received."""
+    connection = services_v1.connection_for_key(tenant=tenant, verkey=client_kid)
+    mediation = services_v1.mediation_of(connection=connection) if connection is not None else None
+    if mediation is None:
+        return None
+    rows = services.messages_rows(mediation=mediation, recipient=None, limit=handlers_v1.MAX_DELIVERY_LIMIT, ids=ids)
+    if not rows:
+        return None
+    delivery = {
+        "@type": protocols.PICKUP_V2 + "delivery",
+        "@id": str(uuid.uuid4()),
+        "~attach": attachments_v1(rows),
+        "~thread": {},
+        "~transport": dict(handlers_v1.RETURN_ROUTE),
+    }
+    envelope = services_v1.pack_reply(delivery, identity=connection.identity, their_verkey=client_kid, routing_keys=[])
+    return _body(envelope)

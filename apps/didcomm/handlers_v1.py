@@ -1,0 +1,459 @@
+"""DIDComm v1 protocol handlers: one function per message type, (ContextV1, V1Message) -> Outcome.
+
+DID Exchange 1.0/1.1 (responder), Coordinate Mediation 1.0, Routing 1.0 forward, Pickup 2.0 and
+1.0, Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0. Bodies are validated here into
+the same problem codes as v2; the writes are services (the grant/recipient/queue store is shared).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from apps.didcomm.core import message_v1
+from apps.didcomm.core.did_key import key_from_did_key
+from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.keys import ED25519
+from apps.didcomm.core.message_v1 import V1Message
+from apps.didcomm.core.resolver import resolve_did
+from apps.wire.encoding import b58encode
+
+from . import metrics, protocols, services, services_v1
+from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate
+from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
+from .problems import Problem
+from .protocols import (
+    CM1,
+    DIDX_10,
+    DIDX_11,
+    DISCOVER_V1,
+    FORWARD_V1,
+    NOTIFICATION_PROBLEM,
+    PICKUP_V1,
+    PICKUP_V2,
+    REPORT_PROBLEM_V1,
+    SUPPORTED_V1,
+    TRUST_PING_V1,
+    Code,
+)
+
+RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pickup answers
+
+
+@dataclass
+class ContextV1:
+    tenant: object
+    policy: DidcommPolicy
+    identity: MediatorIdentity  # the identity whose key the envelope was for; answers come from it
+    identities: list[MediatorIdentity]
+    sender_verkey: str | None  # authcrypt sender (base58), None for anoncrypt
+    connection: Connection | None  # the connection of sender_verkey, if any
+    transport: str
+    live: bool | None
+    code: str = "SUCCESS"
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: dict | None = None  # the plaintext answer (packed and routed by dispatch_v1)
+    live: bool | None = None
+    connection: Connection | None = None  # a connection the handler created (DID Exchange)
+
+
+def _problem(code: str, comment: str, status: int = 400) -> Problem:
+    return Problem(code, comment, status)
+
+
+def _thread(msg: V1Message, **extra) -> dict:
+    return {"thid": msg.thid, **extra}
+
+
+def iso(at: datetime) -> str:
+    """`2026-11-23T10:00:00.123Z` (what Credo sends and parses)."""
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _connection(ctx: ContextV1) -> Connection:
+    if ctx.sender_verkey is None:
+        raise _problem(Code.UNAUTHENTICATED, "this message must be authcrypt", 401)
+    if ctx.connection is None:
+        raise _problem(Code.NOT_CONNECTED, "no connection with this key: do DID Exchange first", 403)
+    return ctx.connection
+
+
+def _granted(ctx: ContextV1) -> Mediation:
+    mediation = services_v1.mediation_of(connection=_connection(ctx))
+    if mediation is None:
+        raise _problem(Code.NOT_GRANTED, "no mediation granted to this connection", 403)
+    return mediation
+
+
+# --- DID Exchange 1.0 / 1.1 (responder) ---------------------------------------------------------
+
+
+def _their_keys(doc) -> set[str]:
+    """Every Ed25519 key of a DID document, as base58 verkeys (methods and did:key recipientKeys)."""
+    keys = {b58encode(vm.key.raw) for vm in doc.verification_methods if vm.key.crv == ED25519}
+    for svc in doc.services:
+        for ref in svc.get("recipientKeys", []) if isinstance(svc.get("recipientKeys"), list) else []:
+            if isinstance(ref, str) and ref.startswith("did:key:"):
+                try:
+                    key = key_from_did_key(ref)
+                except DidcommError:
+                    continue
+                if key.crv == ED25519:
+                    keys.add(b58encode(key.raw))
+    return keys
+
+
+def _their_endpoint(doc) -> tuple[str, list[str]]:
+    """(first http(s) DIDComm endpoint or "", its routing keys as base58) of their DID document."""
+    for endpoint in doc.didcomm_endpoints():
+        if endpoint.uri.startswith(("http://", "https://")):
+            try:
+                routing = [message_v1.key_to_verkey(k) for k in endpoint.routing_keys]
+            except DidcommError as exc:
+                raise _problem(Code.BAD_BODY, "routingKeys must be Ed25519 did:keys or verkeys") from exc
+            return endpoint.uri, routing
+    return "", []
+
+
+def didx_request(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """RFC 0023: answer a request to our invitation with a response naming our did:peer:4."""
+    version = DIDX_11 if msg.type.startswith(DIDX_11) else DIDX_10
+    if ctx.sender_verkey is None:
+        raise _problem(Code.UNAUTHENTICATED, "a DID Exchange request must be authcrypt", 401)
+    by_invitation = {services_v1.invitation_id(i): i for i in ctx.identities}
+    if msg.pthid not in by_invitation:
+        raise _problem(Code.BAD_BODY, "~thread.pthid must be this mediator's invitation @id")
+    did = msg.get("did")
+    if not isinstance(did, str) or not did.startswith("did:"):
+        if msg.get("did_doc~attach") is not None:
+            raise _problem(Code.UNSUPPORTED_DID, "unqualified DIDs with did_doc~attach are not supported")
+        raise _problem(Code.BAD_BODY, "did is required")
+    try:
+        doc = resolve_did(did)
+    except DidcommError as exc:
+        raise _problem(
+            Code.UNSUPPORTED_DID, "did does not resolve (did:peer:2, did:peer:4 long form, did:key)"
+        ) from exc
+    if ctx.sender_verkey not in _their_keys(doc):
+        raise _problem(Code.SENDER_MISMATCH, "the envelope's sender key is not a key of did")
+    endpoint, routing_keys = _their_endpoint(doc)
+    try:
+        connection = services_v1.connection_accept(
+            tenant=ctx.tenant,
+            identity=ctx.identity,
+            their_did=did,
+            their_verkey=ctx.sender_verkey,
+            endpoint=endpoint,
+            routing_keys=routing_keys,
+            thread_id=msg.thid,
+            protocol=protocols.short_type(version + "request").rsplit("/", 1)[0],
+        )
+    except services_v1.ConnectionConflict:
+        raise _problem(Code.CONNECTION_EXISTS, "this key already has a connection on another thread") from None
+    invitation_key = by_invitation[msg.pthid].authentication_key
+    our_did = services_v1.v1_did(ctx.identity)
+    response = {
+        "@type": version + "response",
+        "@id": str(uuid.uuid4()),
+        "~thread": _thread(msg, pthid=msg.pthid),
+        "did": our_did,
+    }
+    if version == DIDX_11:
+        # RFC 0023 1.1: the DID, signed by the invitation key (what ACA-Py and Credo verify).
+        response["did_rotate~attach"] = message_v1.signed_text_attachment(str(uuid.uuid4()), our_did, invitation_key)
+    else:
+        doc_json = json.dumps(resolve_did(our_did).json, separators=(",", ":"))
+        attach = message_v1.signed_text_attachment(str(uuid.uuid4()), doc_json, invitation_key)
+        attach["mime-type"] = "application/json"
+        response["did_doc~attach"] = attach
+    ctx.extra["connection"] = connection.pk
+    return Outcome(response, connection=connection)
+
+
+def didx_complete(ctx: ContextV1, msg: V1Message) -> Outcome:
+    connection = _connection(ctx)
+    if msg.thid != connection.thread_id:
+        raise _problem(Code.BAD_BODY, "complete must be on the request's thread")
+    services_v1.connection_complete(connection=connection)
+    return Outcome()
+
+
+# --- Coordinate Mediation 1.0 (seed 003) --------------------------------------------------------
+
+
+def mediate_request(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Accepted once our DID Exchange response is sent (ACA-Py asks before it sends complete)."""
+    mediation = services_v1.mediation_request_v1(connection=_connection(ctx))
+    if mediation.state != Mediation.State.GRANTED:
+        return Outcome({"@type": CM1 + "mediate-deny", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
+    grant = {
+        "@type": CM1 + "mediate-grant",
+        "@id": str(uuid.uuid4()),
+        "endpoint": ctx.identity.http_uri,
+        "routing_keys": [services_v1.did_key_of(ctx.identity)],
+        "~thread": _thread(msg),
+    }
+    return Outcome(grant)
+
+
+def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Keys as did:key or base58, stored as did:key; each result echoes `recipient_key` verbatim."""
+    mediation = _granted(ctx)
+    updates = msg.get("updates")
+    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
+        raise _problem(Code.BAD_BODY, "updates must be a list of objects")
+    if len(updates) > MAX_UPDATES:
+        raise _problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    normalised = []
+    for update in updates:
+        try:
+            did = message_v1.key_to_did_key(update.get("recipient_key"))
+        except DidcommError:
+            did = None  # not a key: the shared rule answers client_error
+        normalised.append({"recipient_did": did, "action": update.get("action")})
+    results = services.recipients_update(mediation=mediation, updates=normalised)
+    updated = [
+        {"recipient_key": u.get("recipient_key"), "action": u.get("action"), "result": r.result}
+        for u, r in zip(updates, results, strict=True)
+    ]
+    return Outcome(
+        {
+            "@type": CM1 + "keylist-update-response",
+            "@id": str(uuid.uuid4()),
+            "updated": updated,
+            "~thread": _thread(msg),
+        }
+    )
+
+
+def keylist_query(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """`keylist` without RFC 0211's optional `pagination` block: ACA-Py 1.7 rejects it (docs/didcomm.md)."""
+    mediation = _granted(ctx)
+    limit, offset = _paginate({"paginate": msg.get("paginate")} if msg.get("paginate") is not None else {})
+    keys, _ = services.recipients_page(mediation=mediation, limit=limit, offset=offset)
+    return Outcome(
+        {
+            "@type": CM1 + "keylist",
+            "@id": str(uuid.uuid4()),
+            "keys": [{"recipient_key": k} for k in keys],
+            "~thread": _thread(msg),
+        }
+    )
+
+
+# --- Routing 1.0 --------------------------------------------------------------------------------
+
+
+def forward(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Store `msg` for the key `to` names (base58 or did:key) before answering; delivery follows."""
+    to, inner = msg.get("to"), msg.get("msg")
+    if not isinstance(to, str) or not to:
+        raise _problem(Code.BAD_BODY, "forward needs to")
+    if not isinstance(inner, dict):
+        raise _problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
+    try:
+        target = message_v1.key_to_did_key(to)
+    except DidcommError:
+        target = to  # a DID names a recipient registered as that DID
+    recipient = services.recipient_for_next(tenant=ctx.tenant, next_did=target)
+    if recipient is None:
+        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
+    try:
+        stored = services.message_store(tenant=ctx.tenant, policy=ctx.policy, recipient=recipient, data={"json": inner})
+    except services.QueueFull:
+        raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
+    metrics.FORWARDED.inc()
+    metrics.STORED.inc()
+    if stored.evicted:
+        metrics.EVICTED.inc(stored.evicted)
+        ctx.code = "EVICTED"
+    ctx.extra.update(message_id=stored.message_id, evicted=stored.evicted)
+    return Outcome()
+
+
+# --- Pickup 2.0 (Credo) and 1.0 -----------------------------------------------------------------
+
+
+def _pickup_scope(ctx: ContextV1, msg: V1Message):
+    mediation = _granted(ctx)
+    key = msg.get("recipient_key")
+    if key is None:
+        return mediation, None, None
+    try:
+        did = message_v1.key_to_did_key(key)
+    except DidcommError:
+        raise _problem(Code.BAD_BODY, "recipient_key must be a did:key or base58 verkey") from None
+    recipient = services.recipient_of_client(mediation=mediation, recipient_did=did)
+    if recipient is None:
+        raise _problem(Code.NOT_FOUND, "recipient_key is not one of this connection's keys")
+    return mediation, recipient, key
+
+
+def _status(ctx, msg, mediation, recipient, key, *, live: bool | None = None) -> dict:
+    figures = services.messages_status(mediation=mediation, recipient=recipient)
+    status: dict = {"@type": PICKUP_V2 + "status", "@id": str(uuid.uuid4())}
+    if key is not None:
+        status["recipient_key"] = key
+    status["message_count"] = figures["message_count"]
+    if figures["message_count"]:
+        status["newest_received_time"] = iso(datetime.fromtimestamp(figures["newest_received_time"], UTC))
+        status["oldest_received_time"] = iso(datetime.fromtimestamp(figures["oldest_received_time"], UTC))
+        status["total_bytes"] = figures["total_bytes"]
+    if live is not None:
+        status["live_delivery"] = live
+    elif ctx.live is not None:
+        status["live_delivery"] = bool(ctx.live)
+    status["~thread"] = _thread(msg)
+    status["~transport"] = dict(RETURN_ROUTE)
+    return status
+
+
+def status_request(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation, recipient, key = _pickup_scope(ctx, msg)
+    return Outcome(_status(ctx, msg, mediation, recipient, key))
+
+
+def attachments_v1(rows) -> list[dict]:
+    """Pickup 2.0 `~attach` entries of queued rows: `data.json` (what a Credo mediator sends)."""
+    return [{"@id": mid, "lastmod_time": iso(at), "data": data} for mid, data, at in rows]
+
+
+def delivery_request(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation, recipient, key = _pickup_scope(ctx, msg)
+    limit = msg.get("limit")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise _problem(Code.BAD_BODY, "limit must be a positive integer")
+    rows = services.messages_rows(mediation=mediation, recipient=recipient, limit=min(limit, MAX_DELIVERY_LIMIT))
+    if not rows:  # RFC 0685: nothing to send is answered with a status, at once
+        return Outcome(_status(ctx, msg, mediation, recipient, key))
+    ctx.extra["delivered"] = len(rows)
+    delivery = {"@type": PICKUP_V2 + "delivery", "@id": str(uuid.uuid4())}
+    if key is not None:
+        delivery["recipient_key"] = key
+    delivery.update({"~attach": attachments_v1(rows), "~thread": _thread(msg), "~transport": dict(RETURN_ROUTE)})
+    return Outcome(delivery)
+
+
+def messages_received(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation = _granted(ctx)
+    ids = msg.get("message_id_list")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > 1000:
+        raise _problem(Code.BAD_BODY, "message_id_list must be a list of at most 1000 ids")
+    removed = services.messages_received(mediation=mediation, ids=ids)
+    metrics.DELIVERED.inc(removed)
+    ctx.extra["removed"] = removed
+    return Outcome(_status(ctx, msg, mediation, None, None))
+
+
+def live_delivery_change(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation = _granted(ctx)
+    value = msg.get("live_delivery")
+    if not isinstance(value, bool):
+        raise _problem(Code.BAD_BODY, "live_delivery must be true or false")
+    if ctx.live is None:
+        raise _problem(Code.LIVE_NOT_SUPPORTED, "live delivery needs the DIDComm WebSocket")
+    return Outcome(_status(ctx, msg, mediation, None, None, live=value), live=value)
+
+
+def batch_pickup(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Pickup 1.0: a batch has no acknowledgement, so what it carries leaves the queue with it."""
+    mediation = _granted(ctx)
+    size = msg.get("batch_size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise _problem(Code.BAD_BODY, "batch_size must be a positive integer")
+    rows = services.messages_rows(mediation=mediation, recipient=None, limit=min(size, MAX_DELIVERY_LIMIT))
+    removed = services.messages_received(mediation=mediation, ids=[mid for mid, _, _ in rows])
+    metrics.DELIVERED.inc(removed)
+    ctx.extra["delivered"] = removed
+    return Outcome(
+        {
+            "@type": PICKUP_V1 + "batch",
+            "@id": str(uuid.uuid4()),
+            "messages~attach": [{"@id": mid, "message": data.get("json")} for mid, data, _ in rows],
+            "~thread": _thread(msg),
+        }
+    )
+
+
+def status_request_v1(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation = _granted(ctx)
+    figures = services.messages_status(mediation=mediation, recipient=None)
+    return Outcome(
+        {
+            "@type": PICKUP_V1 + "status",
+            "@id": str(uuid.uuid4()),
+            "message_count": figures["message_count"],
+            "~thread": _thread(msg),
+        }
+    )
+
+
+# --- Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0 ----------------------------------
+
+
+def ping(ctx: ContextV1, msg: V1Message) -> Outcome:
+    _connection(ctx)
+    if msg.get("response_requested", True) is False:
+        return Outcome()
+    return Outcome({"@type": TRUST_PING_V1 + "ping_response", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
+
+
+def query(ctx: ContextV1, msg: V1Message) -> Outcome:
+    _connection(ctx)
+    pattern = msg.get("query")
+    if not isinstance(pattern, str) or not pattern:
+        raise _problem(Code.BAD_BODY, "query must be a string")
+    prefix = pattern[:-1] if pattern.endswith("*") else None
+    protocols = [
+        {"pid": pid, "roles": list(roles)}
+        for pid, roles in SUPPORTED_V1.items()
+        if (pid.startswith(prefix) if prefix is not None else pid == pattern)
+    ]
+    return Outcome(
+        {"@type": DISCOVER_V1 + "disclose", "@id": str(uuid.uuid4()), "protocols": protocols, "~thread": _thread(msg)}
+    )
+
+
+def problem_report(ctx: ContextV1, msg: V1Message) -> Outcome:
+    description = msg.get("description")
+    code = description.get("code") if isinstance(description, dict) else msg.get("problem-code")
+    ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
+    return Outcome()
+
+
+HANDLERS: dict[str, Callable[..., Outcome]] = {
+    DIDX_11 + "request": didx_request,
+    DIDX_10 + "request": didx_request,
+    DIDX_11 + "complete": didx_complete,
+    DIDX_10 + "complete": didx_complete,
+    DIDX_11 + "problem_report": problem_report,
+    DIDX_10 + "problem_report": problem_report,
+    CM1 + "mediate-request": mediate_request,
+    CM1 + "keylist-update": keylist_update,
+    CM1 + "keylist-query": keylist_query,
+    FORWARD_V1: forward,
+    PICKUP_V2 + "status-request": status_request,
+    PICKUP_V2 + "delivery-request": delivery_request,
+    PICKUP_V2 + "messages-received": messages_received,
+    PICKUP_V2 + "live-delivery-change": live_delivery_change,
+    PICKUP_V1 + "batch-pickup": batch_pickup,
+    PICKUP_V1 + "status-request": status_request_v1,
+    TRUST_PING_V1 + "ping": ping,
+    DISCOVER_V1 + "query": query,
+    REPORT_PROBLEM_V1: problem_report,
+    NOTIFICATION_PROBLEM: problem_report,
+}
+
+
+def run(ctx: ContextV1, msg: V1Message) -> Outcome:
+    handler = HANDLERS.get(msg.type)
+    if handler is None:
+        raise _problem(Code.UNSUPPORTED_TYPE, "message type not supported")
+    return handler(ctx, msg)

@@ -1,0 +1,157 @@
+"""DIDComm v1 outbound delivery: POST a queued reply or forwarded message to the agent's endpoint.
+
+Called by the Celery task `deliver_outbound` (after the row commits) and by the beat job that
+retries due rows. A 2xx removes the row (and, for a forwarded message, the queued message:
+delivered). Anything else keeps it with exponential backoff until it expires (the tenant's TTL).
+Targets that resolve to private, loopback, link-local or other non-global addresses are refused
+unless MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE is on: delivery must not reach the operator's network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from . import metrics
+from .models import Outbound, QueuedMessage
+
+log = logging.getLogger("mediator.didcomm")
+
+MEDIA_TYPE = "application/didcomm-envelope-enc"
+LEASE = timedelta(seconds=60)  # a claimed row is not claimed again before this (a worker died mid-POST)
+DUE_BATCH = 100
+
+
+class TargetRefused(Exception):
+    """The endpoint is not an http(s) URL to a public address."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    outcome: str  # delivered | retry | expired | refused | gone | busy
+    retry_in: int | None = None
+
+
+def check_target(url: str) -> None:
+    """Refuse non-http(s) URLs and hosts resolving to non-global addresses (SSRF), unless allowed."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetRefused("not an http(s) URL")
+    if settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE:
+        return
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    except (OSError, UnicodeError) as exc:
+        raise TargetRefused("host does not resolve") from exc
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        if not address.is_global or address.is_multicast:
+            raise TargetRefused("host resolves to a non-public address")
+
+
+def _backoff(attempts: int) -> int:
+    return min(2 ** min(attempts, 20), settings.MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS)
+
+
+def _claim(outbound_id: int, now: datetime) -> Outbound | None:
+    # A conditional UPDATE claims the row: two workers (task and retry job) never POST it at once.
+    claimed = Outbound.objects.filter(pk=outbound_id, next_attempt_at__lte=now).update(next_attempt_at=now + LEASE)
+    if not claimed:
+        return None
+    return Outbound.objects.select_related("connection", "queued").filter(pk=outbound_id).first()
+
+
+def outbound_deliver(*, outbound_id: int, now: datetime | None = None) -> Attempt:
+    """One delivery attempt of one outbound row (idempotent; no transaction is held during the POST)."""
+    now = now or timezone.now()
+    if not Outbound.objects.filter(pk=outbound_id).exists():
+        return Attempt("gone")
+    row = _claim(outbound_id, now)
+    if row is None:
+        return Attempt("busy")
+    if row.expires_at <= now:
+        row.delete()
+        return Attempt("expired")
+    body = row.body or (row.queued.data if row.queued is not None else "")
+    if body and row.queued is not None:
+        body = _inner(body)
+    try:
+        check_target(row.connection.endpoint)
+    except TargetRefused as exc:
+        log.warning("didcomm outbound refused tenant=%s outbound=%s reason=%s", row.tenant_id, row.pk, exc)
+        row.delete()
+        return Attempt("refused")
+    status = _post(row.connection.endpoint, body)
+    if status is not None and 200 <= status < 300:
+        with transaction.atomic():
+            if row.queued_id is not None:
+                removed, _ = QueuedMessage.objects.filter(pk=row.queued_id).delete()
+                metrics.DELIVERED.inc(1 if removed else 0)
+            Outbound.objects.filter(pk=row.pk).delete()
+        log.info(
+            "didcomm outbound delivered tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1
+        )
+        return Attempt("delivered")
+    wait = _backoff(row.attempts + 1)
+    next_at = now + timedelta(seconds=wait)
+    if next_at >= row.expires_at:
+        row.delete()
+        log.info("didcomm outbound expired tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1)
+        return Attempt("expired")
+    Outbound.objects.filter(pk=row.pk).update(
+        attempts=row.attempts + 1, next_attempt_at=next_at, last_status=str(status) if status else "error"
+    )
+    log.info("didcomm outbound retry tenant=%s outbound=%s status=%s in=%ds", row.tenant_id, row.pk, status, wait)
+    return Attempt("retry", wait)
+
+
+def _inner(stored: str) -> str:
+    """The stored forward attachment `{"json": msg}` → `msg` as JSON text (POSTed unchanged)."""
+    data = json.loads(stored)
+    return json.dumps(data["json"], separators=(",", ":"))
+
+
+def _post(url: str, body: str) -> int | None:
+    """POST the envelope; the HTTP status, or None when the request failed (payload never logged)."""
+    try:
+        response = httpx.post(
+            url,
+            content=body.encode("utf-8"),
+            headers={"Content-Type": MEDIA_TYPE},
+            timeout=settings.MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS,
+            follow_redirects=False,
+        )
+    except httpx.HTTPError as exc:
+        log.info("didcomm outbound failed: %s", type(exc).__name__)
+        return None
+    return response.status_code
+
+
+def outbound_deliver_due(*, now: datetime, dry_run: bool = False) -> int:
+    """The retry sweep: attempt every due row (at most DUE_BATCH); how many were delivered."""
+    due = list(
+        Outbound.objects.filter(next_attempt_at__lte=now)
+        .order_by("next_attempt_at")[:DUE_BATCH]
+        .values_list("id", flat=True)
+    )
+    if dry_run:
+        return len(due)
+    return sum(outbound_deliver(outbound_id=i, now=now).outcome == "delivered" for i in due)
+
+
+def outbound_purge_expired(*, tenant, now: datetime, dry_run: bool) -> int:
+    """Outbound rows past their expiry (the TTL of what they carry): given up."""
+    qs = Outbound.objects.filter(expires_at__lte=now)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.count() if dry_run else qs.delete()[0]

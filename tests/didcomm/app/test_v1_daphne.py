@@ -1,0 +1,129 @@
+"""DIDComm v1 end to end on a real Daphne process: the Credo story (return routes, Pickup 2.0 live
+mode over /didcomm/ws with binary frames, acks over HTTP) and the ACA-Py story (no return route:
+the DID Exchange response, the grant and a forwarded message reach the agent's own HTTP endpoint
+through a real Celery worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.support.servers import free_port, start_celery_worker, start_daphne
+
+from .agent_v1 import CM1, ENVELOPE, PICKUP2, AgentV1, Inbox, forward_to
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+BASE = "https://didcomm.org/"
+
+
+class Server:
+    def __init__(self, tmp_path, env: dict | None = None):
+        from apps.tenants.services import tenant_create
+
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.tenant = tenant_create(slug="dc1", domain=self.host)
+        self.daphne = start_daphne(tmp_path, port=self.port, env=env or {}, wait_host=self.host)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", headers={"Host": self.host}, timeout=20)
+        self.invitation = self.http.get("/didcomm/invitation?version=1").json()
+        self.key = self.invitation["services"][0]["recipientKeys"][0]
+
+    def post(self, body: bytes) -> httpx.Response:
+        return self.http.post("/didcomm", content=body, headers={"Content-Type": ENVELOPE})
+
+    def send(self, agent: AgentV1, message: dict) -> dict | None:
+        resp = self.post(agent.pack(message, self.key))
+        assert resp.status_code == 200, resp.text
+        return agent.unpack(resp.content)[0] if resp.content else None
+
+    def close(self) -> None:
+        self.http.close()
+        self.daphne.stop()
+
+
+def test_credo_story_live_pickup_2_over_binary_frames_with_acks_over_http(transactional_db, tmp_path):
+    server = Server(tmp_path)
+    try:
+        agent, key = AgentV1(), AgentV1()
+        assert server.send(agent, agent.didx_request(server.invitation))["@type"].endswith("didexchange/1.1/response")
+        assert server.send(agent, agent.message(CM1 + "mediate-request"))["@type"] == CM1 + "mediate-grant"
+        update = agent.message(CM1 + "keylist-update", updates=[{"recipient_key": key.did_key, "action": "add"}])
+        assert server.send(agent, update)["updated"][0]["result"] == "success"
+        inner = json.loads(AgentV1().pack({"@type": BASE + "basicmessage/1.0/message", "@id": "offline"}, key.did_key))
+        assert server.post(forward_to(key.did_key, server.key, inner)).status_code == 200
+
+        async def live():
+            async with connect(
+                f"ws://{server.host}/didcomm/ws", host="127.0.0.1", port=server.port, compression=None, proxy=None
+            ) as ws:
+                await ws.send(agent.pack(agent.message(PICKUP2 + "status-request"), server.key))
+                frame = await asyncio.wait_for(ws.recv(), 10)
+                assert isinstance(frame, bytes)  # binary, as Credo sends and expects
+                status, _ = agent.unpack(frame)
+                assert status["message_count"] == 1 and status["live_delivery"] is False
+                change = agent.message(PICKUP2 + "live-delivery-change", live_delivery=True)
+                await ws.send(agent.pack(change, server.key))
+                status, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+                assert status["@type"] == PICKUP2 + "status" and status["live_delivery"] is True
+                assert status["~thread"] == {"thid": change["@id"]}
+                backlog, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+                assert backlog["@type"] == PICKUP2 + "delivery" and backlog["~thread"] == {}
+                assert [a["data"]["json"] for a in backlog["~attach"]] == [inner]
+                fresh = json.loads(
+                    AgentV1().pack({"@type": BASE + "basicmessage/1.0/message", "@id": "live"}, key.did_key)
+                )
+                resp = await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, fresh))
+                assert resp.status_code == 200
+                pushed, sender = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+                assert pushed == {**pushed, "@type": PICKUP2 + "delivery", "~thread": {}}
+                assert [a["data"]["json"] for a in pushed["~attach"]] == [fresh]
+                return [a["@id"] for a in backlog["~attach"] + pushed["~attach"]]
+
+        ids = asyncio.run(live())
+        # Pushed messages stay queued until Credo acks them over HTTP.
+        status = server.send(agent, agent.message(PICKUP2 + "messages-received", message_id_list=ids))
+        assert status["@type"] == PICKUP2 + "status" and status["message_count"] == 0
+    finally:
+        server.close()
+
+
+def test_aca_py_story_every_answer_and_forward_reaches_the_agents_endpoint_via_celery(transactional_db, tmp_path):
+    worker = start_celery_worker(tmp_path)
+    server = Server(
+        tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": worker.queue}
+    )
+    inbox = Inbox()
+    try:
+        agent, key = AgentV1(endpoint=inbox.url), AgentV1()
+
+        def wait_for(n: int) -> dict:
+            deadline = time.time() + 20
+            while len(inbox.bodies) < n and time.time() < deadline:
+                time.sleep(0.05)
+            assert len(inbox.bodies) >= n, worker.log()[-3000:]
+            return json.loads(inbox.bodies[n - 1][1])
+
+        assert server.send(agent, agent.didx_request(server.invitation, return_route=None)) is None
+        response, _ = agent.unpack(wait_for(1))
+        assert response["@type"] == BASE + "didexchange/1.1/response"
+        assert server.send(agent, agent.message(CM1 + "mediate-request", return_route=None)) is None
+        grant, _ = agent.unpack(wait_for(2))
+        assert grant["@type"] == CM1 + "mediate-grant" and grant["routing_keys"] == [server.key]
+        update = agent.message(
+            CM1 + "keylist-update", return_route=None, updates=[{"recipient_key": key.did_key, "action": "add"}]
+        )
+        server.send(agent, update)
+        assert agent.unpack(wait_for(3))[0]["updated"][0]["result"] == "success"
+        inner = json.loads(AgentV1().pack({"@type": BASE + "basicmessage/1.0/message", "@id": "x"}, key.did_key))
+        assert server.post(forward_to(key.did_key, grant["routing_keys"][0], inner)).status_code == 200
+        assert wait_for(4) == inner  # POSTed unchanged
+        assert key.unpack(inner)[0]["@id"] == "x"
+    finally:
+        inbox.close()
+        server.close()
+        worker.stop()

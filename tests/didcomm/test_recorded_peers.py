@@ -1,0 +1,87 @@
+"""What real ACA-Py 1.7.0 and Credo 0.6.3 agents sent to the mediator, recorded in an end-to-end run
+(tests/didcomm/test_acapy_e2e.py and test_credo_e2e.py with MEDIATOR_RECORD_FIXTURES=1) with the mediator
+keys that open it: every envelope opens, the shapes the notes describe hold, and replaying the whole
+conversation byte for byte through POST /didcomm reaches the same state, without starting any agent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from apps.didcomm.core.keys import X25519, PrivateKey
+from apps.didcomm.models import Connection, Mediation, MediatorIdentity, Outbound, QueuedMessage, RecipientKey
+from apps.didcomm.services import identity_current
+from apps.tenants.services import tenant_create
+
+from .recorded import mediator_key, open_recorded
+
+HERE = Path(__file__).resolve().parent / "fixtures"
+ACAPY = json.loads((HERE / "acapy_1.7.0.json").read_text())
+CREDO = json.loads((HERE / "credo_0.6.3.json").read_text())
+
+
+@pytest.mark.parametrize("fixture", [ACAPY, CREDO], ids=["acapy", "credo"])
+def test_every_recorded_envelope_opens_with_the_recorded_mediator_key(fixture):
+    opened = open_recorded(fixture)
+    assert len(opened) == len(fixture["messages"])
+    forwards = [o for o in opened if o.type == "routing/1.0/forward"]
+    assert forwards and all(o.sender_verkey is None for o in forwards)
+    assert all(o.sender_verkey for o in opened if o.type != "routing/1.0/forward")
+
+
+def replay(client, fixture) -> list[int]:
+    """A tenant at the recorded host with the recorded mediator keys; every recorded HTTP message POSTed in
+    order, exactly as sent. Returns the statuses."""
+    tenant = tenant_create(slug="replay", domain=fixture["host"])
+    rec = fixture["identity"]
+    identity = MediatorIdentity(tenant=tenant, did=rec["did"], http_uri=rec["http_uri"], ws_uri=rec["ws_uri"])
+    identity.seal(
+        authentication=mediator_key(fixture),
+        agreement=PrivateKey.from_secret(X25519, bytes.fromhex(rec["agreement_secret"])),
+    )
+    identity.save()
+    assert identity_current(tenant=tenant).pk == identity.pk
+    statuses = []
+    for sent in fixture["messages"]:
+        if sent["transport"] != "http":
+            continue
+        resp = client.post(
+            "/didcomm",
+            data=json.dumps(sent["envelope"]),
+            content_type=sent["content_type"],
+            HTTP_HOST=fixture["host"],
+        )
+        statuses.append(resp.status_code)
+    return statuses
+
+
+@pytest.mark.django_db
+def test_acapys_recorded_conversation_replays_to_a_granted_connection_with_its_keys_removed(client):
+    types = [o.type for o in open_recorded(ACAPY)]
+    statuses = replay(client, ACAPY)
+    # the last forward names a key the recipient had removed just before: refused, as in the live run
+    assert statuses == [200] * (len(types) - 1) + [400]
+    assert types[-2:] == ["coordinate-mediation/1.0/keylist-update", "routing/1.0/forward"]
+    [conn] = Connection.objects.all()
+    assert conn.state == "completed" and conn.endpoint.startswith("http://127.0.0.1:")
+    assert Mediation.objects.get(connection=conn).state == "granted"
+    assert not RecipientKey.objects.exists()
+    # ACA-Py never asks for a return route: every answer became an outbound POST (DIDX response, grant,
+    # ping_response, three keylist-update-responses, two keylists)
+    assert Outbound.objects.filter(queued__isnull=True).count() == 8
+
+
+@pytest.mark.django_db
+def test_credos_recorded_conversation_replays_with_every_answer_on_the_return_route(client):
+    opened = [o for o in open_recorded(CREDO) if o.transport == "http"]
+    statuses = replay(client, CREDO)
+    assert statuses == [200] * len(opened)
+    assert sorted(Connection.objects.values_list("state", "endpoint")) == [("completed", "")] * 2
+    assert sorted(Mediation.objects.values_list("state", flat=True)) == ["granted"] * 2
+    added = {u["recipient_key"] for o in opened if o.type.endswith("keylist-update") for u in o.message["updates"]}
+    assert set(RecipientKey.objects.values_list("recipient_did", flat=True)) == added
+    # every forward stored; the recorded messages-received name the original run's ids, so none is removed
+    assert QueuedMessage.objects.count() == sum(o.type == "routing/1.0/forward" for o in opened)
+    assert not Outbound.objects.exists()
