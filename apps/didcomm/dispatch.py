@@ -255,8 +255,11 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
     except Problem as problem:
         problem.message, problem.ctx = message, ctx
         raise
-    if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
+    if outcome.response is None:
         return Reply(outcome.status, live=outcome.live), message, ctx
+    if message.return_route not in ("all", "thread") or ctx.caller_kid is None:
+        # The answer has no way back (we make no outbound connections): accepted, no body.
+        return Reply(202, live=outcome.live), message, ctx
     response = _stamp(outcome.response, ctx, message)
     envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
     body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")

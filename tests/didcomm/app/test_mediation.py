@@ -110,4 +110,4 @@ def test_cross_tenant_a_recipient_of_tenant_a_is_unknown_on_tenant_b(didcomm_a, 
     assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.me.res.not-found"
     # tenant A's mediator DID does not decrypt on tenant B
     resp = didcomm_b.post(forward_for(rcpt, med_a))
-    assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.crypto.unknown-key"
+    assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.trust.crypto.unknown-key"
