@@ -11,12 +11,11 @@ import pytest
 from django.utils import timezone
 
 from apps.didcomm import metrics
+from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
 from apps.didcomm.services import identity_rotate, policy_for
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor
-
-from .agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 

@@ -27,10 +27,9 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import resolve_did
 from tests.support.servers import free_port, start_daphne
-
-from .agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 
 # The marker makes pytest-django create the test database; the tests themselves only talk to the
 # server over sockets (the module's tenant is committed outside their transactions).
