@@ -190,7 +190,11 @@ def run_forwards(args) -> dict:
         for rnd in range(1, args.alternations + 1):
             order = list(kinds) if rnd % 2 else list(reversed(kinds))
             for name in order:
-                n = args.requests if name not in last else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
+                n = (
+                    args.requests
+                    if name not in last
+                    else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
+                )
                 bodies = kinds[name](n)
                 time.sleep(2.0)  # the metering flush of the previous run settles
                 cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
@@ -248,7 +252,9 @@ async def _open_live(ws_url: str, host: str, port: int, med: Mediator, wallet: A
 
     ws = await connect(ws_url, host="127.0.0.1", port=port, compression=None, proxy=None, ping_interval=None,
                        open_timeout=60, max_size=None)  # fmt: skip
-    await ws.send(wallet.pack(wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), med.did).decode())
+    await ws.send(
+        wallet.pack(wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), med.did).decode()
+    )
     status, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 60))
     if status["type"] != PICKUP + "status" or status["body"].get("live_delivery") is not True:
         raise RuntimeError(f"live mode refused: {status}")
@@ -262,8 +268,11 @@ class Stamps:
         self.frames: dict[int, list[tuple[float, str]]] = {}
         self.events: dict[int, asyncio.Event] = {}
 
-    async def read(self, i: int, ws) -> None:
+    def start(self, i: int, ws) -> asyncio.Task:
         self.frames[i], self.events[i] = [], asyncio.Event()
+        return asyncio.create_task(self._read(i, ws))
+
+    async def _read(self, i: int, ws) -> None:
         try:
             async for frame in ws:
                 self.frames[i].append((time.perf_counter(), frame))
@@ -315,7 +324,7 @@ async def _measure_push(layout, args) -> dict:
     open_s = time.perf_counter() - t0
     live = [(i, s) for i, s in enumerate(socks) if s is not None]
     stamps = Stamps()
-    readers = [asyncio.create_task(stamps.read(i, s)) for i, s in live]
+    readers = [stamps.start(i, s) for i, s in live]
     targets = [(i, wallets[i][1]) for i, _ in live]
     inners = {i: inner_for(r) for i, r in targets}
     bodies = [
@@ -425,7 +434,9 @@ async def _idle_run(args) -> list[dict]:
         async def one(k: int):
             async with sem:
                 try:
-                    socks.append(await _open_live(f"ws://{host}/didcomm/ws", host, port, med, wallets[k % len(wallets)]))
+                    socks.append(
+                        await _open_live(f"ws://{host}/didcomm/ws", host, port, med, wallets[k % len(wallets)])
+                    )
                 except Exception as exc:  # noqa: BLE001 - counted
                     failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
 
