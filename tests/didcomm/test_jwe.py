@@ -139,7 +139,7 @@ def test_unsupported_algorithms_are_named(parties, changes, message):
     assert (str(exc.value), exc.value.code, exc.value.problem_code) == (
         message,
         "unsupported_algorithm",
-        "e.p.crypto.unsupported",
+        "e.p.trust.crypto.unsupported",
     )
 
 
@@ -154,7 +154,7 @@ def test_an_envelope_for_nobody_we_know_is_unknown_recipient_key(parties):
     env = jwe.encrypt(b"m", to=[("did:example:b#k", parties["b"].public)])
     with pytest.raises(errors.UnknownRecipientKey) as exc:
         jwe.decrypt(env, private_key_for=lookup(parties, "c"))
-    assert (exc.value.code, exc.value.problem_code) == ("unknown_recipient_key", "e.p.crypto.unknown-key")
+    assert (exc.value.code, exc.value.problem_code) == ("unknown_recipient_key", "e.p.trust.crypto.unknown-key")
 
 
 def test_an_authcrypt_whose_skid_does_not_resolve_is_unknown_sender_key(parties):
@@ -172,7 +172,7 @@ def test_an_authcrypt_claiming_another_sender_does_not_decrypt(parties):
     forged = reprotect(env, skid="did:example:c#k", apu=b64url_nopad(b"did:example:c#k"))
     with pytest.raises(errors.UndecryptableEnvelope) as exc:
         jwe.decrypt(forged, private_key_for=lookup(parties, "b"), sender_key_for=sender_lookup(parties))
-    assert (exc.value.code, exc.value.problem_code) == ("undecryptable_envelope", "e.p.crypto")
+    assert (exc.value.code, exc.value.problem_code) == ("undecryptable_envelope", "e.p.trust.crypto")
 
 
 def test_an_apu_that_is_not_the_skid_is_undecryptable(parties):

@@ -24,7 +24,7 @@ def test_a_signed_message_verifies_and_a_changed_payload_does_not():
     assert (str(exc.value), exc.value.code, exc.value.problem_code) == (
         "signature does not verify",
         "invalid_signature",
-        "e.p.crypto",
+        "e.p.trust.crypto",
     )
 
 

@@ -44,35 +44,35 @@ class UnsupportedAlgorithm(DidcommError):
     """An `alg`, `enc` or curve outside what DIDComm v2 (and this library) supports."""
 
     code = "unsupported_algorithm"
-    problem_code = "e.p.crypto.unsupported"
+    problem_code = "e.p.trust.crypto.unsupported"
 
 
 class UnknownRecipientKey(DidcommError):
     """No recipient `kid` of the JWE names a key we hold."""
 
     code = "unknown_recipient_key"
-    problem_code = "e.p.crypto.unknown-key"
+    problem_code = "e.p.trust.crypto.unknown-key"
 
 
 class UnknownSenderKey(DidcommError):
     """The authcrypt sender key (`skid`) does not resolve to a key-agreement key."""
 
     code = "unknown_sender_key"
-    problem_code = "e.p.crypto.unknown-key"
+    problem_code = "e.p.trust.crypto.unknown-key"
 
 
 class UndecryptableEnvelope(DidcommError):
     """Key unwrapping, the tag or the header binding (`apu`/`apv`) did not verify."""
 
     code = "undecryptable_envelope"
-    problem_code = "e.p.crypto"
+    problem_code = "e.p.trust.crypto"
 
 
 class InvalidSignature(DidcommError):
     """A JWS signature does not verify, or names a key that does not resolve."""
 
     code = "invalid_signature"
-    problem_code = "e.p.crypto"
+    problem_code = "e.p.trust.crypto"
 
 
 class MalformedMessage(DidcommError):

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
+from apps.didcomm.core.agent import ENCRYPTED, Agent
 from tests.conftest import HOST_A, HOST_B
-
-from .agent import ENCRYPTED, Agent
 
 
 class DidcommPoster:

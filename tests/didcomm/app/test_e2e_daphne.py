@@ -11,12 +11,11 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 from apps.didcomm.core.resolver import resolve_did
 from tests.interop import didcomm_node
 from tests.interop.didcomm_node import Party
 from tests.support.servers import free_port, start_daphne
-
-from .agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

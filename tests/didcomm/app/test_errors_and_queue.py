@@ -11,12 +11,11 @@ import pytest
 from django.utils import timezone
 
 from apps.didcomm import metrics
+from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
 from apps.didcomm.services import identity_rotate, policy_for
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor
-
-from .agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 
@@ -67,7 +66,7 @@ def test_an_undecryptable_forward_is_400_and_nothing_is_stored(didcomm_a, wallet
     envelope["ciphertext"] = envelope["ciphertext"][:-4] + ("AAAA" if envelope["ciphertext"][-4:] != "AAAA" else "BBBB")
     resp = didcomm_a.post(json.dumps(envelope).encode())
     assert resp.status_code == 400
-    assert _plain(resp)["body"]["code"] == "e.p.crypto"
+    assert _plain(resp)["body"]["code"] == "e.p.trust.crypto"
     assert QueuedMessage.objects.count() == 0
     resp = didcomm_a.post(b"not json")
     assert resp.status_code == 400 and _plain(resp)["body"] == {"code": "e.p.msg", "comment": "envelope is not JSON"}
@@ -268,7 +267,7 @@ def test_rotation_keeps_the_old_did_answering_and_announces_the_new_one(didcomm_
 
     MediatorIdentity.objects.filter(did=old).update(retired_at=timezone.now() - timedelta(hours=73))
     resp = didcomm_a.post(forward_for(rcpt, old))
-    assert resp.status_code == 400 and _plain(resp)["body"]["code"] == "e.p.crypto.unknown-key"
+    assert resp.status_code == 400 and _plain(resp)["body"]["code"] == "e.p.trust.crypto.unknown-key"
 
 
 def test_logs_carry_routing_metadata_only(didcomm_a, wallet, caplog):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
+from apps.didcomm.core.agent import CM2, CM3, PICKUP, forward_for, routed_did
 from apps.didcomm.core.resolver import resolve_did
-
-from .agent import CM2, CM3, PICKUP, forward_for, routed_did
 
 
 def test_the_invitation_names_a_did_peer_2_with_http_then_ws_service(didcomm_a, tenant_a):
@@ -110,4 +109,4 @@ def test_cross_tenant_a_recipient_of_tenant_a_is_unknown_on_tenant_b(didcomm_a, 
     assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.me.res.not-found"
     # tenant A's mediator DID does not decrypt on tenant B
     resp = didcomm_b.post(forward_for(rcpt, med_a))
-    assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.crypto.unknown-key"
+    assert resp.status_code == 400 and json.loads(resp.content)["body"]["code"] == "e.p.trust.crypto.unknown-key"

@@ -7,10 +7,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 
+from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, QueuedMessage
 from apps.ops.metrics import DATABASE_COLLECTOR
-
-from .agent import CM2, forward_for, routed_did
 
 
 @pytest.fixture

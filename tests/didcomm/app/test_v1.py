@@ -406,11 +406,11 @@ def test_undecryptable_and_foreign_envelopes(door, door_b):
     resp = door_b.post(agent.pack(agent.didx_request(door.invitation), door.key))  # tenant A's key on tenant B
     assert _problem(resp) == (
         400,
-        {"code": "e.p.crypto.unknown-key", "en": "no recipient key of this envelope is ours"},
+        {"code": "e.p.trust.crypto.unknown-key", "en": "no recipient key of this envelope is ours"},
     )
     env = json.loads(agent.pack(agent.message(CM1 + "mediate-request"), door.key))
     env["tag"] = env["tag"][:-2] + ("AA" if not env["tag"].endswith("AA") else "BA")
-    assert _problem(door.post(json.dumps(env).encode()))[1]["code"] == "e.p.crypto"
+    assert _problem(door.post(json.dumps(env).encode()))[1]["code"] == "e.p.trust.crypto"
     resp = door.post(agent.pack(agent.message(CM1 + "mediate-request"), door.key), content_type="text/plain")
     assert resp.status_code == 415
 

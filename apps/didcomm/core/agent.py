@@ -1,4 +1,8 @@
-"""A DIDComm v2 test agent built on apps/didcomm/core only (the client side of our mediator)."""
+"""A DIDComm v2 agent on this core only: the client side of a mediator (tests and bench/ use it).
+
+It packs authcrypt/anoncrypt messages to a DID, unpacks what comes back, and wraps a routing/2.0
+forward, as a wallet or a sending agent would (docs/didcomm.md "How a wallet connects").
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import json
 import time
 import uuid
 
-from apps.didcomm.core import jwe
-from apps.didcomm.core.did_peer import peer2_create
-from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
-from apps.didcomm.core.resolver import key_agreement_key, resolve_did
+from . import jwe
+from .did_peer import peer2_create
+from .keys import ED25519, X25519, PrivateKey
+from .resolver import key_agreement_key, resolve_did
 
 CM2 = "https://didcomm.org/coordinate-mediation/2.0/"
 CM3 = "https://didcomm.org/coordinate-mediation/3.0/"
