@@ -55,3 +55,5 @@ class Code:
     RATE_LIMITED = "e.p.xfer.rate-limited"
     UNKNOWN_MEDIATOR = "e.p.xfer.unknown-mediator"
     UNAVAILABLE = "e.p.me.unavailable"
+    # A live socket that does not read, over its send budget (then close 4509; nothing is lost).
+    SEND_BUDGET = "e.p.xfer.send-budget-exceeded"
