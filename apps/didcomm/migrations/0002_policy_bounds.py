@@ -5,40 +5,81 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('didcomm', '0001_initial'),
+        ("didcomm", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='max_grants',
-            field=models.PositiveIntegerField(default=0, help_text='Granted mediation clients at most; 0 = unlimited.', validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1000000)]),
+            model_name="didcommpolicy",
+            name="max_grants",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Granted mediation clients at most; 0 = unlimited.",
+                validators=[
+                    django.core.validators.MinValueValidator(0),
+                    django.core.validators.MaxValueValidator(1000000),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='max_recipients_per_grant',
-            field=models.PositiveIntegerField(default=100, help_text='Recipient DIDs one client may add.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(10000)]),
+            model_name="didcommpolicy",
+            name="max_recipients_per_grant",
+            field=models.PositiveIntegerField(
+                default=100,
+                help_text="Recipient DIDs one client may add.",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(10000),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='message_ttl_hours',
-            field=models.PositiveIntegerField(default=72, help_text='Queued messages expire after this.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(8784)]),
+            model_name="didcommpolicy",
+            name="message_ttl_hours",
+            field=models.PositiveIntegerField(
+                default=72,
+                help_text="Queued messages expire after this.",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(8784),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='queue_cap',
-            field=models.PositiveIntegerField(default=1000, help_text='Queued messages per recipient DID.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100000)]),
+            model_name="didcommpolicy",
+            name="queue_cap",
+            field=models.PositiveIntegerField(
+                default=1000,
+                help_text="Queued messages per recipient DID.",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(100000),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='rate_limit_per_ip',
-            field=models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1000000)]),
+            model_name="didcommpolicy",
+            name="rate_limit_per_ip",
+            field=models.PositiveIntegerField(
+                blank=True,
+                null=True,
+                validators=[
+                    django.core.validators.MinValueValidator(0),
+                    django.core.validators.MaxValueValidator(1000000),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='didcommpolicy',
-            name='rate_limit_per_sender',
-            field=models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1000000)]),
+            model_name="didcommpolicy",
+            name="rate_limit_per_sender",
+            field=models.PositiveIntegerField(
+                blank=True,
+                null=True,
+                validators=[
+                    django.core.validators.MinValueValidator(0),
+                    django.core.validators.MaxValueValidator(1000000),
+                ],
+            ),
         ),
     ]
