@@ -47,8 +47,17 @@ class StalledSocket:
 
     @classmethod
     def open(
-        cls, addr: tuple[str, int], host: str, authenticate: dict, *, rcvbuf: int = 4096, timeout: float = 10.0
+        cls,
+        addr: tuple[str, int],
+        host: str,
+        authenticate: dict | str,
+        *,
+        rcvbuf: int = 4096,
+        timeout: float = 10.0,
+        path: str = "/ws",
     ) -> StalledSocket:
+        """`authenticate` is the first frame: a dict (canonical JSON) or text sent as it is (a
+        packed DIDComm live-delivery-change on `path="/didcomm/ws"`)."""
         from apps.wire.canonical import canonical_str, loads_strict
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -58,7 +67,7 @@ class StalledSocket:
         key = base64.b64encode(os.urandom(16)).decode()
         sock.sendall(
             (
-                f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
             ).encode()
         )
@@ -68,7 +77,8 @@ class StalledSocket:
         head, _, rest = bytes(buf).partition(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 101"):
             raise RuntimeError(f"upgrade refused: {head[:80]!r}")
-        sock.sendall(_masked_text_frame(canonical_str(authenticate)))
+        first = authenticate if isinstance(authenticate, str) else canonical_str(authenticate)
+        sock.sendall(_masked_text_frame(first))
         _, reply = _read_frame(sock, bytearray(rest))
         return cls(sock, loads_strict(reply.decode()))
 

@@ -11,7 +11,7 @@ from apps.tenants.services import Actor
 
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .selectors import queued_for, recipient_depths
-from .services import mediation_revoke
+from .services import mediation_revoke, policy_update
 from .services_v1 import connection_remove
 
 
@@ -19,9 +19,15 @@ from .services_v1 import connection_remove
 class DidcommPolicyAdmin(ModelAdmin):
     list_display = ["tenant", "enabled", "mediation", "max_grants", "queue_cap", "overflow", "message_ttl_hours"]
     list_select_related = ["tenant"]
+    fields = ["tenant", *DidcommPolicy.EDITABLE]
 
     def get_readonly_fields(self, request, obj=None):
         return ["tenant"] if obj else []
+
+    def save_model(self, request, obj: DidcommPolicy, form, change: bool) -> None:
+        # Through the service (audited as didcomm.update_policy), the same as PATCH in the API.
+        changes = {name: form.cleaned_data[name] for name in DidcommPolicy.EDITABLE if name in form.cleaned_data}
+        policy_update(tenant=obj.tenant, actor=Actor(user=request.user, via="admin"), **changes)
 
 
 @admin.register(MediatorIdentity)

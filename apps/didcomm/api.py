@@ -1,23 +1,67 @@
-"""Operator API for DIDComm grants under /api/v1/didcomm/ (docs/operators.md): list grants with
-their recipient DIDs and queue depths, revoke one. Same authentication and model permissions as
-the rest of the operator API (apps/tenants/permissions.py)."""
+"""Operator API under /api/v1/didcomm/ (docs/didcomm.md#operators): the tenants' DIDComm policies
+(read, edit) and the grants with their recipient DIDs and queue depths (list, revoke). Same
+authentication and model permissions as the rest of the operator API (apps/tenants/permissions.py);
+validation errors are JSON objects mapping a field to its messages, with HTTP 400."""
 
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from rest_framework import viewsets
+from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.tenants.api import StrictSerializer, _call
+from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
 
-from .models import Mediation
+from .models import DidcommPolicy, Mediation
 from .selectors import grants_with_depths, queued_for, recipient_depths
-from .services import mediation_revoke
+from .services import mediation_revoke, policy_for, policy_update
 
 # Grant actions and the Django permission verb each needs on didcomm.Mediation.
 GRANT_ACTIONS = {"list": "view", "retrieve": "view", "revoke": "change"}
+# Policy actions and the verb each needs on didcomm.DidcommPolicy (the admin's policy pages alike).
+POLICY_ACTIONS = {"list": "view", "retrieve": "view", "partial_update": "change"}
+
+
+class PolicySerializer(StrictSerializer, serializers.ModelSerializer):
+    """A tenant's DIDComm policy; bounds and choices are the model's (one rule with the admin)."""
+
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = DidcommPolicy
+        fields = ["tenant", *DidcommPolicy.EDITABLE]
+
+
+class PolicyViewSet(viewsets.GenericViewSet):
+    """DIDComm policies by tenant slug: list (tenants that have used DIDComm), read (the defaults
+    are created on first read, as on first use), edit (PATCH, audited as didcomm.update_policy)."""
+
+    operator_actions = POLICY_ACTIONS
+    queryset = DidcommPolicy.objects.select_related("tenant").order_by("tenant__slug")
+    serializer_class = PolicySerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    def _policy(self, slug: str) -> DidcommPolicy:
+        return policy_for(tenant=get_object_or_404(Tenant, slug=slug))
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(PolicySerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, slug: str) -> Response:
+        return Response(PolicySerializer(self._policy(slug)).data)
+
+    def partial_update(self, request: Request, slug: str) -> Response:
+        policy = self._policy(slug)
+        ser = PolicySerializer(policy, data=request.data, partial=True)
+        ser.is_valid(raise_exception=True)
+        actor = Actor(user=request.user, via="api")
+        policy = _call(policy_update, tenant=policy.tenant, actor=actor, **ser.validated_data)
+        return Response(PolicySerializer(policy).data)
 
 
 def _grant(m: Mediation, *, detail: bool) -> dict:

@@ -134,10 +134,10 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         if self.budget.admits(frame_bytes(frame)):
             await self._send(frame)
             return
-        # The client is not reading: close; the messages stay queued for its next pickup.
-        self.closed = True
+        # The client is not reading: a problem report (outside the budget, as /ws's ERROR frame,
+        # for a client that starts reading late), then close; the messages stay queued.
         log.warning("didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug)
-        await self.close(code=SEND_BUDGET_CLOSE)
+        await self._refuse(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", SEND_BUDGET_CLOSE)
 
     async def disconnect(self, code: int) -> None:
         self.closed = True

@@ -10,6 +10,7 @@ import hashlib
 import uuid
 from functools import cached_property
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -21,6 +22,11 @@ from apps.tenants import keystore
 def did_hash(value: str) -> str:
     """The lookup key of a (normalised) DID: hex SHA-256."""
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def _bounds(lo: int, hi: int) -> list:
+    """The policy bounds, one rule for the admin form and the operator API (full_clean)."""
+    return [MinValueValidator(lo), MaxValueValidator(hi)]
 
 
 class DidcommPolicy(models.Model):
@@ -37,14 +43,35 @@ class DidcommPolicy(models.Model):
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
     enabled = models.BooleanField(default=True, help_text="Serve DIDComm v2 (POST /didcomm, /didcomm/ws).")
     mediation = models.CharField(max_length=8, choices=Mediation.choices, default=Mediation.OPEN)
-    max_grants = models.PositiveIntegerField(default=0, help_text="Granted mediation clients at most; 0 = unlimited.")
-    max_recipients_per_grant = models.PositiveIntegerField(default=100, help_text="Recipient DIDs one client may add.")
-    queue_cap = models.PositiveIntegerField(default=1000, help_text="Queued messages per recipient DID.")
+    max_grants = models.PositiveIntegerField(
+        default=0, validators=_bounds(0, 1_000_000), help_text="Granted mediation clients at most; 0 = unlimited."
+    )
+    max_recipients_per_grant = models.PositiveIntegerField(
+        default=100, validators=_bounds(1, 10_000), help_text="Recipient DIDs one client may add."
+    )
+    queue_cap = models.PositiveIntegerField(
+        default=1000, validators=_bounds(1, 100_000), help_text="Queued messages per recipient DID."
+    )
     overflow = models.CharField(max_length=8, choices=Overflow.choices, default=Overflow.EVICT)
-    message_ttl_hours = models.PositiveIntegerField(default=72, help_text="Queued messages expire after this.")
+    message_ttl_hours = models.PositiveIntegerField(
+        default=72, validators=_bounds(1, 24 * 366), help_text="Queued messages expire after this."
+    )
     # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off.
-    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True)
-    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
+    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
+
+    # What an operator may edit (the admin form and PATCH /api/v1/didcomm/policies/<slug>/).
+    EDITABLE = (
+        "enabled",
+        "mediation",
+        "max_grants",
+        "max_recipients_per_grant",
+        "queue_cap",
+        "overflow",
+        "message_ttl_hours",
+        "rate_limit_per_sender",
+        "rate_limit_per_ip",
+    )
 
     class Meta:
         verbose_name = "DIDComm policy"

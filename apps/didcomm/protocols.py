@@ -55,6 +55,8 @@ class Code:
     RATE_LIMITED = "e.p.xfer.rate-limited"
     UNKNOWN_MEDIATOR = "e.p.xfer.unknown-mediator"
     UNAVAILABLE = "e.p.me.unavailable"
+    # A live socket that does not read, over its send budget (then close 4509; nothing is lost).
+    SEND_BUDGET = "e.p.xfer.send-budget-exceeded"
     # DIDComm v1 only
     NOT_CONNECTED = "e.p.req.not-connected"  # an authcrypt message from a key with no connection
     CONNECTION_EXISTS = "e.p.req.connection-exists"  # DID Exchange again from a connected key, new thread

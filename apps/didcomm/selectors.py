@@ -3,9 +3,12 @@ live here and nowhere in metrics: no DID labels)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db.models import Count, QuerySet
 
 from .models import Mediation, QueuedMessage, RecipientKey
+from .services import identities_accepting, invitation_for
 
 
 def grants_with_depths(*, tenant_id: int | None = None) -> QuerySet[Mediation]:
@@ -33,3 +36,22 @@ def recipient_depths(*, mediation: Mediation) -> list[dict]:
 
 def queued_for(*, mediation: Mediation) -> int:
     return QueuedMessage.objects.filter(mediation=mediation).count()
+
+
+def identity_summary(*, tenant, now: datetime | None = None) -> dict:
+    """The tenant's DIDComm mediator DID, its invitation URL, and the DIDs still accepted after a
+    rotation (with the end of their grace period): what the operator API answers."""
+    identities = identities_accepting(tenant=tenant, now=now)
+    current, retired = identities[0], identities[1:]
+    grace = timedelta(hours=tenant.prekey_grace_hours)
+    return {
+        "did": current.did,
+        "created_at": current.created_at.isoformat(),
+        "http_uri": current.http_uri,
+        "ws_uri": current.ws_uri,
+        "invitation_url": invitation_for(tenant=tenant)[1],
+        "previous": [
+            {"did": r.did, "retired_at": r.retired_at.isoformat(), "accepted_until": (r.retired_at + grace).isoformat()}
+            for r in retired
+        ],
+    }

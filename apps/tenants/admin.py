@@ -24,6 +24,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from rest_framework.authtoken.admin import TokenAdmin as BaseTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 from unfold.admin import ModelAdmin
@@ -31,6 +32,7 @@ from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
+from apps.didcomm.services import identity_rotate, invitation_for, invitation_qr_svg, policy_for
 from apps.messaging.selectors import (
     CONTRACT_STATES,
     tenant_contracts,
@@ -201,10 +203,19 @@ class TenantAdmin(ModelAdmin):
         {
             "title": "Data and keys",
             "icon": "more_vert",
-            "items": ["detail_registrations", "detail_contracts", "detail_rotate", "detail_purge"],
+            "items": [
+                "detail_registrations",
+                "detail_contracts",
+                "detail_rotate",
+                "detail_rotate_didcomm",
+                "detail_purge",
+            ],
         },
     ]
     warn_unsaved_form = True
+
+    class Media:
+        js = ["didcomm/copy.js"]  # the invitation's Copy button (no inline script: the admin's CSP)
 
     # --- pages ---------------------------------------------------------------------------------
 
@@ -233,6 +244,7 @@ class TenantAdmin(ModelAdmin):
             ("Activity", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
+            ("DIDComm v2", {"fields": ["didcomm_invitation"]}),
             ("Audit", {"fields": ["recent_audit"]}),
         ]
 
@@ -249,6 +261,7 @@ class TenantAdmin(ModelAdmin):
             "prekey",
             "keys_rotated_at",
             "key_history",
+            "didcomm_invitation",
             "recent_audit",
         ]
 
@@ -328,6 +341,26 @@ class TenantAdmin(ModelAdmin):
             rows,
         )
         return format_html('<table class="live-figures">{}</table>', body)
+
+    @display(description="Out-of-Band invitation")
+    def didcomm_invitation(self, obj: Tenant):
+        """The tenant's OOB 2.0 invitation URL with a Copy button and its QR code (made here as SVG)."""
+        policy = policy_for(tenant=obj)
+        policy_url = reverse("admin:didcomm_didcommpolicy_change", args=[obj.pk])
+        if not policy.enabled:
+            return format_html('DIDComm v2 is disabled. <a class="text-primary-600" href="{}">Policy</a>', policy_url)
+        _, url = invitation_for(tenant=obj)
+        return format_html(
+            '<div class="didcomm-invitation">'
+            '<textarea id="didcomm-oob-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{}</textarea>'
+            '<div class="my-2"><button type="button" data-copy-target="didcomm-oob-url" '
+            'class="border rounded px-3 py-1">Copy</button> '
+            '<a class="text-primary-600" href="{}">DIDComm policy</a></div>'
+            '<figure id="didcomm-oob-qr">{}</figure></div>',
+            url,
+            policy_url,
+            mark_safe(invitation_qr_svg(url)),  # noqa: S308 - segno's SVG of our own URL, no user markup
+        )
 
     @display(description="Recent operator actions")
     def recent_audit(self, obj: Tenant):
@@ -534,6 +567,28 @@ class TenantAdmin(ModelAdmin):
             intro=f"The DID document publishes the new keys at once. Registrations signed with the old key stay "
             f"valid until they expire; requests encrypted to the old pre-key are accepted for "
             f"{tenant.prekey_grace_hours} hours.",
+            button="Rotate",
+        )
+
+    @action(
+        description="Rotate DIDComm identity",
+        url_path="rotate-didcomm",
+        icon="sync_lock",
+        permissions=[TENANT_ACTIONS["rotate_didcomm"]],
+    )
+    def detail_rotate_didcomm(self, request, object_id) -> HttpResponse:
+        tenant = self._object_or_deny(request, object_id, "rotate_didcomm")
+        if request.method == "POST":
+            identity_rotate(tenant=tenant, actor=_actor(request))
+            self.message_user(request, f"Rotated the DIDComm mediator DID of {tenant.slug}.", messages.SUCCESS)
+            return HttpResponseRedirect(self._change_url(tenant))
+        return self._detail_confirm(
+            request,
+            tenant,
+            title=f"Rotate the DIDComm identity of {tenant.slug}",
+            intro=f"A new did:peer:2 mediator DID with new keys; the invitation changes with it. The old DID keeps "
+            f"decrypting forwards and answering its clients for {tenant.prekey_grace_hours} hours, and every "
+            f"granted client is sent the new DID (a mediate-grant naming it) with its queued messages.",
             button="Rotate",
         )
 

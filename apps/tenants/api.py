@@ -16,6 +16,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.didcomm.selectors import identity_summary
+from apps.didcomm.services import identity_rotate
 from apps.ops import console
 from apps.wire.display import utc_iso
 
@@ -177,6 +179,17 @@ StatisticsSerializer = inline_serializer(
         "last_activity": serializers.DateTimeField(allow_null=True),
     },
 )
+DidcommIdentitySerializer = inline_serializer(
+    "DidcommIdentity",
+    {
+        "did": serializers.CharField(),
+        "created_at": serializers.DateTimeField(),
+        "http_uri": serializers.CharField(),
+        "ws_uri": serializers.CharField(),
+        "invitation_url": serializers.CharField(),
+        "previous": serializers.ListField(child=serializers.DictField()),
+    },
+)
 PurgeResultSerializer = inline_serializer(
     "PurgeResult",
     {
@@ -253,6 +266,15 @@ class TenantViewSet(viewsets.GenericViewSet):
         data = _payload(RotateSerializer, request)
         _call(tenant_rotate_keys, tenant=self._tenant(slug), actor=_actor(request), **data)
         return Response(TenantSerializer(self._tenant(slug)).data)
+
+    @extend_schema(request=None, responses=DidcommIdentitySerializer)
+    @action(detail=True, methods=["post"], url_path="rotate-didcomm-identity")
+    def rotate_didcomm(self, request: Request, slug: str) -> Response:
+        """A new DIDComm mediator DID; the old one is accepted for `prekey_grace_hours` and its
+        granted clients are sent the new one (docs/didcomm.md#mediator-identity-and-rotation)."""
+        tenant = self._tenant(slug)
+        identity_rotate(tenant=tenant, actor=_actor(request))
+        return Response(identity_summary(tenant=tenant))
 
     @extend_schema(responses=StatisticsSerializer)
     @action(detail=True, methods=["get"])

@@ -27,6 +27,7 @@ TENANT_ACTIONS = {
     "suspend": "change",
     "resume": "change",
     "rotate_keys": "change",
+    "rotate_didcomm": "change",  # the tenant's DIDComm mediator DID (apps/didcomm), a key rotation too
     "purge_expired": "change",
 }
 # The audit log is read-only everywhere.

@@ -460,3 +460,108 @@ def test_the_layout_refuses_to_start_in_debug(transactional_db, tmp_path):
     assert "ImproperlyConfigured: DJANGO_DEBUG must be off with MEDIATOR_ENV=production" in done.stderr
     assert "production layout:" not in done.stdout
     assert not (tmp_path / "run" / "supervisord.pid").exists()
+
+
+# --- DIDComm v2 through the layout (docs/didcomm.md, docs/serving.md) ------------------------------
+
+PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
+
+
+def test_didcomm_through_nginx_gunicorn_and_daphne_mediation_forward_and_live_push(layout):
+    """POST /didcomm goes nginx → gunicorn (Django's full handler: not the bare POST / entry,
+    no CSRF, both media types), /didcomm/ws nginx → Daphne; a forward stored by a gunicorn
+    worker is pushed to the live socket across Redis."""
+    from websockets.asyncio.client import connect
+
+    from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
+    from apps.didcomm.models import QueuedMessage
+
+    url, host = layout["url"], f"127.0.0.1:{layout['port']}"
+    http = httpx.Client(base_url=url, timeout=30)
+    invitation = http.get("/didcomm/invitation").json()
+    mediator = invitation["from"]
+    assert http.get("/didcomm/invitation", params={"form": "url"}).text.startswith(f"{url}/didcomm?_oob=")
+    wallet = Agent()
+
+    def send(message: dict) -> dict:
+        resp = http.post("/didcomm", content=wallet.pack(message, mediator), headers={"Content-Type": ENCRYPTED})
+        assert (resp.status_code, resp.headers["content-type"]) == (200, ENCRYPTED), resp.text
+        assert "content-security-policy" not in resp.headers and "set-cookie" not in resp.headers
+        return wallet.unpack(resp.content)[0]
+
+    # Mediation with return_route: the answer is in the HTTP reply body.
+    grant = send(wallet.message(CM2 + "mediate-request"))
+    assert (grant["type"], grant["body"]) == (CM2 + "mediate-grant", {"routing_did": mediator})
+    rcpt = routed_did(mediator)
+    update = send(wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}))
+    assert update["body"]["updated"][0]["result"] == "success"
+    # Other media types are refused by the application (415), not by nginx or the bare entry.
+    refused = http.post("/didcomm", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert (refused.status_code, refused.json()["body"]["code"]) == (415, "e.p.xfer.unsupported-media-type")
+
+    async def live() -> tuple[dict, dict, httpx.Response]:
+        async with connect(
+            f"ws://{host}/didcomm/ws", compression=None, proxy=None, ping_interval=None, max_size=None
+        ) as ws:
+            change = wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True})
+            await ws.send(wallet.pack(change, mediator).decode())
+            status, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+            # A forward as `application/json` (also accepted): 202, no body, then the push.
+            fwd = await asyncio.to_thread(
+                http.post, "/didcomm", content=forward_for(rcpt, mediator), headers={"Content-Type": "application/json"}
+            )
+            pushed, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+            return status, pushed, fwd
+
+    status, pushed, fwd = asyncio.run(live())
+    assert status["body"] == {"message_count": 0, "live_delivery": True}
+    assert (fwd.status_code, fwd.content) == (202, b"")
+    assert pushed["type"] == PICKUP + "delivery" and len(pushed["attachments"]) == 1
+    assert rcpt.unpack(pushed["attachments"][0]["data"]["json"])[0]["body"] == {"n": 1}
+    # Stored before the 202 and still there after the push, until messages-received.
+    assert QueuedMessage.objects.filter(tenant=layout["tenant"]).count() == 1
+    done = send(wallet.message(PICKUP + "messages-received", {"message_id_list": [pushed["attachments"][0]["id"]]}))
+    assert done["body"]["message_count"] == 0
+    http.close()
+
+
+@pytest.mark.parametrize("layout", [{"env": {"MEDIATOR_MAX_BODY_BYTES": str(CAP)}}], indirect=True)
+def test_every_error_nginx_produces_on_didcomm_is_a_problem_report(layout):
+    """Under /didcomm nginx's own errors are Report Problem 2.0 messages (JSON) with the status
+    and code the application gives (deploy/nginx.conf.template); POST / keeps its protocol's."""
+    port, host = layout["port"], f"127.0.0.1:{layout['port']}".encode()
+
+    def post(path: bytes, headers: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        head = b"POST " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n"
+        return _raw(port, head + b"Content-Type: application/didcomm-encrypted+json\r\n" + headers + b"\r\n" + body)
+
+    def expect(status: int, code: str, reply: tuple[int, dict[str, str], bytes]) -> None:
+        got_status, headers, body = reply
+        report = json.loads(body)
+        assert (got_status, headers["content-type"], report["type"], report["body"]["code"]) == (
+            status,
+            "application/json",
+            PROBLEM,
+            code,
+        )
+        assert isinstance(report["id"], str) and report["id"]
+
+    # At the cap: the application reads it (not a JWE: e.p.msg, from gunicorn); one byte more: nginx.
+    expect(400, "e.p.msg", post(b"/didcomm", f"Content-Length: {CAP}\r\n".encode(), b"x" * CAP))
+    expect(413, "e.p.xfer.too-big", post(b"/didcomm", f"Content-Length: {CAP + 1}\r\n".encode(), b"x" * (CAP + 1)))
+    chunk = b"x" * (CAP + 1)
+    chunked = b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n"
+    expect(413, "e.p.xfer.too-big", post(b"/didcomm", b"Transfer-Encoding: chunked\r\n", chunked))
+    expect(400, "e.p.msg", post(b"/didcomm", b"Transfer-Encoding: chunked\r\n", b"zz\r\nnot a chunk\r\n0\r\n\r\n"))
+    expect(400, "e.p.msg", post(b"/didcomm", b"Transfer-Encoding: gzip\r\n", b"{}"))
+    expect(400, "e.p.msg", post(b"/didcomm", b"X-Big: " + b"a" * 20_000 + b"\r\n"))
+    # POST / keeps the Decentrl error.
+    status, _, body = post(b"/", f"Content-Length: {CAP + 1}\r\n".encode(), b"x" * (CAP + 1))
+    assert (status, json.loads(body)) == (413, {"code": "PAYLOAD_TOO_LARGE", "type": "ERROR"})
+    # The upstreams down: gunicorn for POST /didcomm and the invitation, Daphne for /didcomm/ws.
+    layout["ctl"]("stop", "gunicorn")
+    expect(503, "e.p.me.unavailable", post(b"/didcomm", b"Content-Length: 2\r\n", b"{}"))
+    expect(503, "e.p.me.unavailable", _raw(port, b"GET /didcomm/invitation HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"))
+    layout["ctl"]("stop", "daphne")
+    upgrade = b"GET /didcomm/ws HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    expect(503, "e.p.me.unavailable", _raw(port, upgrade))

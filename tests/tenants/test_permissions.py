@@ -17,6 +17,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.permissions import IsAdminUser
 from rest_framework.test import APIClient
 
+from apps.didcomm.models import DidcommPolicy, MediatorIdentity
+from apps.didcomm.services import identity_current, policy_for
 from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import METHOD_VERBS, OperatorPermissions
 from apps.tenants.services import Actor, audit_record, tenant_suspend
@@ -29,8 +31,14 @@ DENIED = {"detail": "You do not have permission to perform this action."}
 # below needs (granted one by one: none of them is a superuser).
 ROLES = {
     "none": set(),
-    "viewer": {"tenants.view_tenant", "tenants.view_auditentry", "usage.view_reportrun"},
-    "editor": {"tenants.change_tenant"},  # change implies view, in the console and the API alike
+    "viewer": {
+        "tenants.view_tenant",
+        "tenants.view_auditentry",
+        "usage.view_reportrun",
+        "didcomm.view_didcommpolicy",
+    },
+    # change implies view, in the console and the API alike
+    "editor": {"tenants.change_tenant", "didcomm.change_didcommpolicy"},
     "all": {
         "tenants.view_tenant",
         "tenants.add_tenant",
@@ -38,9 +46,21 @@ ROLES = {
         "tenants.view_auditentry",
         "usage.view_reportrun",
         "usage.add_reportrun",
+        "didcomm.view_didcommpolicy",
+        "didcomm.change_didcommpolicy",
     },
 }
 VIEW_TENANT = {"tenants.view_tenant", "tenants.change_tenant"}
+VIEW_DIDCOMM_POLICY = {"didcomm.view_didcommpolicy", "didcomm.change_didcommpolicy"}
+DIDCOMM_POLICY_FORM = {
+    "enabled": "on",
+    "mediation": "closed",
+    "max_grants": "0",
+    "max_recipients_per_grant": "100",
+    "queue_cap": "10",
+    "overflow": "evict",
+    "message_ttl_hours": "72",
+}
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,38 @@ OPS = [
         200,
     ),
     Op(
+        "tenant rotate DIDComm identity",
+        {"tenants.change_tenant"},
+        lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/rotate-didcomm/"),
+        302,
+        lambda c, w: c.post("/api/v1/tenants/tenant-a/rotate-didcomm-identity/"),
+        200,
+    ),
+    Op(
+        "didcomm policy retrieve",
+        VIEW_DIDCOMM_POLICY,
+        lambda c, w: c.get(f"/admin/didcomm/didcommpolicy/{w.a.pk}/change/"),
+        200,
+        lambda c, w: c.get("/api/v1/didcomm/policies/tenant-a/"),
+        200,
+    ),
+    Op(
+        "didcomm policy list",
+        VIEW_DIDCOMM_POLICY,
+        lambda c, w: c.get("/admin/didcomm/didcommpolicy/"),
+        200,
+        lambda c, w: c.get("/api/v1/didcomm/policies/"),
+        200,
+    ),
+    Op(
+        "didcomm policy update",
+        {"didcomm.change_didcommpolicy"},
+        lambda c, w: c.post(f"/admin/didcomm/didcommpolicy/{w.a.pk}/change/", DIDCOMM_POLICY_FORM),
+        302,
+        lambda c, w: c.patch("/api/v1/didcomm/policies/tenant-a/", {"mediation": "closed"}, format="json"),
+        200,
+    ),
+    Op(
         "tenant purge expired",
         {"tenants.change_tenant"},
         lambda c, w: c.post(f"/admin/tenants/tenant/{w.a.pk}/purge/"),
@@ -212,6 +264,8 @@ def world(db, tenant_a, tenant_b) -> World:
     run = ReportRun.objects.create(
         date_from=timezone.now().date(), date_to=timezone.now().date(), status=ReportRun.Status.SUCCEEDED
     )
+    policy_for(tenant=tenant_a)
+    identity_current(tenant=tenant_a)
     tenant_a.refresh_from_db()
     tenant_b.refresh_from_db()
     return World(a=tenant_a, b=tenant_b, entry=entry, run=run)
@@ -231,6 +285,8 @@ def _state() -> tuple:
         list(Tenant.objects.order_by("slug").values_list("slug", "name", "status", "signing_public", "prekey_public")),
         AuditEntry.objects.count(),
         ReportRun.objects.count(),
+        list(MediatorIdentity.objects.order_by("pk").values_list("did", "retired_at")),
+        list(DidcommPolicy.objects.order_by("pk").values()),
     )
 
 
@@ -342,4 +398,5 @@ def test_every_api_route_names_the_permission_of_each_of_its_actions():
         "ReportRunDetail",
         "ReportRunCsv",
         "GrantViewSet",
+        "PolicyViewSet",
     }

@@ -23,13 +23,13 @@ REDIS_DB_URL = "redis://127.0.0.1:6379/11"
 
 
 class Deployment:
-    def __init__(self, tmp_path, processes: int = 2):
+    def __init__(self, tmp_path, processes: int = 2, env: dict | None = None):
         from apps.tenants.services import tenant_create
 
         self.ports = [free_port() for _ in range(processes)]
         self.host = f"127.0.0.1:{self.ports[0]}"
         self.tenant = tenant_create(slug="dc", domain=self.host)
-        env = {"REDIS_URL": REDIS_DB_URL}
+        env = {"REDIS_URL": REDIS_DB_URL, **(env or {})}
         self.servers = [start_daphne(tmp_path, port=p, env=env, wait_host=self.host) for p in self.ports]
         self.http = [httpx.Client(base_url=f"http://127.0.0.1:{p}", headers={"Host": self.host}) for p in self.ports]
         inv = self.http[0].get("/didcomm/invitation").json()

@@ -10,6 +10,7 @@ from rest_framework.authtoken.models import Token
 from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, QueuedMessage
 from apps.ops.metrics import DATABASE_COLLECTOR
+from apps.tenants.services import Actor
 
 
 @pytest.fixture
@@ -70,3 +71,179 @@ def test_metrics_show_the_queue_per_tenant_without_dids(client, grant):
     text = client.get("/metrics").content.decode()
     assert 'mediator_message_queue_size{tenant="tenant-a"} 1.0' in text
     assert "did:" not in text
+
+
+# --- the policy through the operator API ----------------------------------------------------------
+
+DEFAULT_POLICY = {
+    "tenant": "tenant-a",
+    "enabled": True,
+    "mediation": "open",
+    "max_grants": 0,
+    "max_recipients_per_grant": 100,
+    "queue_cap": 1000,
+    "overflow": "evict",
+    "message_ttl_hours": 72,
+    "rate_limit_per_sender": None,
+    "rate_limit_per_ip": None,
+}
+
+
+@pytest.fixture
+def api(django_user_model):
+    from rest_framework.test import APIClient
+
+    user = django_user_model.objects.create_user("olivia", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label__in=["didcomm", "tenants"],
+            codename__in=["change_didcommpolicy", "change_tenant"],
+        )
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def test_the_api_reads_the_policy_with_its_defaults(api, tenant_a, tenant_b):
+    resp = api.get("/api/v1/didcomm/policies/tenant-a/")
+    assert (resp.status_code, resp.json()) == (200, DEFAULT_POLICY)
+    listed = api.get("/api/v1/didcomm/policies/").json()
+    assert [p["tenant"] for p in listed["results"]] == ["tenant-a"]  # rows exist once used (or read)
+    assert api.get("/api/v1/didcomm/policies/no-such-tenant/").status_code == 404
+
+
+def test_the_api_refuses_a_bad_policy_in_its_error_shape_and_writes_nothing(api, tenant_a):
+    from apps.tenants.models import AuditEntry
+
+    resp = api.patch("/api/v1/didcomm/policies/tenant-a/", {"queue_cap": 5, "queue_size": 5}, format="json")
+    assert (resp.status_code, resp.json()) == (400, {"queue_size": ["Unknown field."]})
+    resp = api.patch(
+        "/api/v1/didcomm/policies/tenant-a/",
+        {
+            "queue_cap": 0,
+            "overflow": "drop",
+            "mediation": "maybe",
+            "message_ttl_hours": 10_000,
+            "rate_limit_per_ip": -1,
+            "max_recipients_per_grant": "many",
+            "enabled": "perhaps",
+        },
+        format="json",
+    )
+    assert resp.status_code == 400
+    assert resp.json() == {
+        "queue_cap": ["Ensure this value is greater than or equal to 1."],
+        "overflow": ['"drop" is not a valid choice.'],
+        "mediation": ['"maybe" is not a valid choice.'],
+        "message_ttl_hours": ["Ensure this value is less than or equal to 8784."],
+        "rate_limit_per_ip": ["Ensure this value is greater than or equal to 0."],
+        "max_recipients_per_grant": ["A valid integer is required."],
+        "enabled": ["Must be a valid boolean."],
+    }
+    assert api.patch("/api/v1/didcomm/policies/tenant-a/", [1], format="json").status_code == 400
+    assert api.get("/api/v1/didcomm/policies/tenant-a/").json() == DEFAULT_POLICY
+    assert not AuditEntry.objects.filter(action="didcomm.update_policy").exists()
+
+
+def test_the_api_edits_the_policy_audited_and_the_mediator_follows_it(api, didcomm_a, didcomm_b, wallet):
+    from apps.tenants.models import AuditEntry
+
+    change = {"mediation": "closed", "queue_cap": 2, "overflow": "reject", "rate_limit_per_ip": 0}
+    resp = api.patch("/api/v1/didcomm/policies/tenant-a/", change, format="json")
+    assert (resp.status_code, resp.json()) == (200, {**DEFAULT_POLICY, **change})
+    entry = AuditEntry.objects.get(action="didcomm.update_policy")
+    assert (entry.via, entry.actor_name, entry.tenant_slug) == ("api", "olivia", "tenant-a")
+    assert entry.before == {"mediation": "open", "queue_cap": 1000, "overflow": "evict", "rate_limit_per_ip": None}
+    assert entry.after == change
+    # An unchanged PATCH changes nothing and records nothing.
+    assert api.patch("/api/v1/didcomm/policies/tenant-a/", change, format="json").status_code == 200
+    assert AuditEntry.objects.filter(action="didcomm.update_policy").count() == 1
+    # Tenant A now denies mediation; tenant B (its own policy) still grants it.
+    _, answer, _ = didcomm_a.send(wallet, wallet.message(CM2 + "mediate-request"))
+    assert answer["type"] == CM2 + "mediate-deny"
+    _, answer, _ = didcomm_b.send(wallet, wallet.message(CM2 + "mediate-request"))
+    assert answer["type"] == CM2 + "mediate-grant"
+    assert api.get("/api/v1/didcomm/policies/tenant-b/").json() == {**DEFAULT_POLICY, "tenant": "tenant-b"}
+
+
+def test_the_admin_policy_form_applies_the_same_bounds_and_audits(admin_client, tenant_a):
+    from apps.didcomm.models import DidcommPolicy
+    from apps.didcomm.services import policy_for
+    from apps.tenants.models import AuditEntry
+
+    policy_for(tenant=tenant_a)
+    url = f"/admin/didcomm/didcommpolicy/{tenant_a.pk}/change/"
+    form = {k: v for k, v in DEFAULT_POLICY.items() if k != "tenant" and v is not None}
+    form = {**form, "enabled": "on", "queue_cap": "0"}
+    resp = admin_client.post(url, form)
+    assert resp.status_code == 200 and b"Ensure this value is greater than or equal to 1." in resp.content
+    assert DidcommPolicy.objects.get().queue_cap == 1000
+    resp = admin_client.post(url, {**form, "queue_cap": "7"})
+    assert resp.status_code == 302 and DidcommPolicy.objects.get().queue_cap == 7
+    entry = AuditEntry.objects.get(action="didcomm.update_policy")
+    assert (entry.via, entry.before, entry.after) == ("admin", {"queue_cap": 1000}, {"queue_cap": 7})
+
+
+# --- rotation of the DIDComm identity -------------------------------------------------------------
+
+
+def test_the_api_rotates_the_didcomm_identity_and_the_old_did_keeps_working(api, didcomm_a, tenant_a, wallet):
+    from apps.tenants.models import AuditEntry
+
+    old = didcomm_a.mediator_did
+    didcomm_a.send(wallet, wallet.message(CM2 + "mediate-request"))
+    rcpt = routed_did(old)
+    didcomm_a.send(
+        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    )
+    signing_before = tenant_a.signing_public
+    resp = api.post("/api/v1/tenants/tenant-a/rotate-didcomm-identity/")
+    assert resp.status_code == 200
+    body = resp.json()
+    new = didcomm_a.mediator_did
+    assert new != old and body["did"] == new
+    assert (
+        body["invitation_url"]
+        == didcomm_a.client.get("/didcomm/invitation?form=url", HTTP_HOST="a.mediator.test").content.decode()
+    )
+    assert [p["did"] for p in body["previous"]] == [old]
+    assert (body["http_uri"], body["ws_uri"]) == ("http://a.mediator.test/didcomm", "ws://a.mediator.test/didcomm/ws")
+    # Only the DIDComm identity: the Decentrl keys stay.
+    tenant_a.refresh_from_db()
+    assert bytes(tenant_a.signing_public) == bytes(signing_before)
+    entry = AuditEntry.objects.get(action="didcomm.rotate_identity")
+    assert (entry.via, entry.before, entry.after) == ("api", {"didcomm_did": old}, {"didcomm_did": new})
+    # The old DID still takes forwards in its grace period; the client has the announcement queued.
+    assert didcomm_a.post(forward_for(rcpt, old)).status_code == 202
+    assert QueuedMessage.objects.filter(recipient__isnull=True).count() == 1
+    assert api.post("/api/v1/tenants/no-such-tenant/rotate-didcomm-identity/").status_code == 404
+
+
+def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after_confirmation(
+    admin_client, didcomm_a, tenant_a
+):
+    from apps.didcomm.services import invitation_for, invitation_qr_svg, policy_update
+    from apps.tenants.models import AuditEntry
+
+    _, url = invitation_for(tenant=tenant_a)
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    assert f'<textarea id="didcomm-oob-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{url}' in page
+    assert '<button type="button" data-copy-target="didcomm-oob-url"' in page
+    assert invitation_qr_svg(url) in page and "/static/didcomm/copy.js" in page
+    assert "<script>" not in page.split("didcomm-invitation", 1)[1].split("</fieldset>", 1)[0]
+
+    confirm = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/rotate-didcomm/")
+    assert confirm.status_code == 200 and b"Rotate the DIDComm identity of tenant-a" in confirm.content
+    assert didcomm_a.mediator_did == invitation_for(tenant=tenant_a)[0]["from"]  # nothing rotated on GET
+    resp = admin_client.post(f"/admin/tenants/tenant/{tenant_a.pk}/rotate-didcomm/")
+    assert resp.status_code == 302
+    assert AuditEntry.objects.get(action="didcomm.rotate_identity").via == "admin"
+    _, new_url = invitation_for(tenant=tenant_a)
+    assert (
+        new_url != url and new_url in admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    )
+
+    policy_update(tenant=tenant_a, actor=Actor(None, "cli"), enabled=False)
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    assert "DIDComm v2 is disabled." in page and "didcomm-oob-url" not in page

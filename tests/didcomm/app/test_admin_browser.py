@@ -1,0 +1,75 @@
+"""The DIDComm invitation on a tenant's page, in headless Chromium on a real Daphne under the
+admin's Content-Security-Policy: the QR code the browser shows decodes (zxing-cpp, a reader
+nobody here wrote) to the invitation URL the service gives, and Copy puts that URL on the
+clipboard (apps/didcomm/static/didcomm/copy.js; no inline script)."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import pytest
+import zxingcpp
+
+from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.servers import start_daphne
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+# The screenshot of the QR as the page shows it, drawn on a canvas and read back as grey levels.
+PIXELS = """async (png) => {
+  const img = new Image();
+  img.src = "data:image/png;base64," + png;
+  await img.decode();
+  const canvas = document.createElement("canvas");
+  canvas.width = img.width;
+  canvas.height = img.height;
+  const ctx = canvas.getContext("2d");
+  ctx.drawImage(img, 0, 0);
+  const rgba = ctx.getImageData(0, 0, img.width, img.height).data;
+  const grey = new Array(img.width * img.height);
+  for (let i = 0; i < grey.length; i++) grey[i] = Math.round((rgba[4 * i] + rgba[4 * i + 1] + rgba[4 * i + 2]) / 3);
+  return {width: img.width, height: img.height, grey};
+}"""
+
+
+@pytest.fixture
+def daphne(transactional_db, tmp_path):
+    server = start_daphne(tmp_path)
+    yield server
+    server.stop()
+
+
+def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the_clipboard(daphne, django_user_model):
+    from apps.tenants.services import tenant_create
+
+    tenant = tenant_create(slug="qr-tenant", domain="qr.mediator.test", name="QR tenant")
+    url = httpx.get(f"{daphne.url}/didcomm/invitation?form=url", headers={"Host": tenant.domain}, timeout=10).text
+    assert url.startswith("http://qr.mediator.test/didcomm?_oob=") and len(url) > 600
+    django_user_model.objects.create_superuser("olivia", "olivia@ops.test", "correct-horse-battery")
+
+    violations: list[str] = []
+    with admin_page(daphne.url, "olivia", "correct-horse-battery") as page:
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=daphne.url)
+        page.on("console", lambda m: violations.append(m.text) if m.text.startswith("CSP violation") else None)
+        page.add_init_script(
+            "document.addEventListener('securitypolicyviolation',"
+            " e => console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))"
+        )
+        page.goto(f"{daphne.url}/admin/tenants/tenant/{tenant.pk}/change/")
+        qr = page.locator("#didcomm-oob-qr svg")
+        qr.scroll_into_view_if_needed()
+        shot = qr.screenshot(path=str(ARTIFACTS / "didcomm-invitation-qr.png"))
+        image = page.evaluate(PIXELS, base64.b64encode(shot).decode())
+        pixels = memoryview(bytes(image["grey"])).cast("B", (image["height"], image["width"]))
+        decoded = zxingcpp.read_barcodes(pixels, formats=zxingcpp.BarcodeFormat.QRCode)
+        assert [(b.format, b.text) for b in decoded] == [(zxingcpp.BarcodeFormat.QRCode, url)]
+
+        assert page.input_value("#didcomm-oob-url") == url
+        button = page.locator("button[data-copy-target=didcomm-oob-url]")
+        button.click()
+        page.wait_for_function("document.querySelector('button[data-copy-target]').dataset.copied === 'true'")
+        assert button.inner_text() == "Copied"
+        assert page.evaluate("navigator.clipboard.readText()") == url
+        page.wait_for_timeout(300)  # late violations
+    assert violations == []

@@ -1,0 +1,186 @@
+"""`/didcomm/ws` on a real Daphne: the per-socket send budget on live delivery (a socket in live
+mode that stops reading is closed with a problem report and 4509, its messages stay queued, and
+another socket of the same client keeps working), the per-message cap, and the problem-report
+frames a socket answers bad input with (and stays open), and a refused upgrade."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import time
+
+import pytest
+from websockets.asyncio.client import connect
+
+from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from bench.ws_slow_reader import StalledSocket
+
+from .test_e2e_daphne import Deployment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+BUDGET = 256 * 1024
+BUDGET_LOG = "didcomm websocket closed: send budget exceeded tenant=dc"
+PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
+
+
+@pytest.fixture
+def deploy(transactional_db, tmp_path):
+    d = Deployment(tmp_path, processes=1, env={"MEDIATOR_WS_SEND_BUDGET_BYTES": str(BUDGET)})
+    yield d
+    d.close()
+
+
+def _open(deploy, host: str | None = None):
+    return connect(
+        f"ws://{host or deploy.host}/didcomm/ws",
+        host="127.0.0.1",
+        port=deploy.ports[0],
+        compression=None,
+        proxy=None,
+        ping_interval=None,
+        max_size=None,
+    )
+
+
+def _grant(deploy) -> tuple[Agent, Agent]:
+    wallet, rcpt = Agent(), Agent()
+    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
+    deploy.send(
+        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    )
+    return wallet, rcpt
+
+
+def _big_forward(rcpt: Agent, mediator_did: str, n: int) -> bytes:
+    sender = Agent()
+    inner = json.loads(
+        sender.pack({"id": f"m{n}", "type": "https://example.org/blob", "body": {"b": "A" * 65536}}, rcpt.did)
+    )
+    return forward_for(rcpt, mediator_did, inner)
+
+
+def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_messages_stay_queued(deploy):
+    wallet, rcpt = _grant(deploy)
+    live = wallet.pack(wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), deploy.mediator_did)
+    addr = ("127.0.0.1", deploy.ports[0])
+
+    async def body() -> list[str]:
+        # One socket of the wallet stops reading once live; its other one (the phone) reads everything.
+        stalled = await asyncio.to_thread(StalledSocket.open, addr, deploy.host, live.decode(), path="/didcomm/ws")
+        status, _ = wallet.unpack(stalled.reply)
+        assert status["body"] == {"message_count": 0, "live_delivery": True}
+
+        def read_once_closed() -> list[tuple[int, bytes]]:
+            # Start reading as soon as the server says it closed the socket: Daphne drops a peer
+            # that does not answer its close within 1 s, and a reset loses what was unread.
+            deadline = time.monotonic() + 60
+            while BUDGET_LOG not in deploy.servers[0].log() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return stalled.read_to_close()
+
+        reader = asyncio.create_task(asyncio.to_thread(read_once_closed))
+        async with _open(deploy) as phone:
+            await phone.send(live.decode())
+            assert wallet.unpack(await asyncio.wait_for(phone.recv(), 10))[0]["body"]["live_delivery"] is True
+            sent: list[str] = []
+            for n in range(60):  # ~120 KB per push frame; the budget is 256 KiB
+                assert (
+                    await asyncio.to_thread(deploy.post, _big_forward(rcpt, deploy.mediator_did, n))
+                ).status_code == 202
+                pushed, _ = wallet.unpack(await asyncio.wait_for(phone.recv(), 10))
+                assert pushed["type"] == PICKUP + "delivery" and len(pushed["attachments"]) == 1
+                sent.append(pushed["attachments"][0]["id"])
+                if BUDGET_LOG in deploy.servers[0].log():
+                    break
+            assert deploy.servers[0].log().count(BUDGET_LOG) == 1, f"not closed after {len(sent)} messages"
+
+            # Read late: the pushes queued within the budget, then the problem report and 4509.
+            frames = await asyncio.wait_for(reader, 15)
+            stalled.close()
+            (op, report), close = frames[-2:]
+            assert (op, json.loads(report)["type"], json.loads(report)["body"]) == (
+                1,
+                PROBLEM,
+                {"code": "e.p.xfer.send-budget-exceeded", "comment": "send budget exceeded: messages stay queued"},
+            )
+            assert close == (8, struct.pack("!H", 4509))
+            late = [wallet.unpack(payload)[0]["attachments"][0]["id"] for _, payload in frames[:-2]]
+            assert late == sent[: len(late)] and 0 < len(late) < len(sent)
+
+            # The phone was never over budget and keeps getting pushes.
+            assert (
+                await asyncio.to_thread(deploy.post, _big_forward(rcpt, deploy.mediator_did, 99))
+            ).status_code == 202
+            sent.append(wallet.unpack(await asyncio.wait_for(phone.recv(), 10))[0]["attachments"][0]["id"])
+        return sent
+
+    sent = asyncio.run(body())
+    # A push is never the only copy: everything is still queued, oldest first, until messages-received.
+    status = deploy.send(wallet, wallet.message(PICKUP + "status-request"))
+    assert status["body"]["message_count"] == len(sent)
+    delivery = deploy.send(wallet, wallet.message(PICKUP + "delivery-request", {"limit": 100}))
+    assert [a["id"] for a in delivery["attachments"]] == sent
+    assert rcpt.unpack(delivery["attachments"][0]["data"]["json"])[0]["id"] == "m0"
+
+
+def test_the_socket_answers_bad_frames_with_problem_reports_and_stays_open(deploy):
+    from apps.tenants.models import Tenant
+
+    Tenant.objects.filter(pk=deploy.tenant.pk).update(max_body_bytes=32 * 1024)
+    wallet, rcpt = _grant(deploy)
+    ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
+
+    async def body():
+        async with _open(deploy) as ws:
+            answers = []
+            for frame in (
+                "x" * (32 * 1024 + 1),  # over the tenant's max_body_bytes: the same cap as POST /didcomm
+                b"\xff\xfe not json",  # binary frames are messages too
+                json.dumps(ping),  # plaintext: must be encrypted
+            ):
+                await ws.send(frame)
+                answers.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            assert [(a["type"], a["body"]["code"]) for a in answers] == [
+                (PROBLEM, "e.p.xfer.too-big"),
+                (PROBLEM, "e.p.msg"),
+                (PROBLEM, "e.p.trust.unauthenticated"),
+            ]
+            # Still open: a packed ping (a binary frame) is answered, authcrypt from the mediator.
+            await ws.send(wallet.pack(ping, deploy.mediator_did))
+            pong, decrypted = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+            assert pong["type"] == "https://didcomm.org/trust-ping/2.0/ping-response" and pong["thid"] == ping["id"]
+            assert decrypted.sender_kid == deploy.mediator_did + "#key-2"
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "close"),
+    [
+        ("unknown host", "e.p.xfer.unknown-mediator", 4404),
+        ("didcomm off", "e.p.xfer.unknown-mediator", 4404),
+        ("suspended", "e.p.me.unavailable", 4503),
+    ],
+)
+def test_a_refused_upgrade_gets_a_problem_report_then_its_close_code(deploy, case, code, close):
+    from apps.didcomm.services import policy_update
+    from apps.tenants.services import Actor, tenant_suspend
+
+    host = deploy.host
+    if case == "unknown host":
+        host = "nobody.mediator.test"
+    elif case == "didcomm off":
+        policy_update(tenant=deploy.tenant, actor=Actor(None, "cli"), enabled=False)
+    else:
+        tenant_suspend(tenant=deploy.tenant, actor=Actor(None, "cli"))
+
+    async def body():
+        async with _open(deploy, host) as ws:
+            report = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            await ws.wait_closed()
+            return report, ws.close_code
+
+    report, close_code = asyncio.run(body())
+    assert (report["type"], report["body"]["code"], close_code) == (PROBLEM, code, close)
