@@ -6,6 +6,8 @@ validation errors are JSON objects mapping a field to its messages, with HTTP 40
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -25,7 +27,7 @@ GRANT_ACTIONS = {"list": "view", "retrieve": "view", "revoke": "change"}
 POLICY_ACTIONS = {"list": "view", "retrieve": "view", "partial_update": "change"}
 
 
-class PolicySerializer(StrictSerializer, serializers.ModelSerializer):
+class DidcommPolicySerializer(StrictSerializer, serializers.ModelSerializer):
     """A tenant's DIDComm policy; bounds and choices are the model's (one rule with the admin)."""
 
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -41,7 +43,7 @@ class PolicyViewSet(viewsets.GenericViewSet):
 
     operator_actions = POLICY_ACTIONS
     queryset = DidcommPolicy.objects.select_related("tenant").order_by("tenant__slug")
-    serializer_class = PolicySerializer
+    serializer_class = DidcommPolicySerializer
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
 
@@ -50,18 +52,18 @@ class PolicyViewSet(viewsets.GenericViewSet):
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(PolicySerializer(page, many=True).data)
+        return self.get_paginated_response(DidcommPolicySerializer(page, many=True).data)
 
     def retrieve(self, request: Request, slug: str) -> Response:
-        return Response(PolicySerializer(self._policy(slug)).data)
+        return Response(DidcommPolicySerializer(self._policy(slug)).data)
 
     def partial_update(self, request: Request, slug: str) -> Response:
         policy = self._policy(slug)
-        ser = PolicySerializer(policy, data=request.data, partial=True)
+        ser = DidcommPolicySerializer(policy, data=request.data, partial=True)
         ser.is_valid(raise_exception=True)
         actor = Actor(user=request.user, via="api")
         policy = _call(policy_update, tenant=policy.tenant, actor=actor, **ser.validated_data)
-        return Response(PolicySerializer(policy).data)
+        return Response(DidcommPolicySerializer(policy).data)
 
 
 def _grant(m: Mediation, *, detail: bool) -> dict:
@@ -86,6 +88,9 @@ class GrantViewSet(viewsets.GenericViewSet):
     operator_actions = GRANT_ACTIONS
     queryset = Mediation.objects.none()
 
+    @extend_schema(
+        operation_id="didcomm_grants_list", summary="List DIDComm mediation grants", responses=OpenApiTypes.OBJECT
+    )
     def list(self, request: Request) -> Response:
         qs = grants_with_depths()
         if request.query_params.get("tenant"):
@@ -93,10 +98,14 @@ class GrantViewSet(viewsets.GenericViewSet):
         page = self.paginate_queryset(qs)
         return self.get_paginated_response([_grant(m, detail=False) for m in page])
 
+    @extend_schema(
+        summary="Read a DIDComm mediation grant with its recipient DIDs and queue depths", responses=OpenApiTypes.OBJECT
+    )
     def retrieve(self, request: Request, pk: str) -> Response:
         m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)
         return Response(_grant(m, detail=True))
 
+    @extend_schema(summary="Revoke a DIDComm mediation grant", request=None, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str) -> Response:
         m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.db.models import Count
 from django.urls import NoReverseMatch, reverse
+from django.utils.text import capfirst
 from unfold.admin import ModelAdmin
 
 from apps.messaging.selectors import tenant_list_annotations
@@ -62,7 +63,7 @@ def _nav_item(request, entry: dict) -> list[dict]:
         opts = model._meta
         items.append(
             {
-                "title": entry.get("title") or str(opts.verbose_name_plural).capitalize(),
+                "title": entry.get("title") or capfirst(str(opts.verbose_name_plural)),
                 "icon": entry.get("icon"),
                 "link": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
             }

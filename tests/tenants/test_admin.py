@@ -236,6 +236,8 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
         "contract_requests": "1",
         "contracts": "1",
         "tombstones": "0",
+        "didcomm_messages": "0",
+        "didcomm_outbound": "0",
     }
     assert PendingEvent.objects.filter(tenant=busy_a).count() == 2  # nothing deleted by the dry run
     assert AuditEntry.objects.count() == 0
@@ -247,7 +249,15 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.after) == (
         "tenant.purge_expired",
-        {"pending_events": 2, "contract_requests": 1, "contracts": 1, "tombstones": 0, "nonces": 0},
+        {
+            "pending_events": 2,
+            "contract_requests": 1,
+            "contracts": 1,
+            "tombstones": 0,
+            "nonces": 0,
+            "didcomm_messages": 0,
+            "didcomm_outbound": 0,
+        },
     )
 
 

@@ -217,8 +217,17 @@ def test_statistics_and_purge(api, post_a, tenant_a, alice, tenant_b):
     assert resp.status_code == 200
     assert resp.json() == {
         "dry_run": True,
-        "counts": {"pending_events": 0, "contract_requests": 0, "contracts": 0, "tombstones": 0, "nonces": 0},
-        "summary": "would purge 0 pending events, 0 contract requests, 0 contracts, 0 tombstones, 0 nonces",
+        "counts": {
+            "pending_events": 0,
+            "contract_requests": 0,
+            "contracts": 0,
+            "tombstones": 0,
+            "nonces": 0,
+            "didcomm_messages": 0,
+            "didcomm_outbound": 0,
+        },
+        "summary": "would purge 0 pending events, 0 contract requests, 0 contracts, 0 tombstones, 0 nonces, "
+        "0 didcomm messages, 0 didcomm outbound",
     }
     assert AuditEntry.objects.count() == 0
     resp = api.post("/api/v1/tenants/tenant-a/purge-expired/", {"dry_run": False}, format="json")

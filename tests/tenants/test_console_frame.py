@@ -28,7 +28,9 @@ def test_the_sidebar_leads_with_tenants_then_dashboard_reports_audit_and_api_doc
     html = staff_client.get("/admin/").content.decode()
     titles = sidebar_titles(html)
     assert titles[:5] == ["Tenants", "Usage dashboard", "Report runs", "Audit log", "API docs"]
-    assert titles[5:] == ["Scheduled jobs", "Command meters", "Users", "Groups", "API tokens"]
+    didcomm = ["DIDComm mediation grants", "DIDComm mediator identities", "DIDComm policies", "DIDComm v1 connections"]
+    assert sorted(titles[5:9]) == didcomm  # the DIDComm group: every admin page of apps/didcomm
+    assert titles[9:] == ["Scheduled jobs", "Command meters", "Users", "Groups", "API tokens"]
     assert 'href="/dashboard/"' in html and 'href="/api/v1/docs/"' in html
 
 

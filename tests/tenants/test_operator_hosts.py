@@ -151,7 +151,15 @@ def _top_routes(patterns, prefix=""):
 
 def test_every_route_is_either_a_protocol_endpoint_or_an_operator_surface():
     """A new page outside the operator prefixes must be a deliberate protocol endpoint."""
-    protocol = {"/", "/.well-known/did.json", "/health", "/public/<path:did>", "/metrics"}
+    protocol = {
+        "/",
+        "/.well-known/did.json",
+        "/health",
+        "/public/<path:did>",
+        "/metrics",
+        "/didcomm",
+        "/didcomm/invitation",
+    }
     others = {r for r in _top_routes(get_resolver().url_patterns) if not r.startswith(OPERATOR_PATH_PREFIXES)}
     assert others == protocol
 

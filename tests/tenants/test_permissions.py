@@ -232,7 +232,7 @@ OPS = [
         "report retrieve",
         {"usage.view_reportrun"},
         lambda c, w: c.get(f"/admin/usage/reportrun/{w.run.pk}/change/"),
-        200,
+        302,  # the admin's run page is the dashboard's run page (one run page)
         lambda c, w: c.get(f"/api/v1/usage/reports/{w.run.pk}/"),
         200,
     ),
