@@ -13,7 +13,8 @@
     $("run-status").className = "status status-" + s.status;
     if (s.finished) {
       const page = new DOMParser().parseFromString(await (await fetch(location.href)).text(), "text/html");
-      document.querySelector("main").replaceWith(page.querySelector("main"));
+      // The usage part of the console page (the admin theme around it stays as it is).
+      document.querySelector("div.usage").replaceWith(page.querySelector("div.usage"));
       return;
     }
     $("progress-step").textContent = s.status === "queued" ? "Waiting for a worker" : (s.cancel_requested ? "Cancelling" : (p.step || "starting").replace(/^./, (c) => c.toUpperCase()));
