@@ -37,13 +37,13 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.protocol import hooks
     from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity
-    from apps.protocol.wsgi import BareCommandApp
+    from apps.protocol.wsgi import CommandEntry
     from apps.tenants.services import tenant_create
     from bench import loadgen
 
     tenant = tenant_create(slug="qecpu", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
 
-    post = wsgi_poster(BareCommandApp(), HOST)
+    post = wsgi_poster(CommandEntry(), HOST)
 
     owners = [Identity.create(f"o{i}", tenant.did) for i in range(args.owners)]
     others = [Identity.create(f"p{i}", tenant.did) for i in range(args.owners)]

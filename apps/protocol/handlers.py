@@ -7,7 +7,6 @@ from collections.abc import Callable
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
 from apps.protocol.wire.envelope import MAX_PAGE_SIZE, parse_pagination
-from apps.protocol.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
 
@@ -113,13 +112,6 @@ def update_event_tags(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
-def two_way_private(ctx: CommandContext) -> dict:
-    event = svc.pending_event_enqueue(
-        tenant=ctx.tenant, sender_did=ctx.sender_did, recipient_did=ctx.recipient_did, payload=ctx.payload
-    )
-    return {"type": "SUCCESS", "pendingEventId": str(event.public_id)}
-
-
 Handler = Callable[[CommandContext], dict]
 
 DIRECT_HANDLERS: dict[str, Handler] = {
@@ -139,14 +131,11 @@ DIRECT_HANDLERS: dict[str, Handler] = {
 RECIPIENT_CHECKED = {"REQUEST_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE"}
 
 
-def _authorize_public(ctx: CommandContext) -> None:
-    """DCTRL-0007 publisher rule, read as DCTRL-0004 §6.2 step 4: to this mediator, from a registered DID."""
-    if ctx.recipient_did != ctx.tenant.did or not svc.is_registered(tenant=ctx.tenant, did=ctx.sender_did):
-        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+# The publisher rule of DCTRL-0007 (to this mediator, from a registered DID) is checked by
+# dispatch before these run, as DCTRL-0004 §6.2 step 4 for every other command.
 
 
 def publish_public_event(ctx: CommandContext) -> dict:
-    _authorize_public(ctx)
     event = public_svc.public_event_publish(
         tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event=ctx.payload["public_event"]
     )
@@ -154,7 +143,6 @@ def publish_public_event(ctx: CommandContext) -> dict:
 
 
 def delete_public_event(ctx: CommandContext) -> dict:
-    _authorize_public(ctx)
     public_svc.public_event_delete(
         tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event_id=ctx.payload["public_event_id"]
     )
