@@ -49,12 +49,11 @@ def main(argv: list[str] | None = None) -> dict:
     from django.db import connection
 
     from apps.messaging import notify
-    from apps.protocol import hooks
+    from apps.protocol import hooks, storage
     from apps.protocol.wire import contract as wc
     from apps.protocol.wire.canonical import canonical_bytes
     from apps.protocol.wire.client import Identity
     from apps.protocol.wire.did import parse_decentrl
-    from apps.protocol import storage
     from apps.protocol.wsgi import CommandEntry
     from apps.tenants.services import tenant_create
 
