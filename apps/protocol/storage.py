@@ -184,7 +184,9 @@ class SqlStorage:
         """Consume the pair on its own: True if it was fresh."""
         with connection.cursor() as cur:
             cur.execute(CLAIM, nonce.params())
-            return cur.fetchone() is not None
+            # fetchall: SQLite finishes an INSERT … RETURNING (and releases its lock) only once
+            # every row is read.
+            return bool(cur.fetchall())
 
     def claim_checking_registration(self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int) -> Found:
         """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered."""
