@@ -109,8 +109,7 @@ def tenant_registrations(*, tenant, now_s: int | None = None):
     """Live registrations of a tenant: (owner DID, expiry, created) rows only, newest first."""
     now_s = int(time.time()) if now_s is None else now_s
     return (
-        Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
-        .filter(requestor_did=F("owner_did"))
+        Contract.objects.live_registrations(tenant, now_s)
         .order_by("-id")
         .values("owner_did", "expires_at", "created_at")
     )

@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from apps.messaging.models import Contract, PendingEvent
+from apps.messaging.selectors import tenant_registrations
 from apps.messaging.services import is_registered
 from apps.protocol import storage
 from apps.protocol.models import Nonce
@@ -158,8 +159,8 @@ def test_a_nonce_is_claimed_once_and_reusable_only_after_its_expiry(backend, ten
 
 
 def test_the_registration_predicate_and_the_registrations_queryset_agree(tenant_a, tenant_b):
-    """sql.REGISTERED (is_registered, every statement) and Contract.objects.registrations (listings)
-    are one definition: live, owned by the DID, the DID as requestor, this tenant's DID as recipient."""
+    """sql.REGISTERED (is_registered, every statement), Contract.objects.registrations and the
+    admin's listing (selectors.tenant_registrations, both from live_registrations) are one definition: live, owned by the DID, the DID as requestor, this tenant's DID as recipient."""
     now = int(time.time())
     did = Identity.create("x", tenant_a.did).did
     cases = {
@@ -174,4 +175,5 @@ def test_the_registration_predicate_and_the_registrations_queryset_agree(tenant_
         Contract.objects.all().delete()
         _contract(tenant_a, **fields)
         listed = Contract.objects.registrations(tenant_a, did, now).exists()
-        assert is_registered(tenant=tenant_a, did=did) is listed is (name == "live"), name
+        in_listing = did in {r["owner_did"] for r in tenant_registrations(tenant=tenant_a, now_s=now)}
+        assert is_registered(tenant=tenant_a, did=did) is listed is in_listing is (name == "live"), name
