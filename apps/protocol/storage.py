@@ -67,20 +67,20 @@ _CLAIM_AND_DELIVER = f"""WITH claim AS ({CLAIM})
 , chk AS (
     SELECT c.fresh,
         CASE WHEN c.fresh AND %s THEN {REGISTERED} ELSE false END AS registered,
-        CASE WHEN c.fresh AND %s THEN {HAS_CONTRACT} ELSE false END AS has_contract
+        CASE WHEN c.fresh AND %s THEN {HAS_CONTRACT} ELSE false END AS has_contract,
+        CASE WHEN c.fresh AND %s AND %s > 0 THEN COALESCE((
+            SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
+            ), false) ELSE false END AS queue_full
     FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
-), cap AS (
-    SELECT chk.*, CASE WHEN chk.registered AND chk.has_contract AND %s > 0 THEN COALESCE((
-        SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
-        ), false) ELSE false END AS queue_full
-    FROM chk
 ), ins AS (
     INSERT INTO {_PENDING} (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
-    SELECT %s, %s, %s, %s, %s, %s, now() FROM cap
-    WHERE cap.registered AND cap.has_contract AND NOT cap.queue_full
+    SELECT %s, %s, %s, %s, %s, %s, now() FROM chk
+    WHERE chk.registered AND chk.has_contract AND NOT chk.queue_full
     RETURNING id
 )
-SELECT cap.fresh, cap.registered, cap.has_contract, cap.queue_full, EXISTS(SELECT 1 FROM ins) FROM cap
+SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
+    EXISTS(SELECT 1 FROM ins)
+FROM chk
 """
 
 
@@ -164,7 +164,7 @@ class PostgresStorage:
             tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
             # Race accepted as in services.pending_event_enqueue: concurrent senders may overshoot
             # the cap by the number of in-flight sends; nothing is ever evicted.
-            cap, cap, tenant.pk, recipient_did,
+            checks_passed, cap, cap, tenant.pk, recipient_did,
             public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
         ]  # fmt: skip
         fresh, registered, has_contract, queue_full, stored = self._claiming(nonce, _CLAIM_AND_DELIVER, params)
