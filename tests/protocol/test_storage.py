@@ -26,7 +26,9 @@ from apps.protocol.wire.client import Identity
 from apps.tenants.models import Tenant
 from tests.protocol.conftest import STORAGE_BACKENDS
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Inside the test's transaction: the flags do not depend on commits (a failing statement's
+# self-claim, which does, is tested in test_fastpath.py and test_direct_fastpath.py).
+pytestmark = pytest.mark.django_db
 
 BACKENDS = {"postgres": storage.PostgresStorage, "sql": storage.SqlStorage}
 
