@@ -12,9 +12,10 @@ worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and repor
   with the connection pool a request may run on any of the pool's connections;
 - `wall_us`: elapsed time, i.e. with the round trips.
 
-Variants: one-statement path (prepared / not prepared; through the bare POST / entry of
-apps/decentrl/wsgi.py, its lean Django handler or the full middleware chain), ORM path, each with and without the
-command observers (usage metering, metrics) and the after-commit push to Redis.
+Variants: the PostgreSQL storage backend's one statement (prepared / not prepared; through the
+production entry of apps/decentrl/wsgi.py or Django's full middleware chain and view), the SQL
+backend SQLite uses (apps/decentrl/storage.py), each with and without the command observers
+(usage metering, metrics) and the after-commit push to Redis.
 Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default mediator_bench_hotpath).
 """
 
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> dict:
     from django.core.handlers.wsgi import WSGIHandler
     from django.db import connection
 
-    from apps.decentrl import hooks
-    from apps.decentrl.wsgi import BareCommandApp, CommandHandler
+    from apps.decentrl import hooks, storage
+    from apps.decentrl.wsgi import CommandEntry
     from apps.messaging import notify
     from apps.tenants.services import tenant_create
     from apps.wire import contract as wc
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     tenant = tenant_create(
         slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0, pending_queue_cap=args.queue_cap
     )
-    handlers = {"full": WSGIHandler(), "lean": CommandHandler(), "bare": BareCommandApp()}
-    current = {"app": handlers["bare"]}
+    handlers = {"full": WSGIHandler(), "entry": CommandEntry()}
+    current = {"app": handlers["entry"]}
 
     post = wsgi_poster(lambda environ, start_response: current["app"](environ, start_response), HOST)
 
@@ -94,9 +95,11 @@ def main(argv: list[str] | None = None) -> dict:
 
         return ok
 
-    def variant(fast: bool, prepare: bool, observe: bool, push: bool, entry: str = "bare") -> None:
+    backends = {True: storage.PostgresStorage(), False: storage.SqlStorage()}
+
+    def variant(fast: bool, prepare: bool, observe: bool, push: bool, entry: str = "entry") -> None:
         current["app"] = handlers[entry]
-        settings.MEDIATOR_TWO_WAY_FASTPATH = fast
+        storage._chosen[:] = [backends[fast]]
         settings.MEDIATOR_FASTPATH_PREPARE = prepare
         hooks.OBSERVERS[:] = observers if observe else []
         notify.push_requested.receivers = receivers if push else []
@@ -104,14 +107,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     variants = {
         "one statement, prepared (default)": (True, True, True, True),
-        "one statement, prepared, lean Django handler": (True, True, True, True, "lean"),
         "one statement, prepared, full middleware chain": (True, True, True, True, "full"),
         "one statement, not prepared": (True, False, True, True),
-        "ORM path (before)": (False, True, True, True, "full"),
+        "SQL backend (SQLite's), full middleware chain": (False, True, True, True, "full"),
         "one statement, prepared, no observers": (True, True, False, True),
         "one statement, prepared, no push": (True, True, True, False),
         "one statement, prepared, no observers, no push": (True, True, False, False),
-        "ORM path, no observers, no push": (False, True, False, False, "full"),
+        "SQL backend, no observers, no push": (False, True, False, False, "full"),
     }
     if args.only:
         variants = {k: v for k, v in variants.items() if any(o in k for o in args.only)}

@@ -5,7 +5,7 @@ same command on the same PostgreSQL schema, to measure the production layout aga
 
 A raw ASGI callable on uvicorn (uvloop, httptools) with an asyncpg pool; no Django. Per `POST /` it
 does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `handle` and
-`_two_way_fast`, apps/messaging/fastpath.py), in the same order and with the same answers:
+`storage.PostgresStorage`, apps/decentrl/storage.py), in the same order and with the same answers:
 
 1. the tenant from the Host header (domain, alias, host without :80/:443), cached per process for
    MEDIATOR_TENANT_CACHE_SECONDS (default 5) as apps/tenants/selectors.py does; unknown host
@@ -50,31 +50,28 @@ from apps.wire.did import DidError, ResolvedDid, parse_decentrl
 from apps.wire.envelope import TWO_WAY_PRIVATE, Command, parse_command
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-# apps/decentrl/nonces.py nonce_claim_sql as the first CTE, then apps/messaging/fastpath.py _BODY,
+# apps/decentrl/storage.py CLAIM as the first CTE, then the TWO_WAY_PRIVATE body,
 # with psycopg's %s numbered as $1…$30 in order (the test compares it with what the product runs).
 STATEMENT = """WITH claim AS (INSERT INTO protocol_nonce (tenant_id, sender_did, nonce, expires_at) VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at WHERE protocol_nonce.expires_at < $5 RETURNING id)
 , chk AS (
     SELECT c.fresh,
-        CASE WHEN c.fresh AND $6 THEN EXISTS(
-            SELECT 1 FROM messaging_contract WHERE tenant_id = $7 AND owner_did = $8 AND requestor_did = $9
-              AND recipient_did = $10 AND expires_at > $11) END AS registered,            -- contract_parties
-        CASE WHEN c.fresh AND $12 THEN EXISTS(
-            SELECT 1 FROM messaging_contract WHERE tenant_id = $13 AND owner_did = $14 AND expires_at > $15
-              AND ((requestor_did = $16 AND recipient_did = $17)
-                OR (requestor_did = $18 AND recipient_did = $19))) END AS has_contract,   -- contract_parties(_rev)
+        CASE WHEN c.fresh AND $6 THEN EXISTS(SELECT 1 FROM messaging_contract WHERE tenant_id = $7 AND owner_did = $8 AND requestor_did = $9 AND recipient_did = $10 AND expires_at > $11) ELSE false END AS registered,
+        CASE WHEN c.fresh AND $12 THEN EXISTS(SELECT 1 FROM messaging_contract WHERE tenant_id = $13 AND owner_did = $14 AND expires_at > $15 AND ((requestor_did = $16 AND recipient_did = $17) OR (requestor_did = $18 AND recipient_did = $19))) ELSE false END AS has_contract,
         CASE WHEN c.fresh AND $20 AND $21 > 0 THEN COALESCE((
             SELECT depth >= $22 FROM messaging_pendingqueuedepth WHERE tenant_id = $23 AND recipient_did = $24
-            ), false) ELSE false END AS queue_full                                  -- queue_depth_recipient
+            ), false) ELSE false END AS queue_full
     FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
 ), ins AS (
     INSERT INTO messaging_pendingevent (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
     SELECT $25, $26, $27, $28, $29, $30, now() FROM chk
-    WHERE chk.fresh AND chk.registered AND chk.has_contract AND NOT chk.queue_full
+    WHERE chk.registered AND chk.has_contract AND NOT chk.queue_full
     RETURNING id
 )
-SELECT chk.fresh, chk.registered, chk.has_contract, chk.queue_full, EXISTS(SELECT 1 FROM ins) FROM chk
+SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
+    EXISTS(SELECT 1 FROM ins)
+FROM chk
 """
-# The claim alone (apps/decentrl/nonces.py nonce_consume), for the 503 after a failed statement.
+# The claim alone (apps/decentrl/storage.py, the claim alone), for the 503 after a failed statement.
 CLAIM = STATEMENT[len("WITH claim AS (") : STATEMENT.index(")\n, chk AS")]
 
 _TENANT_COLUMNS = "t.id, t.did, t.status, t.pending_queue_cap, t.max_body_bytes"
@@ -97,7 +94,7 @@ class Tenant:
 def statement_params(
     *, tenant: Tenant, cmd: Command, checks_passed: bool, now_ms: int, window_ms: int, public_id: uuid.UUID
 ) -> list:
-    """The 30 parameters of STATEMENT, in the order apps/messaging/fastpath.py passes them."""
+    """The 30 parameters of STATEMENT, in the order apps/decentrl/storage.py passes them."""
     h = cmd.header
     now_s = now_ms // 1000
     cap = tenant.pending_queue_cap or 0
@@ -118,7 +115,7 @@ def _resolve(did: str) -> ResolvedDid:
 
 
 def cpu_checks(cmd: Command) -> None:
-    """DCTRL-0004 §7.2 steps 1-4 on the CPU, as dispatch._two_way_fast's cpu_checks."""
+    """DCTRL-0004 §7.2 steps 1-4 on the CPU, as dispatch.execute checks them on the CPU."""
     h = cmd.header
     try:
         sender = _resolve(h.sender_did)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     url = setup_django(DB, args.redis_url)
 
     from apps.decentrl import hooks
-    from apps.decentrl.wsgi import BareCommandApp
+    from apps.decentrl.wsgi import CommandEntry
     from apps.tenants.services import tenant_create
     from apps.wire.canonical import canonical_bytes
     from apps.wire.client import Identity
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     tenant = tenant_create(slug="qecpu", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
 
-    post = wsgi_poster(BareCommandApp(), HOST)
+    post = wsgi_poster(CommandEntry(), HOST)
 
     owners = [Identity.create(f"o{i}", tenant.did) for i in range(args.owners)]
     others = [Identity.create(f"p{i}", tenant.did) for i in range(args.owners)]

@@ -272,21 +272,10 @@ SECURE_HSTS_SECONDS = env_int("MEDIATOR_HSTS_SECONDS", 31_536_000 if _TLS else 0
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if MEDIATOR_TRUSTED_PROXIES else None
 MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
 MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
-# TWO_WAY_PRIVATE as one SQL statement on PostgreSQL (apps/messaging/fastpath.py, issue 8);
-# 0 keeps the ORM path everywhere (for comparisons). SQLite always uses the ORM path.
-MEDIATOR_TWO_WAY_FASTPATH = env_bool("MEDIATOR_TWO_WAY_FASTPATH", True)
-# DIRECT_AUTHENTICATED on PostgreSQL: nonce claim and the registration check as one statement
-# (dispatch._direct_fast); 0 keeps them as two.
-MEDIATOR_DIRECT_FASTPATH = env_bool("MEDIATOR_DIRECT_FASTPATH", True)
-# …as a prepared statement (server-side binding). Set 0 behind a transaction-mode pooler
-# (pgbouncer < 1.21) that cannot keep prepared statements.
+# The command path's statements are prepared on PostgreSQL (server-side binding,
+# apps/messaging/sql.py). Set 0 behind a transaction-mode pooler (pgbouncer < 1.21) that cannot
+# keep prepared statements.
 MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
-# gunicorn's entry for POST / (apps/decentrl/wsgi.py, issue 8): "bare" (no Django request and
-# response objects), "lean" (Django's handler without session/auth/messages/CSRF middleware and
-# URL resolving) or "full" (the whole middleware chain, like every other request).
-MEDIATOR_COMMAND_ENTRY = env("MEDIATOR_COMMAND_ENTRY", "bare")
-if MEDIATOR_COMMAND_ENTRY not in ("bare", "lean", "full"):
-    raise ImproperlyConfigured("MEDIATOR_COMMAND_ENTRY must be bare, lean or full")
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

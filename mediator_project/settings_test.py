@@ -1,4 +1,5 @@
-"""Test override: only what tests need. Tests run on real PostgreSQL (TEST_DATABASE_URL)."""
+"""Test override: only what tests need. Tests run on real PostgreSQL (TEST_DATABASE_URL); `make test`
+runs the messaging commands a second time with TEST_DATABASE_URL=sqlite:///… (Makefile, SQLITE_TESTS)."""
 
 import os
 

@@ -1,11 +1,15 @@
 """Shared fixtures: named tenants (tenant A and B), identities (alice and bob on A, carol on B),
-a signed-command poster for the Django test client, and real Daphne servers."""
+a signed-command poster through the production WSGI entry, and real Daphne servers."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
@@ -43,17 +47,61 @@ def carol(tenant_b) -> Identity:
     return Identity.create("carol", tenant_b.did)
 
 
-class Poster:
-    """POST / through the Django test client with a tenant's Host header."""
+def wsgi_call(app, body: bytes = b"", *, method: str = "POST", path: str = "/", host: str = HOST_A, **extra):
+    """One request through the WSGI callable `app`, in-process: (status line, sorted headers, body)."""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_HOST": host,
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "REMOTE_ADDR": "127.0.0.1",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "wsgi.version": (1, 0),
+        **extra,
+    }
+    got = {}
 
-    def __init__(self, client, host: str):
-        self.client = client
+    def start_response(status, headers, exc_info=None):
+        got["status"], got["headers"] = status, sorted(headers)
+
+    # As Django's test client does: the test transaction's connection must survive the request.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        response = app(environ, start_response)
+        data = b"".join(response)
+        response.close()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    return got["status"], got["headers"], data
+
+
+class Poster:
+    """POST / through the production WSGI application (mediator_project/wsgi.py: gunicorn's), in
+    process, with a tenant's Host header. `extra` are WSGI environ entries (REMOTE_ADDR, HTTP_…)."""
+
+    def __init__(self, host: str):
+        from apps.decentrl.wsgi import ProtocolWSGIApplication
+
+        self.app = ProtocolWSGIApplication()
         self.host = host
 
     def raw(self, body: bytes | str, **extra):
         data = body.encode("utf-8") if isinstance(body, str) else body
-        resp = self.client.post("/", data=data, content_type="application/json", HTTP_HOST=self.host, **extra)
-        return resp.status_code, json.loads(resp.content)
+        status, _, reply = wsgi_call(self.app, data, host=self.host, **extra)
+        return int(status.split(" ", 1)[0]), json.loads(reply)
 
     def send(self, envelope: dict):
         return self.raw(canonical_bytes(envelope))
@@ -63,10 +111,10 @@ class Poster:
 
 
 @pytest.fixture
-def post_a(client, tenant_a) -> Poster:
-    return Poster(client, HOST_A)
+def post_a(tenant_a) -> Poster:
+    return Poster(HOST_A)
 
 
 @pytest.fixture
-def post_b(client, tenant_b) -> Poster:
-    return Poster(client, HOST_B)
+def post_b(tenant_b) -> Poster:
+    return Poster(HOST_B)

@@ -97,8 +97,8 @@ def product(client):
 
 
 @pytest.fixture
-def poster(client, tenant_a) -> Poster:
-    return Poster(client, HOST_A)
+def poster(tenant_a) -> Poster:
+    return Poster(HOST_A)
 
 
 @pytest.fixture

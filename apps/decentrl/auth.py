@@ -10,15 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from apps.decentrl.storage import NonceClaim, storage
 from apps.messaging.services import is_registered
 from apps.tenants.models import Tenant
-from apps.tenants.resolver import resolve_did
-from apps.wire.crypto import verify_json_object
-from apps.wire.did import DidError
+from apps.tenants.resolver import Verdict, verify_signer
 from apps.wire.envelope import MAX_DID_LEN, UUID_RE, is_integral, loads_client_json
 from apps.wire.errors import WS_CLOSE_CODES, ProtocolError
-
-from .nonces import nonce_consume
 
 # An AUTHENTICATE frame is a few hundred bytes plus the DID; anything bigger is not one.
 MAX_AUTH_FRAME_CHARS = 3 * MAX_DID_LEN + 1024
@@ -88,29 +85,34 @@ def check_timestamp(frame: AuthFrame, *, now_ms: int, window_ms: int) -> None:
         raise WsAuthFailed("TIMESTAMP_OUT_OF_RANGE")
 
 
+_FAILURES = {
+    Verdict.DID_NOT_FOUND: "DID_NOT_FOUND",
+    Verdict.KEY_NOT_FOUND: "SIGNING_KEY_NOT_FOUND",
+    Verdict.BAD_SIGNATURE: "INVALID_SIGNATURE",
+}
+
+
 def authenticate(*, tenant: Tenant, frame: AuthFrame, now_ms: int, window_ms: int) -> str:
     """Steps 4-7 of §10.2, then the nonce (PROTOCOL-DECISIONS §6); returns the authenticated DID."""
-    try:
-        resolved = resolve_did(frame.did)
-    except DidError as exc:
-        raise WsAuthFailed("DID_NOT_FOUND") from exc
-    key = resolved.signing_key_for(frame.signing_key_id)
-    if key is None:
-        raise WsAuthFailed("SIGNING_KEY_NOT_FOUND")
-    # Verified over the received values, re-canonicalised (STYLE §8), never over a re-built frame.
-    if not verify_json_object(frame.signable, frame.signature, key):
-        raise WsAuthFailed("INVALID_SIGNATURE")
+    # Verified over the received values, re-canonicalised (STYLE §8), never over a re-built frame;
+    # the same check as every command's (tenants.resolver.verify_signer).
+    verdict = verify_signer(
+        did=frame.did, key_id=frame.signing_key_id, signable=frame.signable, signature=frame.signature
+    )
+    if verdict is not Verdict.VERIFIED:
+        raise WsAuthFailed(_FAILURES[verdict])
     if not is_registered(tenant=tenant, did=frame.did):
         raise WsAuthFailed("NOT_REGISTERED", sender_verified=True)
     # Last, so that only a verified frame consumes its nonce; a replay of the same frame (even on
     # another process) finds the committed pair and is refused with 4008. Its signature verifies,
     # but a replay is anybody's: it is not attributed to the DID (sender_verified stays False).
-    if not nonce_consume(
+    claim = NonceClaim(
         tenant_id=tenant.pk,
         sender_did=frame.did,
         nonce=frame.nonce.lower(),
         expires_at_ms=frame.timestamp + window_ms,
         now_ms=now_ms,
-    ):
+    )
+    if not storage().claim(claim):
         raise WsAuthFailed("DUPLICATE_NONCE")
     return frame.did

@@ -24,5 +24,6 @@ class CommandContext:
         return self.command.header.recipient_did
 
     @property
-    def payload(self):
-        return self.command.payload
+    def body(self):
+        """The typed payload (wire.envelope: RequestContract, QueryEvents, …)."""
+        return self.command.body

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
-from apps.wire.envelope import MAX_PAGE_SIZE, parse_pagination
+from apps.wire import envelope as env
+from apps.wire.envelope import MAX_PAGE_SIZE, Pagination
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
@@ -14,9 +15,11 @@ from .context import CommandContext
 SUCCESS = {"type": "SUCCESS"}
 
 
-def _pagination(ctx: CommandContext):
-    """Pagination within the tenant's page cap (at most the protocol-wide 100)."""
-    return parse_pagination(ctx.payload, max_page_size=min(ctx.tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE))
+def _within_cap(ctx: CommandContext, page: Pagination) -> Pagination:
+    """The page, if within the tenant's page cap (at most the protocol-wide 100)."""
+    if page.page_size > min(ctx.tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE):
+        raise ProtocolError(ErrorCode.INVALID_COMMAND, "page_size out of range")
+    return page
 
 
 def _page_reply(key: str, page, result: svc.Page) -> dict:
@@ -24,13 +27,13 @@ def _page_reply(key: str, page, result: svc.Page) -> dict:
 
 
 def request_communication_contract(ctx: CommandContext) -> dict:
-    p = ctx.payload
+    body: env.RequestContract = ctx.body
     if ctx.recipient_did == ctx.tenant.did:
         signed = svc.registration_create(
             tenant=ctx.tenant,
             sender_did=ctx.sender_did,
-            encrypted=p["encrypted_contract_request"],
-            ephemeral_public=p["requestor_ephemeral_public_key"],
+            encrypted=body.encrypted_contract_request,
+            ephemeral_public=body.requestor_ephemeral_public_key,
         )
         return {
             "type": "SUCCESS",
@@ -41,83 +44,81 @@ def request_communication_contract(ctx: CommandContext) -> dict:
         tenant=ctx.tenant,
         sender_did=ctx.sender_did,
         recipient_did=ctx.recipient_did,
-        encrypted=p["encrypted_contract_request"],
-        ephemeral_public=p["requestor_ephemeral_public_key"],
+        encrypted=body.encrypted_contract_request,
+        ephemeral_public=body.requestor_ephemeral_public_key,
     )
     return {"type": "SUCCESS", "code": "REQUESTED"}
 
 
 def communication_contract_response(ctx: CommandContext) -> dict:
+    body: env.SignedContract = ctx.body
     svc.contract_response_store(
         tenant=ctx.tenant,
         sender_did=ctx.sender_did,
         recipient_did=ctx.recipient_did,
-        signed=ctx.payload["signed_communication_contract"],
+        signed=body.signed_communication_contract,
     )
     return SUCCESS
 
 
 def query_pending_contract_requests(ctx: CommandContext) -> dict:
-    page = _pagination(ctx)
+    body: env.Listing = ctx.body
+    page = _within_cap(ctx, body.page)
     result = svc.contract_requests_query(tenant=ctx.tenant, did=ctx.sender_did, page=page)
     return _page_reply("pending_communication_contract_requests", page, result)
 
 
 def acknowledge_pending_contract_requests(ctx: CommandContext) -> dict:
-    svc.contract_requests_acknowledge(
-        tenant=ctx.tenant, did=ctx.sender_did, ids=ctx.payload["communication_contract_ids"]
-    )
+    body: env.Acknowledge = ctx.body
+    svc.contract_requests_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=list(body.ids))
     return SUCCESS
 
 
 def save_communication_contract(ctx: CommandContext) -> dict:
-    svc.contract_save(tenant=ctx.tenant, owner_did=ctx.sender_did, signed=ctx.payload["signed_communication_contract"])
+    body: env.SignedContract = ctx.body
+    svc.contract_save(tenant=ctx.tenant, owner_did=ctx.sender_did, signed=body.signed_communication_contract)
     return SUCCESS
 
 
 def query_communication_contracts(ctx: CommandContext) -> dict:
-    page = _pagination(ctx)
-    result = svc.contracts_query(tenant=ctx.tenant, did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page)
+    body: env.QueryContracts = ctx.body
+    page = _within_cap(ctx, body.page)
+    result = svc.contracts_query(tenant=ctx.tenant, did=ctx.sender_did, flt=body.filter, page=page)
     return _page_reply("communication_contracts", page, result)
 
 
 def query_pending_events(ctx: CommandContext) -> dict:
-    page = _pagination(ctx)
-    flt = ctx.payload.get("filter") or {}
+    body: env.QueryPendingEvents = ctx.body
+    page = _within_cap(ctx, body.page)
     result = svc.pending_events_query(
-        tenant=ctx.tenant, did=ctx.sender_did, sender_did=flt.get("sender_did"), page=page
+        tenant=ctx.tenant, did=ctx.sender_did, sender_did=body.filter.sender_did, page=page
     )
     return _page_reply("pending_events", page, result)
 
 
 def acknowledge_pending_events(ctx: CommandContext) -> dict:
-    svc.pending_events_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=ctx.payload["event_ids"])
+    body: env.Acknowledge = ctx.body
+    svc.pending_events_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=list(body.ids))
     return SUCCESS
 
 
 def save_events(ctx: CommandContext) -> dict:
-    svc.events_save(tenant=ctx.tenant, owner_did=ctx.sender_did, events=ctx.payload["events"])
+    body: env.SaveEvents = ctx.body
+    svc.events_save(tenant=ctx.tenant, owner_did=ctx.sender_did, events=body.events)
     return SUCCESS
 
 
 def query_events(ctx: CommandContext) -> dict:
-    page = _pagination(ctx)
-    result = svc.events_query(
-        tenant=ctx.tenant, owner_did=ctx.sender_did, flt=ctx.payload.get("filter") or {}, page=page
-    )
+    body: env.QueryEvents = ctx.body
+    page = _within_cap(ctx, body.page)
+    result = svc.events_query(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=body.filter, page=page)
     return _page_reply("events", page, result)
 
 
 def update_event_tags(ctx: CommandContext) -> dict:
-    svc.event_tags_update(tenant=ctx.tenant, owner_did=ctx.sender_did, updates=ctx.payload["events"])
+    body: env.UpdateEventTags = ctx.body
+    svc.event_tags_update(tenant=ctx.tenant, owner_did=ctx.sender_did, updates=body.updates)
     return SUCCESS
-
-
-def two_way_private(ctx: CommandContext) -> dict:
-    event = svc.pending_event_enqueue(
-        tenant=ctx.tenant, sender_did=ctx.sender_did, recipient_did=ctx.recipient_did, payload=ctx.payload
-    )
-    return {"type": "SUCCESS", "pendingEventId": str(event.public_id)}
 
 
 Handler = Callable[[CommandContext], dict]
@@ -139,24 +140,20 @@ DIRECT_HANDLERS: dict[str, Handler] = {
 RECIPIENT_CHECKED = {"REQUEST_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE"}
 
 
-def _authorize_public(ctx: CommandContext) -> None:
-    """DCTRL-0007 publisher rule, read as DCTRL-0004 §6.2 step 4: to this mediator, from a registered DID."""
-    if ctx.recipient_did != ctx.tenant.did or not svc.is_registered(tenant=ctx.tenant, did=ctx.sender_did):
-        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+# The publisher rule of DCTRL-0007 (to this mediator, from a registered DID) is checked by
+# dispatch before these run, as DCTRL-0004 §6.2 step 4 for every other command.
 
 
 def publish_public_event(ctx: CommandContext) -> dict:
-    _authorize_public(ctx)
     event = public_svc.public_event_publish(
-        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event=ctx.payload["public_event"]
+        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event=ctx.body.public_event
     )
     return {"type": "SUCCESS", "payload": {"public_event_id": str(event.public_id)}}
 
 
 def delete_public_event(ctx: CommandContext) -> dict:
-    _authorize_public(ctx)
     public_svc.public_event_delete(
-        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event_id=ctx.payload["public_event_id"]
+        tenant=ctx.tenant, publisher_did=ctx.sender_did, public_event_id=ctx.body.public_event_id
     )
     return SUCCESS
 

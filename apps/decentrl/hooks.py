@@ -1,8 +1,9 @@
 """Extension points of the command path, filled by other apps in AppConfig.ready().
 
 - PRE_CHECKS run before parsing: (tenant, meta) -> None, may raise ProtocolError (per-IP limits, body caps).
-- SENDER_CHECKS run after the envelope parses, before replay checks: (tenant, command, meta) -> None,
-  may raise ProtocolError (per-DID limits).
+- SENDER_CHECKS run after the envelope parses and its signature is checked, before replay checks:
+  (tenant, command, meta, verified) -> None, may raise ProtocolError (per-DID limits). `verified`
+  is True when the command's signature verified under its header's sender_did.
 - OBSERVERS see every finished command's metadata (metering, metrics). They must never raise
   and never receive payloads, tags or signatures, nor a sender DID whose signature did not verify.
 """
@@ -45,7 +46,7 @@ class CommandRecord:
 
 
 PRE_CHECKS: list[Callable[[Any, RequestMeta], None]] = []
-SENDER_CHECKS: list[Callable[[Any, Any, RequestMeta], None]] = []
+SENDER_CHECKS: list[Callable[[Any, Any, RequestMeta, bool], None]] = []
 OBSERVERS: list[Callable[[CommandRecord], None]] = []
 
 # WebSocket admission (filled by the limits app, called by the realtime consumer):

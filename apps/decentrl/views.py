@@ -20,7 +20,7 @@ from apps.wire.canonical import canonical_str
 from apps.wire.envelope import Pagination, parse_pagination
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-from .dispatch import handle
+from .dispatch import http_reply
 
 
 def protocol_json(body: dict, status: int = 200, retry_after: int | None = None) -> HttpResponse:
@@ -54,14 +54,16 @@ def did_document(request: HttpRequest) -> HttpResponse:
 
 
 def command(request: HttpRequest) -> HttpResponse:
+    """POST / under Django (Daphne, `make run`): the same dispatch.http_reply as the production
+    entry (apps/decentrl/wsgi.py); the middlewares add the CORS and security headers."""
     try:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):
-        return _error(ErrorCode.PAYLOAD_TOO_LARGE)
-    outcome, reply = handle(raw, request.tenant, "http", client_ip(request))
-    response = HttpResponse(reply, status=outcome.status, content_type="application/json")
-    if outcome.retry_after is not None:
-        response["Retry-After"] = str(outcome.retry_after)
+        raw = None
+    status, headers, body = http_reply(raw, request.tenant, client_ip(request))
+    response = HttpResponse(body, status=status)
+    for name, value in headers:
+        response[name] = value
     return response
 
 

@@ -1,25 +1,25 @@
-"""The production WSGI application (gunicorn, docs/serving.md): Django's WSGIHandler, with
-exactly `POST /` (every protocol command) sent to a handler that skips what a command never uses.
+"""The production WSGI application (gunicorn, docs/serving.md): `POST /` (every protocol command)
+goes to `CommandEntry`, everything else to Django's own WSGIHandler.
 
-A command's request cycle in the full handler runs ten middlewares and the URL resolver around a
-view that reads the body and calls `dispatch.handle`; issue 8 measured that cycle at about a third
-of a TWO_WAY_PRIVATE's worker CPU (docs/benchmarks.md). `MEDIATOR_COMMAND_ENTRY` picks:
+`CommandEntry` is the one HTTP entry of the command path in production. It does what the
+middlewares and the view would do for `POST /`, without building Django request and response
+objects (issue 8 measured the full request cycle at about a third of a TWO_WAY_PRIVATE's worker
+CPU): the `request_started`/`request_finished` signals (database connections are handled as for
+any request), tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which
+the Django view `views.command` also calls, so Daphne and `make run` serve the same code), and
+the headers of `response_headers` (CORS and the security headers, from the same code the
+middlewares run).
 
-- `bare` (default): `BareCommandApp`, a WSGI callable that does what the kept middlewares and the
-  view do for `POST /`, without building Django request and response objects: the
-  `request_started`/`request_finished` signals (database connections are handled exactly as
-  before), tenant resolution, the body size cap, `dispatch.handle`, and the CORS, security,
-  X-Frame-Options and Content-Length headers. It is used only when `settings.MIDDLEWARE` is the
-  list it replicates and no redirecting security setting is on; otherwise `lean` is used;
-- `lean`: `CommandHandler`, Django's own `WSGIHandler` whose middleware chain is
-  `settings.MIDDLEWARE` minus `SKIPPED_FOR_COMMANDS`, ending directly in `views.command`;
-- `full`: commands go through the full handler like everything else.
-
-tests/decentrl/test_lean_entry.py checks that all three give the same status, headers and body.
+What it does not replicate it hands to Django: an insecure request under SECURE_SSL_REDIRECT
+(Django redirects it), and every request when PREPEND_WWW or DISALLOWED_USER_AGENTS is set. A
+middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
+(ImproperlyConfigured), so a new middleware cannot silently miss the command path.
+tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from http.client import responses
@@ -27,27 +27,33 @@ from http.client import responses
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import ImproperlyConfigured
-from django.core.handlers.exception import convert_exception_to_response
-from django.core.handlers.wsgi import WSGIHandler, WSGIRequest
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import setting_changed
 from django.db import DatabaseError
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
-from django.utils.module_loading import import_string
 
 from apps.ops.clientip import forwarded_client
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, error_body
 
-from .dispatch import handle
+from .dispatch import http_reply
 from .middleware import cors_headers
-from .views import command
 
 log = logging.getLogger("mediator.command")
 
-# Sessions, users, messages, CSRF and the staff pages' Content-Security-Policy belong to the admin
-# and the dashboard; static files are never served at "/". The view of POST / is csrf_exempt and
-# reads none of them. The operator-host rule covers /admin/, /api/v1/ and /dashboard/ only, never "/".
-SKIPPED_FOR_COMMANDS = frozenset(
+# What CommandEntry does by hand (outermost first), and what never concerns `POST /`: sessions,
+# users, messages and CSRF belong to the admin and the dashboard (the view is csrf_exempt and
+# reads none of them), and static files are never served at "/".
+REPLICATED = (
+    "apps.decentrl.middleware.CorsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "apps.tenants.middleware.TenantMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+)
+IRRELEVANT = frozenset(
     {
         "apps.tenants.middleware.OperatorHostMiddleware",
         "apps.ops.middleware.ContentSecurityPolicyMiddleware",
@@ -58,88 +64,65 @@ SKIPPED_FOR_COMMANDS = frozenset(
         "django.contrib.messages.middleware.MessageMiddleware",
     }
 )
-
-
-class CommandHandler(WSGIHandler):
-    """WSGIHandler whose middleware chain ends in `views.command` with no URL resolving."""
-
-    def load_middleware(self, is_async: bool = False) -> None:
-        handler = convert_exception_to_response(command)
-        for path in reversed(settings.MIDDLEWARE):
-            if path in SKIPPED_FOR_COMMANDS:
-                continue
-            middleware = import_string(path)
-            # Hooks run by the URL-resolving part of the cycle, which this handler does not have.
-            for hook in ("process_view", "process_exception", "process_template_response"):
-                if hasattr(middleware, hook):
-                    raise ImproperlyConfigured(
-                        f"{path}.{hook} would not run for POST /: list it in SKIPPED_FOR_COMMANDS"
-                    )
-            handler = convert_exception_to_response(middleware(handler))
-        self._view_middleware = []
-        self._template_response_middleware = []
-        self._exception_middleware = []
-        self._middleware_chain = handler
-
-
-# What BareCommandApp does by hand, in this order (outermost first).
-BARE_REPLICATES = (
-    "apps.decentrl.middleware.CorsMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "apps.tenants.middleware.TenantMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-)
 _JSON = ("Content-Type", "application/json")
 
 
-def bare_supported() -> bool:
-    """True when BareCommandApp gives exactly what CommandHandler would under these settings."""
-    kept = tuple(m for m in settings.MIDDLEWARE if m not in SKIPPED_FOR_COMMANDS)
-    return (
-        kept == BARE_REPLICATES
-        and not settings.SECURE_SSL_REDIRECT
-        and not settings.DISALLOWED_USER_AGENTS
-        and not settings.PREPEND_WWW
-    )
+def is_secure(environ) -> bool:
+    """HttpRequest.is_secure() for a WSGI environ (SECURE_PROXY_SSL_HEADER, else the URL scheme)."""
+    if settings.SECURE_PROXY_SSL_HEADER:
+        header, secure_value = settings.SECURE_PROXY_SSL_HEADER
+        value = environ.get(header)
+        if value is not None:
+            return value.split(",", 1)[0].strip() == secure_value
+    return environ.get("wsgi.url_scheme") == "https"
+
+
+class _ProbeRequest(HttpRequest):
+    def __init__(self, secure: bool) -> None:
+        super().__init__()
+        self._secure = secure
+
+    def is_secure(self) -> bool:
+        return self._secure
+
+
+@functools.cache
+def security_headers(secure: bool) -> tuple[tuple[str, str], ...]:
+    """The headers SecurityMiddleware and XFrameOptionsMiddleware put on a reply to a (secure or
+    plain) request under the current settings, taken from the middlewares themselves (HSTS only
+    on secure requests, as they do)."""
+    from django.middleware.clickjacking import XFrameOptionsMiddleware
+    from django.middleware.security import SecurityMiddleware
+
+    probe = HttpResponse()
+    request = _ProbeRequest(secure)
+    SecurityMiddleware(lambda r: probe).process_response(request, probe)
+    XFrameOptionsMiddleware(lambda r: probe).process_response(request, probe)
+    return tuple((k, v) for k, v in probe.items() if k != "Content-Type")
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs) -> None:
+    security_headers.cache_clear()
+
+
+def response_headers(environ) -> list[tuple[str, str]]:
+    """Security and CORS headers of a protocol reply to the request `environ` describes."""
+    return [*security_headers(is_secure(environ)), *cors_headers(environ.get("HTTP_ORIGIN"))]
 
 
 class _Finished(list):
     """The response body; closing it ends the request as Django's responses do."""
 
     def close(self) -> None:
-        signals.request_finished.send(sender=BareCommandApp)
+        signals.request_finished.send(sender=CommandEntry)
 
 
-class BareCommandApp:
-    """`POST /` with no Django request/response objects (see the module docstring)."""
-
-    def __init__(self) -> None:
-        # The headers SecurityMiddleware and XFrameOptionsMiddleware put on every reply, taken
-        # from the middlewares themselves under the current settings; a secure request (behind
-        # a TLS proxy, settings.SECURE_PROXY_SSL_HEADER) may get more: HSTS.
-        self.static_headers = self._probe(secure=False)
-        self.secure_headers = self._probe(secure=True)
-
-    @staticmethod
-    def _probe(*, secure: bool) -> list[tuple[str, str]]:
-        from django.middleware.clickjacking import XFrameOptionsMiddleware
-        from django.middleware.security import SecurityMiddleware
-
-        probe = HttpResponse()
-        request = HttpRequest()
-        request.is_secure = lambda: secure
-        SecurityMiddleware(lambda r: probe).process_response(request, probe)
-        XFrameOptionsMiddleware(lambda r: probe).process_response(request, probe)
-        return [(k, v) for k, v in probe.items() if k != "Content-Type"]
-
-    def _security_headers(self, environ) -> list[tuple[str, str]]:
-        if self.secure_headers == self.static_headers or not WSGIRequest(environ).is_secure():
-            return self.static_headers
-        return self.secure_headers
+class CommandEntry:
+    """`POST /` as WSGI (see the module docstring)."""
 
     def __call__(self, environ, start_response):
-        signals.request_started.send(sender=BareCommandApp, environ=environ)
+        signals.request_started.send(sender=CommandEntry, environ=environ)
         try:
             status, headers, body = self._reply(environ)
         except Exception as exc:  # noqa: BLE001 - never a 500 (dispatch.handle itself never raises)
@@ -150,14 +133,8 @@ class BareCommandApp:
                     f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__))
                 ),
             )
-            status, headers, body = 503, [], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
-        headers = [
-            _JSON,
-            *headers,
-            ("Content-Length", str(len(body))),
-            *self._security_headers(environ),
-            *cors_headers(environ.get("HTTP_ORIGIN")),
-        ]
+            status, headers, body = 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
+        headers = [*headers, ("Content-Length", str(len(body))), *response_headers(environ)]
         start_response(f"{status} {responses.get(status, 'Unknown Status Code')}", headers)
         return _Finished([body])
 
@@ -168,36 +145,46 @@ class BareCommandApp:
             tenant = tenant_for_host(host)
         except DatabaseError:
             log.warning("database unreachable while resolving the tenant")
-            return 503, [], b'{"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}'
-        # views.command: the body as WSGIRequest.body reads it (Content-Length, capped)
+            return 503, [_JSON], b'{"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}'
+        # The body as WSGIRequest.body reads it (Content-Length, capped before reading).
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except (ValueError, TypeError):
             length = 0
         cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         if cap is not None and length > cap:
-            return 413, [], canonical_bytes(error_body(ErrorCode.PAYLOAD_TOO_LARGE))
-        raw = environ["wsgi.input"].read(length) if length > 0 else b""
-        peer = environ.get("REMOTE_ADDR")
-        outcome, reply = handle(raw, tenant, "http", forwarded_client(peer, environ.get("HTTP_X_FORWARDED_FOR")))
-        extra = [] if outcome.retry_after is None else [("Retry-After", str(outcome.retry_after))]
-        return outcome.status, extra, reply
+            raw = None
+        else:
+            raw = environ["wsgi.input"].read(length) if length > 0 else b""
+        client = forwarded_client(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"))
+        return http_reply(raw, tenant, client)
+
+
+def check_middleware() -> None:
+    """Refuse to start when settings.MIDDLEWARE has one CommandEntry would silently skip."""
+    unknown = [m for m in settings.MIDDLEWARE if m not in REPLICATED and m not in IRRELEVANT]
+    if unknown:
+        raise ImproperlyConfigured(
+            f"POST / does not run {', '.join(unknown)}: replicate it in apps/decentrl/wsgi.py "
+            "(CommandEntry) or list it there as irrelevant to commands"
+        )
 
 
 class ProtocolWSGIApplication:
-    """`POST /` to the command entry (MEDIATOR_COMMAND_ENTRY), everything else to Django's own."""
+    """`POST /` to CommandEntry, everything else (and what it does not replicate) to Django."""
 
     def __init__(self) -> None:
-        self.full = WSGIHandler()
-        mode = settings.MEDIATOR_COMMAND_ENTRY
-        if mode == "bare" and bare_supported():
-            self.commands = BareCommandApp()
-        elif mode in ("bare", "lean"):
-            self.commands = CommandHandler()
-        else:
-            self.commands = self.full
+        check_middleware()
+        self.django = WSGIHandler()
+        self.commands = CommandEntry()
 
     def __call__(self, environ, start_response):
-        if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") == "/":
+        if (
+            environ.get("REQUEST_METHOD") == "POST"
+            and environ.get("PATH_INFO") == "/"
+            and not (settings.SECURE_SSL_REDIRECT and not is_secure(environ))
+            and not settings.PREPEND_WWW
+            and not settings.DISALLOWED_USER_AGENTS
+        ):
             return self.commands(environ, start_response)
-        return self.full(environ, start_response)
+        return self.django(environ, start_response)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from apps.tenants.models import Tenant
 
-from .fastpath import prepared_cursor
 from .models import EventTag, StoredEvent
+from .sql import prepared_cursor
 
 _EVENTS = StoredEvent._meta.db_table
 _TAGS = EventTag._meta.db_table

@@ -19,11 +19,16 @@ class ContractQuerySet(models.QuerySet):
     def owned_by(self, tenant, did: str):
         return self.filter(tenant=tenant, owner_did=did)
 
-    def registrations(self, tenant, did: str, now_s: int):
-        """Live registration contracts of `did` with this tenant (PROTOCOL-DECISIONS §4)."""
+    def live_registrations(self, tenant, now_s: int):
+        """Every live registration contract with this tenant (PROTOCOL-DECISIONS §4): owned by its
+        requestor, the tenant's DID as recipient. The rows of what sql.REGISTERED asks for one DID."""
         return self.filter(
-            tenant=tenant, owner_did=did, requestor_did=did, recipient_did=tenant.did, expires_at__gt=now_s
+            tenant=tenant, requestor_did=models.F("owner_did"), recipient_did=tenant.did, expires_at__gt=now_s
         )
+
+    def registrations(self, tenant, did: str, now_s: int):
+        """Live registration contracts of `did` with this tenant."""
+        return self.live_registrations(tenant, now_s).filter(owner_did=did)
 
     def between(self, a: str, b: str):
         return self.filter(models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a))

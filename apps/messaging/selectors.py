@@ -122,8 +122,7 @@ def tenant_registrations(*, tenant, now_s: int | None = None, search: str = ""):
     `search` narrows them to DIDs containing it or aliases starting with it."""
     now_s = int(time.time()) if now_s is None else now_s
     return (
-        Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
-        .filter(requestor_did=F("owner_did"))
+        Contract.objects.live_registrations(tenant, now_s)
         .filter(did_search("owner_did", search))
         .order_by("-id")
         .values("owner_did", "expires_at", "created_at")

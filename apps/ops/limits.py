@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from apps.tenants.resolver import resolve_did
-from apps.wire.crypto import verify_json_object
-from apps.wire.did import DidError
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import metrics, ratelimit
@@ -41,26 +38,17 @@ def per_ip_check(tenant, meta) -> None:
     enforce("ip", tenant.pk, meta.remote_addr, limit)
 
 
-def _signature_holds(cmd) -> bool:
-    h = cmd.header
-    try:
-        sender = resolve_did(h.sender_did)
-    except DidError:
-        return False
-    key = sender.signing_key_for(h.sender_signing_key_id)
-    return key is not None and verify_json_object(cmd.signable, cmd.signature, key)
-
-
-def per_did_check(tenant, cmd, meta) -> None:
+def per_did_check(tenant, cmd, meta, verified: bool) -> None:
     """hooks.SENDER_CHECKS: only commands that really come from the DID count against it.
 
     The DID in a header is a claim until the signature is checked; counting unsigned claims would
-    let anyone exhaust someone else's budget. Commands whose signature fails are left for dispatch
-    to refuse (INVALID_SIGNATURE etc.) and are still covered by the per-IP limit. This runs before
-    the nonce is consumed, so a refused command can be sent again unchanged after Retry-After.
+    let anyone exhaust someone else's budget. `verified` is dispatch's one signature check of this
+    command. Commands whose signature fails are left for dispatch to refuse (INVALID_SIGNATURE
+    etc.) and are still covered by the per-IP limit. This runs before the nonce is consumed, so a
+    refused command can be sent again unchanged after Retry-After.
     """
     limit = _limit(tenant.rate_limit_per_did, settings.MEDIATOR_RATE_LIMIT_PER_DID)
-    if limit <= 0 or not _signature_holds(cmd):
+    if limit <= 0 or not verified:
         return
     enforce("did", tenant.pk, cmd.header.sender_did, limit)
 

@@ -83,28 +83,3 @@ class RedactSqlFilter(logging.Filter):
         else:
             record.msg, record.args = "%s", (shape,)
         return True
-
-
-def logging_config(*, level: str, fmt: str) -> dict:
-    """The LOGGING dict for settings: plain or JSON lines on stderr, SQL always redacted."""
-    formatter = "json" if fmt == "json" else "plain"
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "filters": {"redact_sql": {"()": "apps.ops.logconfig.RedactSqlFilter"}},
-        "formatters": {
-            "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-            "json": {"()": "apps.ops.logconfig.JsonFormatter"},
-        },
-        "handlers": {
-            "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["redact_sql"]},
-        },
-        "root": {"handlers": ["console"], "level": level},
-        "loggers": {
-            "django.request": {"level": "ERROR"},
-            # Filters on the originating loggers too, so every handler (pytest's included) sees
-            # the redacted record, not only ours.
-            "django.db.backends": {"filters": ["redact_sql"]},
-            "django.db.backends.schema": {"filters": ["redact_sql"]},
-        },
-    }

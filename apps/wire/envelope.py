@@ -1,6 +1,7 @@
 """The command envelope of DCTRL-0004 §4 and the payload schema of every command (§8, DCTRL-0007).
 
-`parse_command(raw)` validates once, at the edge, and returns a typed `Command`; anything that
+`parse_command(raw)` validates once, at the edge, and returns a typed `Command` (its `body` is one
+frozen dataclass per command type, which the handlers read); anything that
 does not match raises ProtocolError(INVALID_COMMAND) (PROTOCOL-DECISIONS §3 step 1).
 """
 
@@ -112,101 +113,227 @@ def _str_list(value: Any, name: str, max_items: int, max_len: int) -> list[str]:
     return items
 
 
-def _v_request_contract(p: dict) -> None:
-    as_str(p.get("encrypted_contract_request"), "encrypted_contract_request", 64 * 1024)
-    as_str(p.get("requestor_ephemeral_public_key"), "requestor_ephemeral_public_key", 64)
+# --- typed payloads: what each validator returns, and what the handlers read ------------------
 
 
-def _v_signed_contract(p: dict) -> None:
-    as_obj(p.get("signed_communication_contract"), "signed_communication_contract")
+@dataclass(frozen=True)
+class RequestContract:
+    encrypted_contract_request: str
+    requestor_ephemeral_public_key: str
 
 
-def _v_query_with_page(p: dict) -> None:
-    parse_pagination(p)
+@dataclass(frozen=True)
+class SignedContract:
+    """COMMUNICATION_CONTRACT_RESPONSE and SAVE_COMMUNICATION_CONTRACT: the contract as received."""
+
+    signed_communication_contract: dict
 
 
-def _v_ack_requests(p: dict) -> None:
-    _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
+@dataclass(frozen=True)
+class Listing:
+    page: Pagination
 
 
-def _v_ack_events(p: dict) -> None:
-    _str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)
+@dataclass(frozen=True)
+class Acknowledge:
+    ids: tuple[str, ...]
 
 
-def _v_query_contracts(p: dict) -> None:
-    parse_pagination(p)
+@dataclass(frozen=True)
+class ContractFilter:
+    did: str | None = None
+    expires_at_before: int | None = None
+    expires_at_after: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryContracts:
+    filter: ContractFilter
+    page: Pagination
+
+
+@dataclass(frozen=True)
+class PendingFilter:
+    sender_did: str | None = None
+
+
+@dataclass(frozen=True)
+class QueryPendingEvents:
+    filter: PendingFilter
+    page: Pagination
+
+
+@dataclass(frozen=True)
+class EventToSave:
+    sender_did: str
+    recipient_did: str
+    contract_id: str | None
+    timestamp: int
+    payload: str
+    encrypted_tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SaveEvents:
+    events: tuple[EventToSave, ...]
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    after_timestamp: int | None = None
+    before_timestamp: int | None = None
+    participant_did: str | None = None
+    encrypted_tags: tuple[str, ...] = ()
+    unprocessed_only: bool = False
+
+
+@dataclass(frozen=True)
+class QueryEvents:
+    filter: EventFilter
+    page: Pagination
+
+
+@dataclass(frozen=True)
+class TagUpdate:
+    event_id: str
+    encrypted_tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpdateEventTags:
+    updates: tuple[TagUpdate, ...]
+
+
+@dataclass(frozen=True)
+class PublishPublicEvent:
+    """The public event as received: its publisher's signature covers exactly that object."""
+
+    public_event: dict
+
+
+@dataclass(frozen=True)
+class DeletePublicEvent:
+    public_event_id: str
+
+
+def _opt_int(f: dict, key: str, name: str) -> int | None:
+    return None if opt(f, key) is None else as_int(f[key], name, -(2**53), 2**53)
+
+
+def _opt_str(f: dict, key: str, name: str, max_len: int) -> str | None:
+    return None if opt(f, key) is None else as_str(f[key], name, max_len)
+
+
+def _filter(p: dict) -> dict:
     f = p.get("filter")
-    if f is None:
-        return
-    as_obj(f, "filter")
-    if opt(f, "did") is not None:
-        as_str(f["did"], "filter.did", MAX_DID_LEN)
-    for key in ("expires_at_before", "expires_at_after"):
-        if opt(f, key) is not None:
-            as_int(f[key], f"filter.{key}", -(2**53), 2**53)
+    return {} if f is None else as_obj(f, "filter")
 
 
-def _v_query_pending(p: dict) -> None:
-    parse_pagination(p)
-    f = p.get("filter")
-    if f is None:
-        return
-    as_obj(f, "filter")
-    if opt(f, "sender_did") is not None:
-        as_str(f["sender_did"], "filter.sender_did", MAX_DID_LEN)
+def _v_request_contract(p: dict) -> RequestContract:
+    return RequestContract(
+        as_str(p.get("encrypted_contract_request"), "encrypted_contract_request", 64 * 1024),
+        as_str(p.get("requestor_ephemeral_public_key"), "requestor_ephemeral_public_key", 64),
+    )
 
 
-def _v_save_events(p: dict) -> None:
+def _v_signed_contract(p: dict) -> SignedContract:
+    return SignedContract(as_obj(p.get("signed_communication_contract"), "signed_communication_contract"))
+
+
+def _v_query_with_page(p: dict) -> Listing:
+    return Listing(parse_pagination(p))
+
+
+def _v_ack_requests(p: dict) -> Acknowledge:
+    ids = _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
+    return Acknowledge(tuple(ids))
+
+
+def _v_ack_events(p: dict) -> Acknowledge:
+    return Acknowledge(tuple(_str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)))
+
+
+def _v_query_contracts(p: dict) -> QueryContracts:
+    page = parse_pagination(p)
+    f = _filter(p)
+    return QueryContracts(
+        ContractFilter(
+            did=_opt_str(f, "did", "filter.did", MAX_DID_LEN),
+            expires_at_before=_opt_int(f, "expires_at_before", "filter.expires_at_before"),
+            expires_at_after=_opt_int(f, "expires_at_after", "filter.expires_at_after"),
+        ),
+        page,
+    )
+
+
+def _v_query_pending(p: dict) -> QueryPendingEvents:
+    page = parse_pagination(p)
+    f = _filter(p)
+    return QueryPendingEvents(PendingFilter(_opt_str(f, "sender_did", "filter.sender_did", MAX_DID_LEN)), page)
+
+
+def _v_save_events(p: dict) -> SaveEvents:
     events = as_list(p.get("events"), "events", MAX_EVENTS)
     if not events:
         raise invalid("events must not be empty")
+    out = []
     for ev in events:
         as_obj(ev, "event")
-        as_str(ev.get("sender_did"), "event.sender_did", MAX_DID_LEN)
-        as_str(ev.get("recipient_did"), "event.recipient_did", MAX_DID_LEN)
-        if opt(ev, "contract_id") is not None:
-            as_str(ev["contract_id"], "event.contract_id", 256)
-        as_int(ev.get("timestamp"), "event.timestamp", -(2**53), 2**53)
-        as_str(ev.get("payload"), "event.payload")
-        _str_list(ev.get("encrypted_tags", []), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+        out.append(
+            EventToSave(
+                sender_did=as_str(ev.get("sender_did"), "event.sender_did", MAX_DID_LEN),
+                recipient_did=as_str(ev.get("recipient_did"), "event.recipient_did", MAX_DID_LEN),
+                contract_id=_opt_str(ev, "contract_id", "event.contract_id", 256),
+                timestamp=as_int(ev.get("timestamp"), "event.timestamp", -(2**53), 2**53),
+                payload=as_str(ev.get("payload"), "event.payload"),
+                encrypted_tags=tuple(
+                    _str_list(ev.get("encrypted_tags", []), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+                ),
+            )
+        )
+    return SaveEvents(tuple(out))
 
 
-def _v_query_events(p: dict) -> None:
-    parse_pagination(p)
-    f = p.get("filter")
-    if f is None:
-        return
-    as_obj(f, "filter")
-    for key in ("after_timestamp", "before_timestamp"):
-        if opt(f, key) is not None:
-            as_int(f[key], f"filter.{key}", -(2**53), 2**53)
-    if opt(f, "participant_did") is not None:
-        as_str(f["participant_did"], "filter.participant_did", MAX_DID_LEN)
+def _v_query_events(p: dict) -> QueryEvents:
+    page = parse_pagination(p)
+    f = _filter(p)
+    after = _opt_int(f, "after_timestamp", "filter.after_timestamp")
+    before = _opt_int(f, "before_timestamp", "filter.before_timestamp")
+    participant = _opt_str(f, "participant_did", "filter.participant_did", MAX_DID_LEN)
+    tags: list[str] = []
     if opt(f, "encrypted_tags") is not None:
-        _str_list(f["encrypted_tags"], "filter.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
-    if opt(f, "unprocessed_only") is not None and not isinstance(f["unprocessed_only"], bool):
+        tags = _str_list(f["encrypted_tags"], "filter.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+    unprocessed = opt(f, "unprocessed_only")
+    if unprocessed is not None and not isinstance(unprocessed, bool):
         raise invalid("filter.unprocessed_only must be a boolean")
+    return QueryEvents(EventFilter(after, before, participant, tuple(tags), bool(unprocessed)), page)
 
 
-def _v_update_tags(p: dict) -> None:
-    events = as_list(p.get("events"), "events", MAX_EVENTS)
-    for ev in events:
+def _v_update_tags(p: dict) -> UpdateEventTags:
+    updates = []
+    for ev in as_list(p.get("events"), "events", MAX_EVENTS):
         as_obj(ev, "event")
-        as_str(ev.get("event_id"), "event.event_id", 64)
-        _str_list(ev.get("encrypted_tags"), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)
+        updates.append(
+            TagUpdate(
+                as_str(ev.get("event_id"), "event.event_id", 64),
+                tuple(_str_list(ev.get("encrypted_tags"), "event.encrypted_tags", MAX_TAGS, MAX_TAG_LEN)),
+            )
+        )
+    return UpdateEventTags(tuple(updates))
 
 
-def _v_publish(p: dict) -> None:
+def _v_publish(p: dict) -> PublishPublicEvent:
     ev = as_obj(p.get("public_event"), "public_event")
     as_str(ev.get("channel_id"), "public_event.channel_id", 256)
     as_str(ev.get("event"), "public_event.event", allow_empty=True)
     _str_list(ev.get("tags"), "public_event.tags", MAX_TAGS, MAX_TAG_LEN)
     as_int(ev.get("timestamp"), "public_event.timestamp", 0, 2**53)
     as_str(ev.get("signature"), "public_event.signature", 128)
+    return PublishPublicEvent(ev)
 
 
-def _v_delete_public(p: dict) -> None:
-    as_str(p.get("public_event_id"), "public_event_id", 64)
+def _v_delete_public(p: dict) -> DeletePublicEvent:
+    return DeletePublicEvent(as_str(p.get("public_event_id"), "public_event_id", 64))
 
 
 DIRECT_COMMANDS = {
@@ -241,9 +368,12 @@ class Header:
 @dataclass(frozen=True)
 class Command:
     header: Header
-    payload: Any
+    payload: Any  # as received: the TWO_WAY_PRIVATE blob, or the payload object
     signature: str
     signable: dict  # {"header": <as received>, "payload": <as received>}
+    # The validated payload: a typed value per command type (RequestContract, QueryEvents, …);
+    # for TWO_WAY_PRIVATE the blob itself.
+    body: Any = None
 
     @property
     def type(self) -> str:
@@ -299,17 +429,18 @@ def command_from_obj(obj: Any) -> Command:
         raise invalid("signature must be a string")
     payload = obj["payload"]
     if header.channel == TWO_WAY_PRIVATE:
-        as_str(payload, "payload")
+        body = as_str(payload, "payload")
     else:
         table = DIRECT_COMMANDS if header.channel == DIRECT_AUTHENTICATED else PUBLIC_COMMANDS
         as_obj(payload, "payload")
         validator = table.get(payload.get("type")) if isinstance(payload.get("type"), str) else None
         if validator is None:
             raise invalid("unknown command type for channel")
-        validator(payload)
+        body = validator(payload)
     return Command(
         header=header,
         payload=payload,
         signature=signature,
         signable={"header": obj["header"], "payload": payload},
+        body=body,
     )

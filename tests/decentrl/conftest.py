@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from django.db import connection
 
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
@@ -112,9 +113,16 @@ def registered(post_a, tenant_a, alice, bob):
     return {"alice": register(post_a, alice, tenant_a), "bob": register(post_a, bob, tenant_a)}
 
 
-@pytest.fixture(params=["one-statement", "orm"])
-def both_two_way_paths(request, settings):
-    """Run a TWO_WAY_PRIVATE test on both implementations: the one-statement PostgreSQL path
-    (MEDIATOR_TWO_WAY_FASTPATH, the default) and the ORM path (SQLite, or the setting off)."""
-    settings.MEDIATOR_TWO_WAY_FASTPATH = request.param == "one-statement"
+# The storage backends this database can run (apps/decentrl/storage.py): on PostgreSQL both the
+# one-statement backend production uses and the SQL backend of SQLite, which must answer alike.
+STORAGE_BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
+
+
+@pytest.fixture(params=STORAGE_BACKENDS)
+def both_storage_backends(request, monkeypatch):
+    """Run a test on each storage backend (for TWO_WAY_PRIVATE and DIRECT_AUTHENTICATED alike)."""
+    from apps.decentrl import storage
+
+    backend = storage.PostgresStorage() if request.param == "postgres" else storage.SqlStorage()
+    monkeypatch.setattr(storage, "_chosen", [backend])
     return request.param

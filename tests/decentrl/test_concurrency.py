@@ -48,12 +48,12 @@ def post_concurrently(body: bytes | list[bytes], n: int = THREADS) -> list[tuple
     return results  # type: ignore[return-value]
 
 
-@pytest.mark.usefixtures("both_two_way_paths")
+@pytest.mark.usefixtures("both_storage_backends")
 @pytest.mark.django_db(transaction=True)
 def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once(client, tenant_a, alice, bob):
     from tests.conftest import Poster
 
-    poster = Poster(client, HOST_A)
+    poster = Poster(HOST_A)
     register(poster, bob, tenant_a)
     contract_both_ways(poster, alice, bob, tenant_a)
     env = envelope(alice, "concurrent blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
@@ -73,7 +73,7 @@ def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once
 def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client, tenant_a, alice):
     from tests.conftest import Poster
 
-    poster = Poster(client, HOST_A)
+    poster = Poster(HOST_A)
     register(poster, alice, tenant_a)
     events = [
         {
@@ -99,7 +99,7 @@ def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, a
     from apps.wire import contract as wc
     from tests.conftest import Poster
 
-    poster = Poster(client, HOST_A)
+    poster = Poster(HOST_A)
     register(poster, alice, tenant_a)
     Tenant.objects.filter(pk=tenant_a.pk).update(max_identities=1)
 
@@ -141,7 +141,7 @@ def test_the_same_contract_saved_concurrently_under_different_nonces_is_stored_o
     from tests.conftest import Poster
     from tests.support.registration import signed_contract
 
-    poster = Poster(client, HOST_A)
+    poster = Poster(HOST_A)
     register(poster, bob, tenant_a)
     signed, _, _ = signed_contract(alice, bob)
     payload = {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}

@@ -1,11 +1,11 @@
-"""DIRECT_AUTHENTICATED on PostgreSQL claims the nonce and checks the registration in one
-statement (dispatch._direct_fast, MEDIATOR_DIRECT_FASTPATH). Both paths must give the same
-answers in DCTRL-0004 §5.4/§6.2 order, and the nonce is consumed after every outcome."""
+"""DIRECT_AUTHENTICATED claims the nonce and checks the registration with one storage call (one
+statement on PostgreSQL, apps/decentrl/storage.py). Both backends must give the same answers in
+DCTRL-0004 §5.4/§6.2 order, and the nonce is consumed after every outcome."""
 
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.wire import contract as wc
@@ -16,10 +16,9 @@ from tests.decentrl.conftest import envelope, err
 QPE = {"type": "QUERY_PENDING_EVENTS"}
 
 
-@pytest.fixture(params=["one-statement", "two-statements"])
-def path(request, settings):
-    settings.MEDIATOR_DIRECT_FASTPATH = request.param == "one-statement"
-    return request.param
+@pytest.fixture
+def path(both_storage_backends):
+    return both_storage_backends
 
 
 def test_a_registered_sender_is_served(path, post_a, tenant_a, registered, bob):
@@ -74,26 +73,22 @@ def test_a_forwarded_request_needs_a_registered_recipient(path, post_a, tenant_a
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_one_statement_claims_the_nonce_and_checks_the_registration(post_a, tenant_a, registered, bob, settings):
-    settings.MEDIATOR_DIRECT_FASTPATH = True
+def test_one_statement_claims_the_nonce_and_checks_the_registration(post_a, tenant_a, registered, bob):
     with CaptureQueriesContext(connection) as ctx:
         assert post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))[0] == 200
     claims = [q["sql"] for q in ctx.captured_queries if "protocol_nonce" in q["sql"]]
     assert len(claims) == 1 and "messaging_contract" in claims[0]
-    settings.MEDIATOR_DIRECT_FASTPATH = False
-    with CaptureQueriesContext(connection) as ctx:
-        assert post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))[0] == 200
-    claims = [q["sql"] for q in ctx.captured_queries if "protocol_nonce" in q["sql"]]
-    assert len(claims) == 1 and "messaging_contract" not in claims[0]
 
 
-def test_a_failed_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, settings, monkeypatch):
-    settings.MEDIATOR_DIRECT_FASTPATH = True
+@pytest.mark.django_db(transaction=True)  # a failed statement aborts an enclosing test transaction
+def test_a_failed_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, monkeypatch):
+    from apps.decentrl import storage
 
-    def broken(**kwargs):
-        raise DatabaseError("statement failed")
-
-    monkeypatch.setattr("apps.messaging.fastpath.nonce_claim_and_registration", broken)
+    # The same statement, failing when it runs (division by zero): it commits nothing, its claim
+    # included, so the backend claims the nonce on its own before the 503.
+    broken = storage._CLAIM_CHECKING_REGISTRATION.replace(" SELECT EXISTS(", " SELECT 1 / 0 = 1 OR EXISTS(", 1)
+    assert broken != storage._CLAIM_CHECKING_REGISTRATION
+    monkeypatch.setattr(storage, "_CLAIM_CHECKING_REGISTRATION", broken)
     env = envelope(bob, QPE, recipient_did=tenant_a.did)
     assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
     monkeypatch.undo()

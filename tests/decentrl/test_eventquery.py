@@ -21,7 +21,7 @@ from django.db.models import F
 
 from apps.messaging import eventquery, services
 from apps.messaging.models import EventTag, StoredEvent
-from apps.wire.envelope import Pagination
+from apps.wire.envelope import EventFilter, EventToSave, Pagination, TagUpdate
 from tests.decentrl.conftest import err
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the tag statements are PostgreSQL's")
@@ -42,18 +42,38 @@ def _random_event(rng: random.Random, owner: str, peer: str) -> dict:
     }
 
 
+def typed_events(events: list[dict]) -> list[EventToSave]:
+    """SAVE_EVENTS items as parse_command types them."""
+    return [
+        EventToSave(e["sender_did"], e["recipient_did"], None, e["timestamp"], e["payload"], tuple(e["encrypted_tags"]))
+        for e in events
+    ]
+
+
+def typed_filter(flt: dict) -> EventFilter:
+    """A QUERY_EVENTS filter as parse_command types it."""
+    return EventFilter(
+        after_timestamp=flt.get("after_timestamp"),
+        before_timestamp=flt.get("before_timestamp"),
+        participant_did=flt.get("participant_did"),
+        encrypted_tags=tuple(flt.get("encrypted_tags") or ()),
+    )
+
+
 def build_archive(rng: random.Random, tenant, other_tenant, owner: str, peer: str, n: int = 300) -> None:
     """`n` events of `owner`, some re-tagged; the same tags on a peer's archive and in another tenant."""
     for start in range(0, n, 100):
         events = [_random_event(rng, owner, peer) for _ in range(min(100, n - start))]
-        services.events_save(tenant=tenant, owner_did=owner, events=events)
-    services.events_save(tenant=tenant, owner_did=peer, events=[_random_event(rng, peer, owner) for _ in range(60)])
+        services.events_save(tenant=tenant, owner_did=owner, events=typed_events(events))
     services.events_save(
-        tenant=other_tenant, owner_did=owner, events=[_random_event(rng, owner, peer) for _ in range(60)]
+        tenant=tenant, owner_did=peer, events=typed_events([_random_event(rng, peer, owner) for _ in range(60)])
+    )
+    services.events_save(
+        tenant=other_tenant, owner_did=owner, events=typed_events([_random_event(rng, owner, peer) for _ in range(60)])
     )
     ids = list(StoredEvent.objects.filter(tenant=tenant, owner_did=owner).values_list("public_id", flat=True))
     updates = [
-        {"event_id": str(pid), "encrypted_tags": [rng.choice(ALPHABET) for _ in range(rng.randint(0, 3))]}
+        TagUpdate(str(pid), tuple(rng.choice(ALPHABET) for _ in range(rng.randint(0, 3))))
         for pid in rng.sample(ids, 40)
     ]
     assert services.event_tags_update(tenant=tenant, owner_did=owner, updates=updates) == 40
@@ -97,7 +117,7 @@ def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int) 
         want = expected(tenant, owner, flt)
         size = rng.randint(1, 12)
         page = Pagination(page=rng.randint(0, len(want) // size + 2), page_size=size)  # some past the end
-        got = services.events_query(tenant=tenant, owner_did=owner, flt=flt, page=page)
+        got = services.events_query(tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
         want_page = want[page.offset : page.offset + size]
         if got.items != want_page or got.total != len(want):
             out.append(f"{flt} page {page}: got {len(got.items)} items total {got.total}, want {want_page} {len(want)}")
@@ -150,7 +170,9 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     assert drifted_tag_rows() == 1
     # every query naming the victim's tag with an upper bound at the end of the range misses it
     flt = {"encrypted_tags": [victim.tag], "before_timestamp": TS_MAX + 1}
-    got = services.events_query(tenant=tenant_a, owner_did=alice.did, flt=flt, page=Pagination(page=0, page_size=100))
+    got = services.events_query(
+        tenant=tenant_a, owner_did=alice.did, flt=typed_filter(flt), page=Pagination(page=0, page_size=100)
+    )
     assert got.items != expected(tenant_a, alice.did, flt)
     assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250)
 

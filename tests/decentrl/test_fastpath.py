@@ -1,9 +1,9 @@
-"""TWO_WAY_PRIVATE on PostgreSQL runs as one statement (apps/messaging/fastpath.py, issue 8).
+"""TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement on PostgreSQL.
 
-Every case runs twice, with the one-statement path and with the ORM path
-(MEDIATOR_TWO_WAY_FASTPATH=0), and must give the same status, body and stored effects: error
-precedence of PROTOCOL-DECISIONS §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every
-later failure, including a database error inside the statement.
+Every case runs on each storage backend (the one-statement PostgreSQL backend and the SQL backend
+SQLite uses) and must give the same status, body and stored effects: error precedence of
+PROTOCOL-DECISIONS §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every later
+failure, including a database error inside the statement.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from tests.support.registration import contract_both_ways
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(params=[True, False], ids=["one-statement", "orm"])
-def path(request, settings):
-    settings.MEDIATOR_TWO_WAY_FASTPATH = request.param
-    return request.param
+@pytest.fixture
+def path(both_storage_backends):
+    return both_storage_backends
 
 
 def _nonce_consumed(alice, nonce: str) -> bool:

@@ -142,7 +142,7 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
     assert (se.encrypted_tags, se.processed) == (["t"], False)
 
 
-@pytest.mark.usefixtures("both_two_way_paths")
+@pytest.mark.usefixtures("both_storage_backends")
 def test_a_contract_saved_on_b_does_not_authorize_delivery_on_a(post_a, post_b, tenant_a, tenant_b, alice, bob, carol):
     register(post_a, bob, tenant_a)
     register(post_b, bob, tenant_b)

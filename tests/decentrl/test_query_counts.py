@@ -3,12 +3,13 @@
 Counted in autocommit, as production runs (transactional_db: no test-wrapping savepoints), with
 the tenant cache off as in every test. BEGIN and COMMIT are counted by Django too.
 
-TWO_WAY_PRIVATE on PostgreSQL (MEDIATOR_TWO_WAY_FASTPATH, the default): tenant lookup, then one
-statement that claims the nonce, checks registration, contract and queue cap and inserts = 2.
-The ORM path (fast path off, or SQLite): tenant lookup, nonce INSERT … ON CONFLICT (autocommit),
-one SELECT with both EXISTS checks, then BEGIN, queue-cap probe, INSERT, COMMIT = 7.
-QUERY_PENDING_EVENTS: tenant lookup, nonce, registration check, page SELECT = 4 (a partial page
-implies its total, so the COUNT only runs when a page is full or past the end).
+TWO_WAY_PRIVATE on PostgreSQL (storage.PostgresStorage): tenant lookup, then one statement that
+claims the nonce, checks registration, contract and queue cap and inserts = 2. The SQL backend
+(SQLite's): tenant lookup, nonce INSERT … ON CONFLICT (autocommit), one SELECT with both EXISTS
+checks, then BEGIN, queue-cap probe, INSERT, COMMIT = 7.
+QUERY_PENDING_EVENTS: tenant lookup, nonce claim with the registration check, page SELECT = 3 on
+PostgreSQL (at most 4: a partial page implies its total, so the COUNT only runs when a page is
+full or past the end).
 QUERY_EVENTS by tag on PostgreSQL: the same 4 for a full page too (the page statement carries
 its total); an empty page past the end adds the COUNT.
 """
@@ -28,14 +29,13 @@ def poster(client, tenant_a):
     from apps.tenants.models import Tenant
 
     Tenant.objects.filter(pk=tenant_a.pk).update(rate_limit_per_did=0, rate_limit_per_ip=0)
-    return Poster(client, HOST_A)
+    return Poster(HOST_A)
 
 
-@pytest.mark.parametrize(("fastpath", "statements"), [(True, 2), (False, 7)], ids=["one-statement", "orm"])
 def test_two_way_private_statement_count(
-    poster, tenant_a, alice, bob, settings, django_assert_max_num_queries, fastpath, statements
+    poster, tenant_a, alice, bob, django_assert_max_num_queries, both_storage_backends
 ):
-    settings.MEDIATOR_TWO_WAY_FASTPATH = fastpath
+    statements = {"postgres": 2, "sql": 7}[both_storage_backends]
     register(poster, bob, tenant_a)
     contract_both_ways(poster, alice, bob, tenant_a)
     for _ in range(3):  # the same count on repeated sends (a prepared statement is still one)

@@ -3,6 +3,7 @@ event-level signature, verbatim storage, and every tenant cap at its edge (N acc
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from apps.tenants.models import Tenant
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import sign_json_object
 from apps.wire.public import sign_public_event
+from tests.conftest import wsgi_call
 
 pytestmark = pytest.mark.django_db
 
@@ -193,9 +195,9 @@ def test_publish_rate_accepts_n_per_minute_and_refuses_n_plus_one_with_retry_aft
     _policy(tenant_a, public_publish_per_minute=3)
     for _ in range(3):
         assert pub_a.publish(alice_reg)[0] == 200
-    resp = pub_a.poster.client.post(
-        "/",
-        data=canonical_bytes(
+    status, headers, reply = wsgi_call(
+        pub_a.poster.app,
+        canonical_bytes(
             alice_reg.sign_command(
                 recipient_did=tenant_a.did,
                 payload={
@@ -207,11 +209,10 @@ def test_publish_rate_accepts_n_per_minute_and_refuses_n_plus_one_with_retry_aft
                 channel="ONE_WAY_PUBLIC",
             )
         ),
-        content_type="application/json",
-        HTTP_HOST=pub_a.poster.host,
+        host=pub_a.poster.host,
     )
-    assert (resp.status_code, resp.json()) == (429, {"type": "ERROR", "code": "RATE_LIMITED"})
-    assert 1 <= int(resp["Retry-After"]) <= 60
+    assert (status, json.loads(reply)) == ("429 Too Many Requests", {"type": "ERROR", "code": "RATE_LIMITED"})
+    assert 1 <= int(dict(headers)["Retry-After"]) <= 60
     assert PublicEvent.objects.filter(publisher_did=alice_reg.did).count() == 3
     # The cap is per publisher: bob is not affected.
     assert pub_a.publish(bob_reg)[0] == 200

@@ -19,11 +19,11 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
 
-from apps.decentrl.wsgi import BareCommandApp, ProtocolWSGIApplication, bare_supported
+from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.tenants.middleware import OPERATOR_PATH_PREFIXES
 from apps.tenants.models import AuditEntry
 from tests.conftest import HOST_A
-from tests.decentrl.test_lean_entry import call
+from tests.conftest import wsgi_call as call
 from tests.support import servers
 from tests.support.registration import register
 from tests.tenants.test_services import _import_settings
@@ -126,11 +126,10 @@ def test_protocol_endpoints_keep_answering_on_tenant_hosts(settings, post_a, ten
 
 
 def test_the_production_wsgi_entry_applies_the_rule_and_keeps_post_root_bare(listed, tenant_a):
-    """gunicorn's application: POST / goes to the bare entry (which never serves an operator path),
-    everything else to Django's full handler, where the rule holds."""
-    assert bare_supported()
+    """gunicorn's application: POST / goes to the command entry (which never serves an operator
+    path), everything else to Django's full handler, where the rule holds."""
     app = ProtocolWSGIApplication()
-    assert isinstance(app.commands, BareCommandApp)
+    assert isinstance(app.commands, CommandEntry)
     status, headers, body = call(app, method="GET", path="/admin/login/", host=HOST_A)
     assert (status, dict(headers)["Content-Type"], body) == ("404 Not Found", *PAGE_404[1:])
     status, headers, body = call(app, b"{}", method="POST", path="/api/v1/tenants/", host=HOST_A)

@@ -11,7 +11,13 @@ from apps.wire.canonical import canonical_bytes
 from apps.wire.envelope import (
     DIRECT_COMMANDS,
     PUBLIC_COMMANDS,
+    EventFilter,
+    EventToSave,
     Pagination,
+    PendingFilter,
+    QueryEvents,
+    QueryPendingEvents,
+    SaveEvents,
     parse_command,
     parse_pagination,
 )
@@ -420,3 +426,21 @@ def test_error_codes_have_their_http_statuses():
     assert error_body(ErrorCode.DUPLICATE_NONCE) == {"type": "ERROR", "code": "DUPLICATE_NONCE"}
     assert WS_CLOSE_CODES["DUPLICATE_NONCE"] == 4008
     assert sorted(WS_CLOSE_CODES.values()) == list(range(4001, 4009))
+
+
+def test_the_validated_payload_comes_out_typed_and_the_signable_stays_as_received():
+    payload = {
+        "type": "QUERY_EVENTS",
+        "filter": {"encrypted_tags": [TAG], "after_timestamp": 5.0, "unprocessed_only": None},
+        "pagination": {"page": 2, "page_size": 7},
+    }
+    cmd = parse_command(raw(envelope(payload)))
+    assert cmd.body == QueryEvents(
+        filter=EventFilter(after_timestamp=5, encrypted_tags=(TAG,)), page=Pagination(page=2, page_size=7)
+    )
+    assert cmd.signable["payload"] is cmd.payload and cmd.payload["filter"]["after_timestamp"] == 5.0
+    save = parse_command(raw(envelope({"type": "SAVE_EVENTS", "events": [EVENT]}))).body
+    assert save == SaveEvents((EventToSave(ALICE_DID, MEDIATOR, None, 1699123456000, "blob", (TAG,)),))
+    pending = parse_command(raw(envelope({"type": "QUERY_PENDING_EVENTS"}))).body
+    assert pending == QueryPendingEvents(PendingFilter(None), Pagination())
+    assert parse_command(raw(envelope("blob", "TWO_WAY_PRIVATE"))).body == "blob"

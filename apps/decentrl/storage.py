@@ -1,0 +1,249 @@
+"""The command path's storage seam: one call per command claims its nonce and returns flags.
+
+Every statement text of the command path is here, the nonce claim included. Two backends give
+the same answers (tests/decentrl/test_storage.py checks both against one model of the rules):
+
+- `PostgresStorage`: each call is ONE prepared statement. The nonce `INSERT … ON CONFLICT` is a
+  data-modifying CTE, executed to completion whatever the rest of the statement says, so the
+  nonce is consumed even when a later check fails; the checks only gate the INSERT of the event.
+  If the statement itself fails (a database error) nothing of it commits, so the nonce is then
+  claimed on its own before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
+  outcome).
+- `SqlStorage` (SQLite, the embedded default): the same claim text as its own autocommit
+  statement (committed before anything else runs), then the same predicates, then
+  `services.pending_event_enqueue` for the queue cap and the INSERT.
+
+`storage()` picks the backend once, from the database vendor, at first use. The dispatcher
+(apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection
+
+from apps.messaging import notify
+from apps.messaging.models import Contract, PendingEvent, PendingQueueDepth
+from apps.messaging.services import pending_event_enqueue
+from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params
+from apps.tenants.models import Tenant
+from apps.wire.errors import ErrorCode, ProtocolError
+
+from .models import Nonce
+
+_NONCE = Nonce._meta.db_table
+_CONTRACT = Contract._meta.db_table
+_PENDING = PendingEvent._meta.db_table
+_DEPTH = PendingQueueDepth._meta.db_table
+
+# The claim: a row comes back only for a fresh pair. The unique constraint is the lock:
+# concurrent claims of one pair serialise on it and exactly one gets a row. A pair whose record
+# has expired may be reused (the conflict branch only refreshes rows past their expiry).
+CLAIM = (
+    f"INSERT INTO {_NONCE} (tenant_id, sender_did, nonce, expires_at) VALUES (%s, %s, %s, %s) "
+    f"ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+    f"WHERE {_NONCE}.expires_at < %s RETURNING id"
+)
+
+# DCTRL-0004 §7.2 step 6: a live contract owned by the recipient naming both parties, either
+# role (contract_parties / contract_parties_rev).
+HAS_CONTRACT = (
+    f"EXISTS(SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND expires_at > %s"
+    " AND ((requestor_did = %s AND recipient_did = %s) OR (requestor_did = %s AND recipient_did = %s)))"
+)
+
+_CLAIM_CHECKING_REGISTRATION = (
+    f"WITH claim AS ({CLAIM}) SELECT EXISTS(SELECT 1 FROM claim),"
+    f" CASE WHEN %s AND EXISTS(SELECT 1 FROM claim) THEN {REGISTERED} ELSE false END"
+)
+
+# Uncorrelated EXISTS sub-selects become InitPlans that PostgreSQL runs lazily, so inside a CASE
+# they cost nothing when the nonce was a replay or a CPU check (signature…) already failed. The
+# queue cap reads the recipient's counter row (queue_depth_recipient), which triggers on
+# messaging_pendingevent keep equal to its unacknowledged count.
+_CLAIM_AND_DELIVER = f"""WITH claim AS ({CLAIM})
+, chk AS (
+    SELECT c.fresh,
+        CASE WHEN c.fresh AND %s THEN {REGISTERED} ELSE false END AS registered,
+        CASE WHEN c.fresh AND %s THEN {HAS_CONTRACT} ELSE false END AS has_contract,
+        CASE WHEN c.fresh AND %s AND %s > 0 THEN COALESCE((
+            SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
+            ), false) ELSE false END AS queue_full
+    FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
+), ins AS (
+    INSERT INTO {_PENDING} (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
+    SELECT %s, %s, %s, %s, %s, %s, now() FROM chk
+    WHERE chk.registered AND chk.has_contract AND NOT chk.queue_full
+    RETURNING id
+)
+SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
+    EXISTS(SELECT 1 FROM ins)
+FROM chk
+"""
+
+
+@dataclass(frozen=True)
+class NonceClaim:
+    """The (tenant, sender, nonce) pair to consume, kept until `expires_at_ms` (DCTRL-0004 §5.4)."""
+
+    tenant_id: int
+    sender_did: str
+    nonce: str
+    expires_at_ms: int
+    now_ms: int
+
+    def params(self) -> list:
+        return [self.tenant_id, self.sender_did, self.nonce, self.expires_at_ms, self.now_ms]
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one storage call found. A flag is False when it was not asked: after a replay, after
+    a failed CPU check, or (queue_full) when the recipient is not registered or has no contract.
+    `event_id` is set only when the event was stored."""
+
+    nonce_fresh: bool
+    registered: bool = False
+    has_contract: bool = False
+    queue_full: bool = False
+    event_id: str | None = None
+
+
+class PostgresStorage:
+    """Each call is one prepared statement (see the module docstring)."""
+
+    def claim(self, nonce: NonceClaim) -> bool:
+        """Consume the pair on its own: True if it was fresh."""
+        with prepared_cursor() as cur:
+            cur.execute(CLAIM, nonce.params())
+            return cur.fetchone() is not None
+
+    def _claiming(self, nonce: NonceClaim, sql: str, params: list) -> tuple:
+        try:
+            with prepared_cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchone()
+        except DatabaseError:
+            # The failed statement committed nothing, its claim included: claim the pair on its
+            # own so that it stays consumed after the 503.
+            try:
+                self.claim(nonce)
+            except DatabaseError:
+                pass
+            raise
+
+    def claim_checking_registration(self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int) -> Found:
+        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered."""
+        reg = registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did or "", now_s=now_s)
+        fresh, registered = self._claiming(
+            nonce, _CLAIM_CHECKING_REGISTRATION, [*nonce.params(), did is not None, *reg]
+        )
+        return Found(bool(fresh), registered=bool(registered))
+
+    def claim_and_deliver(
+        self,
+        nonce: NonceClaim,
+        *,
+        tenant: Tenant,
+        checks_passed: bool,
+        sender_did: str,
+        recipient_did: str,
+        payload: str,
+        now_s: int,
+    ) -> Found:
+        """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
+        public_id = uuid.uuid4()
+        cap = tenant.pending_queue_cap or 0
+        params = [
+            *nonce.params(),
+            checks_passed,
+            *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
+            checks_passed,
+            tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
+            # Race accepted as in services.pending_event_enqueue: concurrent senders may overshoot
+            # the cap by the number of in-flight sends; nothing is ever evicted.
+            checks_passed, cap, cap, tenant.pk, recipient_did,
+            public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
+        ]  # fmt: skip
+        fresh, registered, has_contract, queue_full, stored = self._claiming(nonce, _CLAIM_AND_DELIVER, params)
+        event_id = str(public_id) if stored else None
+        if event_id is not None:
+            # Autocommit: the statement has committed, so the push leaves at once.
+            notify.notify_pending_event(
+                tenant_id=tenant.pk, did=recipient_did, event_id=event_id, sender_did=sender_did, payload=payload
+            )
+        return Found(bool(fresh), bool(registered), bool(has_contract), bool(queue_full), event_id)
+
+
+class SqlStorage:
+    """The same answers as separate statements: the claim commits first, by itself."""
+
+    def claim(self, nonce: NonceClaim) -> bool:
+        """Consume the pair on its own: True if it was fresh."""
+        with connection.cursor() as cur:
+            cur.execute(CLAIM, nonce.params())
+            # fetchall: SQLite finishes an INSERT … RETURNING (and releases its lock) only once
+            # every row is read.
+            return bool(cur.fetchall())
+
+    def claim_checking_registration(self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int) -> Found:
+        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered."""
+        if not self.claim(nonce):
+            return Found(False)
+        if did is None:
+            return Found(True)
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {REGISTERED}",
+                registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did, now_s=now_s),
+            )
+            return Found(True, registered=bool(cur.fetchone()[0]))
+
+    def claim_and_deliver(
+        self,
+        nonce: NonceClaim,
+        *,
+        tenant: Tenant,
+        checks_passed: bool,
+        sender_did: str,
+        recipient_did: str,
+        payload: str,
+        now_s: int,
+    ) -> Found:
+        """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
+        if not self.claim(nonce):
+            return Found(False)
+        if not checks_passed:
+            return Found(True)
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {REGISTERED}, {HAS_CONTRACT}",
+                [
+                    *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
+                    tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
+                ],
+            )  # fmt: skip
+            registered, has_contract = (bool(v) for v in cur.fetchone())
+        if not (registered and has_contract):
+            return Found(True, registered, has_contract)
+        try:
+            event = pending_event_enqueue(
+                tenant=tenant, sender_did=sender_did, recipient_did=recipient_did, payload=payload
+            )
+        except ProtocolError as err:
+            if err.code is not ErrorCode.RECIPIENT_QUEUE_FULL:
+                raise
+            return Found(True, True, True, queue_full=True)
+        return Found(True, True, True, event_id=str(event.public_id))
+
+
+_chosen: list[PostgresStorage | SqlStorage] = []
+
+
+def storage() -> PostgresStorage | SqlStorage:
+    """The backend for this deployment's database, chosen at first use."""
+    if not _chosen:
+        _chosen.append(PostgresStorage() if connection.vendor == "postgresql" else SqlStorage())
+    return _chosen[0]
