@@ -83,6 +83,10 @@ class TenantAdminForm(forms.ModelForm):
     class Meta:
         model = Tenant
         fields = ["slug", "name", "domain", "public_url", *POLICY_FIELDS]
+        # The admin labels read-only fields (a user with view permission only) from these, not
+        # from __init__ below: the same words, units and bounds as the editable form.
+        labels = {name: texts.label(name) for name in texts.FIELDS}
+        help_texts = {name: texts.help_text(name) for name in texts.FIELDS}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

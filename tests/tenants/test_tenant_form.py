@@ -102,3 +102,24 @@ def test_the_tenant_page_is_status_aware_and_not_a_template(staff_client, tenant
     assert html.count(">Live figures<") + html.count("Live figures\n") <= 1
     add = staff_client.get(ADD).content.decode()
     assert "_addanother" in add and '<h2 class="font-semibold text-lg mb-4' in add and ">Add tenant</h2>" in add
+
+
+def test_a_view_only_operator_sees_the_same_words_on_the_read_only_tenant_page(django_user_model, tenant_a):
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    viewer = django_user_model.objects.create_user("vera", "vera@ops.test", "pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client = Client()
+    client.force_login(viewer)
+    resp = client.get(change_url(tenant_a))
+    assert resp.status_code == 200
+    html = re.sub(r"\s+", " ", resp.content.decode())
+    assert 'name="pending_event_ttl_days"' not in html  # read-only: no input
+    for words in (
+        "Pending event lifetime (days)",
+        "Largest request body (bytes)",
+        "Rate limit per DID (commands per minute)",
+    ):
+        assert words in html, words
+    assert not re.search(r"Pending event ttl days|Max body bytes|Rate limit per did\b", html)
