@@ -8,6 +8,7 @@ from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from apps.tenants.services import Actor
+from apps.tenants.templatetags.mediator import did_cell
 
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .selectors import queued_for, recipient_depths
@@ -42,13 +43,14 @@ class MediatorIdentityAdmin(ModelAdmin):
 
     @admin.display(description="DID")
     def short_did(self, obj: MediatorIdentity) -> str:
-        return obj.did[:60] + "…"
+        return did_cell(obj.did)
 
 
 @admin.register(Mediation)
 class MediationAdmin(ModelAdmin):
     list_display = ["tenant", "short_client", "state", "queued", "created_at"]
     list_filter = ["state", "tenant"]
+    search_fields = ["client_did", "recipients__recipient_did"]
     list_select_related = ["tenant"]
     fields = ["tenant", "client_did", "state", "created_at", "updated_at", "recipients_and_depths"]
     readonly_fields = fields
@@ -59,7 +61,7 @@ class MediationAdmin(ModelAdmin):
 
     @admin.display(description="client DID")
     def short_client(self, obj: Mediation) -> str:
-        return obj.client_did[:60] + "…"
+        return did_cell(obj.client_did)
 
     @admin.display(description="queued messages")
     def queued(self, obj: Mediation) -> int:
@@ -87,6 +89,7 @@ class ConnectionAdmin(ModelAdmin):
 
     list_display = ["tenant", "short_did", "protocol", "state", "has_endpoint", "created_at"]
     list_filter = ["state", "tenant"]
+    search_fields = ["their_did", "their_verkey"]
     list_select_related = ["tenant"]
     fields = ["tenant", "their_did", "their_verkey", "endpoint", "protocol", "state", "created_at", "updated_at"]
     readonly_fields = fields
@@ -100,7 +103,7 @@ class ConnectionAdmin(ModelAdmin):
 
     @admin.display(description="their DID")
     def short_did(self, obj: Connection) -> str:
-        return obj.their_did[:60] + "…"
+        return did_cell(obj.their_did)
 
     @admin.display(description="HTTP endpoint", boolean=True)
     def has_endpoint(self, obj: Connection) -> bool:

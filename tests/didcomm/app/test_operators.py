@@ -53,6 +53,18 @@ def _staff_change(django_user_model):
     return user, Token.objects.create(user=user).key
 
 
+def test_the_grant_list_shows_short_dids_with_a_copy_button_and_searches_recipients(grant, admin_client):
+    import html as html_lib
+
+    mediation, rcpt = grant
+    page = html_lib.unescape(admin_client.get("/admin/didcomm/mediation/").content.decode())
+    assert f'data-copy="{mediation.client_did}"' in page and 'class="did-short"' in page
+    found = admin_client.get("/admin/didcomm/mediation/", {"q": rcpt.did[-40:]}).content.decode()
+    assert f"/admin/didcomm/mediation/{mediation.pk}/change/" in found
+    none = admin_client.get("/admin/didcomm/mediation/", {"q": "no-such-did"}).content.decode()
+    assert f"/admin/didcomm/mediation/{mediation.pk}/change/" not in none
+
+
 def test_a_revoked_grant_no_longer_routes(didcomm_a, grant, admin_client):
     mediation, rcpt = grant
     page = admin_client.get(f"/admin/didcomm/mediation/{mediation.pk}/change/")
