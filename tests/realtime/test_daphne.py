@@ -239,10 +239,21 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
 
     async def body():
         # Two of bob's devices stop reading right after AUTH_SUCCESS; his phone reads everything.
-        never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
+        # `never` has a larger kernel receive buffer, so `late` goes over budget first: the first
+        # budget close in the log is `late`'s, and reading it starts then. Daphne drops a peer that
+        # does not answer its close within 1 s, and that reset would lose what was still unread.
+        never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate(), rcvbuf=1 << 20)
         late = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
         assert never.reply == late.reply == {"type": "AUTH_SUCCESS"}
         phone = await d.socket(bob)
+
+        def read_late_once_closed() -> list[tuple[int, bytes]]:
+            deadline = time.monotonic() + 60
+            while BUDGET_LOG not in d.servers[0].log() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return late.read_to_close()
+
+        reader = asyncio.create_task(asyncio.to_thread(read_late_once_closed))
 
         sent: list[str] = []
         blob = "A" * (128 * 1024)
@@ -254,9 +265,9 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
                 break
         assert d.servers[0].log().count(BUDGET_LOG) == 2, f"not closed after {len(sent)} events"
 
-        # The one that starts reading now finds what was queued (no more than the budget plus
-        # the kernel's buffers), then the ERROR frame and close 4509.
-        frames = await asyncio.to_thread(late.read_to_close)
+        # The one that started reading at its close found what was queued (no more than the budget
+        # plus the kernel's buffers), then the ERROR frame and close 4509.
+        frames = await asyncio.wait_for(reader, 15)
         assert frames[-2:] == [(1, b'{"code":"SEND_BUDGET_EXCEEDED","type":"ERROR"}'), (8, struct.pack("!H", 4509))]
         pushed = [json.loads(payload)["events"][0]["id"] for _, payload in frames[:-2]]
         assert pushed == sent[: len(pushed)] and len(pushed) < len(sent)
