@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -38,13 +37,13 @@ import httpx
 from bench import loadgen
 from bench.cpu import CpuSampler
 from bench.pg import db_url
-from bench.run_standard import Layout, machine, prepare_database
+from bench.run_standard import Layout, SessionServer, machine, prepare_database
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
 
-class LeanServer:
+class LeanServer(SessionServer):
     """bench/lean_reference.py in its own session: its pid is the process group (CPU accounting)."""
 
     def __init__(self, *, port: int, database_url: str, workers: int, pool_size: int):
@@ -72,19 +71,6 @@ class LeanServer:
             self.stop()
             raise RuntimeError("the lean reference did not start:\n" + self.log_path.read_text(errors="replace"))
         time.sleep(1.0)  # every worker process up
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.pgid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pgid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
 
 
 def _row(name: str, r: dict) -> dict:

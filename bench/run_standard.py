@@ -117,7 +117,26 @@ def prepare_database(args) -> None:
     subprocess.run([py, "manage.py", "bootstrap_tenant", "--port", str(args.port)], cwd=ROOT, env=env, check=True)
 
 
-class Layout:
+class SessionServer:
+    """A server started in its own session (`self.proc`): its pid is the process group to stop."""
+
+    proc: subprocess.Popen
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pgid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+
+
+class Layout(SessionServer):
     """scripts/run_production.sh in its own session: its pid (supervisord's, which stops the
     programs on SIGTERM) is the session of the set."""
 
@@ -160,19 +179,6 @@ class Layout:
             self.stop()
             raise RuntimeError("the production layout did not start:\n" + self.log_path.read_text(errors="replace"))
         time.sleep(1.0)  # let every gunicorn worker finish booting
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.pgid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pgid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
 
 
 def run_http(args, layout: Layout) -> list[dict]:
