@@ -273,9 +273,9 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if MEDIATOR_TRUSTE
 MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
 MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 # The command path's statements are prepared on PostgreSQL (server-side binding,
-# apps/messaging/sql.py). Set 0 behind a transaction-mode pooler (pgbouncer < 1.21) that cannot
-# keep prepared statements.
-MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
+# apps/messaging/sql.py). Operators set 0 behind a transaction-mode pooler that cannot keep
+# prepared statements (docs/operations.md). It changes how a statement is sent, not which runs.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
