@@ -130,14 +130,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
         }
     }
+# WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
+# A transaction begins IMMEDIATE: it holds SQLite's one write lock from its start, so writers run
+# one at a time (what apps/messaging/sql.SqliteBackend.serialise relies on).
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
-    # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
-    DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-    }
+    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Never wrap requests in one transaction: a consumed nonce must commit on its own (DCTRL-0004 §5.4).
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
