@@ -9,9 +9,13 @@ the database's own backend serialises concurrent holders of one key until their 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -178,3 +182,33 @@ def test_on_postgresql_holders_of_different_keys_never_wait(tenant_a):
 def test_the_backend_is_chosen_once_for_the_database():
     assert sql.backend() is sql.backend()
     assert type(sql.backend()) is BACKENDS[NATIVE]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="statements are prepared on PostgreSQL only")
+@pytest.mark.django_db
+def test_db_prepared_statements_0_sends_the_same_statements_unprepared(settings, tenant_a):
+    def run() -> tuple[str, list]:
+        with sql.prepared_cursor() as cur:
+            cur.execute("SELECT %s::int + 1, %s", [41, "x"])
+            return type(cur.cursor).__name__, list(cur.fetchone())
+
+    assert run() == ("_PreparedCursor", [42, "x"])
+    settings.DB_PREPARED_STATEMENTS = False
+    assert run() == ("Cursor", [42, "x"])  # Django's own (client-side binding)
+
+
+def test_the_setting_s_earlier_name_is_refused_at_startup():
+    env = {**os.environ, "MEDIATOR_FASTPATH_PREPARE": "0", "DJANGO_SETTINGS_MODULE": "mediator_project.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "django.core.exceptions.ImproperlyConfigured: MEDIATOR_FASTPATH_PREPARE is now DB_PREPARED_STATEMENTS"
+        " (docs/operations.md)"
+    )
