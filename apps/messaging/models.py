@@ -136,7 +136,7 @@ class PendingQueueDepth(models.Model):
     events: the send statement, ACKNOWLEDGE, the TTL job, a tenant purge, raw SQL. The queue-cap
     check and QUERY_PENDING_EVENTS totals read this one row instead of walking the recipient's
     queue, which cost one heap fetch per queued event on every send. SQLite (the embedded
-    default) has no such triggers and keeps counting the queue (`services.queue_depth`).
+    default) has no such triggers and keeps counting the queue (`sql.SqliteBackend.queue_depth`).
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
