@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import F
 
@@ -175,6 +175,25 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     )
     assert got.items != expected(tenant_a, alice.did, flt)
     assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(tenant_a, tenant_b, alice, bob):
+    """`tag_ts` is unique: a second row for the same (event, tag) is refused, so the statement for
+    one tag may count and page its index entries without DISTINCT."""
+    (event,) = services.events_save(
+        tenant=tenant_a,
+        owner_did=alice.did,
+        events=typed_events([{"sender_did": bob.did, "recipient_did": alice.did, "timestamp": 5, "payload": "x",
+                              "encrypted_tags": ["ta", "ta", "tb"]}]),
+    )  # fmt: skip
+    assert sorted(EventTag.objects.filter(event=event).values_list("tag", flat=True)) == ["ta", "tb"]
+    with pytest.raises(IntegrityError):
+        EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
+    got = services.events_query(
+        tenant=tenant_a, owner_did=alice.did, flt=typed_filter({"encrypted_tags": ["ta"]}), page=Pagination(0, 10)
+    )
+    assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
 
 
 @pytest.mark.django_db
