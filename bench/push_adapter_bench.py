@@ -13,6 +13,7 @@ single-threaded on the real `RedisChannelLayer` and Redis, three ways, alternate
   (a new event loop per call in a plain WSGI thread, hence a new Redis connection per push).
 
 Each in two cases: the recipient has no socket (most TWO_WAY_PRIVATE recipients) and one socket.
+Results: bench/results/push_adapter-<UTC time>.json.
 Worker CPU is `time.process_time()` of this process (every thread: the background loop's too),
 per push; latency is the caller's wall time per push. Rounds alternate the order of the variants.
 
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> dict:
         "per_round_cpu_us": {k: [round(x, 1) for x in row["cpu_us"]] for k, row in results.items()},
     }
     print(json.dumps(out, indent=1))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"push_adapter-{stamp}.json")
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    print(f"results: {path}")
     print("\n| case / variant | worker CPU µs per push | p50 µs | p99 µs |\n|---|---|---|---|")
     for k, m in medians.items():
         print(f"| {k} | {m['cpu_us']} | {m['p50_us']} | {m['p99_us']} |")
