@@ -191,6 +191,10 @@ class EventTag(models.Model):
     order, its time range and its total from `tag_ts` alone and reads only the page's events
     (apps/messaging/eventquery.py). Every writer of tags sets it from the event; nothing changes
     an event's timestamp after SAVE_EVENTS (tests/decentrl/test_eventquery.py checks both).
+
+    `tag_ts` is unique: an event carries a tag at most once (its writers keep the first of
+    repeated tags), and tenant, owner and timestamp are the event's, so one tag's index entries
+    are distinct events and the query by one tag needs no DISTINCT.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
@@ -200,7 +204,9 @@ class EventTag(models.Model):
     timestamp = models.BigIntegerField(help_text="the event's timestamp (denormalised for tag_ts)")
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts")
+        ]
 
     def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
         return f"tag of event {self.event_id}"

@@ -7,7 +7,9 @@ events. These tests compare the statements with a brute-force filter over the ev
 timestamps, events matching several of the asked tags, duplicate tags on one event, tags
 replaced by UPDATE_EVENT_TAGS, other owners and another tenant with the same tags, combined time
 ranges (strict bounds, empty and inverted ranges), pages past the end. They also check that
-every writer keeps the copy equal to the event's timestamp, and that the data migration fills it.
+every writer keeps the copy equal to the event's timestamp, that the data migration fills it,
+that an event carries a tag once (`tag_ts` is unique) and that migration 0007 keeps one row of a
+repeated tag.
 
 The brute-force comparison drives every storage backend this database can run
 (apps/decentrl/storage.py: PostgreSQL's statements, and the ORM query SQLite uses), so it also
@@ -19,7 +21,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import F
 
@@ -185,6 +187,26 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250, backend=storage.PostgresStorage())
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(tenant_a, tenant_b, alice, bob):
+    """`tag_ts` is unique: a second row for the same (event, tag) is refused, so the statement for
+    one tag may count and page its index entries without DISTINCT."""
+    (event,) = services.events_save(
+        tenant=tenant_a,
+        owner_did=alice.did,
+        events=typed_events([{"sender_did": bob.did, "recipient_did": alice.did, "timestamp": 5, "payload": "x",
+                              "encrypted_tags": ["ta", "ta", "tb"]}]),
+    )  # fmt: skip
+    assert sorted(EventTag.objects.filter(event=event).values_list("tag", flat=True)) == ["ta", "tb"]
+    with pytest.raises(IntegrityError):
+        EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
+    for backend in (storage.PostgresStorage(), storage.SqlStorage()):
+        got = backend.query_events(
+            tenant=tenant_a, owner_did=alice.did, flt=typed_filter({"encrypted_tags": ["ta"]}), page=Pagination(0, 10)
+        )
+        assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
+
+
 @pytest.mark.django_db
 def test_every_writer_copies_the_event_timestamp_into_its_tags(post_a, tenant_a, registered, alice, bob):
     def da(payload):
@@ -255,5 +277,39 @@ def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice)
             tenant=tenant_a, owner_did=alice.did, after=None, before=None, tags=["a", "b"], offset=0, limit=10
         )
         assert ([r[1] for r in rows], total) == (["e3", "e7"], 2)
+    finally:
+        MigrationExecutor(connection).migrate(leaves)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_a_unique_tag_ts_keeps_one_row_of_a_repeated_tag(tenant_a, alice):
+    before = [("messaging", "0006_queue_depth_no_negative_rows")]
+    after = [("messaging", "0007_eventtag_tag_ts_unique")]
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate(before)
+        old = executor.loader.project_state(before).apps
+        OldEvent, OldTag = old.get_model("messaging", "StoredEvent"), old.get_model("messaging", "EventTag")
+        ev = OldEvent.objects.create(
+            tenant_id=tenant_a.pk,
+            owner_did=alice.did,
+            sender_did=alice.did,
+            recipient_did=alice.did,
+            timestamp=4,
+            payload="e4",
+            encrypted_tags=["a", "b"],
+        )
+        for t in ("a", "a", "b", "a"):  # a row no writer makes: the same tag twice on one event
+            OldTag.objects.create(tenant_id=tenant_a.pk, owner_did=alice.did, event_id=ev.pk, tag=t, timestamp=4)
+        first_a = OldTag.objects.filter(tag="a").order_by("id").first().pk
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        assert sorted(EventTag.objects.values_list("tag", flat=True)) == ["a", "b"]
+        assert EventTag.objects.get(tag="a").pk == first_a
+        rows, total = eventquery.stored_events(
+            tenant=tenant_a, owner_did=alice.did, after=None, before=None, tags=["a"], offset=0, limit=10
+        )
+        assert ([r[1] for r in rows], total) == (["e4"], 1)
     finally:
         MigrationExecutor(connection).migrate(leaves)
