@@ -1,0 +1,325 @@
+"""What the staff see while a usage report runs (issue 17 §3), in headless Chromium against every
+real component: Daphne, a Celery worker on Redis, the warm Spark engine (one Spark Connect server
+for the whole test session, `conftest.spark_engine`) and the test's PostgreSQL database.
+
+- A staff member presses *Generate usage report*; the run page follows the job in place (never a
+  reload): step n of N, Spark tasks done of total, metering rows, elapsed, the typical duration of
+  past runs; then it shows the finished charts and tables, every command type that carried
+  traffic by name, nothing overlapping, cut or overflowing at 1440 px and at 390 px.
+- Another presses *Cancel* while the Spark job works: the job process is gone, the engine stops
+  working on it (its CPU falls to idle, the operations were interrupted), nothing is staged and the
+  run says Cancelled, never stuck in "running". The engine stays up for the next report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from apps.usage.models import (
+    CommandMeter,
+    ReportCommandType,
+    ReportDaily,
+    ReportErrorCode,
+    ReportRun,
+    ReportTopIdentity,
+)
+from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.servers import start_celery_worker, start_daphne, test_database_url
+from tests.usage.layout import LAYOUT_PROBLEMS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
+
+PASSWORD = "correct-horse-battery"
+SPARK_ENV = {"SPARK_SHUFFLE_PARTITIONS": "2", "SPARK_JDBC_PARTITIONS": "2"}
+
+# Every command type a tenant's traffic carries in the test data: the DECENTRL commands (the
+# longest names included), TWO_WAY_PRIVATE (the core messaging command) and DIDComm messages.
+TRAFFIC = [
+    # (protocol, channel, command_type, commands yesterday, commands today)
+    ("decentrl", "TWO_WAY_PRIVATE", "TWO_WAY_PRIVATE", 40, 25),
+    ("decentrl", "DIRECT_AUTHENTICATED", "QUERY_EVENTS", 30, 12),
+    ("decentrl", "DIRECT_AUTHENTICATED", "SAVE_EVENTS", 12, 6),
+    ("decentrl", "DIRECT_AUTHENTICATED", "REQUEST_COMMUNICATION_CONTRACT", 5, 3),
+    ("decentrl", "DIRECT_AUTHENTICATED", "QUERY_PENDING_CONTRACT_REQUESTS", 4, 2),
+    ("decentrl", "DIRECT_AUTHENTICATED", "ACKNOWLEDGE_EVENTS", 3, 3),
+    ("decentrl", "DIRECT_AUTHENTICATED", "REGISTER_IDENTITY", 2, 1),
+    ("decentrl", "ONE_WAY_PUBLIC", "PUBLISH_PUBLIC_EVENT", 2, 0),
+    ("didcomm", "didcomm-v2", "routing/2.0/forward", 9, 7),
+    ("didcomm", "didcomm-v2", "messagepickup/3.0/delivery-request", 3, 2),
+    ("didcomm", "didcomm-v2", "coordinate-mediation/3.0/mediate-request", 1, 1),
+]
+ERROR_CODES = ["INVALID_SIGNATURE", "COMMUNICATION_CONTRACT_NOT_FOUND", "RECIPIENT_QUEUE_FULL"]
+
+
+def chart_name(protocol: str, command_type: str) -> str:
+    return command_type if protocol == "decentrl" else f"{protocol}: {command_type}"
+
+
+@pytest.fixture
+def stack(spark_engine, transactional_db, tmp_path):
+    """Daphne and a Celery worker; both (and the job processes the worker starts) use the session's
+    warm engine: SPARK_ENGINE_PORT is in os.environ, which server_env copies."""
+    worker = start_celery_worker(tmp_path, env=SPARK_ENV)
+    daphne = start_daphne(tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "USAGE_REPORT_QUEUE": worker.queue})
+    yield daphne, worker
+    daphne.stop()
+    worker.stop()
+
+
+@pytest.fixture
+def stella(django_user_model):
+    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="usage", codename__in=["add_reportrun", "view_reportrun"])
+    )
+    return user
+
+
+def seed_traffic(tenant) -> int:
+    """Yesterday's and today's metering rows of TRAFFIC for `tenant`; returns how many."""
+    now = timezone.now()
+    base = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    rows = []
+    for protocol, channel, command_type, *per_day in TRAFFIC:
+        for day, count in zip((base - timedelta(days=1), base), per_day, strict=True):
+            for i in range(count):
+                rows.append(
+                    CommandMeter(
+                        tenant=tenant,
+                        at=min(day + timedelta(minutes=3 * i + 1), now - timedelta(seconds=1)),
+                        transport="http",
+                        protocol=protocol,
+                        channel=channel,
+                        command_type=command_type,
+                        code=ERROR_CODES[i % 3] if i % 5 == 4 else "SUCCESS",
+                        http_status=200,
+                        bytes_in=400 + i,
+                        bytes_out=150,
+                        duration_ms=1.0 + i % 9,
+                        sender_did=f"did:decentrl:{tenant.slug}-user-{i % 6}",
+                    )
+                )
+    CommandMeter.objects.bulk_create(rows)
+    return len(rows)
+
+
+def seed_past_runs(seconds: list[int]) -> None:
+    """Succeeded runs of the past that took `seconds` each: what "typically takes" is the median of."""
+    end = timezone.now() - timedelta(hours=2)
+    for i, s in enumerate(seconds):
+        finished = end - timedelta(days=i)
+        ReportRun.objects.create(
+            date_from=finished.date() - timedelta(days=400),
+            date_to=finished.date() - timedelta(days=400),
+            status=ReportRun.Status.SUCCEEDED,
+            started_at=finished - timedelta(seconds=s),
+            finished_at=finished,
+            row_counts={"daily": 0, "by_type": 0, "by_code": 0, "top": 0},
+        )
+
+
+# Collects what the progress section shows each time run.js changes it, and marks the document so
+# that a reload (a new document) would be seen.
+RECORD_PROGRESS = """() => {
+  window.__sameDocument = true;
+  window.__seen = [];
+  const box = document.getElementById("run-progress");
+  const snap = () => {
+    const t = (id) => (document.getElementById(id) || {}).textContent;
+    window.__seen.push({
+      status: t("run-status"), step: t("progress-step"), stepno: t("progress-stepno"), tasks: t("progress-tasks"),
+      rows: t("progress-rows"), elapsed: t("progress-elapsed"), typical: t("progress-typical"),
+      bar: document.getElementById("progress-bar").style.width, scrollY: window.scrollY,
+    });
+  };
+  snap();
+  new MutationObserver(snap).observe(box, {subtree: true, childList: true, characterData: true, attributes: true});
+  new MutationObserver(snap).observe(document.getElementById("run-status"), {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def legend_names(page, chart_id: str) -> list[str]:
+    return page.locator(f"#chart-{chart_id} ul.chart-legend li").all_text_contents()
+
+
+def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, stella, tenant_a):
+    daphne, worker = stack
+    rows = seed_traffic(tenant_a)
+    seed_past_runs([30, 8, 9, 7, 10])  # median 9 s
+    today = timezone.now().date()
+    yesterday = today - timedelta(days=1)
+
+    with admin_page(daphne.url, "stella", PASSWORD) as page:
+        page.goto(f"{daphne.url}/admin/usage/reportrun/generate/")
+        page.fill("input[name=date_from]", yesterday.isoformat())
+        page.fill("input[name=date_to]", today.isoformat())
+        page.check(f"input[name=tenants][value='{tenant_a.pk}']")
+        page.click("#generate-report")
+        page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
+        page.evaluate(RECORD_PROGRESS)
+        page.wait_for_selector("#run-status:text-matches('Succeeded|Failed|Cancelled')", timeout=240_000)
+        status = page.inner_text("#run-status")
+        assert status == "Succeeded", page.inner_text("div.usage")[-3000:] + "\n" + worker.log()[-3000:]
+        seen = page.evaluate("window.__seen")
+        (ARTIFACTS / "usage-run-progress-seen.json").write_text(json.dumps(seen, indent=1))
+        # What the page showed while the job worked, in order.
+        working = [s for s in seen if s["status"] == "Running" and s["step"] not in (None, "Waiting for a worker")]
+        assert len(working) >= 3, seen
+        steps = [s["step"] for s in working]
+        assert len(set(steps)) >= 2, steps  # the step moved on while the page watched
+        numbers = [int(s["stepno"].split()[1]) for s in working if s["stepno"]]
+        assert numbers == sorted(numbers) and numbers[-1] > numbers[0], working
+        assert {s["stepno"].split(" of ")[-1] for s in working if s["stepno"]} == {"6)"}
+        tasks = [tuple(int(x) for x in s["tasks"].split(" of ")) for s in working]
+        assert any(total > 0 for _, total in tasks) and all(done <= total for done, total in tasks), tasks
+        assert working[-1]["rows"] == f"{rows:,}"  # the metering rows in range, known from the bounds query
+        elapsed = [int(s["elapsed"].removesuffix(" s")) for s in working]
+        assert elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0], elapsed
+        assert {s["typical"] for s in working} == {"9 s"}
+        assert any(s["bar"] not in ("", "0%") for s in working)
+        assert {s["scrollY"] for s in seen} == {0}
+        # The same document all along: run.js updated it in place and swapped the results in once.
+        assert page.evaluate("window.__sameDocument") is True
+        page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
+        assert page.locator("#run-progress").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "usage-run-finished-1440.png"), full_page=True)
+
+        # Every command type that carried traffic has its own legend entry, by name: none is "other".
+        expected = {chart_name(p, t) for p, _, t, *counts in TRAFFIC if sum(counts)}
+        names = legend_names(page, "commands-by-type")
+        assert sorted(names) == sorted(expected)
+        assert "TWO_WAY_PRIVATE" == names[0]  # the busiest type first
+        assert page.locator("#chart-commands-by-type rect.bar").count() == 2 * len(expected) - 1  # no publish today
+        by_type_rows = page.locator("#by-type tbody tr").count()
+        assert by_type_rows == 2 * len(expected) - 1
+        problems = page.evaluate(LAYOUT_PROBLEMS, [True])
+        assert problems == [], "\n".join(problems)
+
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.reload()
+        page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
+        page.screenshot(path=str(ARTIFACTS / "usage-run-finished-390.png"), full_page=True)
+        problems = page.evaluate(LAYOUT_PROBLEMS, [False])
+        assert problems == [], "\n".join(problems)
+
+    run = ReportRun.objects.get(status=ReportRun.Status.SUCCEEDED, date_to=today)
+    assert run.progress["rows_total"] == rows
+    assert ReportDaily.objects.filter(run=run).count() == 2
+
+
+def _job_pids(run_id: int) -> list[int]:
+    """The report job processes of `run_id` over this test's database (other helpers' runs share ids)."""
+    db = test_database_url().rsplit("/", 1)[1]
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"spark_reports.usage_report" not in argv or str(run_id).encode() not in argv:
+                continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(b"REPORT_DATABASE_URL=") and e.endswith(f"/{db}".encode()) for e in env):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _engine_pid(port: int) -> int:
+    """The JVM of the session's Spark engine (listening on `port`)."""
+    needle = f"spark.connect.grpc.binding.port={port}".encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in argv and b"java" in argv.split(b"\0")[0]:
+                return int(proc.name)
+    raise AssertionError(f"no Spark engine JVM on port {port}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_share(pid: int, seconds: float) -> float:
+    """The share of one core the process used over the next `seconds`."""
+    before, t0 = _cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (_cpu_seconds(pid) - before) / (time.monotonic() - t0)
+
+
+def _bulk_traffic(tenant_id: int, rows: int) -> None:
+    """`rows` metering rows of yesterday in one statement (enough to keep the engine busy for a while)."""
+    with psycopg.connect(test_database_url(), autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO usage_commandmeter
+              (tenant_id, at, transport, protocol, channel, command_type, code, http_status,
+               bytes_in, bytes_out, duration_ms, sender_did)
+            SELECT %s, date_trunc('day', now()) - interval '1 day' + (g %% 86400) * interval '1 second',
+                   'http', 'decentrl', 'DIRECT_AUTHENTICATED',
+                   (ARRAY['QUERY_EVENTS','SAVE_EVENTS','TWO_WAY_PRIVATE','ACKNOWLEDGE_EVENTS'])[1 + g %% 4],
+                   CASE WHEN g %% 17 = 0 THEN 'INVALID_SIGNATURE' ELSE 'SUCCESS' END, 200,
+                   300 + g %% 500, 120, (g %% 997) / 10.0, 'did:decentrl:user-' || (g %% 5000)
+            FROM generate_series(1, %s) AS g
+            """,
+            [tenant_id, rows],
+        )
+        conn.execute("ANALYZE usage_commandmeter")
+
+
+def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, tenant_a, spark_engine):
+    from spark_reports import engine
+
+    daphne, worker = stack
+    seed_traffic(tenant_a)
+    engine_pid = _engine_pid(spark_engine)
+    with admin_page(daphne.url, "stella", PASSWORD) as page:
+        # The dashboard says how fresh its numbers are and offers to refresh: that starts the run.
+        page.goto(f"{daphne.url}/dashboard/")
+        assert page.inner_text("#freshness").startswith("No report has been published yet.")
+        page.click("#refresh-report")
+        page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
+        run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+        # Wait until the job is inside its Spark operations (computing a table on the engine).
+        page.wait_for_selector("#progress-step:text-matches('^Computing')", timeout=240_000)
+        jobs = _job_pids(run_id)
+        assert len(jobs) == 1, jobs
+        busy = _cpu_share(engine_pid, 1.5)
+        page.click("#cancel-run")
+        page.wait_for_selector("#run-status:text-is('Cancelled')", timeout=60_000)
+        cancelled_at = time.monotonic()
+        assert page.locator("#run-progress").count() == 0 and page.locator("#cancel-run").count() == 0
+        assert page.inner_text("#run-cancelled").startswith("This run was cancelled at ")
+        assert page.inner_text("#run-cancelled").endswith("; nothing was published.")
+        page.screenshot(path=str(ARTIFACTS / "usage-run-cancelled.png"), full_page=True)
+        # The job process is gone, and the engine stopped working on the run: idle within seconds
+        # (it was computing a moment ago), yet up for the next report.
+        assert _job_pids(run_id) == []
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - cancelled_at)))
+        idle = _cpu_share(engine_pid, 3.0)
+        assert idle < 0.15, f"the engine still works after the cancel: {idle:.2f} of a core (busy: {busy:.2f})"
+        assert engine.is_up("127.0.0.1", spark_engine)
+        # Reloading later shows the same: never back to "running".
+        page.reload()
+        assert page.inner_text("#run-status") == "Cancelled"
+
+    run = ReportRun.objects.get(pk=run_id)
+    assert (run.status, run.finished_at is not None, run.cancel_requested_at is not None) == ("cancelled", True, True)
+    assert "USAGE_REPORT_CANCELLED" in run.log_tail and "USAGE_REPORT_RESULT" not in run.log_tail
+    for model in (ReportDaily, ReportCommandType, ReportErrorCode, ReportTopIdentity):
+        assert model.objects.filter(run_id=run_id).count() == 0, model.__name__
+    assert "Traceback" not in worker.log()
