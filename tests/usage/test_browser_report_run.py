@@ -6,15 +6,16 @@ for the whole test session, `conftest.spark_engine`) and the test's PostgreSQL d
   reload): step n of N, Spark tasks done of total, metering rows, elapsed, the typical duration of
   past runs; then it shows the finished charts and tables, every command type that carried
   traffic by name, nothing overlapping, cut or overflowing at 1440 px and at 390 px.
-- Another presses *Cancel* while the Spark job works: the job process is gone, the engine stops
-  working on it (its CPU falls to idle, the operations were interrupted), nothing is staged and the
-  run says Cancelled, never stuck in "running". The engine stays up for the next report.
+- Another presses *Cancel* while a Spark operation of the job runs on the engine: the job process is
+  gone, the engine answers that it interrupted the run's operation and holds no database connection
+  for it any more, nothing is staged and the run says Cancelled, never stuck in "running". The
+  engine stays up for the next report.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +33,7 @@ from apps.usage.models import (
     ReportRun,
     ReportTopIdentity,
 )
+from apps.usage.views import STEP_WORDS
 from tests.support.browser import ARTIFACTS, admin_page
 from tests.support.servers import start_celery_worker, start_daphne, test_database_url
 from tests.usage.layout import LAYOUT_PROBLEMS
@@ -187,6 +189,9 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         assert {s["typical"] for s in working} == {"9 s"}
         assert any(s["bar"] not in ("", "0%") for s in working)
         assert {s["scrollY"] for s in seen} == {0}
+        assert set(steps) <= set(STEP_WORDS.values()), steps  # staff words, not the job's names
+        bars = [int(s["bar"].rstrip("%") or 0) for s in seen]
+        assert bars == sorted(bars), bars  # the bar never goes backwards
         # The same document all along: run.js updated it in place and swapped the results in once.
         assert page.evaluate("window.__sameDocument") is True
         page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
@@ -235,50 +240,23 @@ def _job_pids(run_id: int) -> list[int]:
     return pids
 
 
-def _engine_pid(port: int) -> int:
-    """The JVM of the session's Spark engine (listening on `port`)."""
-    needle = f"spark.connect.grpc.binding.port={port}".encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                argv = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in argv and b"java" in argv.split(b"\0")[0]:
-                return int(proc.name)
-    raise AssertionError(f"no Spark engine JVM on port {port}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_share(pid: int, seconds: float) -> float:
-    """The share of one core the process used over the next `seconds`."""
-    before, t0 = _cpu_seconds(pid), time.monotonic()
-    time.sleep(seconds)
-    return (_cpu_seconds(pid) - before) / (time.monotonic() - t0)
-
-
-def _bulk_traffic(tenant_id: int, rows: int) -> None:
-    """`rows` metering rows of yesterday in one statement (enough to keep the engine busy for a while)."""
+def _engine_connections() -> int:
+    """The Spark engine's JDBC connections to this test's database (its reads and writes)."""
+    db = test_database_url().rsplit("/", 1)[1]
     with psycopg.connect(test_database_url(), autocommit=True) as conn:
-        conn.execute(
-            """
-            INSERT INTO usage_commandmeter
-              (tenant_id, at, transport, protocol, channel, command_type, code, http_status,
-               bytes_in, bytes_out, duration_ms, sender_did)
-            SELECT %s, date_trunc('day', now()) - interval '1 day' + (g %% 86400) * interval '1 second',
-                   'http', 'decentrl', 'DIRECT_AUTHENTICATED',
-                   (ARRAY['QUERY_EVENTS','SAVE_EVENTS','TWO_WAY_PRIVATE','ACKNOWLEDGE_EVENTS'])[1 + g %% 4],
-                   CASE WHEN g %% 17 = 0 THEN 'INVALID_SIGNATURE' ELSE 'SUCCESS' END, 200,
-                   300 + g %% 500, 120, (g %% 997) / 10.0, 'did:decentrl:user-' || (g %% 5000)
-            FROM generate_series(1, %s) AS g
-            """,
-            [tenant_id, rows],
-        )
-        conn.execute("ANALYZE usage_commandmeter")
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'PostgreSQL JDBC Driver'",
+            [db],
+        ).fetchone()[0]
+
+
+# True while the job is inside a Spark operation on the engine: computing a table (step 3 or later)
+# with tasks scheduled and not all done.
+IN_SPARK_OPERATION = """() => {
+  const no = /step (\\d) of/.exec(document.getElementById("progress-stepno").textContent);
+  const [done, total] = document.getElementById("progress-tasks").textContent.split(" of ").map(Number);
+  return !!no && Number(no[1]) >= 3 && total > 0 && done < total;
+}"""
 
 
 def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, tenant_a, spark_engine):
@@ -286,7 +264,6 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
 
     daphne, worker = stack
     seed_traffic(tenant_a)
-    engine_pid = _engine_pid(spark_engine)
     with admin_page(daphne.url, "stella", PASSWORD) as page:
         # The dashboard says how fresh its numbers are and offers to refresh: that starts the run.
         page.goto(f"{daphne.url}/dashboard/")
@@ -294,24 +271,27 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
         page.click("#refresh-report")
         page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
         run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
-        # Wait until the job is inside its Spark operations (computing a table on the engine).
-        page.wait_for_selector("#progress-step:text-matches('^Computing')", timeout=240_000)
+        # Wait until the job is inside a Spark operation on the engine, then press Cancel.
+        page.wait_for_function(IN_SPARK_OPERATION, timeout=240_000, polling=100)
         jobs = _job_pids(run_id)
         assert len(jobs) == 1, jobs
-        busy = _cpu_share(engine_pid, 1.5)
         page.click("#cancel-run")
-        page.wait_for_selector("#run-status:text-is('Cancelled')", timeout=60_000)
-        cancelled_at = time.monotonic()
+        # run.js shows the status first, then swaps the finished page in once.
+        page.wait_for_selector("#run-cancelled", timeout=60_000)
+        assert page.inner_text("#run-status") == "Cancelled"
         assert page.locator("#run-progress").count() == 0 and page.locator("#cancel-run").count() == 0
         assert page.inner_text("#run-cancelled").startswith("This run was cancelled at ")
         assert page.inner_text("#run-cancelled").endswith("; nothing was published.")
         page.screenshot(path=str(ARTIFACTS / "usage-run-cancelled.png"), full_page=True)
-        # The job process is gone, and the engine stopped working on the run: idle within seconds
-        # (it was computing a moment ago), yet up for the next report.
+        # The job process is gone, and the engine's reads and writes for the run have ended: it
+        # holds no connection to the database (it stays up for the next report).
         assert _job_pids(run_id) == []
-        time.sleep(max(0.0, 2.0 - (time.monotonic() - cancelled_at)))
-        idle = _cpu_share(engine_pid, 3.0)
-        assert idle < 0.15, f"the engine still works after the cancel: {idle:.2f} of a core (busy: {busy:.2f})"
+        deadline = time.monotonic() + 15
+        while _engine_connections() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _engine_connections() == 0
+        time.sleep(3)
+        assert _engine_connections() == 0
         assert engine.is_up("127.0.0.1", spark_engine)
         # Reloading later shows the same: never back to "running".
         page.reload()
@@ -319,7 +299,10 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
 
     run = ReportRun.objects.get(pk=run_id)
     assert (run.status, run.finished_at is not None, run.cancel_requested_at is not None) == ("cancelled", True, True)
-    assert "USAGE_REPORT_CANCELLED" in run.log_tail and "USAGE_REPORT_RESULT" not in run.log_tail
+    # The engine interrupted the run's running Spark operation(s) (interruptTag's answer).
+    marker = re.search(r'^USAGE_REPORT_CANCELLED \{"interrupted": (\d+)\}$', run.log_tail, re.M)
+    assert marker and int(marker.group(1)) >= 1, run.log_tail[-2000:]
+    assert "USAGE_REPORT_RESULT" not in run.log_tail
     for model in (ReportDaily, ReportCommandType, ReportErrorCode, ReportTopIdentity):
         assert model.objects.filter(run_id=run_id).count() == 0, model.__name__
     assert "Traceback" not in worker.log()
