@@ -34,8 +34,9 @@ from apps.usage.models import (
     ReportTopIdentity,
 )
 from apps.usage.views import STEP_WORDS
+from tests.support import servers
 from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_celery_worker, start_daphne, test_database_url
+from tests.support.servers import start_celery_worker, start_daphne
 from tests.usage.layout import LAYOUT_PROBLEMS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
@@ -223,7 +224,7 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
 
 def _job_pids(run_id: int) -> list[int]:
     """The report job processes of `run_id` over this test's database (other helpers' runs share ids)."""
-    db = test_database_url().rsplit("/", 1)[1]
+    db = servers.test_database_url().rsplit("/", 1)[1]
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -242,8 +243,8 @@ def _job_pids(run_id: int) -> list[int]:
 
 def _engine_connections() -> int:
     """The Spark engine's JDBC connections to this test's database (its reads and writes)."""
-    db = test_database_url().rsplit("/", 1)[1]
-    with psycopg.connect(test_database_url(), autocommit=True) as conn:
+    db = servers.test_database_url().rsplit("/", 1)[1]
+    with psycopg.connect(servers.test_database_url(), autocommit=True) as conn:
         return conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'PostgreSQL JDBC Driver'",
             [db],

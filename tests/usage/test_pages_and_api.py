@@ -168,7 +168,7 @@ def test_the_dashboard_says_how_fresh_it_is_and_offers_a_refresh(
     ReportRun.objects.filter(status=ReportRun.Status.RUNNING).delete()
     client.force_login(staff_user)
     html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
-    assert f"Numbers as of the report that finished {utc_iso(published.finished_at)}" in html
+    assert f'Numbers as of the report that finished <span class="when">{utc_iso(published.finished_at)}</span>' in html
     assert 'id="refresh-report"' in html
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):
