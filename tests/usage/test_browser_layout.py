@@ -155,6 +155,11 @@ def test_a_finished_report_and_the_dashboard_fit_at_1440_and_390_px(daphne, stel
             problems = page.evaluate(LAYOUT_PROBLEMS, [width >= 1440])
             assert problems == [], "\n".join(problems)
 
+            for path in ("/dashboard/reports/", "/admin/usage/reportrun/generate/"):
+                page.goto(f"{daphne.url}{path}")
+                problems = page.evaluate(LAYOUT_PROBLEMS, [width >= 1440])
+                assert problems == [], f"{path}: " + "\n".join(problems)
+
             page.goto(f"{daphne.url}/dashboard/?date_from={run.date_from}&date_to={run.date_to}")
             assert page.locator("svg.usage-chart").count() == 9
             page.screenshot(path=str(ARTIFACTS / f"usage-layout-dashboard-{days}d-{width}.png"), full_page=True)
