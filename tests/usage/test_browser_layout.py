@@ -73,7 +73,7 @@ def published_run(tenants, first: date, days: int) -> ReportRun:
         date_from=first,
         date_to=first + timedelta(days=days - 1),
         status=ReportRun.Status.SUCCEEDED,
-        started_at=now - timedelta(seconds=8),
+        started_at=now - timedelta(minutes=42, seconds=8),
         finished_at=now - timedelta(minutes=42),
         row_counts={"daily": days * len(tenants), "by_type": 0, "by_code": 0, "top": 0},
     )
