@@ -254,5 +254,5 @@ def test_every_step_of_the_job_has_staff_words():
     from apps.usage.views import STEP_WORDS
     from spark_reports.usage_report import STEPS
 
-    assert set(STEPS) | {"starting"} == set(STEP_WORDS)
+    assert set(STEPS) | {"starting"} <= set(STEP_WORDS)
     assert all(words[0].isupper() and "_" not in words for words in STEP_WORDS.values())
