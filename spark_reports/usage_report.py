@@ -8,6 +8,7 @@ the local engine (see config.py). Lines on stdout the launcher reads:
     USAGE_REPORT_PROGRESS {"step": ..., "step_no": n, "steps": N, "tasks_done": ..., "tasks_total": ..., ...}
     USAGE_REPORT_ENGINE_DOWN <address>      the Spark engine did not answer (exit 3)
     USAGE_REPORT_RESULT {"daily": n, ...}   the last line on success (exit 0)
+    USAGE_REPORT_CANCELLED {"interrupted": n}  on SIGTERM: n Spark operations of the run interrupted (exit 143)
 
 SIGTERM (the launcher's Cancel) interrupts the job's Spark operations on the engine, then exits 143.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -31,6 +33,7 @@ from .transform import usage_report
 RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
 ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
+CANCELLED_MARKER = "USAGE_REPORT_CANCELLED"
 EXIT_ENGINE_DOWN = 3
 EXIT_CANCELLED = 143
 STEPS = ["connecting", "counting rows", *[f"computing {name}" for name in TABLES]]
@@ -147,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         def cancel(signum, frame):
             # Interrupt the engine's operations of this run (the JVM keeps running for the next report).
             cancelled.set()
-            spark.interruptTag(tag)
+            interrupted = spark.interruptTag(tag)
+            # os.write: safe inside a signal handler, unlike print or logging.
+            os.write(1, f"{CANCELLED_MARKER} {json.dumps({'interrupted': len(interrupted or [])})}\n".encode())
             raise SystemExit(EXIT_CANCELLED)
 
         signal.signal(signal.SIGTERM, cancel)

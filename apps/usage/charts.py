@@ -1,7 +1,10 @@
 """Server-side SVG charts: no JavaScript, no CDN, works offline and in any browser.
 
 Every label is escaped; values are numbers. Each chart is an <svg class="usage-chart"> with a
-legend and a <title> tooltip on every bar and point.
+<title> tooltip on every bar and point, followed by its legend as an HTML list
+(<ul class="chart-legend">): the legend's names wrap like text at any width, so they are never cut,
+squeezed or drawn over each other, and they keep the page's font size when the SVG is scaled down
+on a phone (issue 17). Colours are classes (c0..c19 of PALETTE, usage.css): no inline style, for the CSP.
 """
 
 from __future__ import annotations
@@ -27,12 +30,21 @@ PALETTE = [
     "#f97316",
     "#64748b",
     "#a855f7",
+    # More than 12 types carry traffic on a busy day (DECENTRL and DIDComm): 20 colours, none repeats.
+    "#1e3a8a",
+    "#854d0e",
+    "#facc15",
+    "#9f1239",
+    "#4d7c0f",
+    "#0e7490",
+    "#c026d3",
+    "#78716c",
 ]
-W, H = 720, 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 44
-# Legend: two columns wide enough for the longest command type (QUERY_PENDING_CONTRACT_REQUESTS,
-# 31 characters at 12 px), one row per pair: names are never cut and never overlap.
-LEGEND_COLUMNS, LEGEND_COLUMN_W, LEGEND_ROW_H = 2, 320, 22
+# The plot's own units; the SVG scales to its card (about 560 px wide at 1440 px, 340 px at 390 px,
+# where usage.css enlarges the tick labels so they stay readable; LEFT leaves room for them).
+W, H = 560, 240
+LEFT, RIGHT, TOP, BOTTOM = 80, 12, 14, 44
+MAX_DAY_LABELS = 7  # day labels stay apart at the enlarged size on a phone
 
 
 def color(i: int) -> str:
@@ -69,10 +81,10 @@ def human(value: float, unit: str = "") -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
 
 
-def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: list[tuple[str, str]]) -> list[str]:
-    """Axes, grid, day labels and legend of a chart."""
+def _frame(title: str, ymax: float, unit: str, labels: Sequence[str]) -> list[str]:
+    """Axes, grid and day labels of a chart."""
     parts = [
-        f'<svg class="usage-chart" viewBox="0 0 {W} {H + LEGEND_ROW_H * math.ceil(len(legend) / LEGEND_COLUMNS)}" role="img" '
+        f'<svg class="usage-chart" viewBox="0 0 {W} {H}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
     ]
@@ -85,21 +97,23 @@ def _frame(title: str, ymax: float, unit: str, labels: Sequence[str], legend: li
         )
     n = max(len(labels), 1)
     step = (W - LEFT - RIGHT) / n
-    every = max(1, math.ceil(n / 10))
+    every = max(1, math.ceil(n / MAX_DAY_LABELS))
     for i, label in enumerate(labels):
         if i % every == 0:
             x = LEFT + step * (i + 0.5)
             parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{escape(label)}</text>'
+                f'<text class="tick day" x="{x:.1f}" y="{H - BOTTOM + 24}" text-anchor="middle">{escape(label)}</text>'
             )
-    for i, (name, col) in enumerate(legend):
-        lx = LEFT + (i % LEGEND_COLUMNS) * LEGEND_COLUMN_W
-        ly = H + 4 + LEGEND_ROW_H * (i // LEGEND_COLUMNS)
-        parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="2" fill="{col}"/>')
-        # textLength only squeezes a name longer than its column (never seen with today's types).
-        squeeze = f' textLength="{LEGEND_COLUMN_W - 30}" lengthAdjust="spacingAndGlyphs"' if len(name) > 40 else ""
-        parts.append(f'<text class="legend" x="{lx + 18}" y="{ly + 11}"{squeeze}>{escape(name)}</text>')
     return parts
+
+
+def _legend(legend: list[tuple[str, str]]) -> str:
+    """The names of the series with their colours, as an HTML list under the SVG."""
+    items = "".join(
+        f'<li><span class="swatch c{PALETTE.index(col)}" aria-hidden="true"></span>{escape(name)}</li>'
+        for name, col in legend
+    )
+    return f'<ul class="chart-legend">{items}</ul>'
 
 
 def stacked_bars(
@@ -110,7 +124,7 @@ def stacked_bars(
     ymax = nice_max(max(totals, default=0))
     palette = list(colors) or [color(i) for i in range(len(series))]
     legend = [(name, palette[i % len(palette)]) for i, name in enumerate(series)]
-    parts = _frame(title, ymax, unit, labels, legend)
+    parts = _frame(title, ymax, unit, labels)
     plot_h = H - TOP - BOTTOM
     step = (W - LEFT - RIGHT) / max(len(labels), 1)
     bar_w = max(2.0, step * 0.7)
@@ -129,6 +143,7 @@ def stacked_bars(
             )
             base += v
     parts.append("</svg>")
+    parts.append(_legend(legend))
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated label is escaped above
 
 
@@ -137,7 +152,7 @@ def lines(title: str, labels: Sequence[str], series: dict[str, Sequence[float | 
     values = [float(v) for s in series.values() for v in s if v is not None]
     ymax = nice_max(max(values, default=0))
     legend = [(name, color(i)) for i, name in enumerate(series)]
-    parts = _frame(title, ymax, unit, labels, legend)
+    parts = _frame(title, ymax, unit, labels)
     plot_h = H - TOP - BOTTOM
     step = (W - LEFT - RIGHT) / max(len(labels), 1)
     for j, (name, vals) in enumerate(series.items()):
@@ -159,4 +174,5 @@ def lines(title: str, labels: Sequence[str], series: dict[str, Sequence[float | 
                 parts.append(f'<polyline class="line" points="{" ".join(seg)}" stroke="{color(j)}"/>')
         parts.extend(points)
     parts.append("</svg>")
+    parts.append(_legend(legend))
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated label is escaped above

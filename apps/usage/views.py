@@ -207,6 +207,32 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return _page(request, "usage/run_detail.html", context, title=f"Usage report #{run.pk}", tab="reports")
 
 
+# The job's steps (spark_reports.usage_report.STEPS) in staff words.
+STEP_WORDS = {
+    "starting": "Starting the report job",
+    "connecting": "Connecting to the Spark engine",
+    "counting rows": "Counting the metering rows to read",
+    "computing daily": "Computing the daily totals",
+    "computing by_type": "Counting commands by type",
+    "computing by_code": "Counting errors by code",
+    "computing top": "Finding the busiest identities",
+    # The job's steps once the four tables are computed in one Spark operation and written in one
+    # transaction (h/spark); both sets are kept until that lands.
+    "computing the report": "Computing the report",
+    "writing the report": "Writing the report to the database",
+}
+
+
+def step_words(run: ReportRun) -> str:
+    """What the run is doing now, in words: the progress section's headline."""
+    if run.status == ReportRun.Status.QUEUED:
+        return "Waiting for a worker"
+    if run.cancel_requested_at is not None and not run.is_finished:
+        return "Cancelling"
+    step = (run.progress or {}).get("step") or "starting"
+    return STEP_WORDS.get(step, step[:1].upper() + step[1:])
+
+
 def _status(run: ReportRun) -> dict:
     """What the run page shows while a run works, as JSON for its script."""
     now = timezone.now()
@@ -219,6 +245,7 @@ def _status(run: ReportRun) -> dict:
         "status_display": run.get_status_display(),
         "finished": run.is_finished,
         "progress": run.progress,
+        "step_words": step_words(run),
         "elapsed_s": None if elapsed is None else round(elapsed, 1),
         "typical_s": selectors.typical_duration_s(),
         "cancel_requested": run.cancel_requested_at is not None,

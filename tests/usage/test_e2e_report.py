@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path):
+def stack(spark_engine, transactional_db, tmp_path):
+    # The session's warm engine (SPARK_ENGINE_PORT in os.environ), never a lazy one on the default port.
     worker = start_celery_worker(tmp_path, env=SPARK_ENV)
     daphne = start_daphne(tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "USAGE_REPORT_QUEUE": worker.queue})
     yield daphne, worker
@@ -92,7 +93,7 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
         page.check(f"input[name=tenants][value='{tenant_a.pk}']")
         page.click("#generate-report")
         page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
-        # The page refreshes itself every 2 s until the Spark job has finished (cold JVM included).
+        # The page follows the run in place (run.js) until the Spark job has finished.
         page.wait_for_selector("#run-status:text-matches('Succeeded|Failed')", timeout=300_000)
         # (No ORM in here: Playwright's sync API runs an event loop in this thread.)
         status = page.inner_text("#run-status")

@@ -108,7 +108,7 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
     html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
     assert 'http-equiv="refresh"' not in html  # the page's script polls the status; it never reloads
     assert 'id="run-progress"' in html and 'id="cancel-run"' in html
-    assert "Computing daily" in html and "(step 3 of 6)" in html
+    assert "Computing the daily totals" in html and "(step 3 of 6)" in html
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
     status = client.get(f"/dashboard/reports/{running.pk}/status").json()
     assert 30 <= status.pop("elapsed_s") < 40
@@ -118,6 +118,7 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
         "status_display": "Running",
         "finished": False,
         "progress": progress,
+        "step_words": "Computing the daily totals",
         "typical_s": 0.0,  # the one succeeded run of the fixture started and finished at once
         "cancel_requested": False,
         "error": "",
@@ -167,7 +168,7 @@ def test_the_dashboard_says_how_fresh_it_is_and_offers_a_refresh(
     ReportRun.objects.filter(status=ReportRun.Status.RUNNING).delete()
     client.force_login(staff_user)
     html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
-    assert f"Numbers as of the report that finished {utc_iso(published.finished_at)}" in html
+    assert f'Numbers as of the report that finished <span class="when">{utc_iso(published.finished_at)}</span>' in html
     assert 'id="refresh-report"' in html
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):
@@ -247,3 +248,11 @@ def test_the_api_refuses_non_staff_tokens(django_user_model):
     c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     assert c.get("/api/v1/usage/reports/").status_code == 403
     assert APIClient().get("/api/v1/usage/reports/").status_code in (401, 403)
+
+
+def test_every_step_of_the_job_has_staff_words():
+    from apps.usage.views import STEP_WORDS
+    from spark_reports.usage_report import STEPS
+
+    assert set(STEPS) | {"starting"} <= set(STEP_WORDS)
+    assert all(words[0].isupper() and "_" not in words for words in STEP_WORDS.values())

@@ -2,6 +2,7 @@
 // page's results are fetched and swapped in once (charts and tables are rendered on the server).
 (function () {
   const box = document.getElementById("run-progress");
+  let shownPct = 0;
   const $ = (id) => document.getElementById(id);
   const size = (b) => b >= 1e9 ? (b / 1e9).toFixed(1) + " GB" : b >= 1e6 ? (b / 1e6).toFixed(1) + " MB" : b >= 1e3 ? (b / 1e3).toFixed(1) + " kB" : b + " B";
   async function tick() {
@@ -17,7 +18,7 @@
       document.querySelector("div.usage").replaceWith(page.querySelector("div.usage"));
       return;
     }
-    $("progress-step").textContent = s.status === "queued" ? "Waiting for a worker" : (s.cancel_requested ? "Cancelling" : (p.step || "starting").replace(/^./, (c) => c.toUpperCase()));
+    $("progress-step").textContent = s.step_words;
     $("progress-stepno").textContent = p.step_no ? "(step " + p.step_no + " of " + p.steps + ")" : "";
     $("progress-tasks").textContent = (p.tasks_done || 0) + " of " + (p.tasks_total || 0);
     $("progress-rows").textContent = p.rows_total != null ? p.rows_total.toLocaleString() : "–";
@@ -26,7 +27,9 @@
     $("progress-typical").textContent = s.typical_s != null ? Math.round(s.typical_s) + " s" : "–";
     $("run-duration").textContent = s.elapsed_s != null ? Math.round(s.elapsed_s) + " s so far" : "–";
     const within = p.steps ? ((p.step_no - 1) + (p.tasks_total ? p.tasks_done / p.tasks_total : 0)) / p.steps : 0;
-    $("progress-bar").style.width = Math.min(100, Math.round(within * 100)) + "%";
+    // Never backwards: Spark adds stages to an operation as it plans them (tasks_total grows).
+    shownPct = Math.max(shownPct, Math.min(100, Math.round(within * 100)));
+    $("progress-bar").style.width = shownPct + "%";
     if (s.cancel_requested && $("cancel-run")) { $("cancel-run").disabled = true; $("cancel-run").textContent = "Cancelling…"; }
     setTimeout(tick, 1000);
   }
