@@ -127,3 +127,41 @@ def test_aca_py_story_every_answer_and_forward_reaches_the_agents_endpoint_via_c
         inbox.close()
         server.close()
         worker.stop()
+
+
+def test_a_failed_outbound_post_is_retried_on_the_outbound_queue_by_the_worker(transactional_db, tmp_path):
+    """The retry of a failed POST is re-queued on MEDIATOR_DIDCOMM_OUTBOUND_QUEUE (the worker's private
+    queue here), not on Celery's default queue, which no worker of this run consumes."""
+    worker = start_celery_worker(tmp_path)
+    server = Server(
+        tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": worker.queue}
+    )
+    inbox = Inbox(status=500)
+    try:
+        from apps.didcomm.models import Outbound
+
+        agent = AgentV1(endpoint=inbox.url)
+        assert server.send(agent, agent.didx_request(server.invitation, return_route=None)) is None
+        deadline = time.time() + 20
+        while not inbox.bodies and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(inbox.bodies) == 1, worker.log()[-3000:]
+        inbox.status = 200  # the agent is back: the retry (2 s backoff) must reach it
+        deadline = time.time() + 5
+        while not Outbound.objects.filter(attempts=1).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(Outbound.objects.values_list("attempts", "last_status")) == [(1, "500")]
+        deadline = time.time() + 20
+        while len(inbox.bodies) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(inbox.bodies) == 2, worker.log()[-3000:]
+        assert inbox.bodies[1] == inbox.bodies[0]  # the same envelope, POSTed again
+        assert agent.unpack(inbox.bodies[1][1])[0]["@type"] == BASE + "didexchange/1.1/response"
+        deadline = time.time() + 5
+        while Outbound.objects.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not Outbound.objects.exists()
+    finally:
+        inbox.close()
+        server.close()
+        worker.stop()
