@@ -373,7 +373,7 @@ def test_did_exchange_refusals(door):
     stolen["did"] = other.did  # a DID whose keys are not the sender's
     assert _problem(door.post(agent.pack(stolen, door.key)), agent)[1]["code"] == "e.p.trust.sender-mismatch"
     legacy = agent.message(DIDX + "request", **{"did_doc~attach": {}, "~thread": {"pthid": door.invitation["@id"]}})
-    assert _problem(door.post(agent.pack(legacy, door.key)), agent)[1]["code"] == "e.p.did.unresolvable"
+    assert _problem(door.post(agent.pack(legacy, door.key)), agent)[1]["code"] == "e.p.msg.invalid-body"  # no did
     door.connect(agent)
     again = agent.didx_request(door.invitation)
     assert _problem(door.post(agent.pack(again, door.key)), agent) == (
