@@ -419,7 +419,9 @@ def batch_pickup(ctx: ContextV1, msg: V1Message) -> Outcome:
         {
             "@type": PICKUP_V1 + "batch",
             "@id": str(uuid.uuid4()),
-            "messages~attach": [{"@id": mid, "message": data.get("json")} for mid, data, _ in rows],
+            # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
+            # batch without it: both, with the same value.
+            "messages~attach": [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows],
             "~thread": _thread(msg),
         }
     )
