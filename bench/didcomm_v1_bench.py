@@ -51,7 +51,6 @@ from apps.didcomm.core.message_v1 import key_to_verkey
 from apps.wire.encoding import b58encode
 from bench import didcomm_bench as v2
 from bench import loadgen
-from bench.cpu import CpuSampler
 from bench.run_standard import Layout, machine, prepare_database
 
 BASE = "https://didcomm.org/"
@@ -162,52 +161,12 @@ def run_forwards(args) -> dict:
         target = {"v1_forward": {"path": "/didcomm", "content_type": ENVELOPE, "ok_status": 200}, "two_way_private": {}}
         sample = forwards(med, targets, 1)[0]
         report["forward_body_bytes"] = len(sample)
-        for name, make in kinds.items():  # unmeasured warm-up
-            loadgen.drive(layout.url, layout.host, make(2000), args.clients, args.warmup, **target[name])
-        last: dict[str, float] = {}
-        for rnd in range(1, args.alternations + 1):
-            order = list(kinds) if rnd % 2 else list(reversed(kinds))
-            for name in order:
-                n = (
-                    args.requests
-                    if name not in last
-                    else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
-                )
-                bodies = kinds[name](n)
-                time.sleep(2.0)  # the metering flush of the previous run settles
-                cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
-                res = loadgen.drive(layout.url, layout.host, bodies, args.clients, args.seconds, cpu, **target[name])
-                last[name] = res["throughput_rps"]
-                row = v2._row(rnd, name, res)
-                row["loadavg"] = os.getloadavg()
-                report["runs"].append(row)
-                print(f"   round {rnd} {name:16s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']}  "
-                      f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
-                      f"{row['postgres_cpu_ms_per_req']} CPU ms/req  other {row['other_cpu_share']}  "
-                      f"{row['codes']}", file=sys.stderr)  # fmt: skip
+        v2.alternate(layout, args, kinds, target, report)
     finally:
         layout.stop()
     runs = report["runs"]
-    summary: dict = {}
-    for name in ("v1_forward", "two_way_private"):
-        rows = [r for r in runs if r["kind"] == name]
-        summary[name] = {k: v2._med(rows, k) for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req",
-                                                       "postgres_cpu_ms_per_req", "other_cpu_share")}  # fmt: skip
-    rate, cpu = [], []
-    for rnd in sorted({r["round"] for r in runs}):
-        by = {r["kind"]: r for r in runs if r["round"] == rnd}
-        d, t = by.get("v1_forward"), by.get("two_way_private")
-        if d and t and t["throughput_rps"]:
-            rate.append(round(d["throughput_rps"] / t["throughput_rps"], 3))
-            dc = (d["server_cpu_ms_per_req"] or 0) + (d["postgres_cpu_ms_per_req"] or 0)
-            tc = (t["server_cpu_ms_per_req"] or 0) + (t["postgres_cpu_ms_per_req"] or 0)
-            if dc:
-                cpu.append(round(tc / dc, 3))
-    summary["rate_ratio_per_round"] = rate
-    summary["rate_ratio_median"] = round(statistics.median(rate), 3) if rate else None
-    summary["cpu_ratio_per_round"] = cpu  # Decentrl CPU / v1 CPU per request: > 1 = v1 cheaper
-    summary["cpu_ratio_median"] = round(statistics.median(cpu), 3) if cpu else None
-    report["summary"] = summary
+    summary = report["summary"] = v2.forwards_summary(runs, "v1_forward")
+    rate, cpu = summary["rate_ratio_per_round"], summary["cpu_ratio_per_round"]
     md = [f"# didcomm v1 forwards — {report['started']}", "", "Command: `" + report["command"] + "`", "",
           "| round | kind | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req | client share "
           "| other share | load avg | codes |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
