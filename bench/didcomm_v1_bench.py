@@ -1,7 +1,7 @@
 """DIDComm v1 speed (issue 16 §5): routing/1.0 forwards per second against Decentrl's TWO_WAY_PRIVATE on
 the production layout, and forward-to-live-push latency over live v1 sockets (Pickup 2.0 live mode).
 The v1 sibling of bench/didcomm_bench.py (its layout, load generator, CPU accounting and socket
-stamping are reused, not copied).
+stamping, alternation and summary are reused, not copied).
 
     .venv/bin/python -m bench.didcomm_v1_bench forwards --alternations 3 --seconds 10   # ~4 min
     .venv/bin/python -m bench.didcomm_v1_bench push --live 200 --sends 200              # ~2 min

@@ -21,6 +21,7 @@ from .recorded import mediator_key, open_recorded
 HERE = Path(__file__).resolve().parent / "fixtures"
 ACAPY = json.loads((HERE / "acapy_1.7.0.json").read_text())
 CREDO = json.loads((HERE / "credo_0.6.3.json").read_text())
+CREDO_PICKUP_10 = json.loads((HERE / "credo_0.6.3_pickup_1.0.json").read_text())
 ACAPY_DIDX_10 = json.loads((HERE / "acapy_1.7.0_didexchange_1.0.json").read_text())
 
 
@@ -108,3 +109,20 @@ def test_acapys_recorded_did_exchange_1_0_with_an_unqualified_did_replays_to_a_g
     assert Mediation.objects.get(connection=conn).state == "granted"
     # DIDX response, ping_response and grant, each an outbound POST to the agent's endpoint
     assert Outbound.objects.filter(queued__isnull=True).count() == 3
+
+
+@pytest.mark.django_db
+def test_credos_recorded_pickup_1_0_conversation_replays_with_the_batches_emptying_its_queue(client):
+    """A Credo `PickUpV1` recipient (batch-pickup polling) and a Credo `PickUpV2` sender: replayed, every
+    message is accepted, and the recipient's batches leave nothing queued for it (a batch has no ack);
+    the sender's messages-received name the original run's ids, so its one message stays."""
+    opened = open_recorded(CREDO_PICKUP_10)
+    batches = [o for o in opened if o.type == "messagepickup/1.0/batch-pickup"]
+    assert batches and {o.message["~transport"]["return_route"] for o in batches} == {"all"}
+    assert {type(o.message["batch_size"]) for o in batches} == {int}
+    assert replay(client, CREDO_PICKUP_10) == [200] * len(opened)
+    batch_verkey = batches[0].sender_verkey
+    assert {o.sender_verkey for o in batches} == {batch_verkey}
+    recipient = Connection.objects.get(their_verkey=batch_verkey)
+    assert not QueuedMessage.objects.filter(mediation__connection=recipient).exists()
+    assert QueuedMessage.objects.exclude(mediation__connection=recipient).count() == 1
