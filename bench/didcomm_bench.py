@@ -154,12 +154,61 @@ def _row(rnd: int, name: str, r: dict) -> dict:
         "other_cpu_share": c.get("other_cpu_share"),
         "nginx_us_per_req": loadgen.nginx_us(c),
         "codes": r["codes"],
+        "loadavg": os.getloadavg(),
     }
 
 
 def _med(rows: list[dict], key: str):
     vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
     return round(statistics.median(vals), 3) if vals else None
+
+
+def alternate(layout, args, kinds: dict, target: dict, report: dict) -> None:
+    """An unmeasured warm-up of each kind, then `args.alternations` rounds of one measured run of each
+    (the order flipping every round; bodies built before each run, sized from the previous rate)."""
+    for name, make in kinds.items():  # unmeasured warm-up
+        loadgen.drive(layout.url, layout.host, make(2000), args.clients, args.warmup, **target[name])
+    last: dict[str, float] = {}
+    for rnd in range(1, args.alternations + 1):
+        order = list(kinds) if rnd % 2 else list(reversed(kinds))
+        for name in order:
+            n = args.requests if name not in last else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
+            bodies = kinds[name](n)
+            time.sleep(2.0)  # the metering flush of the previous run settles
+            cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
+            res = loadgen.drive(layout.url, layout.host, bodies, args.clients, args.seconds, cpu, **target[name])
+            last[name] = res["throughput_rps"]
+            row = _row(rnd, name, res)
+            report["runs"].append(row)
+            print(f"   round {rnd} {name:16s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']}  "
+                  f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
+                  f"{row['postgres_cpu_ms_per_req']} CPU ms/req  other {row['other_cpu_share']}  "
+                  f"{row['codes']}", file=sys.stderr)  # fmt: skip
+
+
+def forwards_summary(runs: list[dict], kind: str) -> dict:
+    """Medians per kind, and `kind` / TWO_WAY_PRIVATE per round: req/s, and CPU per request (server +
+    PostgreSQL) TWO_WAY_PRIVATE / `kind` (> 1 = `kind` cheaper), with their medians."""
+    summary: dict = {}
+    for name in (kind, "two_way_private"):
+        rows = [r for r in runs if r["kind"] == name]
+        summary[name] = {k: _med(rows, k) for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req",
+                                                    "postgres_cpu_ms_per_req", "other_cpu_share")}  # fmt: skip
+    rate, cpu = [], []
+    for rnd in sorted({r["round"] for r in runs}):
+        by = {r["kind"]: r for r in runs if r["round"] == rnd}
+        d, t = by.get(kind), by.get("two_way_private")
+        if d and t and t["throughput_rps"]:
+            rate.append(round(d["throughput_rps"] / t["throughput_rps"], 3))
+            dc = (d["server_cpu_ms_per_req"] or 0) + (d["postgres_cpu_ms_per_req"] or 0)
+            tc = (t["server_cpu_ms_per_req"] or 0) + (t["postgres_cpu_ms_per_req"] or 0)
+            if dc:
+                cpu.append(round(tc / dc, 3))
+    summary["rate_ratio_per_round"] = rate
+    summary["rate_ratio_median"] = round(statistics.median(rate), 3) if rate else None
+    summary["cpu_ratio_per_round"] = cpu
+    summary["cpu_ratio_median"] = round(statistics.median(cpu), 3) if cpu else None
+    return summary
 
 
 def run_forwards(args) -> dict:
@@ -184,51 +233,12 @@ def run_forwards(args) -> dict:
             "didcomm_forward": {"path": "/didcomm", "content_type": ENCRYPTED, "ok_status": 202},
             "two_way_private": {},
         }
-        for name, make in kinds.items():  # unmeasured warm-up
-            loadgen.drive(layout.url, layout.host, make(2000), args.clients, args.warmup, **target[name])
-        last: dict[str, float] = {}
-        for rnd in range(1, args.alternations + 1):
-            order = list(kinds) if rnd % 2 else list(reversed(kinds))
-            for name in order:
-                n = (
-                    args.requests
-                    if name not in last
-                    else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
-                )
-                bodies = kinds[name](n)
-                time.sleep(2.0)  # the metering flush of the previous run settles
-                cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
-                res = loadgen.drive(layout.url, layout.host, bodies, args.clients, args.seconds, cpu, **target[name])
-                last[name] = res["throughput_rps"]
-                row = _row(rnd, name, res)
-                report["runs"].append(row)
-                print(f"   round {rnd} {name:16s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']}  "
-                      f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
-                      f"{row['postgres_cpu_ms_per_req']} CPU ms/req  other {row['other_cpu_share']}  "
-                      f"{row['codes']}", file=sys.stderr)  # fmt: skip
+        alternate(layout, args, kinds, target, report)
     finally:
         layout.stop()
     runs = report["runs"]
-    summary: dict = {}
-    for name in ("didcomm_forward", "two_way_private"):
-        rows = [r for r in runs if r["kind"] == name]
-        summary[name] = {k: _med(rows, k) for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req",
-                                                    "postgres_cpu_ms_per_req", "other_cpu_share")}  # fmt: skip
-    rate, cpu = [], []
-    for rnd in sorted({r["round"] for r in runs}):
-        by = {r["kind"]: r for r in runs if r["round"] == rnd}
-        d, t = by.get("didcomm_forward"), by.get("two_way_private")
-        if d and t and t["throughput_rps"]:
-            rate.append(round(d["throughput_rps"] / t["throughput_rps"], 3))
-            dc = (d["server_cpu_ms_per_req"] or 0) + (d["postgres_cpu_ms_per_req"] or 0)
-            tc = (t["server_cpu_ms_per_req"] or 0) + (t["postgres_cpu_ms_per_req"] or 0)
-            if dc:
-                cpu.append(round(tc / dc, 3))
-    summary["rate_ratio_per_round"] = rate
-    summary["rate_ratio_median"] = round(statistics.median(rate), 3) if rate else None
-    summary["cpu_ratio_per_round"] = cpu  # Decentrl CPU / DIDComm CPU per request: > 1 = DIDComm cheaper
-    summary["cpu_ratio_median"] = round(statistics.median(cpu), 3) if cpu else None
-    report["summary"] = summary
+    summary = report["summary"] = forwards_summary(runs, "didcomm_forward")
+    rate, cpu = summary["rate_ratio_per_round"], summary["cpu_ratio_per_round"]
     md = [f"# didcomm forwards — {started}", "", "Command: `" + report["command"] + "`", "",
           "| round | kind | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req | client share "
           "| other share | codes |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from apps.didcomm.core import message_v1
+from apps.didcomm.core import diddoc, message_v1
 from apps.didcomm.core.did_key import key_from_did_key
-from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.errors import DidcommError, InvalidSignature
 from apps.didcomm.core.keys import ED25519
 from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import resolve_did
-from apps.wire.encoding import b58encode
+from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import metrics, protocols, services, services_v1
 from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate
@@ -107,7 +107,45 @@ def _their_keys(doc) -> set[str]:
                     continue
                 if key.crv == ED25519:
                     keys.add(b58encode(key.raw))
+            elif isinstance(ref, str) and not ref.startswith(("did:", "#")):  # a legacy base58 verkey
+                try:
+                    keys.add(message_v1.key_to_verkey(ref))
+                except DidcommError:
+                    continue
     return keys
+
+
+def _unqualified(did: str) -> bool:
+    """An unqualified (Indy-style) DID: base58 of 16 bytes (or a full 32-byte verkey), as ACA-Py's
+    DID Exchange 1.0 and older agents send beside `did_doc~attach` (RFC 0023)."""
+    if not 16 <= len(did) <= 44:
+        return False
+    try:
+        return len(b58decode(did)) in (16, 32)
+    except EncodingError:
+        return False
+
+
+def _attached_document(did: str, attached: object, sender_verkey: str):
+    """RFC 0023 `did_doc~attach`: a DID document signed (JWS) by the requester's own key; its id is
+    `did` (or `did:sov:<did>` for an unqualified did, as ACA-Py writes it)."""
+    if not isinstance(attached, dict):
+        raise _problem(Code.BAD_BODY, "did_doc~attach must be a signed attachment")
+    try:
+        content, signer = message_v1.verify_attachment(attached)
+    except InvalidSignature as exc:
+        raise _problem(Code.SENDER_MISMATCH, "did_doc~attach's signature does not verify") from exc
+    except DidcommError as exc:
+        raise _problem(Code.BAD_BODY, "did_doc~attach must carry data.base64 and a data.jws signature") from exc
+    if b58encode(signer.raw) != sender_verkey:
+        raise _problem(Code.SENDER_MISMATCH, "did_doc~attach must be signed by the envelope's sender key")
+    try:
+        doc = diddoc.legacy_document_from_json(json.loads(content))
+    except (ValueError, UnicodeDecodeError, DidcommError) as exc:
+        raise _problem(Code.BAD_BODY, "did_doc~attach is not a DID document") from exc
+    if doc.id not in (did, "did:sov:" + did):
+        raise _problem(Code.BAD_BODY, "the attached DID document's id is not did")
+    return doc
 
 
 def _their_endpoint(doc) -> tuple[str, list[str]]:
@@ -131,16 +169,21 @@ def didx_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     if msg.pthid not in by_invitation:
         raise _problem(Code.BAD_BODY, "~thread.pthid must be this mediator's invitation @id")
     did = msg.get("did")
-    if not isinstance(did, str) or not did.startswith("did:"):
-        if msg.get("did_doc~attach") is not None:
-            raise _problem(Code.UNSUPPORTED_DID, "unqualified DIDs with did_doc~attach are not supported")
-        raise _problem(Code.BAD_BODY, "did is required")
-    try:
-        doc = resolve_did(did)
-    except DidcommError as exc:
-        raise _problem(
-            Code.UNSUPPORTED_DID, "did does not resolve (did:peer:2, did:peer:4 long form, did:key)"
-        ) from exc
+    attached = msg.get("did_doc~attach")
+    if not isinstance(did, str) or not (did.startswith("did:") or _unqualified(did)):
+        raise _problem(Code.BAD_BODY, "did must be a DID or an unqualified base58 DID")
+    if attached is not None:
+        doc = _attached_document(did, attached, ctx.sender_verkey)
+    elif not did.startswith("did:"):
+        raise _problem(Code.UNSUPPORTED_DID, "an unqualified did needs its did_doc~attach")
+    else:
+        try:
+            doc = resolve_did(did)
+        except DidcommError as exc:
+            raise _problem(
+                Code.UNSUPPORTED_DID,
+                "did does not resolve (did:peer:2, did:peer:4 long form, did:key) and has no did_doc~attach",
+            ) from exc
     if ctx.sender_verkey not in _their_keys(doc):
         raise _problem(Code.SENDER_MISMATCH, "the envelope's sender key is not a key of did")
     endpoint, routing_keys = _their_endpoint(doc)
@@ -376,7 +419,9 @@ def batch_pickup(ctx: ContextV1, msg: V1Message) -> Outcome:
         {
             "@type": PICKUP_V1 + "batch",
             "@id": str(uuid.uuid4()),
-            "messages~attach": [{"@id": mid, "message": data.get("json")} for mid, data, _ in rows],
+            # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
+            # batch without it: both, with the same value.
+            "messages~attach": [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows],
             "~thread": _thread(msg),
         }
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from apps.ops.jobs import run_job
@@ -21,7 +22,10 @@ def deliver_outbound(outbound_id: int) -> str:
     """DIDComm v1: POST one queued reply or forwarded message to its agent; re-queue itself on failure."""
     attempt = outbound_deliver(outbound_id=outbound_id)
     if attempt.retry_in is not None:
-        deliver_outbound.apply_async(args=[outbound_id], countdown=attempt.retry_in)
+        # The retry goes to the outbound queue, as the first attempt did (services.outbound_create).
+        deliver_outbound.apply_async(
+            args=[outbound_id], countdown=attempt.retry_in, queue=settings.MEDIATOR_DIDCOMM_OUTBOUND_QUEUE
+        )
     return attempt.outcome
 
 

@@ -33,6 +33,7 @@ from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationFo
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
 from apps.didcomm.services import identity_rotate, invitation_for, invitation_qr_svg, policy_for
+from apps.didcomm.services_v1 import invitation_v1_for
 from apps.messaging.selectors import (
     CONTRACT_STATES,
     tenant_contracts,
@@ -180,6 +181,23 @@ POLICY_SETS = [
 ]
 
 
+def _invitation_block(title: str, dom_id: str, url: str) -> str:
+    """One invitation URL: read-only text, a Copy button (apps/didcomm/static/didcomm/copy.js) and its QR."""
+    return format_html(
+        '<div class="didcomm-invitation"><h3 class="font-medium my-2">{}</h3>'
+        '<textarea id="{}-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{}</textarea>'
+        '<div class="my-2"><button type="button" data-copy-target="{}-url" '
+        'class="border rounded px-3 py-1">Copy</button></div>'
+        '<figure id="{}-qr">{}</figure></div>',
+        title,
+        dom_id,
+        url,
+        dom_id,
+        dom_id,
+        mark_safe(invitation_qr_svg(url)),  # noqa: S308 - segno's SVG of our own URL, no user markup
+    )
+
+
 @admin.register(Tenant)
 class TenantAdmin(ModelAdmin):
     form = TenantAdminForm
@@ -248,7 +266,7 @@ class TenantAdmin(ModelAdmin):
             ("Activity", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
-            ("DIDComm v2", {"fields": ["didcomm_invitation"]}),
+            ("DIDComm", {"fields": ["didcomm_invitation"]}),
             ("Audit", {"fields": ["recent_audit"]}),
         ]
 
@@ -346,24 +364,24 @@ class TenantAdmin(ModelAdmin):
         )
         return format_html('<table class="live-figures">{}</table>', body)
 
-    @display(description="Out-of-Band invitation")
+    @display(description="Out-of-Band invitations")
     def didcomm_invitation(self, obj: Tenant):
-        """The tenant's OOB 2.0 invitation URL with a Copy button and its QR code (made here as SVG)."""
+        """The tenant's invitation URLs, each with a Copy button and its QR code (made here as SVG): OOB 2.0
+        for DIDComm v2 wallets, and the Aries OOB 1.1 one an operator hands to ACA-Py
+        (`--mediator-invitation`) or Credo (DIDComm v1)."""
         policy = policy_for(tenant=obj)
         policy_url = reverse("admin:didcomm_didcommpolicy_change", args=[obj.pk])
         if not policy.enabled:
-            return format_html('DIDComm v2 is disabled. <a class="text-primary-600" href="{}">Policy</a>', policy_url)
+            return format_html('DIDComm is disabled. <a class="text-primary-600" href="{}">Policy</a>', policy_url)
         _, url = invitation_for(tenant=obj)
+        _, url_v1 = invitation_v1_for(tenant=obj)
         return format_html(
-            '<div class="didcomm-invitation">'
-            '<textarea id="didcomm-oob-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{}</textarea>'
-            '<div class="my-2"><button type="button" data-copy-target="didcomm-oob-url" '
-            'class="border rounded px-3 py-1">Copy</button> '
-            '<a class="text-primary-600" href="{}">DIDComm policy</a></div>'
-            '<figure id="didcomm-oob-qr">{}</figure></div>',
-            url,
+            '{}{}<div class="my-2"><a class="text-primary-600" href="{}">DIDComm policy</a></div>',
+            _invitation_block("DIDComm v2 (Out-of-Band 2.0)", "didcomm-oob", url),
+            _invitation_block(
+                "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo", "didcomm-oob-v1", url_v1
+            ),
             policy_url,
-            mark_safe(invitation_qr_svg(url)),  # noqa: S308 - segno's SVG of our own URL, no user markup
         )
 
     @display(description="Recent operator actions")

@@ -160,3 +160,34 @@ def test_acapy_gets_mediation_registers_keys_and_receives_a_message_routed_throu
         {"limit": 1, "offset": 1},
     ]
     assert time.monotonic() - t0 < 90, f"took {time.monotonic() - t0:.0f} s"
+
+
+def test_acapy_over_did_exchange_1_0_sends_its_unqualified_did_with_a_signed_doc_and_gets_mediation(mediator, tmp_path):
+    """An agent that only speaks DID Exchange 1.0 (our invitation as it would see it, with 1.1 left out):
+    ACA-Py then sends its legacy request (an unqualified DID and a signed `did_doc~attach`), accepts our
+    1.0 response and gets mediation over that connection."""
+    acapy.ensure_installed()
+    agent = acapy.start_agent(tmp_path, "legacy")
+    try:
+        invitation = {**mediator.invitation, "handshake_protocols": ["https://didcomm.org/didexchange/1.0"]}
+        conn_id = agent.post("/out-of-band/receive-invitation", invitation, auto_accept="true")["connection_id"]
+        agent.wait_for("connection", lambda: connection_state(agent, conn_id) in ("active", "completed"))
+        assert agent.get(f"/connections/{conn_id}")["connection_protocol"] == "didexchange/1.0"
+        requested = agent.post(f"/mediation/request/{conn_id}", {})
+        agent.wait_for(
+            "mediation granted",
+            lambda: agent.get(f"/mediation/requests/{requested['mediation_id']}")["state"] == "granted",
+            timeout=20,
+        )
+        conn = Connection.objects.get(tenant=mediator.tenant)
+        assert conn.protocol == "didexchange/1.0" and not conn.their_did.startswith("did:")
+        assert conn.endpoint == agent.endpoint
+        assert Mediation.objects.get(connection=conn).state == "granted"
+        opened = open_recorded(mediator.record("acapy_1.7.0_didexchange_1.0.json", agent="ACA-Py 1.7.0"))
+        request = opened[0]
+        assert request.type == "didexchange/1.0/request"
+        assert request.message["did"] == conn.their_did and "did_rotate~attach" not in request.message
+        assert request.message["did_doc~attach"]["mime-type"] == "application/json"
+        assert "coordinate-mediation/1.0/mediate-request" in {o.type for o in opened}
+    finally:
+        agent.stop()

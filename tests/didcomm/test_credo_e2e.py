@@ -111,3 +111,27 @@ def test_credo_picks_up_by_polling_then_after_being_offline_and_live(mediator, s
     pickups = [o for o in opened if o.type.startswith("messagepickup/2.0/")]
     assert {o.message["~transport"]["return_route"] for o in pickups} == {"all"}
     assert time.monotonic() - t0 < 120, f"took {time.monotonic() - t0:.0f} s"
+
+
+def test_credo_with_pickup_1_0_gets_its_messages_in_a_batch(mediator, started):
+    """Credo's `PickUpV1` strategy: it polls with `messagepickup/1.0/batch-pickup` and takes what comes back
+    in the `batch` (on the HTTP return route); a batch has no acknowledgement, so it leaves our queue."""
+    recipient = started("recipient", mediator_invitation=mediator.invitation_url, pickup="PickUpV1")
+    sender = started("sender", mediator_invitation=mediator.invitation_url, pickup="PickUpV2")
+    assert recipient.call("mediation")["state"] == "granted"
+    invitation = recipient.call("create-invitation")
+    sender_side = sender.call("receive-invitation", url=invitation["url"])
+    recipient.call("wait-connection", outOfBandId=invitation["outOfBandId"])
+    sender.call("send-message", connectionId=sender_side["connectionId"], content="in a batch")
+    recipient.wait_event({"event": "basic-message", "content": "in a batch"}, timeout=20)
+    assert wait_queued(mediator, 0) == 0
+    opened = open_recorded(mediator.record("credo_0.6.3_pickup_1.0.json", agent="Credo 0.6.3"))
+    batches = [o for o in opened if o.type == "messagepickup/1.0/batch-pickup"]
+    assert batches and all(o.transport == "http" for o in batches)
+    assert {o.message["~transport"]["return_route"] for o in batches} == {"all"}
+    assert all(isinstance(o.message["batch_size"], int) for o in batches)
+    assert not [
+        o
+        for o in opened
+        if o.type.startswith("messagepickup/2.0/") and o.sender_verkey in {b.sender_verkey for b in batches}
+    ]  # the recipient never used Pickup 2.0

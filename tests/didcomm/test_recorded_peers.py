@@ -5,6 +5,7 @@ conversation byte for byte through POST /didcomm reaches the same state, without
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from .recorded import mediator_key, open_recorded
 HERE = Path(__file__).resolve().parent / "fixtures"
 ACAPY = json.loads((HERE / "acapy_1.7.0.json").read_text())
 CREDO = json.loads((HERE / "credo_0.6.3.json").read_text())
+CREDO_PICKUP_10 = json.loads((HERE / "credo_0.6.3_pickup_1.0.json").read_text())
+ACAPY_DIDX_10 = json.loads((HERE / "acapy_1.7.0_didexchange_1.0.json").read_text())
 
 
 @pytest.mark.parametrize("fixture", [ACAPY, CREDO], ids=["acapy", "credo"])
@@ -85,3 +88,41 @@ def test_credos_recorded_conversation_replays_with_every_answer_on_the_return_ro
     # every forward stored; the recorded messages-received name the original run's ids, so none is removed
     assert QueuedMessage.objects.count() == sum(o.type == "routing/1.0/forward" for o in opened)
     assert not Outbound.objects.exists()
+
+
+@pytest.mark.django_db
+def test_acapys_recorded_did_exchange_1_0_with_an_unqualified_did_replays_to_a_granted_connection(client):
+    opened = open_recorded(ACAPY_DIDX_10)
+    assert [o.type for o in opened] == [
+        "didexchange/1.0/request",
+        "didexchange/1.0/complete",
+        "trust_ping/1.0/ping",
+        "coordinate-mediation/1.0/mediate-request",
+    ]
+    request = opened[0].message
+    doc = json.loads(base64.b64decode(request["did_doc~attach"]["data"]["base64"]))
+    assert doc["id"] == "did:sov:" + request["did"] and doc["service"][0]["type"] == "IndyAgent"
+    assert replay(client, ACAPY_DIDX_10) == [200] * 4
+    [conn] = Connection.objects.all()
+    assert (conn.their_did, conn.protocol, conn.state) == (request["did"], "didexchange/1.0", "completed")
+    assert conn.endpoint == doc["service"][0]["serviceEndpoint"]
+    assert Mediation.objects.get(connection=conn).state == "granted"
+    # DIDX response, ping_response and grant, each an outbound POST to the agent's endpoint
+    assert Outbound.objects.filter(queued__isnull=True).count() == 3
+
+
+@pytest.mark.django_db
+def test_credos_recorded_pickup_1_0_conversation_replays_with_the_batches_emptying_its_queue(client):
+    """A Credo `PickUpV1` recipient (batch-pickup polling) and a Credo `PickUpV2` sender: replayed, every
+    message is accepted, and the recipient's batches leave nothing queued for it (a batch has no ack);
+    the sender's messages-received name the original run's ids, so its one message stays."""
+    opened = open_recorded(CREDO_PICKUP_10)
+    batches = [o for o in opened if o.type == "messagepickup/1.0/batch-pickup"]
+    assert batches and {o.message["~transport"]["return_route"] for o in batches} == {"all"}
+    assert {type(o.message["batch_size"]) for o in batches} == {int}
+    assert replay(client, CREDO_PICKUP_10) == [200] * len(opened)
+    batch_verkey = batches[0].sender_verkey
+    assert {o.sender_verkey for o in batches} == {batch_verkey}
+    recipient = Connection.objects.get(their_verkey=batch_verkey)
+    assert not QueuedMessage.objects.filter(mediation__connection=recipient).exists()
+    assert QueuedMessage.objects.exclude(mediation__connection=recipient).count() == 1

@@ -159,7 +159,8 @@ def start_celery_worker(
     queue = f"test-{os.getpid()}-{free_port()}"
     broker = f"redis://127.0.0.1:6379/{redis_db}"
     log_path = tmp_path / f"celery-{queue}.log"
-    full_env = server_env({"CELERY_BROKER_URL": broker, **(env or {})})
+    # Tasks that re-queue themselves (the DIDComm v1 outbound retry) go to this worker's queue too.
+    full_env = server_env({"CELERY_BROKER_URL": broker, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": queue, **(env or {})})
     cmd = [
         sys.executable,
         "-m",

@@ -167,3 +167,37 @@ def _list(value: object) -> list:
     if not isinstance(value, list):
         raise InvalidDid("expected a list in the DID document")
     return value
+
+
+# The pre-DID-Core document older Aries agents attach to DID Exchange 1.0 (`did_doc~attach`): ACA-Py's
+# legacy DIDDoc (`publicKey`, `authentication: [{type, publicKey: ref}]`, an `IndyAgent` service with
+# base58 `recipientKeys`), for an unqualified DID whose document id is `did:sov:<did>`.
+LEGACY_SERVICE_TYPES = ("IndyAgent", "did-communication")
+
+
+def legacy_document_from_json(doc: Mapping) -> DidDocument:
+    """Parse an attached Aries DID document, legacy (`publicKey`, `IndyAgent`) or DID-Core."""
+    if not isinstance(doc, Mapping):
+        raise InvalidDid("the DID document is not an object")
+    converted = dict(doc)
+    methods = _list(doc.get("verificationMethod", [])) + _list(doc.get("publicKey", []))
+    converted.pop("publicKey", None)
+    converted["verificationMethod"] = methods
+    auth = []
+    for item in _list(doc.get("authentication", [])):
+        # legacy: {"type": "Ed25519SignatureAuthentication2018", "publicKey": "<did>#1"} (a reference)
+        if isinstance(item, Mapping) and "id" not in item and isinstance(item.get("publicKey"), str):
+            auth.append(item["publicKey"])
+        else:
+            auth.append(item)
+    converted["authentication"] = auth
+    services = []
+    for svc in _list(doc.get("service", [])):
+        if isinstance(svc, Mapping) and svc.get("type") in LEGACY_SERVICE_TYPES:
+            svc = {**svc, "type": "did-communication"}
+        services.append(svc)
+    converted["service"] = services
+    parsed = document_from_json(converted)
+    return DidDocument(
+        parsed.id, parsed.verification_methods, parsed.relationships, parsed.services, parsed.also_known_as, dict(doc)
+    )

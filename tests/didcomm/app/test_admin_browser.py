@@ -1,4 +1,4 @@
-"""The DIDComm invitation on a tenant's page, in headless Chromium on a real Daphne under the
+"""The DIDComm invitations (OOB 2.0 and Aries OOB 1.1) on a tenant's page, in headless Chromium on a real Daphne under the
 admin's Content-Security-Policy: the QR code the browser shows decodes (zxing-cpp, a reader
 nobody here wrote) to the invitation URL the service gives, and Copy puts that URL on the
 clipboard (apps/didcomm/static/didcomm/copy.js; no inline script)."""
@@ -46,6 +46,10 @@ def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the
     tenant = tenant_create(slug="qr-tenant", domain="qr.mediator.test", name="QR tenant")
     url = httpx.get(f"{daphne.url}/didcomm/invitation?form=url", headers={"Host": tenant.domain}, timeout=10).text
     assert url.startswith("http://qr.mediator.test/didcomm?_oob=") and len(url) > 600
+    url_v1 = httpx.get(
+        f"{daphne.url}/didcomm/invitation?version=1&form=url", headers={"Host": tenant.domain}, timeout=10
+    ).text
+    assert url_v1.startswith("http://qr.mediator.test/didcomm?oob=")
     django_user_model.objects.create_superuser("olivia", "olivia@ops.test", "correct-horse-battery")
 
     violations: list[str] = []
@@ -57,19 +61,23 @@ def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the
             " e => console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))"
         )
         page.goto(f"{daphne.url}/admin/tenants/tenant/{tenant.pk}/change/")
-        qr = page.locator("#didcomm-oob-qr svg")
-        qr.scroll_into_view_if_needed()
-        shot = qr.screenshot(path=str(ARTIFACTS / "didcomm-invitation-qr.png"))
-        image = page.evaluate(PIXELS, base64.b64encode(shot).decode())
-        pixels = memoryview(bytes(image["grey"])).cast("B", (image["height"], image["width"]))
-        decoded = zxingcpp.read_barcodes(pixels, formats=zxingcpp.BarcodeFormat.QRCode)
-        assert [(b.format, b.text) for b in decoded] == [(zxingcpp.BarcodeFormat.QRCode, url)]
+        # OOB 2.0 (DIDComm v2) and Aries OOB 1.1 (DIDComm v1: ACA-Py, Credo), each with its QR and Copy
+        for dom_id, expected in (("didcomm-oob", url), ("didcomm-oob-v1", url_v1)):
+            qr = page.locator(f"#{dom_id}-qr svg")
+            qr.evaluate("e => e.scrollIntoView({block: 'center'})")  # clear of the sticky (blurred) save bar
+            shot = qr.screenshot(path=str(ARTIFACTS / f"{dom_id}-invitation-qr.png"))
+            image = page.evaluate(PIXELS, base64.b64encode(shot).decode())
+            pixels = memoryview(bytes(image["grey"])).cast("B", (image["height"], image["width"]))
+            decoded = zxingcpp.read_barcodes(pixels, formats=zxingcpp.BarcodeFormat.QRCode)
+            assert [(b.format, b.text) for b in decoded] == [(zxingcpp.BarcodeFormat.QRCode, expected)]
 
-        assert page.input_value("#didcomm-oob-url") == url
-        button = page.locator("button[data-copy-target=didcomm-oob-url]")
-        button.click()
-        page.wait_for_function("document.querySelector('button[data-copy-target]').dataset.copied === 'true'")
-        assert button.inner_text() == "Copied"
-        assert page.evaluate("navigator.clipboard.readText()") == url
+            assert page.input_value(f"#{dom_id}-url") == expected
+            button = page.locator(f"button[data-copy-target={dom_id}-url]")
+            button.click()
+            page.wait_for_function(
+                f"document.querySelector('button[data-copy-target={dom_id}-url]').dataset.copied === 'true'"
+            )
+            assert button.inner_text() == "Copied"
+            assert page.evaluate("navigator.clipboard.readText()") == expected
         page.wait_for_timeout(300)  # late violations
     assert violations == []

@@ -236,6 +236,7 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
     admin_client, didcomm_a, tenant_a
 ):
     from apps.didcomm.services import invitation_for, invitation_qr_svg, policy_update
+    from apps.didcomm.services_v1 import invitation_v1_for
     from apps.tenants.models import AuditEntry
 
     _, url = invitation_for(tenant=tenant_a)
@@ -243,6 +244,17 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
     assert f'<textarea id="didcomm-oob-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{url}' in page
     assert '<button type="button" data-copy-target="didcomm-oob-url"' in page
     assert invitation_qr_svg(url) in page and "/static/didcomm/copy.js" in page
+    assert '<figure id="didcomm-oob-qr">' + invitation_qr_svg(url) + "</figure>" in page
+    # the Aries OOB 1.1 invitation (ACA-Py, Credo) beside it: its own Copy button and QR, the same helper
+    _, url_v1 = invitation_v1_for(tenant=tenant_a)
+    assert url_v1.startswith("http://a.mediator.test/didcomm?oob=")
+    assert (
+        f'<textarea id="didcomm-oob-v1-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{url_v1}'
+        in page
+    )
+    assert '<button type="button" data-copy-target="didcomm-oob-v1-url"' in page
+    assert '<figure id="didcomm-oob-v1-qr">' + invitation_qr_svg(url_v1) + "</figure>" in page
+    assert "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo" in page
     assert "<script>" not in page.split("didcomm-invitation", 1)[1].split("</fieldset>", 1)[0]
 
     confirm = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/rotate-didcomm/")
@@ -252,10 +264,11 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
     assert resp.status_code == 302
     assert AuditEntry.objects.get(action="didcomm.rotate_identity").via == "admin"
     _, new_url = invitation_for(tenant=tenant_a)
-    assert (
-        new_url != url and new_url in admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
-    )
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    assert new_url != url and new_url in page
+    new_url_v1 = invitation_v1_for(tenant=tenant_a)[1]
+    assert new_url_v1 != url_v1 and new_url_v1 in page and url_v1 not in page
 
     policy_update(tenant=tenant_a, actor=Actor(None, "cli"), enabled=False)
     page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
-    assert "DIDComm v2 is disabled." in page and "didcomm-oob-url" not in page
+    assert "DIDComm is disabled." in page and "didcomm-oob-url" not in page and "didcomm-oob-v1-url" not in page

@@ -209,9 +209,11 @@ def test_cm1_grant_keylist_forward_and_pickup_2(door):
     assert QueuedMessage.objects.count() == 1
 
     # Pickup 1.0: the batch removes what it carries
-    _, batch, _ = door.send(agent, agent.message(PICKUP1 + "batch-pickup", batch_size=10))
-    assert batch["@type"] == PICKUP1 + "batch"
-    assert [m["message"] for m in batch["messages~attach"]] == [inner]
+    pickup = agent.message(PICKUP1 + "batch-pickup", batch_size=10)
+    _, batch, _ = door.send(agent, pickup)
+    assert batch["@type"] == PICKUP1 + "batch" and batch["~thread"] == {"thid": pickup["@id"]}
+    [entry] = batch["messages~attach"]
+    assert entry == {"@id": entry["@id"], "id": entry["@id"], "message": inner}  # RFC 0212's @id, Credo's id
     _, empty, _ = door.send(agent, agent.message(PICKUP2 + "delivery-request", limit=5))
     assert empty["@type"] == PICKUP2 + "status" and empty["message_count"] == 0
     assert "newest_received_time" not in empty
@@ -373,7 +375,7 @@ def test_did_exchange_refusals(door):
     stolen["did"] = other.did  # a DID whose keys are not the sender's
     assert _problem(door.post(agent.pack(stolen, door.key)), agent)[1]["code"] == "e.p.trust.sender-mismatch"
     legacy = agent.message(DIDX + "request", **{"did_doc~attach": {}, "~thread": {"pthid": door.invitation["@id"]}})
-    assert _problem(door.post(agent.pack(legacy, door.key)), agent)[1]["code"] == "e.p.did.unresolvable"
+    assert _problem(door.post(agent.pack(legacy, door.key)), agent)[1]["code"] == "e.p.msg.invalid-body"  # no did
     door.connect(agent)
     again = agent.didx_request(door.invitation)
     assert _problem(door.post(agent.pack(again, door.key)), agent) == (

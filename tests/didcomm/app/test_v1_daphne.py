@@ -127,3 +127,145 @@ def test_aca_py_story_every_answer_and_forward_reaches_the_agents_endpoint_via_c
         inbox.close()
         server.close()
         worker.stop()
+
+
+def test_a_failed_outbound_post_is_retried_on_the_outbound_queue_by_the_worker(transactional_db, tmp_path):
+    """The retry of a failed POST is re-queued on MEDIATOR_DIDCOMM_OUTBOUND_QUEUE (the worker's private
+    queue here), not on Celery's default queue, which no worker of this run consumes."""
+    worker = start_celery_worker(tmp_path)
+    server = Server(
+        tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": worker.queue}
+    )
+    inbox = Inbox(status=500)
+    try:
+        from apps.didcomm.models import Outbound
+
+        agent = AgentV1(endpoint=inbox.url)
+        assert server.send(agent, agent.didx_request(server.invitation, return_route=None)) is None
+        deadline = time.time() + 20
+        while not inbox.bodies and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(inbox.bodies) == 1, worker.log()[-3000:]
+        inbox.status = 200  # the agent is back: the retry (2 s backoff) must reach it
+        deadline = time.time() + 5
+        while not Outbound.objects.filter(attempts=1).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(Outbound.objects.values_list("attempts", "last_status")) == [(1, "500")]
+        deadline = time.time() + 20
+        while len(inbox.bodies) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(inbox.bodies) == 2, worker.log()[-3000:]
+        assert inbox.bodies[1] == inbox.bodies[0]  # the same envelope, POSTed again
+        assert agent.unpack(inbox.bodies[1][1])[0]["@type"] == BASE + "didexchange/1.1/response"
+        deadline = time.time() + 5
+        while Outbound.objects.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not Outbound.objects.exists()
+    finally:
+        inbox.close()
+        server.close()
+        worker.stop()
+
+
+async def _live_socket(server: Server, agent: AgentV1):
+    """A /didcomm/ws socket in Pickup 2.0 live mode for `agent`'s connection: (socket, queued backlog ids)."""
+    ws = await connect(
+        f"ws://{server.host}/didcomm/ws", host="127.0.0.1", port=server.port, compression=None, proxy=None
+    )
+    change = agent.message(PICKUP2 + "live-delivery-change", live_delivery=True)
+    await ws.send(agent.pack(change, server.key))
+    status, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+    assert status["@type"] == PICKUP2 + "status" and status["live_delivery"] is True
+    backlog = []
+    if status["message_count"]:
+        pushed, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+        backlog = [a["@id"] for a in pushed["~attach"]]
+    return ws, backlog
+
+
+async def _pushed(ws, agent: AgentV1) -> list[tuple[str, dict]]:
+    delivery, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+    assert delivery["@type"] == PICKUP2 + "delivery" and delivery["~thread"] == {}
+    return [(a["@id"], a["data"]["json"]) for a in delivery["~attach"]]
+
+
+def _mediated(server: Server) -> tuple[AgentV1, AgentV1]:
+    agent, key = AgentV1(), AgentV1()
+    assert server.send(agent, agent.didx_request(server.invitation))["@type"].endswith("didexchange/1.1/response")
+    assert server.send(agent, agent.message(CM1 + "mediate-request"))["@type"] == CM1 + "mediate-grant"
+    update = agent.message(CM1 + "keylist-update", updates=[{"recipient_key": key.did_key, "action": "add"}])
+    assert server.send(agent, update)["updated"][0]["result"] == "success"
+    return agent, key
+
+
+def _inner(key: AgentV1, msg_id: str) -> dict:
+    return json.loads(AgentV1().pack({"@type": BASE + "basicmessage/1.0/message", "@id": msg_id}, key.did_key))
+
+
+def test_two_live_sockets_of_one_connection_both_get_every_push_and_one_ack_removes_it(transactional_db, tmp_path):
+    """Several devices (or a socket being replaced) on one v1 connection: every live socket gets every
+    push (the same attachment ids); the message stays queued until one messages-received; a closed
+    socket leaves the other live."""
+    from apps.didcomm.models import QueuedMessage
+
+    server = Server(tmp_path)
+    try:
+        agent, key = _mediated(server)
+
+        async def run():
+            first, backlog_1 = await _live_socket(server, agent)
+            second, backlog_2 = await _live_socket(server, agent)
+            assert backlog_1 == backlog_2 == []
+            one = _inner(key, "one")
+            resp = await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, one))
+            assert resp.status_code == 200
+            got_1, got_2 = await _pushed(first, agent), await _pushed(second, agent)
+            assert got_1 == got_2 and [m for _, m in got_1] == [one]
+            assert await asyncio.to_thread(QueuedMessage.objects.count) == 1  # pushed, not yet acked
+            ack = agent.message(PICKUP2 + "messages-received", message_id_list=[got_1[0][0]])
+            status = await asyncio.to_thread(server.send, agent, ack)
+            assert status["message_count"] == 0
+            await first.close()
+            two = _inner(key, "two")
+            resp = await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, two))
+            assert resp.status_code == 200
+            assert [m for _, m in await _pushed(second, agent)] == [two]
+            await second.close()
+
+        asyncio.run(run())
+    finally:
+        server.close()
+
+
+def test_a_socket_that_drops_before_the_ack_loses_nothing(transactional_db, tmp_path):
+    """A live socket is cut (TCP abort, no close frame) after a push reached it but before the agent
+    acked it, and another message arrives while no socket is open: both stay queued, a status over
+    HTTP counts them, and the next live socket gets them both, with the ids of the first push."""
+    from apps.didcomm.models import QueuedMessage
+
+    server = Server(tmp_path)
+    try:
+        agent, key = _mediated(server)
+
+        async def run():
+            ws, _ = await _live_socket(server, agent)
+            lost = _inner(key, "pushed-then-dropped")
+            assert (await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, lost))).status_code == 200
+            [(pushed_id, pushed)] = await _pushed(ws, agent)
+            assert pushed == lost
+            ws.transport.abort()  # the phone goes into a tunnel: no close frame, no ack
+            later = _inner(key, "while-dropped")
+            assert (await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, later))).status_code == 200
+            assert await asyncio.to_thread(QueuedMessage.objects.count) == 2
+            status = await asyncio.to_thread(server.send, agent, agent.message(PICKUP2 + "status-request"))
+            assert status["message_count"] == 2
+            again, backlog = await _live_socket(server, agent)
+            assert backlog[0] == pushed_id and len(backlog) == 2
+            ack = agent.message(PICKUP2 + "messages-received", message_id_list=backlog)
+            assert (await asyncio.to_thread(server.send, agent, ack))["message_count"] == 0
+            await again.close()
+
+        asyncio.run(run())
+        assert QueuedMessage.objects.count() == 0
+    finally:
+        server.close()

@@ -2,7 +2,7 @@
 // mediation client: `node credo_agent.mjs '<config json>'`, then one JSON command per stdin line; it
 // answers each command and reports what happens as JSON lines on stdout.
 //
-// config: {label, walletPath, walletKey, mediatorInvitationUrl?, pickup?: "PickUpV2" | "PickUpV2LiveMode",
+// config: {label, walletPath, walletKey, mediatorInvitationUrl?, pickup?: "PickUpV1" | "PickUpV2" | "PickUpV2LiveMode",
 //          pollingIntervalMs?}
 // commands: {id, cmd: "create-invitation"} -> {id, ok, url}
 //           {id, cmd: "receive-invitation", url} -> {id, ok, connectionId} once the connection completes
