@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import segno
@@ -21,7 +23,8 @@ from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
 from apps.didcomm.core import jwe
-from apps.didcomm.core.did_peer import mediator_peer_did
+from apps.didcomm.core.did_peer import mediator_peer_did, resolve_peer2
+from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
@@ -132,6 +135,95 @@ def identities_accepting(*, tenant: Tenant, now: datetime | None = None) -> list
     for identity in out:
         identity.tenant = tenant
     return out
+
+
+# --- the per-process cache of what every message needs: policy and accepting identities --------
+#
+# Every DIDComm message needs the tenant's policy and the mediator identities that may decrypt it
+# (with their unsealed keys and resolved did:peer:2 documents): three to four queries and a key
+# unsealing each time. Each process keeps them per tenant for MEDIATOR_TENANT_CACHE_SECONDS (as the
+# tenant cache; 0 = off). Any save or delete of a policy, an identity or a tenant in this process
+# clears it at once and again after commit; other processes see an edit within the TTL. A rotation
+# never makes a valid message undecryptable: an envelope whose recipient kid is not among the cached
+# identities reloads them once from the database before it is refused (dispatch). Unsealed keys live
+# in these objects only (memory), never in a log or a message.
+
+
+@dataclass(frozen=True)
+class Accepting:
+    """A tenant's DIDComm policy and its accepting identities (current first), keys unsealed."""
+
+    policy: DidcommPolicy
+    identities: tuple[MediatorIdentity, ...]
+    documents: dict[str, DidDocument]  # did -> its resolved did:peer:2 document
+    grace: timedelta
+    uris: tuple[str, str]  # the service URIs the current identity was made for
+    expires: float  # time.monotonic() deadline; 0 = not cached
+    fresh: bool  # read from the database for this call (a reload would find nothing newer)
+
+    def identities_now(self, now: datetime | None = None) -> list[MediatorIdentity]:
+        """The current identity, then the retired ones still within their grace period now."""
+        cutoff = (now or timezone.now()) - self.grace
+        return [i for i in self.identities if i.retired_at is None or i.retired_at > cutoff]
+
+
+_accepting: dict[int, Accepting] = {}
+_accepting_lock = threading.Lock()
+_accepting_generation = [0]
+
+
+def _accepting_drop() -> None:
+    with _accepting_lock:
+        _accepting.clear()
+        _accepting_generation[0] += 1
+
+
+def accepting_cache_clear(**_kwargs) -> None:
+    """Forget every tenant's cached policy and identities now and after commit (save/delete signals,
+    apps.py); the second clear drops what another request may have read before the commit."""
+    _accepting_drop()
+    transaction.on_commit(_accepting_drop)
+
+
+def _load_accepting(tenant: Tenant, ttl: float) -> Accepting:
+    policy = policy_for(tenant=tenant)
+    identities = identities_accepting(tenant=tenant)
+    for identity in identities:
+        identity.agreement_key  # noqa: B018 - unseal once, here, not per message
+        identity.authentication_key  # noqa: B018
+    return Accepting(
+        policy=policy,
+        identities=tuple(identities),
+        documents={i.did: resolve_peer2(i.did) for i in identities},
+        grace=timedelta(hours=tenant.prekey_grace_hours),
+        uris=(identities[0].http_uri, identities[0].ws_uri),
+        expires=time.monotonic() + ttl if ttl > 0 else 0.0,
+        fresh=True,
+    )
+
+
+def accepting_for(*, tenant: Tenant, reload: bool = False) -> Accepting:
+    """The tenant's policy and accepting identities, from this process's cache when it is fresh
+    (and was made for the tenant's current public URL and grace period), else from the database."""
+    ttl = settings.MEDIATOR_TENANT_CACHE_SECONDS
+    if ttl > 0 and not reload:
+        hit = _accepting.get(tenant.pk)
+        if (
+            hit is not None
+            and hit.expires > time.monotonic()
+            and hit.uris == service_uris(tenant)
+            and hit.grace == timedelta(hours=tenant.prekey_grace_hours)
+        ):
+            return hit
+    generation = _accepting_generation[0]
+    loaded = _load_accepting(tenant, ttl)
+    if ttl > 0:
+        with _accepting_lock:
+            if generation == _accepting_generation[0]:  # no edit while we read
+                if len(_accepting) >= 4096:
+                    _accepting.clear()
+                _accepting[tenant.pk] = replace(loaded, fresh=False)
+    return loaded
 
 
 @transaction.atomic
