@@ -32,7 +32,7 @@ operator: install
 # (an in-memory test database; the rest of the suite needs PostgreSQL). Metering writes within the
 # request there: the buffered mode's flush thread would hold SQLite's shared-cache table locks
 # while pytest-django sets up and tears down tests on the other connection.
-SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py tests/decentrl/test_errors.py
+SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py tests/decentrl/test_errors.py tests/didcomm/app/test_forward_storage.py
 
 test: install
 	scripts/ensure_services.sh
