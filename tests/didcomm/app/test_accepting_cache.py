@@ -29,7 +29,9 @@ def _cache_on():
 def _granted(didcomm, wallet: Agent, med: str) -> Agent:
     didcomm.send(wallet, wallet.message(CM2 + "mediate-request"))
     rcpt = routed_did(med)
-    didcomm.send(wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}))
+    didcomm.send(
+        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    )
     return rcpt
 
 
