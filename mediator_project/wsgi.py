@@ -1,4 +1,5 @@
-"""WSGI entry point (HTTP only): Django's handler, with POST / on a lean chain (apps/decentrl/wsgi.py)."""
+"""WSGI entry point (HTTP only): Django's handler, with POST / and POST /didcomm on a lean chain
+(apps/decentrl/wsgi.py; the DIDComm reply is apps/didcomm/views.py's)."""
 
 import os
 
@@ -7,6 +8,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
 django.setup(set_prefix=False)
 
-from apps.decentrl.wsgi import ProtocolWSGIApplication  # noqa: E402 - needs the apps loaded
+from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication  # noqa: E402 - needs the apps loaded
+from apps.didcomm.views import wsgi_reply, wsgi_unavailable  # noqa: E402
 
-application = ProtocolWSGIApplication()
+application = ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})

@@ -15,6 +15,10 @@ What it does not replicate it hands to Django: an insecure request under SECURE_
 middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
 (ImproperlyConfigured), so a new middleware cannot silently miss the command path.
 tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
+
+Another front door may hand its own POST path to a CommandEntry of its own (`routes`, composed in
+mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/views.py's `wsgi_reply`); it gets the same
+signals, tenant resolution, body cap and headers, and answers with its own protocol's errors.
 """
 
 from __future__ import annotations
@@ -118,8 +122,21 @@ class _Finished(list):
         signals.request_finished.send(sender=CommandEntry)
 
 
+def _command_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list, bytes]:
+    return http_reply(raw, tenant, client)
+
+
+def _command_unavailable() -> tuple[int, list, bytes]:
+    return 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
+
+
 class CommandEntry:
-    """`POST /` as WSGI (see the module docstring)."""
+    """`POST /` as WSGI (see the module docstring); another protocol's POST path with `reply`
+    (raw body or None when over the cap, tenant, client address, environ) → (status, headers,
+    body), and `unavailable()`, its answer when the entry itself fails."""
+
+    def __init__(self, reply=_command_reply, unavailable=_command_unavailable) -> None:
+        self.reply, self.unavailable = reply, unavailable
 
     def __call__(self, environ, start_response):
         signals.request_started.send(sender=CommandEntry, environ=environ)
@@ -133,7 +150,7 @@ class CommandEntry:
                     f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__))
                 ),
             )
-            status, headers, body = 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
+            status, headers, body = self.unavailable()
         headers = [*headers, ("Content-Length", str(len(body))), *response_headers(environ)]
         start_response(f"{status} {responses.get(status, 'Unknown Status Code')}", headers)
         return _Finished([body])
@@ -145,6 +162,7 @@ class CommandEntry:
             tenant = tenant_for_host(host)
         except DatabaseError:
             log.warning("database unreachable while resolving the tenant")
+            # What TenantMiddleware answers, whatever the path (as in Django's chain).
             return 503, [_JSON], b'{"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}'
         # The body as WSGIRequest.body reads it (Content-Length, capped before reading).
         try:
@@ -157,7 +175,7 @@ class CommandEntry:
         else:
             raw = environ["wsgi.input"].read(length) if length > 0 else b""
         client = forwarded_client(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"))
-        return http_reply(raw, tenant, client)
+        return self.reply(raw, tenant, client, environ)
 
 
 def check_middleware() -> None:
@@ -171,20 +189,23 @@ def check_middleware() -> None:
 
 
 class ProtocolWSGIApplication:
-    """`POST /` to CommandEntry, everything else (and what it does not replicate) to Django."""
+    """`POST /` to CommandEntry (and each of `routes`, path → CommandEntry, to its own), everything
+    else (and what it does not replicate) to Django."""
 
-    def __init__(self) -> None:
+    def __init__(self, routes: dict[str, CommandEntry] | None = None) -> None:
         check_middleware()
         self.django = WSGIHandler()
         self.commands = CommandEntry()
+        self.routes = dict(routes or {})
 
     def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO")
         if (
             environ.get("REQUEST_METHOD") == "POST"
-            and environ.get("PATH_INFO") == "/"
+            and (entry := self.commands if path == "/" else self.routes.get(path)) is not None
             and not (settings.SECURE_SSL_REDIRECT and not is_secure(environ))
             and not settings.PREPEND_WWW
             and not settings.DISALLOWED_USER_AGENTS
         ):
-            return self.commands(environ, start_response)
+            return entry(environ, start_response)
         return self.django(environ, start_response)

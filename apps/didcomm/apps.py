@@ -10,13 +10,23 @@ class DidcommConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
+        from django.db.models.signals import post_delete, post_save
 
         from apps.ops import jobs
         from apps.ops import metrics as ops_metrics
+        from apps.tenants.models import Tenant
         from apps.usage import metering
 
         from . import hooks, metrics, services
         from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB
+        from .models import DidcommPolicy, MediatorIdentity
+
+        # The per-process cache of policies and identities (services.accepting_for) forgets them
+        # on any save or delete of what it holds (public URL and grace period live on the tenant).
+        for model in (DidcommPolicy, MediatorIdentity, Tenant):
+            for name, signal in (("save", post_save), ("delete", post_delete)):
+                uid = f"didcomm-cache-{model.__name__}-{name}"
+                signal.connect(services.accepting_cache_clear, sender=model, dispatch_uid=uid)
 
         # Like the Decentrl front door: plug metering and metrics into our own observer list,
         # exactly once (ready() may run more than once in some test setups).

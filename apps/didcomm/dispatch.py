@@ -22,8 +22,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.didcomm.core import jwe, jws
-from apps.didcomm.core.did_peer import resolve_peer2
-from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.errors import DidcommError, UnknownRecipientKey
 from apps.didcomm.core.message import ENCRYPTED, SIGNED, PlainMessage, envelope_kind, parse_plaintext
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
@@ -94,9 +93,11 @@ class _Unpacked:
     sender_kid: str | None
 
 
-def _unpack(raw: bytes, identities: list[MediatorIdentity]) -> _Unpacked:
-    """Decrypt (nested at most MAX_NESTING), verify an inner JWS, parse the plaintext."""
-    docs = {ident.did: (ident, resolve_peer2(ident.did)) for ident in identities}
+def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict) -> _Unpacked:
+    """Decrypt (nested at most MAX_NESTING), verify an inner JWS, parse the plaintext.
+
+    `documents` maps each identity's DID to its resolved document (services.Accepting)."""
+    docs = {ident.did: (ident, documents[ident.did]) for ident in identities}
     used: list[MediatorIdentity] = []
 
     def private_key_for(kid: str):
@@ -238,13 +239,15 @@ def observe(
 
 def admit(
     raw: bytes, tenant: Tenant | None, transport: str, remote_addr: str | None, content_type: str | None, media
-) -> DidcommPolicy:
-    """The checks before decryption, shared by both versions: tenant, policy, size, media type, per-IP limit."""
+) -> services.Accepting:
+    """The checks before decryption, shared by both versions: tenant, policy, size, media type, per-IP
+    limit. Returns the tenant's (cached) policy and accepting identities."""
     if tenant is None:
         raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
     if not tenant.is_active:
         raise Problem(Code.UNAVAILABLE, "mediator suspended", 503)
-    policy = services.policy_for(tenant=tenant)
+    accepting = services.accepting_for(tenant=tenant)
+    policy = accepting.policy
     if not policy.enabled:
         raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
     if len(raw) > tenant.max_body_bytes:
@@ -253,18 +256,30 @@ def admit(
         raise Problem(Code.UNSUPPORTED_MEDIA, f"use {media[0]}", 415)
     if remote_addr:
         limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
-    return policy
+    return accepting
+
+
+def decrypting(tenant: Tenant, accepting: services.Accepting, unpack):
+    """`unpack(identities, documents)` with the cached identities; when no recipient kid of the
+    envelope is among them (a rotation in another process), once more with a fresh read."""
+    try:
+        return accepting, unpack(accepting.identities_now(), accepting.documents)
+    except UnknownRecipientKey:
+        if accepting.fresh:
+            raise
+    accepting = services.accepting_for(tenant=tenant, reload=True)
+    return accepting, unpack(accepting.identities_now(), accepting.documents)
 
 
 def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Reply, PlainMessage, Context]:
-    policy = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
-    identities = services.identities_accepting(tenant=tenant)
+    accepting = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
     try:
-        unpacked = _unpack(raw, identities)
+        accepting, unpacked = decrypting(tenant, accepting, lambda ids, docs: _unpack(raw, ids, docs))
     except DidcommError as exc:
         raise Problem(exc.problem_code, str(exc), 400) from exc
     message = unpacked.message
     caller_kid = unpacked.sender_kid
+    policy = accepting.policy
     ctx = Context(
         tenant=tenant,
         policy=policy,

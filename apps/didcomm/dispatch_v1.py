@@ -24,7 +24,7 @@ from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
 
 from . import handlers_v1, hooks, protocols, services, services_v1
-from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, admit, limit, observe
+from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, admit, decrypting, limit, observe
 from .handlers_v1 import ContextV1, attachments_v1
 from .problems import Problem
 from .protocols import Code
@@ -92,12 +92,16 @@ def handle(
 
 
 def _handle(raw, tenant, transport, remote_addr, content_type, live):
-    policy = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
-    identities = services.identities_accepting(tenant=tenant)
-    keys = {services_v1.verkey_of(i): i for i in identities}
+    accepting = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
+    policy = accepting.policy
+
+    def unpack(identities, _documents):
+        keys = {services_v1.verkey_of(i): i for i in identities}
+        return identities, keys, envelope_v1.unpack(envelope, private_key_for=lambda kid: _key(keys, kid))
+
     try:
         envelope = parse_json_object(raw)
-        unpacked = envelope_v1.unpack(envelope, private_key_for=lambda kid: _key(keys, kid))
+        _, (identities, keys, unpacked) = decrypting(tenant, accepting, unpack)
         msg = message_v1.parse(unpacked.message)
     except DidcommError as exc:
         raise Problem(exc.problem_code, str(exc), 400) from exc

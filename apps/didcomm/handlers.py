@@ -61,14 +61,13 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
     data = msg.attachments[0]["data"]
     if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
         raise _problem(Code.BAD_BODY, "forward attachment data must be json or base64")
-    recipient = services.recipient_for_next(tenant=ctx.tenant, next_did=next_did)
-    if recipient is None:
-        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
     kept = {k: data[k] for k in ("json", "base64") if k in data}
     try:
-        stored = services.message_store(tenant=ctx.tenant, policy=ctx.policy, recipient=recipient, data=kept)
+        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=kept)
     except services.QueueFull:
         raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
+    if stored is None:
+        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
     metrics.FORWARDED.inc()
     metrics.STORED.inc()
     if stored.evicted:

@@ -305,13 +305,12 @@ def forward(ctx: ContextV1, msg: V1Message) -> Outcome:
         target = message_v1.key_to_did_key(to)
     except DidcommError:
         target = to  # a DID names a recipient registered as that DID
-    recipient = services.recipient_for_next(tenant=ctx.tenant, next_did=target)
-    if recipient is None:
-        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
     try:
-        stored = services.message_store(tenant=ctx.tenant, policy=ctx.policy, recipient=recipient, data={"json": inner})
+        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=target, data={"json": inner})
     except services.QueueFull:
         raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
+    if stored is None:
+        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
     metrics.FORWARDED.inc()
     metrics.STORED.inc()
     if stored.evicted:

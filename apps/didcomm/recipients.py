@@ -7,6 +7,8 @@ key, and some name that as the forward's `next`), so both normalise to the X2551
 
 from __future__ import annotations
 
+import re
+
 from apps.didcomm.core.did_key import did_key_from_key, key_from_did_key
 from apps.didcomm.core.did_peer import MAX_PEER_DID_LENGTH
 from apps.didcomm.core.errors import DidcommError, InvalidDid
@@ -14,6 +16,7 @@ from apps.didcomm.core.keys import ED25519
 from apps.didcomm.core.resolver import resolve_did
 
 MAX_DID_LENGTH = MAX_PEER_DID_LENGTH
+_SPACE = re.compile(r"\s")
 
 
 def lookup_form(value: object) -> str:
@@ -21,7 +24,7 @@ def lookup_form(value: object) -> str:
     if not isinstance(value, str) or not value.startswith("did:") or len(value) > MAX_DID_LENGTH:
         raise InvalidDid("not a DID")
     base = value.split("#", 1)[0]
-    if base.count(":") < 2 or any(c.isspace() for c in base):
+    if base.count(":") < 2 or _SPACE.search(base):
         raise InvalidDid("not a DID")
     if base.startswith("did:key:"):
         key = key_from_did_key(base)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import segno
@@ -21,7 +23,8 @@ from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
 from apps.didcomm.core import jwe
-from apps.didcomm.core.did_peer import mediator_peer_did
+from apps.didcomm.core.did_peer import mediator_peer_did, resolve_peer2
+from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
@@ -30,7 +33,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b64url_nopad
 
-from . import protocols
+from . import protocols, storage
 from .models import (
     Connection,
     DidcommPolicy,
@@ -134,6 +137,95 @@ def identities_accepting(*, tenant: Tenant, now: datetime | None = None) -> list
     return out
 
 
+# --- the per-process cache of what every message needs: policy and accepting identities --------
+#
+# Every DIDComm message needs the tenant's policy and the mediator identities that may decrypt it
+# (with their unsealed keys and resolved did:peer:2 documents): three to four queries and a key
+# unsealing each time. Each process keeps them per tenant for MEDIATOR_TENANT_CACHE_SECONDS (as the
+# tenant cache; 0 = off). Any save or delete of a policy, an identity or a tenant in this process
+# clears it at once and again after commit; other processes see an edit within the TTL. A rotation
+# never makes a valid message undecryptable: an envelope whose recipient kid is not among the cached
+# identities reloads them once from the database before it is refused (dispatch). Unsealed keys live
+# in these objects only (memory), never in a log or a message.
+
+
+@dataclass(frozen=True)
+class Accepting:
+    """A tenant's DIDComm policy and its accepting identities (current first), keys unsealed."""
+
+    policy: DidcommPolicy
+    identities: tuple[MediatorIdentity, ...]
+    documents: dict[str, DidDocument]  # did -> its resolved did:peer:2 document
+    grace: timedelta
+    uris: tuple[str, str]  # the service URIs the current identity was made for
+    expires: float  # time.monotonic() deadline; 0 = not cached
+    fresh: bool  # read from the database for this call (a reload would find nothing newer)
+
+    def identities_now(self, now: datetime | None = None) -> list[MediatorIdentity]:
+        """The current identity, then the retired ones still within their grace period now."""
+        cutoff = (now or timezone.now()) - self.grace
+        return [i for i in self.identities if i.retired_at is None or i.retired_at > cutoff]
+
+
+_accepting: dict[int, Accepting] = {}
+_accepting_lock = threading.Lock()
+_accepting_generation = [0]
+
+
+def _accepting_drop() -> None:
+    with _accepting_lock:
+        _accepting.clear()
+        _accepting_generation[0] += 1
+
+
+def accepting_cache_clear(**_kwargs) -> None:
+    """Forget every tenant's cached policy and identities now and after commit (save/delete signals,
+    apps.py); the second clear drops what another request may have read before the commit."""
+    _accepting_drop()
+    transaction.on_commit(_accepting_drop)
+
+
+def _load_accepting(tenant: Tenant, ttl: float) -> Accepting:
+    policy = policy_for(tenant=tenant)
+    identities = identities_accepting(tenant=tenant)
+    for identity in identities:
+        identity.agreement_key  # noqa: B018 - unseal once, here, not per message
+        identity.authentication_key  # noqa: B018
+    return Accepting(
+        policy=policy,
+        identities=tuple(identities),
+        documents={i.did: resolve_peer2(i.did) for i in identities},
+        grace=timedelta(hours=tenant.prekey_grace_hours),
+        uris=(identities[0].http_uri, identities[0].ws_uri),
+        expires=time.monotonic() + ttl if ttl > 0 else 0.0,
+        fresh=True,
+    )
+
+
+def accepting_for(*, tenant: Tenant, reload: bool = False) -> Accepting:
+    """The tenant's policy and accepting identities, from this process's cache when it is fresh
+    (and was made for the tenant's current public URL and grace period), else from the database."""
+    ttl = settings.MEDIATOR_TENANT_CACHE_SECONDS
+    if ttl > 0 and not reload:
+        hit = _accepting.get(tenant.pk)
+        if (
+            hit is not None
+            and hit.expires > time.monotonic()
+            and hit.uris == service_uris(tenant)
+            and hit.grace == timedelta(hours=tenant.prekey_grace_hours)
+        ):
+            return hit
+    generation = _accepting_generation[0]
+    loaded = _load_accepting(tenant, ttl)
+    if ttl > 0:
+        with _accepting_lock:
+            if generation == _accepting_generation[0]:  # no edit while we read
+                if len(_accepting) >= 4096:
+                    _accepting.clear()
+                _accepting[tenant.pk] = replace(loaded, fresh=False)
+    return loaded
+
+
 @transaction.atomic
 def identity_rotate(*, tenant: Tenant, actor: Actor | None) -> MediatorIdentity:
     """Retire the current mediator DID and make a new one; queue the new DID to every granted client.
@@ -182,7 +274,7 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
             envelope = pack_for_did(message, identity=new, to_did=mediation.client_did)
         except DidcommError:
             continue  # a client DID that no longer resolves cannot be told
-        _enqueue(tenant=tenant, policy=policy, mediation=mediation, recipient=None, data={"json": envelope})
+        _enqueue_for_client(tenant=tenant, policy=policy, mediation=mediation, data={"json": envelope})
         count += 1
     return count
 
@@ -292,19 +384,6 @@ def recipients_page(*, mediation: Mediation, limit: int, offset: int) -> tuple[l
     return list(qs.values_list("recipient_did", flat=True)[offset : offset + limit]), total
 
 
-def recipient_for_next(*, tenant: Tenant, next_did: str) -> RecipientKey | None:
-    """The granted recipient a forward's `body.next` names (any of its forms), or None."""
-    try:
-        form = lookup_form(next_did)
-    except DidcommError:
-        return None
-    return (
-        RecipientKey.objects.select_related("mediation", "mediation__connection")
-        .filter(tenant=tenant, lookup_hash=did_hash(form), mediation__state=Mediation.State.GRANTED)
-        .first()
-    )
-
-
 def recipient_of_client(*, mediation: Mediation, recipient_did: str) -> RecipientKey | None:
     """One of the client's own recipients, by any form of its DID."""
     try:
@@ -340,56 +419,78 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
 class Stored:
     message_id: str
     evicted: int
-    row: QueuedMessage | None = None
 
 
-def _enqueue(
-    *, tenant: Tenant, policy: DidcommPolicy, mediation: Mediation, recipient: RecipientKey | None, data: dict
-) -> Stored:
+# A wake carries the stored text (`items`) so that a live socket needs no database read, unless the
+# text is larger than this; then only `ids` (the consumer reads the rows). The stored text is ASCII
+# (json.dumps escapes the rest), so its length is its size in bytes.
+WAKE_INLINE_MAX = 64 * 1024
+
+
+def wake_message(message_id: str, text: str) -> dict:
+    """The after-commit wake of the sockets of a stored message's client."""
+    wake: dict = {"type": WAKE, "ids": [message_id]}
+    if len(text) <= WAKE_INLINE_MAX:
+        wake["items"] = [{"id": message_id, "data": text}]
+    return wake
+
+
+def _enqueue_for_client(*, tenant: Tenant, policy: DidcommPolicy, mediation: Mediation, data: dict) -> str:
+    """Queue a message of ours to the client itself (no recipient DID, no cap): a rotation announcement."""
     text = json.dumps(data, separators=(",", ":"))
-    evicted = 0
-    if recipient is not None:
-        # The recipient row lock serialises enqueues of one recipient: the cap holds exactly.
-        RecipientKey.objects.select_for_update().filter(pk=recipient.pk).first()
-        depth = QueuedMessage.objects.filter(recipient=recipient).count()
-        if depth >= policy.queue_cap:
-            if policy.overflow == DidcommPolicy.Overflow.REJECT:
-                raise QueueFull()
-            # UC-021 AF-4: FIFO eviction, the oldest first.
-            oldest = list(
-                QueuedMessage.objects.filter(recipient=recipient)
-                .order_by("id")
-                .values_list("id", flat=True)[: depth - policy.queue_cap + 1]
-            )
-            evicted, _ = QueuedMessage.objects.filter(id__in=oldest).delete()
     now = timezone.now()
     row = QueuedMessage.objects.create(
         tenant=tenant,
         mediation=mediation,
-        recipient=recipient,
+        recipient=None,
         data=text,
         size=len(text),
         received_at=now,
         expires_at=now + timedelta(hours=policy.message_ttl_hours),
     )
-    notify_on_commit(
-        tenant_id=tenant.pk, did=mediation.client_did, message={"type": WAKE, "ids": [str(row.message_id)]}
-    )
-    return Stored(str(row.message_id), evicted, row)
+    message_id = str(row.message_id)
+    notify_on_commit(tenant_id=tenant.pk, did=mediation.client_did, message=wake_message(message_id, text))
+    return message_id
 
 
-@transaction.atomic
-def message_store(*, tenant: Tenant, policy: DidcommPolicy, recipient: RecipientKey, data: dict) -> Stored:
-    """Store a forwarded attachment for `recipient`, durably, before any answer or push (UC-021 step 8).
+def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data: dict) -> Stored | None:
+    """Store a forwarded attachment for the granted recipient `next_did` names (any of its forms),
+    durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
+    DID, QueueFull when its queue is full and the overflow policy is `reject`.
 
-    When the recipient's client is a DIDComm v1 connection with an HTTP endpoint (ACA-Py), the
-    stored message is also queued for an outbound POST of `data.json` unchanged (after commit).
+    One round trip on PostgreSQL (apps/didcomm/storage.py). When the recipient's client is a DIDComm
+    v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
+    POST of `data.json` unchanged. The wake and the outbound task leave after commit.
     """
-    stored = _enqueue(tenant=tenant, policy=policy, mediation=recipient.mediation, recipient=recipient, data=data)
-    connection = recipient.mediation.connection
-    if connection is not None and connection.endpoint and isinstance(data.get("json"), dict):
-        outbound_create(connection=connection, queued=stored.row, body="", expires_at=stored.row.expires_at)
-    return stored
+    try:
+        form = lookup_form(next_did)
+    except DidcommError:
+        return None
+    text = json.dumps(data, separators=(",", ":"))
+    now = timezone.now()
+    message_id = uuid.uuid4()
+    done = storage.store().forward(
+        storage.ForwardRequest(
+            tenant_id=tenant.pk,
+            lookup_hash=did_hash(form),
+            cap=policy.queue_cap,
+            reject=policy.overflow == DidcommPolicy.Overflow.REJECT,
+            message_id=message_id,
+            data=text,
+            now=now,
+            expires_at=now + timedelta(hours=policy.message_ttl_hours),
+            outbound=isinstance(data.get("json"), dict),
+        )
+    )
+    if done.outcome == storage.UNKNOWN:
+        return None
+    if done.outcome == storage.FULL:
+        raise QueueFull()
+    mid = str(message_id)
+    notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
+    if done.outbound_id is not None:
+        _outbound_send_on_commit(done.outbound_id)
+    return Stored(mid, done.evicted)
 
 
 def outbound_create(*, connection: Connection, queued: QueuedMessage | None, body: str, expires_at) -> Outbound:
@@ -397,11 +498,14 @@ def outbound_create(*, connection: Connection, queued: QueuedMessage | None, bod
     row = Outbound.objects.create(
         tenant_id=connection.tenant_id, connection=connection, queued=queued, body=body, expires_at=expires_at
     )
-    row_id = row.pk
+    _outbound_send_on_commit(row.pk)
+    return row
+
+
+def _outbound_send_on_commit(row_id: int) -> None:
     transaction.on_commit(
         lambda: current_app.send_task(OUTBOUND_TASK, args=[row_id], queue=settings.MEDIATOR_DIDCOMM_OUTBOUND_QUEUE)
     )
-    return row
 
 
 def _queue(mediation: Mediation, recipient: RecipientKey | None):

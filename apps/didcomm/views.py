@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from django.core.exceptions import RequestDataTooBig
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
@@ -56,6 +57,36 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         content_type=request.META.get("CONTENT_TYPE"),
     )
     return _response(reply)
+
+
+def _reply_triple(reply: Reply) -> tuple[int, list[tuple[str, str]], bytes]:
+    """What `_response(reply)` sends: (status, headers without Content-Length, body)."""
+    headers = [("Content-Type", reply.content_type)] if reply.content_type else []
+    if reply.retry_after is not None:
+        headers.append(("Retry-After", str(reply.retry_after)))
+    return reply.status, headers, reply.body
+
+
+def _problem_triple(code: str, comment: str, status: int) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = json.dumps(problem_message(code, comment, pthid=None), cls=DjangoJSONEncoder).encode("utf-8")
+    return status, [("Content-Type", "application/json")], body
+
+
+def wsgi_unavailable() -> tuple[int, list[tuple[str, str]], bytes]:
+    """The production entry's answer when the entry itself fails (never a 500)."""
+    return _problem_triple(Code.UNAVAILABLE, "mediator unavailable", 503)
+
+
+def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list[tuple[str, str]], bytes]:
+    """`POST /didcomm` for the production WSGI entry (apps/decentrl/wsgi.py's CommandEntry, which
+    does what the middlewares do): what `endpoint` answers, without Django request and response
+    objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    if raw is None:
+        return _problem_triple(Code.TOO_BIG, "message too large", 413)
+    reply = (dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle)(
+        raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE")
+    )
+    return _reply_triple(reply)
 
 
 @require_http_methods(["GET", "HEAD"])

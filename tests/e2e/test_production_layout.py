@@ -470,8 +470,8 @@ PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 
 
 def test_didcomm_through_nginx_gunicorn_and_daphne_mediation_forward_and_live_push(layout):
-    """POST /didcomm goes nginx → gunicorn (Django's full handler: not the bare POST / entry,
-    no CSRF, both media types), /didcomm/ws nginx → Daphne; a forward stored by a gunicorn
+    """POST /didcomm goes nginx → gunicorn (its own lean CommandEntry, as POST /: no CSRF, no
+    cookie, both media types), /didcomm/ws nginx → Daphne; a forward stored by a gunicorn
     worker is pushed to the live socket across Redis."""
     from websockets.asyncio.client import connect
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 from cryptography.exceptions import InvalidSignature as _CryptographyInvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -198,6 +199,11 @@ class PrivateKey:
     def __repr__(self) -> str:  # never print the secret
         return f"PrivateKey(crv={self.crv!r}, public={self.public.multibase!r})"
 
+    @cached_property
+    def _x25519(self) -> X25519PrivateKey:
+        """The X25519 key object, built once per key (a cached mediator key agrees on every message)."""
+        return X25519PrivateKey.from_private_bytes(self.secret)
+
     @classmethod
     def generate(cls, crv: str) -> PrivateKey:
         """A fresh random key on `crv`."""
@@ -252,9 +258,7 @@ class PrivateKey:
             raise InvalidKey("key agreement across curves")
         if self.crv == X25519:
             try:
-                shared = X25519PrivateKey.from_private_bytes(self.secret).exchange(
-                    X25519PublicKey.from_public_bytes(peer.raw)
-                )
+                shared = self._x25519.exchange(X25519PublicKey.from_public_bytes(peer.raw))
             except ValueError as exc:  # low-order point: the output would be all zeros
                 raise InvalidKey("X25519 key agreement failed") from exc
             if shared == bytes(32):

@@ -1,0 +1,248 @@
+"""The forward's storage seam (apps/didcomm/storage.py): both backends against one model of the rule
+(stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
+row), the exact cap under concurrent forwards, and the after-commit wake with the stored text."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.didcomm import services, storage
+from apps.didcomm.models import Connection, DidcommPolicy, Mediation, Outbound, QueuedMessage, RecipientKey, did_hash
+from apps.messaging.notify import push_requested
+
+BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
+RECIPIENT = "did:example:recipient"
+
+
+def _backend(name: str):
+    return storage.PostgresForwardStore() if name == "postgres" else storage.SqlForwardStore()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    chosen = _backend(request.param)
+    monkeypatch.setattr(storage, "_chosen", [chosen])
+    return chosen
+
+
+def _grant(tenant, client="did:example:client", recipient=RECIPIENT, state=Mediation.State.GRANTED, connection=None):
+    mediation = Mediation.objects.create(
+        tenant=tenant, client_did=client, client_hash=did_hash(client), state=state, connection=connection
+    )
+    return RecipientKey.objects.create(
+        tenant=tenant, mediation=mediation, recipient_did=recipient, lookup_hash=did_hash(recipient)
+    )
+
+
+def _preload(rk: RecipientKey, n: int) -> list[int]:
+    now = timezone.now()
+    return [
+        QueuedMessage.objects.create(
+            tenant_id=rk.tenant_id, mediation=rk.mediation, recipient=rk, data=f'{{"n":{i}}}', size=7,
+            received_at=now, expires_at=now + timedelta(hours=1),
+        ).pk
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _request(tenant_id: int, *, cap=1000, reject=False, lookup=RECIPIENT, data='{"json":{"x":1}}', outbound=True):
+    now = timezone.now()
+    return storage.ForwardRequest(
+        tenant_id=tenant_id,
+        lookup_hash=did_hash(lookup),
+        cap=cap,
+        reject=reject,
+        message_id=uuid.uuid4(),
+        data=data,
+        now=now,
+        expires_at=now + timedelta(hours=72),
+        outbound=outbound,
+    )
+
+
+def oracle(queue: list[int], *, known: bool, cap: int, reject: bool) -> tuple[str, int, list[int]]:
+    """The rule, in plain Python: (outcome, evicted, the ids of the queue that stay)."""
+    if not known:
+        return "unknown", 0, queue
+    if len(queue) >= cap:
+        if reject:
+            return "full", 0, queue
+        gone = len(queue) - cap + 1
+        return "stored", gone, queue[gone:]
+    return "stored", 0, queue
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("depth", "cap", "reject"), list(itertools.product(range(5), (1, 2, 3), (False, True))))
+def test_each_backend_follows_the_oracle_for_the_cap(backend, tenant_a, depth, cap, reject):
+    rk = _grant(tenant_a)
+    queue = _preload(rk, depth)
+    req = _request(tenant_a.pk, cap=cap, reject=reject)
+    done = backend.forward(req)
+    outcome, evicted, kept = oracle(queue, known=True, cap=cap, reject=reject)
+    rows = list(QueuedMessage.objects.filter(recipient=rk).order_by("id").values_list("id", "message_id"))
+    if outcome == "stored":
+        assert done == storage.ForwardStored("stored", evicted, "did:example:client", None)
+        assert [pk for pk, _ in rows] == [*kept, rows[-1][0]] and rows[-1][1] == req.message_id
+    else:
+        assert done == storage.ForwardStored("full")
+        assert [pk for pk, _ in rows] == kept
+
+
+@pytest.mark.django_db
+def test_each_backend_stores_the_row_exactly(backend, tenant_a):
+    rk = _grant(tenant_a)
+    req = _request(tenant_a.pk, data='{"base64":"AAAA"}')
+    assert backend.forward(req) == storage.ForwardStored("stored", 0, "did:example:client", None)
+    row = QueuedMessage.objects.get()
+    assert (row.tenant_id, row.mediation_id, row.recipient_id) == (tenant_a.pk, rk.mediation_id, rk.pk)
+    assert (row.message_id, row.data, row.size) == (req.message_id, '{"base64":"AAAA"}', 17)
+    assert (row.received_at, row.expires_at) == (req.now, req.expires_at)  # the TTL
+    assert row.expires_at - row.received_at == timedelta(hours=72)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", ["unknown", "revoked", "denied", "other-tenant"])
+def test_each_backend_finds_only_a_granted_recipient_of_the_tenant(backend, tenant_a, tenant_b, case):
+    if case == "revoked":
+        _grant(tenant_a, state=Mediation.State.REVOKED)
+    elif case == "denied":
+        _grant(tenant_a, state=Mediation.State.DENIED)
+    elif case == "other-tenant":
+        _grant(tenant_b)
+    else:
+        _grant(tenant_a, recipient="did:example:someone-else")
+    assert backend.forward(_request(tenant_a.pk)) == storage.ForwardStored("unknown")
+    assert QueuedMessage.objects.count() == 0 and Outbound.objects.count() == 0
+
+
+def _v1_connection(tenant, endpoint: str) -> Connection:
+    identity = services.identity_current(tenant=tenant)
+    return Connection.objects.create(
+        tenant=tenant, identity=identity, their_did="did:example:agent", their_verkey="verkey", endpoint=endpoint,
+        thread_id="t", protocol="didexchange/1.1", state=Connection.State.COMPLETED,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("endpoint", "json_data", "expected"), [("http://agent/", True, 1), ("", True, 0), ("http://agent/", False, 0)]
+)
+def test_each_backend_makes_the_v1_outbound_row(backend, tenant_a, endpoint, json_data, expected):
+    _grant(tenant_a, connection=_v1_connection(tenant_a, endpoint))
+    req = _request(tenant_a.pk, outbound=json_data)
+    done = backend.forward(req)
+    assert done.outcome == "stored" and Outbound.objects.count() == expected
+    if expected:
+        out = Outbound.objects.get()
+        assert done.outbound_id == out.pk
+        assert (out.queued.message_id, out.body, out.attempts, out.expires_at) == (
+            req.message_id,
+            "",
+            0,
+            req.expires_at,
+        )
+        assert out.connection.endpoint == endpoint
+    else:
+        assert done.outbound_id is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's shared-cache test database locks whole tables")
+@pytest.mark.parametrize("reject", [False, True])
+def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reject):
+    rk = _grant(tenant_a)
+    results: list[storage.ForwardStored] = []
+    lock = threading.Lock()
+
+    def send():
+        try:
+            for _ in range(5):
+                done = backend.forward(_request(tenant_a.pk, cap=3, reject=reject))
+                with lock:
+                    results.append(done)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert QueuedMessage.objects.filter(recipient=rk).count() == 3
+    stored = [r for r in results if r.outcome == "stored"]
+    if reject:
+        assert len(stored) == 3 and sum(r.evicted for r in stored) == 0
+    else:
+        assert len(stored) == 30 and sum(r.evicted for r in stored) == 27
+
+
+# --- the service: wake after commit, with the stored text --------------------------------------
+
+
+@pytest.fixture
+def pushes():
+    seen: list[dict] = []
+
+    def receiver(sender, tenant_id, did, message, **kwargs):
+        seen.append({"tenant_id": tenant_id, "did": did, "message": message})
+
+    push_requested.connect(receiver, dispatch_uid="test-forward-storage")
+    yield seen
+    push_requested.disconnect(dispatch_uid="test-forward-storage")
+
+
+@pytest.mark.django_db
+def test_the_wake_carries_the_stored_text_up_to_64_kib(backend, tenant_a, pushes, django_capture_on_commit_callbacks):
+    _grant(tenant_a)
+    policy = services.policy_for(tenant=tenant_a)
+    small = {"json": {"protected": "x" * 100}}
+    with django_capture_on_commit_callbacks(execute=True):
+        stored = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=small)
+    text = QueuedMessage.objects.get(message_id=stored.message_id).data
+    assert text == json.dumps(small, separators=(",", ":"))
+    assert pushes == [
+        {
+            "tenant_id": tenant_a.pk,
+            "did": "did:example:client",
+            "message": {
+                "type": services.WAKE,
+                "ids": [stored.message_id],
+                "items": [{"id": stored.message_id, "data": text}],
+            },
+        }
+    ]
+    pushes.clear()
+    exact = {"base64": "A" * (services.WAKE_INLINE_MAX - len('{"base64":""}'))}
+    big = {"base64": "A" * (services.WAKE_INLINE_MAX - len('{"base64":""}') + 1)}
+    with django_capture_on_commit_callbacks(execute=True):
+        at_limit = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=exact)
+        over = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=big)
+    assert [p["message"].get("items", [{}])[0].get("id") for p in pushes] == [at_limit.message_id, None]
+    assert pushes[1]["message"] == {"type": services.WAKE, "ids": [over.message_id]}
+
+
+@pytest.mark.django_db
+def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
+    backend, tenant_a, pushes, django_capture_on_commit_callbacks
+):
+    _grant(tenant_a)
+    DidcommPolicy.objects.filter(tenant=tenant_a).delete()
+    policy = services.policy_for(tenant=tenant_a)
+    policy.queue_cap, policy.overflow = 1, DidcommPolicy.Overflow.REJECT
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        assert pushes == []
+        with pytest.raises(services.QueueFull):
+            services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        assert services.forward_store(tenant=tenant_a, policy=policy, next_did="did:example:nobody", data={}) is None
+        assert services.forward_store(tenant=tenant_a, policy=policy, next_did="not a did", data={}) is None
+    assert len(callbacks) == 1 and pushes == []
