@@ -1,4 +1,4 @@
-"""The production WSGI application (gunicorn, docs/serving.md): `POST /` (every protocol command)
+"""The production WSGI application (Granian, mediator_project/http_server.py, docs/serving.md): `POST /` (every protocol command)
 goes to `CommandEntry`, everything else to Django's own WSGIHandler.
 
 `CommandEntry` is the one HTTP entry of the command path in production. It does what the
@@ -111,13 +111,6 @@ def response_headers(environ) -> list[tuple[str, str]]:
     return [*security_headers(is_secure(environ)), *cors_headers(environ.get("HTTP_ORIGIN"))]
 
 
-class _Finished(list):
-    """The response body; closing it ends the request as Django's responses do."""
-
-    def close(self) -> None:
-        signals.request_finished.send(sender=CommandEntry)
-
-
 class CommandEntry:
     """`POST /` as WSGI (see the module docstring)."""
 
@@ -136,7 +129,10 @@ class CommandEntry:
             status, headers, body = 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
         headers = [*headers, ("Content-Length", str(len(body))), *response_headers(environ)]
         start_response(f"{status} {responses.get(status, 'Unknown Status Code')}", headers)
-        return _Finished([body])
+        # The request ends here, not when the server closes the body: the reply is complete, and
+        # Granian never closes a list (it writes its bytes at once).
+        signals.request_finished.send(sender=CommandEntry)
+        return [body]
 
     def _reply(self, environ) -> tuple[int, list[tuple[str, str]], bytes]:
         # TenantMiddleware

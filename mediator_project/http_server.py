@@ -1,0 +1,56 @@
+"""The production HTTP tier (docs/serving.md): Granian serving the WSGI application of
+mediator_project/wsgi.py (`POST /` on the command entry, everything else on Django's handler);
+/ws is served by Daphne beside it.
+
+    python -m mediator_project.http_server          # supervisord's and systemd's command
+
+Granian parses HTTP in Rust (hyper) on its own runtime thread and calls the application in a
+pool of Python threads, one database connection each (DB_CONN_MAX_AGE, set by
+scripts/run_production.sh and the systemd unit). Measured against gunicorn's threaded worker
+through the same layout (docs/benchmarks.md, "Production against the lean reference"): about a
+third less server CPU per TWO_WAY_PRIVATE, gunicorn's pure-Python parser and its poller/thread
+hand-offs being most of the difference.
+
+Settings (environment):
+- HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
+- HTTP_WORKERS (cores): worker processes; a worker that dies is started again by the master
+  (the other keeps serving), the master itself by supervisord or systemd;
+- HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
+  connection each): more commands in flight share PostgreSQL's commit flushes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces
+from granian.log import LogLevels
+
+APPLICATION = "mediator_project.wsgi:application"
+
+
+def server() -> Granian:
+    return Granian(
+        APPLICATION,
+        address="127.0.0.1",
+        port=int(os.environ.get("HTTP_PORT", "8000")),
+        interface=Interfaces.WSGI,
+        workers=int(os.environ.get("HTTP_WORKERS") or os.cpu_count() or 1),
+        blocking_threads=int(os.environ.get("HTTP_THREADS", "8")),
+        # Threads (and their persistent database connections) are kept while the tier is idle up
+        # to DB_CONN_MAX_AGE's 10 minutes.
+        blocking_threads_idle_timeout=600,
+        http=HTTPModes.http1,
+        websockets=False,
+        backlog=2048,
+        log_level=LogLevels.warning,
+        respawn_failed_workers=True,
+        respawn_interval=1.0,
+        # SIGTERM: requests in flight finish; a worker still busy after this is killed.
+        workers_kill_timeout=10,
+    )
+
+
+if __name__ == "__main__":
+    server().serve()
