@@ -13,8 +13,9 @@ hand-offs being most of the difference.
 
 Settings (environment):
 - HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
-- HTTP_WORKERS (cores): worker processes; a worker that dies is started again by the master
-  (the other keeps serving), the master itself by supervisord or systemd;
+- HTTP_WORKERS (cores): worker processes, forked from the master after it loaded the
+  application; a worker that dies is forked again by the master after 1 s (the other keeps
+  serving), the master itself is restarted by supervisord or systemd;
 - HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
   connection each): more commands in flight share PostgreSQL's commit flushes.
 """
@@ -53,4 +54,11 @@ def server() -> Granian:
 
 
 if __name__ == "__main__":
+    # The application is loaded once, here, before the workers fork (Granian forks on Linux and
+    # its workers then find the module loaded): a worker that died is serving again as soon as it
+    # is forked, instead of after Django's start-up, and the workers share the loaded code's
+    # pages. Nothing connects at import: the database, Redis and the push and metering threads
+    # are opened on first use in each worker (fork-aware).
+    import mediator_project.wsgi  # noqa: F401
+
     server().serve()
