@@ -3,9 +3,14 @@ TWO_WAY_PRIVATE at 16 clients, same database, same world, same load generator (i
 
     .venv/bin/python -m bench.lean_compare                          # 3 alternations x 10 s
     .venv/bin/python -m bench.lean_compare --alternations 5 --seconds 15
+    .venv/bin/python -m bench.lean_compare --variant-env HTTP_THREADS=4   # a second production layout too
+
+With --variant-env a second production layout ("variant", on --port + 20, the same database and
+tenant) runs with those variables added, in every round beside the other two, so that a change
+of the layout is measured against the current one in the same minutes.
 
 1. a fresh PostgreSQL database (migrated, one tenant), as bench/run_standard.py makes it;
-2. the production layout (scripts/run_production.sh: nginx → gunicorn, Daphne for /ws, no Celery)
+2. the production layout (scripts/run_production.sh: nginx → Granian, Daphne for /ws, no Celery)
    and the lean reference (uvicorn + asyncpg, one process per core, clients straight to it) both
    started and kept running; only the one under load does any work;
 3. the world built once through the production layout (bench/loadgen.py: 64 registered
