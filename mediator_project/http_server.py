@@ -22,20 +22,53 @@ Settings (environment):
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+import sys
+import time
 
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces
 from granian.log import LogLevels
 
 APPLICATION = "mediator_project.wsgi:application"
+HOST = "127.0.0.1"
+# How long a starting master waits for its port (see wait_for_port).
+PORT_WAIT_SECONDS = 30.0
+
+
+def port() -> int:
+    return int(os.environ.get("HTTP_PORT", "8000"))
+
+
+def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) -> bool:
+    """Wait until `host:number` can be bound (True), or `timeout` passes (False).
+
+    A master that was SIGKILLed leaves its workers holding the listening socket until
+    scripts/supervisor_reaper.py (or systemd's control group) ends them; Granian exits at once
+    when its bind fails, and each retry would load the application again. The new master waits
+    here instead, as gunicorn's master retried its bind."""
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, number))
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                return False
+        finally:
+            probe.close()
+        time.sleep(0.2)
 
 
 def server() -> Granian:
     return Granian(
         APPLICATION,
-        address="127.0.0.1",
-        port=int(os.environ.get("HTTP_PORT", "8000")),
+        address=HOST,
+        port=port(),
         interface=Interfaces.WSGI,
         workers=int(os.environ.get("HTTP_WORKERS") or os.cpu_count() or 1),
         blocking_threads=int(os.environ.get("HTTP_THREADS", "8")),
@@ -61,4 +94,6 @@ if __name__ == "__main__":
     # are opened on first use in each worker (fork-aware).
     import mediator_project.wsgi  # noqa: F401
 
+    if not wait_for_port(HOST, port()):
+        print(f"http_server: {HOST}:{port()} still in use after {PORT_WAIT_SECONDS:.0f} s", file=sys.stderr)
     server().serve()

@@ -173,3 +173,25 @@ def test_a_killed_worker_is_replaced_while_the_other_answers_and_sigterm_stops_a
     while time.monotonic() < deadline and any(_alive(p) for p in replaced):
         time.sleep(0.1)
     assert not any(_alive(p) for p in replaced)
+
+
+def test_a_starting_master_waits_for_its_port_instead_of_failing():
+    """wait_for_port: False while another socket listens on the port (until the timeout), True
+    as soon as it is closed (what a SIGKILLed master's orphaned workers do when the reaper ends
+    them)."""
+    import socket
+    import threading
+
+    from mediator_project.http_server import wait_for_port
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    number = holder.getsockname()[1]
+    started = time.monotonic()
+    assert wait_for_port("127.0.0.1", number, timeout=0.5) is False
+    assert time.monotonic() - started >= 0.5
+    threading.Timer(0.6, holder.close).start()
+    started = time.monotonic()
+    assert wait_for_port("127.0.0.1", number, timeout=10) is True
+    assert 0.5 <= time.monotonic() - started < 5
