@@ -272,8 +272,9 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
     """Issue 13 item 5: supervisord restarts the one program that died. A thread posts commands
     (a protocol 400 each) all along; each process is SIGKILLed in turn. Daphne, the Celery worker
     and beat are not on the POST / path: not one command fails while they restart. Granian and
-    nginx are back within seconds, with new pids, and what their dead masters left (workers
-    holding the listening socket) is gone (scripts/supervisor_reaper.py)."""
+    nginx are back within seconds, with new pids (Granian answers once its new master has loaded
+    the application), and what their dead masters left (workers holding the listening socket) is
+    gone (scripts/supervisor_reaper.py)."""
     import threading
 
     ctl = layout["ctl"]
@@ -328,8 +329,12 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
                     time.sleep(0.2)
                 assert orphans and not any(_alive(p) for p in orphans), f"{name} left {orphans}"
             # …and answering: the next commands through the whole layout succeed.
+            # Granian's workers stop with their master, so its gap includes the new master loading
+            # the application (~1.6 s of CPU; 4-14 s of wall time on the shared box at load
+            # average 6-17, docs/serving.md); the others answer within seconds.
+            window = 30 if name == "granian" else 10
             answered_at = time.monotonic()
-            while time.monotonic() - answered_at < 10 and [ok for n, ok in outcomes[-5:]] != [True] * 5:
+            while time.monotonic() - answered_at < window and [ok for n, ok in outcomes[-5:]] != [True] * 5:
                 time.sleep(0.1)
             assert [ok for n, ok in outcomes[-5:]] == [True] * 5, name
         phase["name"] = "after"
