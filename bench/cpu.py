@@ -6,7 +6,7 @@ running. A sample sums utime+stime of:
 
 - server: every process in the server's session (scripts/run_production.sh starts in its own
   session, whose id is the `server_pgid` given here; supervisord gives each program a process
-  group of its own inside it: gunicorn master and workers, Daphne, nginx, Celery if started);
+  group of its own inside it: Granian master and workers, Daphne, nginx, Celery if started);
 - postgres: backends whose command line names the bench database ("postgres: user db …");
 - machine: all CPUs from /proc/stat (busy = everything but idle and iowait).
 
@@ -53,7 +53,9 @@ def _machine_busy() -> tuple[float, float]:
 
 def _kind(pid: str) -> str:
     cmd = _cmdline(pid)
-    for kind in ("gunicorn", "daphne", "nginx", "celery"):
+    if "mediator_project.http_server" in cmd:  # Granian's master and workers (fork: same command line)
+        return "granian"
+    for kind in ("gunicorn", "granian", "daphne", "nginx", "celery"):
         if kind in cmd:
             return kind
     return "other"

@@ -6,7 +6,7 @@ production layout, forward-to-live-push latency with 1,000 live recipients, RSS 
     .venv/bin/python -m bench.didcomm_bench idle --steps 1000 5000 [--redis]           # ~3 min
 
 `forwards`: a fresh database (bench/run_standard.py's), the production layout
-(scripts/run_production.sh: nginx → gunicorn, Daphne, no Celery, metering on, rate limits off), a
+(scripts/run_production.sh: nginx → Granian, Daphne, no Celery, metering on, rate limits off), a
 Decentrl world (bench/loadgen.py: 64 pairs with contracts) and a DIDComm world built through the
 protocol (64 wallets granted mediation, each with one recipient DID). Every forward is built before
 the run (a fresh anoncrypt routing/2.0 forward to the mediator DID around a fixed JWE for the
@@ -21,7 +21,7 @@ and one socket on /didcomm/ws through nginx in live mode (Pickup 3.0 live-delive
 forward at a time (`--pause-ms` apart) to the next live recipient in turn, over a keep-alive
 connection to nginx; the recipient's socket stamps the pushed `delivery` (then unpacks it to check
 it carries one attachment). request→frame = from just before the POST to the frame (the whole
-path: nginx, gunicorn, decrypt, store, commit, Redis channel layer, Daphne, pack, socket);
+path: nginx, Granian, decrypt, store, commit, Redis channel layer, Daphne, pack, socket);
 response→frame = from the 202 to the frame (negative when the push overtakes the response).
 
 `idle`: one Daphne process (bench/ws_common.py, database `mediator_bench_ws`), `--clients`

@@ -6,7 +6,7 @@ stamping, alternation and summary are reused, not copied).
     .venv/bin/python -m bench.didcomm_v1_bench forwards --alternations 3 --seconds 10   # ~4 min
     .venv/bin/python -m bench.didcomm_v1_bench push --live 200 --sends 200              # ~2 min
 
-`forwards`: a fresh database, the production layout (scripts/run_production.sh: nginx → gunicorn,
+`forwards`: a fresh database, the production layout (scripts/run_production.sh: nginx → Granian,
 Daphne, no Celery, metering on, rate limits off), a Decentrl world (bench/loadgen.py: 64 pairs with
 contracts) and a DIDComm v1 world built through the protocol: 64 Aries agents, each with a
 connection (DID Exchange 1.1, did:peer:4 with no http(s) endpoint: Credo's case, messages are kept

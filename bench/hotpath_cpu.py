@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.hotpath_cpu --n 3000 --rounds 5 --profile   # + cProfile top of the default
 
 Throughput on a shared 2-core box moves with whatever else runs; CPU time per command does not
-(much). For each variant this drives the real Django WSGI handler (the code a gunicorn sync
+(much). For each variant this drives the real Django WSGI handler (the code a WSGI
 worker runs for `POST /`, minus HTTP parsing) with pre-signed commands and reports, per command:
 
 - `py_us`: CPU of this process (time.process_time: the worker's Python, psycopg, libsodium);

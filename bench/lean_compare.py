@@ -3,9 +3,14 @@ TWO_WAY_PRIVATE at 16 clients, same database, same world, same load generator (i
 
     .venv/bin/python -m bench.lean_compare                          # 3 alternations x 10 s
     .venv/bin/python -m bench.lean_compare --alternations 5 --seconds 15
+    .venv/bin/python -m bench.lean_compare --variant-env HTTP_THREADS=4   # a second production layout too
+
+With --variant-env a second production layout ("variant", on --port + 20, the same database and
+tenant) runs with those variables added, in every round beside the other two, so that a change
+of the layout is measured against the current one in the same minutes.
 
 1. a fresh PostgreSQL database (migrated, one tenant), as bench/run_standard.py makes it;
-2. the production layout (scripts/run_production.sh: nginx → gunicorn, Daphne for /ws, no Celery)
+2. the production layout (scripts/run_production.sh: nginx → Granian, Daphne for /ws, no Celery)
    and the lean reference (uvicorn + asyncpg, one process per core, clients straight to it) both
    started and kept running; only the one under load does any work;
 3. the world built once through the production layout (bench/loadgen.py: 64 registered
@@ -99,37 +104,43 @@ def _median(rows: list[dict], key: str):
 
 
 def summarize(runs: list[dict]) -> dict:
-    """Medians per server, and production / lean: per round, and the median of the rounds."""
+    """Medians per server, and each production layout / lean: per round, and the median of the rounds."""
     out: dict = {}
-    for name in ("production", "lean"):
+    names = list(dict.fromkeys(r["server"] for r in runs))
+    for name in names:
         rows = [r for r in runs if r["server"] == name]
         out[name] = {
             k: _median(rows, k)
             for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req", "postgres_cpu_ms_per_req",
                       "other_cpu_share", "nginx_us_per_req")
         }  # fmt: skip
-    ratios, cpu_ratios = [], []
 
     def cpu(r):
         return (r["server_cpu_ms_per_req"] or 0) + (r["postgres_cpu_ms_per_req"] or 0)
 
-    for rnd in sorted({r["round"] for r in runs}):
-        by = {r["server"]: r for r in runs if r["round"] == rnd}
-        if by.get("production") and by.get("lean") and by["lean"]["throughput_rps"]:
-            ratios.append(round(by["production"]["throughput_rps"] / by["lean"]["throughput_rps"], 3))
-            if cpu(by["production"]):
-                cpu_ratios.append(round(cpu(by["lean"]) / cpu(by["production"]), 3))
-    out["ratio_per_round"] = ratios
-    out["cpu_ratio_per_round"] = cpu_ratios
-    out["ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
-    p, lean = out["production"], out["lean"]
-    if lean["throughput_rps"]:
-        out["ratio_of_medians"] = round(p["throughput_rps"] / lean["throughput_rps"], 3)
-    # CPU per command does not depend much on who else runs on the box: lean (server + PostgreSQL)
-    # over production (server + PostgreSQL), i.e. the throughput ratio if each had the box alone.
-    total = {n: (out[n]["server_cpu_ms_per_req"] or 0) + (out[n]["postgres_cpu_ms_per_req"] or 0) for n in out
-             if n in ("production", "lean")}  # fmt: skip
-    out["cpu_ratio"] = round(total["lean"] / total["production"], 3) if total["production"] else None
+    for name in [n for n in names if n != "lean"]:
+        prefix = "" if name == "production" else f"{name}_"
+        ratios, cpu_ratios = [], []
+        for rnd in sorted({r["round"] for r in runs}):
+            by = {r["server"]: r for r in runs if r["round"] == rnd}
+            if by.get(name) and by.get("lean") and by["lean"]["throughput_rps"]:
+                ratios.append(round(by[name]["throughput_rps"] / by["lean"]["throughput_rps"], 3))
+                if cpu(by[name]):
+                    cpu_ratios.append(round(cpu(by["lean"]) / cpu(by[name]), 3))
+        out[prefix + "ratio_per_round"] = ratios
+        out[prefix + "cpu_ratio_per_round"] = cpu_ratios
+        out[prefix + "ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
+        out[prefix + "cpu_ratio_median"] = round(statistics.median(cpu_ratios), 3) if cpu_ratios else None
+        p, lean = out[name], out.get("lean") or {}
+        if lean.get("throughput_rps"):
+            out[prefix + "ratio_of_medians"] = round(p["throughput_rps"] / lean["throughput_rps"], 3)
+        # CPU per command does not depend much on who else runs on the box: lean (server + PostgreSQL)
+        # over production (server + PostgreSQL), i.e. the throughput ratio if each had the box alone.
+        total = {n: (out[n]["server_cpu_ms_per_req"] or 0) + (out[n]["postgres_cpu_ms_per_req"] or 0)
+                 for n in (name, "lean") if n in out}  # fmt: skip
+        out[prefix + "cpu_ratio"] = (
+            round(total["lean"] / total[name], 3) if total.get(name) and "lean" in total else None
+        )
     return out
 
 
@@ -147,7 +158,8 @@ def markdown(report: dict) -> str:
     s = report["summary"]
     out += ["", "| medians | req/s | p50 ms | p99 ms | server CPU ms/req | PG CPU ms/req | other CPU share |",
             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name in ("production", "lean"):
+    names = list(dict.fromkeys(r["server"] for r in report["runs"]))
+    for name in names:
         m = s[name]
         out.append(
             f"| {name} | {m['throughput_rps']} | {m['p50_ms']} | {m['p99_ms']} | {m['server_cpu_ms_per_req']} "
@@ -157,6 +169,9 @@ def markdown(report: dict) -> str:
             f"ratio of the medians {s.get('ratio_of_medians')}; CPU per command (server + PostgreSQL) lean / "
             f"production {s['cpu_ratio']} (per round {s['cpu_ratio_per_round']}); nginx µs/req (production runs) "
             f"median {s['production']['nginx_us_per_req']}"]  # fmt: skip
+    for name in [n for n in names if n not in ("production", "lean")]:
+        out.append(f"{name} / lean req/s per round: {s[name + '_ratio_per_round']}; median **{s[name + '_ratio_median']}**; "
+                   f"CPU per command lean / {name} {s[name + '_cpu_ratio']} (per round {s[name + '_cpu_ratio_per_round']})")  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -175,6 +190,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lean-workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--lean-pool-size", type=int, default=8, help="PostgreSQL connections per lean process")
     ap.add_argument("--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the production layout")
+    ap.add_argument("--variant-env", nargs="*", action="extend", default=[],
+                    help="KEY=VALUE: also run a second production layout ('variant', on --port + 20) with these "
+                         "variables in every round, to compare a change of the layout against it")  # fmt: skip
     args = ap.parse_args(argv)
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
@@ -190,10 +208,16 @@ def main(argv: list[str] | None = None) -> dict:
     prepare_database(layout_args)
     layout = Layout(layout_args)
     lean = None
+    servers: dict = {}
     try:
         lean = LeanServer(port=args.lean_port or args.port + 10, database_url=db_url(args.db),
                           workers=args.lean_workers, pool_size=args.lean_pool_size)  # fmt: skip
         servers = {"production": layout, "lean": lean}
+        if args.variant_env:
+            variant_args = SimpleNamespace(**{**vars(layout_args), "port": args.port + 20,
+                                              "env": [*args.env, *args.variant_env]})  # fmt: skip
+            servers["variant"] = variant = Layout(variant_args)
+            variant.host = layout.host  # the tenant is the one of --port
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         print(f"== world: {args.pairs} pairs", file=sys.stderr)
         for srv in servers.values():
@@ -201,7 +225,8 @@ def main(argv: list[str] | None = None) -> dict:
                 loadgen.drive(srv.url, layout.host, loadgen.gen_two_way(world, 3000), args.clients, args.warmup)
         last: dict[str, float] = {}
         for rnd in range(1, args.alternations + 1):
-            order = ["production", "lean"] if rnd % 2 else ["lean", "production"]
+            order = [n for n in ("production", "variant", "lean") if n in servers]
+            order = order if rnd % 2 else order[::-1]
             for name in order:
                 srv = servers[name]
                 n = (
@@ -226,6 +251,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         if lean is not None:
             lean.stop()
+        if "variant" in servers:
+            servers["variant"].stop()
         layout.stop()
     report["summary"] = summarize(report["runs"])
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -149,7 +149,7 @@ class Reference:
         self._tenants: dict[str, tuple[Tenant | None, float]] = {}
 
     async def start(self) -> None:
-        # A fixed set of persistent connections, as gunicorn's threads keep theirs: no reset
+        # A fixed set of persistent connections, as the HTTP tier's threads keep theirs: no reset
         # round trip on release (asyncpg's default sends `RESET ALL` etc. after every use), no
         # replacement after N queries or idle time, so each keeps its prepared statement.
         self.pool = await asyncpg.create_pool(

@@ -1,6 +1,6 @@
 """Per-push worker CPU and latency: the channels_redis adapter against the channel layer's public API.
 
-What a gunicorn worker does after a TWO_WAY_PRIVATE commits (apps/realtime/push.py), measured
+What an HTTP worker (Granian) does after a TWO_WAY_PRIVATE commits (apps/realtime/push.py), measured
 single-threaded on the real `RedisChannelLayer` and Redis, three ways, alternately:
 
 - `adapter`: `apps.realtime.channels_redis_adapter.SyncSender` as `push_to_sockets` calls it (one

@@ -1,5 +1,5 @@
 """Push latency through the production layout, against a running deployment:
-TWO_WAY_PRIVATE over nginx → gunicorn (sync WSGI worker) → after-commit push → Redis channel
+TWO_WAY_PRIVATE over nginx → Granian (WSGI threads) → after-commit push → Redis channel
 layer → Daphne → the recipient's socket through nginx, with `--others` more authenticated
 sockets open on the same Daphne.
 
@@ -70,7 +70,7 @@ async def measure(url: str, host: str | None, others: int, sends: int, pause_s: 
         conn.close()
         http_client.close()
     return {
-        "layout": "nginx -> gunicorn -> redis -> daphne",
+        "layout": "nginx -> granian -> redis -> daphne",
         "others": others,
         "others_open": others_open,
         "open_failures": pool.failures,

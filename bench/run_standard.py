@@ -1,7 +1,7 @@
 """The standard benchmark set (`make bench`), one command:
 
 1. a fresh PostgreSQL database (BENCH_DB, default `mediator_bench`), migrated, one tenant;
-2. the production layout (scripts/run_production.sh: nginx → gunicorn for HTTP, Daphne for /ws,
+2. the production layout (scripts/run_production.sh: nginx → Granian for HTTP, Daphne for /ws,
    Redis channel layer, Celery) with rate limits off and metering on (buffered, the default);
 3. the HTTP scenarios through the protocol (bench/loadgen.py), each `--runs` times:
    TWO_WAY_PRIVATE at 16 clients, QUERY_PENDING_EVENTS + ACKNOWLEDGE, SAVE_EVENTS, QUERY_EVENTS
@@ -14,7 +14,7 @@
 
     .venv/bin/python -m bench.run_standard            # ~12-15 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~3 min: 1 run, 100k stored events, 1000 idle sockets
-    BENCH_ENV="GUNICORN_WORKERS=3" .venv/bin/python -m bench.run_standard --only two_way_private
+    BENCH_ENV="HTTP_WORKERS=3" .venv/bin/python -m bench.run_standard --only two_way_private
 
 Every HTTP run also records where the CPU went (bench/cpu.py): server processes, PostgreSQL
 backends, the load generator itself and the rest of the machine, so that numbers from a shared
@@ -52,7 +52,7 @@ def machine() -> dict:
             return "?"
 
     import django
-    import gunicorn
+    import granian
     import psycopg
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
@@ -64,7 +64,7 @@ def machine() -> dict:
         "python": sys.version.split()[0],
         "django": django.__version__,
         "psycopg": psycopg.__version__,
-        "gunicorn": gunicorn.__version__,
+        "granian": granian.__version__,
         "postgres": run("psql -V"),
         "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True, check=False).stderr.strip(),
         "redis": run("redis-server --version"),
@@ -150,7 +150,7 @@ class Layout(SessionServer):
             env["NO_CELERY"] = "1"
         cmd = ["scripts/run_production.sh"]
         self.http_port = args.port
-        if args.layout == "no-proxy":  # clients straight to gunicorn (HTTP_PORT = PORT + 1)
+        if args.layout == "no-proxy":  # clients straight to Granian (HTTP_PORT = PORT + 1)
             env["NO_PROXY"] = "1"
             self.http_port = args.port + 1
         elif args.layout == "daphne":  # the embedded default's server: one Daphne for everything
@@ -178,7 +178,7 @@ class Layout(SessionServer):
         else:
             self.stop()
             raise RuntimeError("the production layout did not start:\n" + self.log_path.read_text(errors="replace"))
-        time.sleep(1.0)  # let every gunicorn worker finish booting
+        time.sleep(1.0)  # let every Granian worker finish booting
 
 
 def run_http(args, layout: Layout) -> list[dict]:
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--layout",
         choices=("production", "no-proxy", "daphne"),
         default="production",
-        help="production: nginx+gunicorn+Daphne (default); no-proxy: gunicorn direct; daphne: one Daphne",
+        help="production: nginx+Granian+Daphne (default); no-proxy: Granian direct; daphne: one Daphne",
     )
     ap.add_argument(
         "--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the server (also BENCH_ENV)"
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "python -m bench.run_standard " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(),
         "layout": args.layout,
-        "server_env": {k: v for k, v in server_env(args).items() if k.startswith(("GUNICORN_", "MEDIATOR_", "USAGE_", "DB_POOL"))},
+        "server_env": {k: v for k, v in server_env(args).items() if k.startswith(("HTTP_", "MEDIATOR_", "USAGE_", "DB_POOL"))},
         "http": [],
     }  # fmt: skip
     t0 = time.perf_counter()

@@ -114,8 +114,9 @@ ASGI_APPLICATION = "mediator_project.asgi.application"
 
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mediator.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-# gunicorn's threads are fixed, so there a persistent connection per thread (DB_CONN_MAX_AGE
-# seconds, set by scripts/run_production.sh for gunicorn only) saves the pool's checkout and
+# The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
+# so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
+# scripts/run_production.sh for the HTTP tier only) saves the pool's checkout and
 # return on every request (issue 8, docs/benchmarks.md).
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_CONN_MAX_AGE > 0:
@@ -268,7 +269,7 @@ MEDIATOR_PUBLIC_SCHEME = env("MEDIATOR_PUBLIC_SCHEME", "https" if PRODUCTION els
 # Session and CSRF cookies are Secure, and a secure request gets HSTS (a year unless
 # MEDIATOR_HSTS_SECONDS says otherwise; 0 = none). A request is secure when a trusted proxy says
 # so: the layout's nginx sets X-Forwarded-Proto to the public scheme (it terminates no TLS
-# itself), and gunicorn and Daphne listen on 127.0.0.1 only, behind it.
+# itself), and Granian and Daphne listen on 127.0.0.1 only, behind it.
 _TLS = MEDIATOR_PUBLIC_SCHEME == "https"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _TLS
 SECURE_HSTS_SECONDS = env_int("MEDIATOR_HSTS_SECONDS", 31_536_000 if _TLS else 0)

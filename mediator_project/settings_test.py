@@ -12,7 +12,7 @@ DATABASES["default"] = dj_database_url.parse(
     os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/mediator"), conn_max_age=0
 )
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-# The production layout's gunicorn (scripts/run_production.sh sets DB_CONN_MAX_AGE) keeps its
+# The production layout's HTTP tier (scripts/run_production.sh sets DB_CONN_MAX_AGE) keeps its
 # persistent connections under test too; the test process itself has none.
 DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "0"))
 # Several suites may run on one PostgreSQL at once (developers, CI): MEDIATOR_TEST_DB_NAME

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The production serving layout on one box (docs/serving.md), as one command:
 #   nginx :PORT  ──/ws──▶ daphne :WS_PORT (Channels consumer, Redis channel layer)
-#               └──/────▶ gunicorn :HTTP_PORT (threaded WSGI workers, POST / and the rest)
+#               └──/────▶ granian :HTTP_PORT (WSGI workers, mediator_project/http_server.py: POST / and the rest)
 #   celery worker + celery beat on the Redis broker
 #   the warm Spark engine of the usage reports (spark_reports/engine.py; not with NO_CELERY, or
 #   when SPARK_REMOTE or SPARK_MASTER points the reports elsewhere)
@@ -27,7 +27,7 @@ RUN_DIR="${RUN_DIR:-var/run-$PORT}"
 mkdir -p "$RUN_DIR"
 RUN_DIR_ABS="$(cd "$RUN_DIR" && pwd)"
 export PORT HTTP_PORT WS_PORT PYTHONPATH="${PYTHONPATH:-$PWD}"
-# Metrics of every process (gunicorn workers, Daphne) summed at scrape time (docs/operations.md);
+# Metrics of every process (Granian workers, Daphne) summed at scrape time (docs/operations.md);
 # emptied before the processes start.
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR_ABS/metrics}"
 
@@ -44,7 +44,7 @@ from apps.decentrl.middleware import nginx_cors_maps
 print(s.MEDIATOR_MAX_BODY_BYTES, s.MEDIATOR_PUBLIC_SCHEME, nginx_cors_maps(s.MEDIATOR_CORS_ORIGINS))')"
 read -r MAX_BODY_BYTES PUBLIC_SCHEME CORS_MAPS <<<"$settings"
 
-# nginx (below) reaches gunicorn and Daphne from 127.0.0.1 and sets X-Forwarded-For to the
+# nginx (below) reaches Granian and Daphne from 127.0.0.1 and sets X-Forwarded-For to the
 # client's address: trust it there, so that per-IP limits count clients, not nginx.
 if [ "${NO_PROXY:-0}" != 1 ]; then
   export MEDIATOR_TRUSTED_PROXIES="${MEDIATOR_TRUSTED_PROXIES:-127.0.0.1/32}"
@@ -60,10 +60,10 @@ fi
 sed -e "$celery" -e "$proxy" -e "$engine" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" -e "s#@ROOT@#$ROOT#g" -e "s#@VENV@#$VENV_ABS#g" \
   -e "s#@PYTHON@#$VENV_ABS/bin/python#g" -e "s#@NGINX@#${NGINX:-nginx}#g" -e "s/@WS_PORT@/$WS_PORT/g" \
   -e "s/@CELERY_CONCURRENCY@/${CELERY_CONCURRENCY:-1}/g" \
-  -e "s/@GUNICORN_DB_CONN_MAX_AGE@/${GUNICORN_DB_CONN_MAX_AGE:-600}/g" \
+  -e "s/@HTTP_DB_CONN_MAX_AGE@/${HTTP_DB_CONN_MAX_AGE:-600}/g" \
   deploy/supervisord.conf.template > "$RUN_DIR_ABS/supervisord.conf"
 [ "${1:-}" = render ] && exit 0
 
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
-echo "production layout: http://localhost:$PORT (gunicorn :$HTTP_PORT, daphne /ws :$WS_PORT)"
+echo "production layout: http://localhost:$PORT (granian :$HTTP_PORT, daphne /ws :$WS_PORT)"
 exec "$VENV_ABS/bin/supervisord" -n -c "$RUN_DIR_ABS/supervisord.conf"

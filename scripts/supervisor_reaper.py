@@ -3,7 +3,7 @@
 supervisord starts every program in its own process group and restarts a program whose main
 process died. What that process had forked is not its concern: a SIGKILLed nginx master leaves
 its worker serving on the listening socket, so the new master cannot bind and the program goes
-FATAL; an orphaned gunicorn worker holds the port for a while too. On every EXITED or STOPPED
+FATAL; an orphaned Granian worker holds the port for a while too. On every EXITED or STOPPED
 event this listener ends the rest of the dead process's group (SIGTERM, SIGKILL after 5 s).
 systemd does the same with its control groups (KillMode=control-group, deploy/systemd/).
 """

@@ -81,7 +81,8 @@ def wsgi_call(app, body: bytes = b"", *, method: str = "POST", path: str = "/", 
     try:
         response = app(environ, start_response)
         data = b"".join(response)
-        response.close()
+        if hasattr(response, "close"):  # as a WSGI server does (PEP 3333)
+            response.close()
     finally:
         request_started.connect(close_old_connections)
         request_finished.connect(close_old_connections)
@@ -89,7 +90,7 @@ def wsgi_call(app, body: bytes = b"", *, method: str = "POST", path: str = "/", 
 
 
 class Poster:
-    """POST / through the production WSGI application (mediator_project/wsgi.py: gunicorn's), in
+    """POST / through the production WSGI application (mediator_project/wsgi.py, served by Granian), in
     process, with a tenant's Host header. `extra` are WSGI environ entries (REMOTE_ADDR, HTTP_…)."""
 
     def __init__(self, host: str):

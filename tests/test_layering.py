@@ -12,7 +12,7 @@ RANK = {"wire": 0, "tenants": 1, "messaging": 2, "realtime": 3, "usage": 3, "ops
 # Adapters sit on top of the stack and may read from any app (docs/architecture.md).
 ADAPTERS = {"admin.py", "api.py", "api_urls.py", "views.py", "urls.py", "tasks.py", "forms.py", "serializers.py"}
 # Function-level imports that are not layering workarounds: AppConfig.ready() (models are loaded
-# only then) and the metrics collector, which gunicorn's config imports before Django is set up.
+# only then) and the metrics collector, importable before Django is set up.
 ALLOWED_LAZY = {("apps/ops/metrics.py", "apps.messaging.models")}
 
 

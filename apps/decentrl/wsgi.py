@@ -1,5 +1,6 @@
-"""The production WSGI application (gunicorn, docs/serving.md): `POST /` (every protocol command)
-goes to `CommandEntry`, everything else to Django's own WSGIHandler.
+"""The production WSGI application (Granian, mediator_project/http_server.py, docs/serving.md):
+`POST /` (every protocol command) goes to `CommandEntry`, everything else to Django's own
+WSGIHandler.
 
 `CommandEntry` is the one HTTP entry of the command path in production. It does what the
 middlewares and the view would do for `POST /`, without building Django request and response
@@ -115,13 +116,6 @@ def response_headers(environ) -> list[tuple[str, str]]:
     return [*security_headers(is_secure(environ)), *cors_headers(environ.get("HTTP_ORIGIN"))]
 
 
-class _Finished(list):
-    """The response body; closing it ends the request as Django's responses do."""
-
-    def close(self) -> None:
-        signals.request_finished.send(sender=CommandEntry)
-
-
 def _command_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list, bytes]:
     return http_reply(raw, tenant, client)
 
@@ -153,7 +147,14 @@ class CommandEntry:
             status, headers, body = self.unavailable()
         headers = [*headers, ("Content-Length", str(len(body))), *response_headers(environ)]
         start_response(f"{status} {responses.get(status, 'Unknown Status Code')}", headers)
-        return _Finished([body])
+        # The request ends here, not when the server closes the body: the reply is complete, and
+        # Granian never closes a list (it writes its bytes at once). Nothing here may turn the
+        # reply into a 500.
+        try:
+            signals.request_finished.send(sender=CommandEntry)
+        except Exception as exc:  # noqa: BLE001
+            log.error("request_finished failed after a command: %s", type(exc).__name__)
+        return [body]
 
     def _reply(self, environ) -> tuple[int, list[tuple[str, str]], bytes]:
         # TenantMiddleware

@@ -1,6 +1,6 @@
 """Persistent database connections that died while idle are closed before a request uses them.
 
-gunicorn's threads keep one PostgreSQL connection each (DB_CONN_MAX_AGE, docs/serving.md). When
+The HTTP tier's threads (Granian) keep one PostgreSQL connection each (DB_CONN_MAX_AGE, docs/serving.md). When
 PostgreSQL restarts, or an operator terminates backends, every one of those connections is dead,
 and Django only notices when a query fails on it: each thread's next request would answer 503
 MEDIATOR_UNAVAILABLE. A PostgreSQL backend that ends a connection sends its FATAL message and

@@ -138,8 +138,8 @@ class DatabaseCollector:
             self._at = 0.0
 
     def _read(self) -> list:
-        # Imported here, not at the top: mediator_project/gunicorn.conf.py imports this module
-        # (multiprocess cleanup) before Django's app registry has loaded the models.
+        # Imported here, not at the top: this module is importable before Django's app registry
+        # has loaded the models (process managers' multiprocess cleanup).
         from apps.messaging.models import PendingEvent
 
         from .models import JobStat
@@ -230,7 +230,8 @@ def forget_dead_processes(path: str) -> list[int]:
 
 
 def mark_process_dead(pid: int) -> None:
-    """For process managers (gunicorn's child_exit hook): forget a worker that exited."""
+    """For process managers with a child-exit hook: forget a worker that exited (without one, each
+    scrape forgets dead pids, forget_dead_processes)."""
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if path:
         multiprocess.mark_process_dead(pid, path)

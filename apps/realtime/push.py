@@ -1,6 +1,6 @@
 """The receiver of `messaging.notify.push_requested`: hands a push to the channel layer group of
 (tenant, DID). Runs after the transaction has committed (notify uses on_commit), in whatever
-thread committed it: a Daphne worker thread, a gunicorn worker, a Celery task, a test.
+thread committed it: a Daphne worker thread, an HTTP-tier (Granian) thread, a Celery task, a test.
 
 How the send is made from that sync code:
 - the in-memory layer keeps asyncio queues that belong to the ASGI server's event loop, so

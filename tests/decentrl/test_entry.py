@@ -13,6 +13,7 @@ from django.core.signals import request_finished, request_started
 
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.wire.canonical import canonical_bytes
+from tests.conftest import HOST_A
 from tests.conftest import wsgi_call as call
 from tests.support.registration import contract_both_ways
 
@@ -153,6 +154,48 @@ def test_the_entry_ends_the_request_like_django(tenant_a):
         request_started.disconnect(started)
         request_finished.disconnect(finished)
     assert seen == ["started", "finished"]
+
+
+def test_the_request_ends_before_the_body_is_returned_and_a_failing_receiver_keeps_the_reply(tenant_a):
+    """Granian writes a list body at once and never closes it: request_finished has fired when
+    the entry returns, with no close() from the server. A receiver that raises there is logged,
+    and the reply stays the protocol's (never a 500)."""
+    import io
+
+    from django.db import close_old_connections
+
+    seen = []
+
+    def finished(**kw):
+        seen.append("finished")
+        raise RuntimeError("a receiver failed")
+
+    # As tests.conftest.wsgi_call: the test transaction's connection must survive the request.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    request_finished.connect(finished, weak=False)
+    got = {}
+    try:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/",
+            "CONTENT_LENGTH": "1",
+            "HTTP_HOST": HOST_A,
+            "REMOTE_ADDR": "127.0.0.1",
+            "wsgi.input": io.BytesIO(b"{"),
+            "wsgi.url_scheme": "http",
+        }
+        body = CommandEntry()(environ, lambda status, headers, exc_info=None: got.update(status=status))
+        assert seen == ["finished"]  # before anything closed the body
+    finally:
+        request_finished.disconnect(finished)
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    assert (got["status"], type(body), json.loads(b"".join(body))) == (
+        "400 Bad Request",
+        list,
+        {"type": "ERROR", "code": "INVALID_COMMAND"},
+    )
 
 
 def test_an_unexpected_error_is_a_protocol_shaped_503(tenant_a, monkeypatch):

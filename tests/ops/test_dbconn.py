@@ -1,6 +1,6 @@
 """apps/ops/dbconn.py in-process: a live idle connection is kept, one the server ended or psycopg
 already closed is dropped without an error, and the next query reconnects. (The production
-layout test terminates every gunicorn backend and checks the requests that follow.)"""
+layout test terminates every HTTP-tier backend and checks the requests that follow.)"""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def test_a_push_with_the_channel_layer_down_never_fails_the_command(
 
 
 def test_a_push_from_plain_sync_code_reaches_a_redis_group(settings):
-    """The gunicorn/Celery path: no event loop in the thread, Redis layer, one background loop."""
+    """The HTTP tier's (Granian's threads) and Celery's path: no event loop in the thread, Redis layer, one background loop."""
     import uuid
 
     from asgiref.sync import async_to_sync, sync_to_async

@@ -3,7 +3,7 @@ domain or a host no tenant claims, /admin/, /api/v1/ and /dashboard/ are a plain
 /api/), never the login page, even for a logged-in operator; the protocol endpoints keep answering
 there. In-process through Django's handler and the production WSGI entry, for both settings
 ("*", the development default, and a listed host, as production requires), the settings
-themselves, and once through a real gunicorn in production mode."""
+themselves, and once through the real HTTP server (Granian) in production mode."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_protocol_endpoints_keep_answering_on_tenant_hosts(settings, post_a, ten
 
 
 def test_the_production_wsgi_entry_applies_the_rule_and_keeps_post_root_bare(listed, tenant_a):
-    """gunicorn's application: POST / goes to the command entry (which never serves an operator
+    """The HTTP server's application: POST / goes to the command entry (which never serves an operator
     path), everything else to Django's full handler, where the rule holds."""
     app = ProtocolWSGIApplication()
     assert isinstance(app.commands, CommandEntry)
@@ -212,7 +212,7 @@ def test_a_malformed_operator_host_fails_at_startup(tmp_path, value):
 
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
-def test_a_real_gunicorn_in_production_mode_serves_operators_only_on_their_host(tmp_path, django_user_model):
+def test_the_real_http_server_in_production_mode_serves_operators_only_on_their_host(tmp_path, django_user_model):
     from apps.tenants.services import tenant_create
 
     port = servers.free_port()
@@ -226,20 +226,13 @@ def test_a_real_gunicorn_in_production_mode_serves_operators_only_on_their_host(
             "MEDIATOR_VAR_DIR": str(tmp_path / "var"),
             "MEDIATOR_OPERATOR_HOSTS": OPS_HOST,
             "HTTP_PORT": str(port),
-            "GUNICORN_WORKERS": "1",
-            "GUNICORN_THREADS": "2",
+            "HTTP_WORKERS": "1",
+            "HTTP_THREADS": "2",
         }
     )
-    log_path = tmp_path / "gunicorn.log"
+    log_path = tmp_path / "granian.log"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "mediator_project/gunicorn.conf.py",
-            "mediator_project.wsgi:application",
-        ],
+        [sys.executable, "-m", "mediator_project.http_server"],
         cwd=servers.ROOT,
         env=env,
         stdout=log_path.open("wb"),

@@ -1,0 +1,99 @@
+"""The production HTTP tier (docs/serving.md): Granian serving the WSGI application of
+mediator_project/wsgi.py (`POST /` on the command entry, everything else on Django's handler);
+/ws is served by Daphne beside it.
+
+    python -m mediator_project.http_server          # supervisord's and systemd's command
+
+Granian parses HTTP in Rust (hyper) on its own runtime thread and calls the application in a
+pool of Python threads, one database connection each (DB_CONN_MAX_AGE, set by
+scripts/run_production.sh and the systemd unit). Measured against gunicorn's threaded worker
+through the same layout (docs/benchmarks.md, "Production against the lean reference"): about a
+third less server CPU per TWO_WAY_PRIVATE, gunicorn's pure-Python parser and its poller/thread
+hand-offs being most of the difference.
+
+Settings (environment):
+- HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
+- HTTP_WORKERS (cores): worker processes, forked from the master after it loaded the
+  application; a worker that dies is forked again by the master after 1 s (the other keeps
+  serving), the master itself is restarted by supervisord or systemd;
+- HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
+  connection each): more commands in flight share PostgreSQL's commit flushes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import sys
+import time
+
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces
+from granian.log import LogLevels
+
+APPLICATION = "mediator_project.wsgi:application"
+HOST = "127.0.0.1"
+# How long a starting master waits for its port (see wait_for_port).
+PORT_WAIT_SECONDS = 30.0
+
+
+def port() -> int:
+    return int(os.environ.get("HTTP_PORT", "8000"))
+
+
+def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) -> bool:
+    """Wait until `host:number` can be bound (True), or `timeout` passes (False).
+
+    A master that was SIGKILLed leaves its workers holding the listening socket until
+    scripts/supervisor_reaper.py (or systemd's control group) ends them; Granian exits at once
+    when its bind fails, and each retry would load the application again. The new master waits
+    here instead, as gunicorn's master retried its bind."""
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, number))
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                return False
+        finally:
+            probe.close()
+        time.sleep(0.2)
+
+
+def server() -> Granian:
+    return Granian(
+        APPLICATION,
+        address=HOST,
+        port=port(),
+        interface=Interfaces.WSGI,
+        workers=int(os.environ.get("HTTP_WORKERS") or os.cpu_count() or 1),
+        blocking_threads=int(os.environ.get("HTTP_THREADS", "8")),
+        # Threads (and their persistent database connections) are kept while the tier is idle up
+        # to DB_CONN_MAX_AGE's 10 minutes.
+        blocking_threads_idle_timeout=600,
+        http=HTTPModes.http1,
+        websockets=False,
+        backlog=2048,
+        log_level=LogLevels.warning,
+        respawn_failed_workers=True,
+        respawn_interval=1.0,
+        # SIGTERM: requests in flight finish; a worker still busy after this is killed.
+        workers_kill_timeout=10,
+    )
+
+
+if __name__ == "__main__":
+    # The application is loaded once, here, before the workers fork (Granian forks on Linux and
+    # its workers then find the module loaded): a worker that died is serving again as soon as it
+    # is forked, instead of after Django's start-up, and the workers share the loaded code's
+    # pages. Nothing connects at import: the database, Redis and the push and metering threads
+    # are opened on first use in each worker (fork-aware).
+    import mediator_project.wsgi  # noqa: F401
+
+    if not wait_for_port(HOST, port()):
+        print(f"http_server: {HOST}:{port()} still in use after {PORT_WAIT_SECONDS:.0f} s", file=sys.stderr)
+    server().serve()

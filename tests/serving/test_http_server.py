@@ -1,0 +1,197 @@
+"""The production HTTP tier (mediator_project/http_server.py: Granian serving mediator_project/wsgi.py)
+as a real process on the test database: commands answered with the protocol's bytes on kept-alive
+connections, one persistent database connection per application thread (HTTP_THREADS bounds
+them), a SIGKILLed worker replaced by the master while the other worker keeps answering, and a
+SIGTERM ending master and workers. The production layout test (tests/e2e/test_production_layout.py)
+runs the whole protocol through it behind nginx.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import servers
+from tests.support.servers import ROOT, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+INVALID = (400, {"type": "ERROR", "code": "INVALID_COMMAND"})
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _workers(pid: int) -> set[int]:
+    """The master's worker processes (multiprocessing's resource tracker, if any, left out)."""
+    return {
+        p for p in _children(pid) if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+    }
+
+
+@pytest.fixture
+def http_server(tmp_path, transactional_db):
+    from apps.tenants.services import tenant_create
+
+    port = free_port()
+    tenant_create(slug="tier", domain=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}")
+    log_path = tmp_path / "granian.log"
+    env = servers.server_env(
+        {"HTTP_PORT": str(port), "HTTP_WORKERS": "2", "HTTP_THREADS": "3", "DB_CONN_MAX_AGE": "600"}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mediator_project.http_server"],
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200 and len(_workers(proc.pid)) == 2:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        yield {"url": url, "proc": proc, "log": lambda: log_path.read_text(errors="replace")}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+
+def _post(client: httpx.Client, url: str) -> tuple[int, dict]:
+    r = client.post(url + "/", content=b"{}", headers={"Content-Type": "application/json"})
+    return r.status_code, r.json()
+
+
+def test_commands_on_kept_alive_connections_and_one_database_connection_per_thread(http_server):
+    """100 commands on each of 8 kept-alive connections: every reply the protocol's error, each
+    with its Content-Length and the security headers; PostgreSQL then holds at most
+    workers × HTTP_THREADS = 6 connections of the tier (persistent, not one per request)."""
+    import asyncio
+
+    import psycopg
+
+    url = http_server["url"]
+
+    async def connection() -> list[tuple[int, dict, str | None]]:
+        async with httpx.AsyncClient(timeout=10) as c:
+            out = []
+            for _ in range(100):
+                r = await c.post(url + "/", content=b"{}", headers={"Content-Type": "application/json"})
+                out.append((r.status_code, r.json(), r.headers.get("x-content-type-options")))
+            return out
+
+    async def all_connections():
+        return await asyncio.gather(*(connection() for _ in range(8)))
+
+    replies = [r for conn in asyncio.run(all_connections()) for r in conn]
+    assert replies == [(*INVALID, "nosniff")] * 800
+    from django.db import connection as own
+
+    own_pid = own.connection.info.backend_pid if own.connection else None
+    with psycopg.connect(servers.test_database_url(), autocommit=True) as admin:
+        pids = [
+            pid
+            for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+            if pid != own_pid
+        ]
+    assert 2 <= len(pids) <= 6, pids  # both workers served; never more than their threads
+
+
+def test_a_killed_worker_is_replaced_while_the_other_answers_and_sigterm_stops_all(http_server):
+    proc = http_server["proc"]
+    url = http_server["url"]
+    workers = _workers(proc.pid)
+    assert len(workers) == 2
+    victim = min(workers)
+    os.kill(victim, signal.SIGKILL)
+    with httpx.Client(timeout=5) as c:
+        # The other worker answers at once (a command that was on the dead worker's connection
+        # fails with it; a new connection goes to a live worker).
+        answered = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(answered) < 20:
+            try:
+                with httpx.Client(timeout=5) as fresh:
+                    answered.append(_post(fresh, url))
+            except httpx.HTTPError:
+                pass
+        assert answered == [INVALID] * 20
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (len(_workers(proc.pid)) == 2 and victim not in _workers(proc.pid)):
+        time.sleep(0.2)
+    replaced = _workers(proc.pid)
+    assert len(replaced) == 2 and victim not in replaced, http_server["log"]()
+    assert not _alive(victim)
+    with httpx.Client(timeout=5) as c:
+        assert [_post(c, url) for _ in range(10)] == [INVALID] * 10
+
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == 0, http_server["log"]()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in replaced):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in replaced)
+
+
+def test_a_starting_master_waits_for_its_port_instead_of_failing():
+    """wait_for_port: False while another socket listens on the port (until the timeout), True
+    as soon as it is closed (what a SIGKILLed master's orphaned workers do when the reaper ends
+    them)."""
+    import socket
+    import threading
+
+    from mediator_project.http_server import wait_for_port
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    number = holder.getsockname()[1]
+    started = time.monotonic()
+    assert wait_for_port("127.0.0.1", number, timeout=0.5) is False
+    assert time.monotonic() - started >= 0.5
+    threading.Timer(0.6, holder.close).start()
+    started = time.monotonic()
+    assert wait_for_port("127.0.0.1", number, timeout=10) is True
+    assert 0.5 <= time.monotonic() - started < 5
