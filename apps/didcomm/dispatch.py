@@ -15,7 +15,9 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -24,6 +26,7 @@ from django.utils import timezone
 from apps.didcomm.core import jwe, jws
 from apps.didcomm.core.did_peer import resolve_peer2
 from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.keys import PublicKey
 from apps.didcomm.core.message import ENCRYPTED, SIGNED, PlainMessage, envelope_kind, parse_plaintext
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
@@ -31,7 +34,7 @@ from apps.tenants.models import Tenant
 from apps.wire.errors import ProtocolError
 
 from . import handlers, hooks, protocols, services
-from .models import DidcommPolicy, MediatorIdentity
+from .models import DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import Code
 
@@ -340,28 +343,60 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
     return Reply(problem.status, body, ENCRYPTED_MEDIA, retry_after=problem.retry_after)
 
 
-def live_delivery_frame(*, tenant: Tenant, client_did: str, client_kid: str, ids: list[str] | None) -> str | None:
-    """A Pickup 3.0 `delivery` for a live socket, authcrypt to `client_kid`: the listed messages
-    (a push) or the oldest queued ones (ids None, when live mode starts). The messages stay
-    queued until messages-received. None when nothing is queued or the grant is gone."""
+# Rows of the queue as a live push carries them: (message id, stored data, received at).
+Row = tuple[str, dict, datetime]
+
+
+@dataclass
+class LiveTarget:
+    """What a live socket keeps per client to push a Pickup 3.0 `delivery` without the database:
+    the grant, the mediator identity (its X25519 key unsealed) and the client's resolved key.
+    Loaded when live mode starts, again on services.LIVE_REFRESH (revocation, rotation)."""
+
+    mediation: Mediation
+    identity: MediatorIdentity
+    recipient: tuple[str, PublicKey]  # the client's key-agreement kid and key (its `skid`)
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def backlog(self, ids: list[str] | None) -> list[Row]:
+        """The listed messages still queued, or the oldest ones (ids None); database."""
+        return services.messages_rows(
+            mediation=self.mediation, recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
+        )
+
+    def frame(self, rows: list[Row]) -> str:
+        """The packed `delivery` of `rows` (they stay queued until messages-received); no database."""
+        message = {
+            "id": str(uuid.uuid4()),
+            "typ": "application/didcomm-plain+json",
+            "type": protocols.PICKUP + "delivery",
+            "from": self.identity.did,
+            "to": [self.mediation.client_did],
+            "created_time": int(time.time()),
+            "body": {},
+            "attachments": [{"id": mid, "data": data} for mid, data, _ in rows],
+        }
+        envelope = services.pack_to(message, identity=self.identity, recipient=self.recipient)
+        return json.dumps(envelope, separators=(",", ":"))
+
+
+# One instance per mediator identity in a process, shared by its live sockets (unsealed once).
+_live_identities: weakref.WeakValueDictionary[int, MediatorIdentity] = weakref.WeakValueDictionary()
+
+
+def live_start(
+    *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
+) -> tuple[LiveTarget | None, str | None]:
+    """(the push state of a live socket's client, the `delivery` of what is queued when `backlog`);
+    (None, None) when its grant is gone."""
     mediation = services.mediation_for(tenant=tenant, client_did=client_did)
     if mediation is None:
-        return None
-    attachments = services.messages_batch(
-        mediation=mediation, recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
-    )
-    if not attachments:
-        return None
-    identity = services.identity_current(tenant=tenant)
-    message = {
-        "id": str(uuid.uuid4()),
-        "typ": "application/didcomm-plain+json",
-        "type": protocols.PICKUP + "delivery",
-        "from": identity.did,
-        "to": [client_did],
-        "created_time": int(time.time()),
-        "body": {},
-        "attachments": attachments,
-    }
-    envelope = services.pack_for_kid(message, identity=identity, kid=client_kid)
-    return json.dumps(envelope, separators=(",", ":"))
+        return None, None
+    current = services.identity_current(tenant=tenant)
+    identity = _live_identities.get(current.pk)
+    if identity is None or identity.did != current.did:
+        identity = _live_identities[current.pk] = current
+    identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    target = LiveTarget(mediation, identity, services.agreement_key_for(client_kid))
+    rows = target.backlog(None) if backlog else []
+    return target, target.frame(rows) if rows else None
