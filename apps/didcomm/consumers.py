@@ -7,6 +7,11 @@ group (per (tenant, DID), any number of sockets across processes); each stored m
 wakes it, and it pushes a packed Pickup 3.0 `delivery` within the socket's send budget
 (apps/realtime/sendbudget.py; over it the socket closes with 4509). A push is never the only
 copy: messages leave the queue only on messages-received, TTL or eviction.
+
+A push needs no database: the wake carries the stored message (up to 64 KiB; bigger ones are
+read from the queue), and the socket keeps, per live client, what it loaded when live mode
+started (grant, mediator identity, the client's key), loaded again on services.LIVE_REFRESH
+(revocation, rotation) and after a push once LIVE_STATE_MAX_AGE_S old (docs/didcomm.md).
 """
 
 from __future__ import annotations
