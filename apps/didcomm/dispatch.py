@@ -347,21 +347,22 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
 Row = tuple[str, dict, datetime]
 
 
-@dataclass
+@dataclass(slots=True)
 class LiveTarget:
     """What a live socket keeps per client to push a Pickup 3.0 `delivery` without the database:
     the grant, the mediator identity (its X25519 key unsealed) and the client's resolved key.
     Loaded when live mode starts, again on services.LIVE_REFRESH (revocation, rotation)."""
 
-    mediation: Mediation
-    identity: MediatorIdentity
+    mediation_id: int  # the grant (an id, not the row: kept per socket)
+    client_did: str  # the live entry's own string, shared
+    identity: MediatorIdentity  # one instance per identity and process (_live_identities)
     recipient: tuple[str, PublicKey]  # the client's key-agreement kid and key (its `skid`)
     loaded_at: float = field(default_factory=time.monotonic)
 
     def backlog(self, ids: list[str] | None) -> list[Row]:
         """The listed messages still queued, or the oldest ones (ids None); database."""
         return services.messages_rows(
-            mediation=self.mediation, recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
+            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
         )
 
     def frame(self, rows: list[Row]) -> str:
@@ -371,7 +372,7 @@ class LiveTarget:
             "typ": "application/didcomm-plain+json",
             "type": protocols.PICKUP + "delivery",
             "from": self.identity.did,
-            "to": [self.mediation.client_did],
+            "to": [self.client_did],
             "created_time": int(time.time()),
             "body": {},
             "attachments": [{"id": mid, "data": data} for mid, data, _ in rows],
@@ -384,6 +385,14 @@ class LiveTarget:
 _live_identities: weakref.WeakValueDictionary[int, MediatorIdentity] = weakref.WeakValueDictionary()
 
 
+def shared_identity(identity: MediatorIdentity) -> MediatorIdentity:
+    """This process's instance of `identity` for live sockets (its keys unsealed once)."""
+    shared = _live_identities.get(identity.pk)
+    if shared is None or shared.did != identity.did:
+        shared = _live_identities[identity.pk] = identity
+    return shared
+
+
 def live_start(
     *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
 ) -> tuple[LiveTarget | None, str | None]:
@@ -392,11 +401,9 @@ def live_start(
     mediation = services.mediation_for(tenant=tenant, client_did=client_did)
     if mediation is None:
         return None, None
-    current = services.identity_current(tenant=tenant)
-    identity = _live_identities.get(current.pk)
-    if identity is None or identity.did != current.did:
-        identity = _live_identities[current.pk] = current
+    identity = shared_identity(services.identity_current(tenant=tenant))
     identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
-    target = LiveTarget(mediation, identity, services.agreement_key_for(client_kid))
+    kid, key = services.agreement_key_for(client_kid)
+    target = LiveTarget(mediation.pk, client_did, identity, (client_kid if kid == client_kid else kid, key))
     rows = target.backlog(None) if backlog else []
     return target, target.frame(rows) if rows else None

@@ -25,7 +25,7 @@ from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
 
 from . import handlers_v1, hooks, protocols, services, services_v1
-from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, Row, admit, limit, observe
+from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, Row, admit, limit, observe, shared_identity
 from .handlers_v1 import ContextV1, attachments_v1
 from .models import Mediation, MediatorIdentity
 from .problems import Problem
@@ -172,19 +172,19 @@ def is_v1(raw: bytes) -> bool:
         return False
 
 
-@dataclass
+@dataclass(slots=True)
 class LiveTargetV1:
     """What a live v1 socket keeps per agent to push a Pickup 2.0 `delivery` without the database:
     the grant, the connection's identity (its Ed25519 key unsealed) and the agent's verkey."""
 
-    mediation: Mediation
-    identity: MediatorIdentity
+    mediation_id: int  # the grant (an id, not the row: kept per socket)
+    identity: MediatorIdentity  # the connection's; one instance per identity and process
     their_verkey: str
     loaded_at: float = field(default_factory=time.monotonic)
 
     def backlog(self, ids: list[str] | None) -> list[Row]:
         return services.messages_rows(
-            mediation=self.mediation, recipient=None, limit=handlers_v1.MAX_DELIVERY_LIMIT, ids=ids
+            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=handlers_v1.MAX_DELIVERY_LIMIT, ids=ids
         )
 
     def frame(self, rows: list[Row]) -> bytes:
@@ -211,7 +211,8 @@ def live_start(
     mediation = services_v1.mediation_of(connection=connection) if connection is not None else None
     if mediation is None:
         return None, None
-    connection.identity.authentication_key  # noqa: B018 - unsealed here, in a thread, not on the first push
-    target = LiveTargetV1(mediation, connection.identity, client_kid)
+    identity = shared_identity(connection.identity)
+    identity.authentication_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    target = LiveTargetV1(mediation.pk, identity, client_kid)
     rows = target.backlog(None) if backlog else []
     return target, target.frame(rows) if rows else None
