@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     def variant(fast: bool, prepare: bool, observe: bool, push: bool, entry: str = "entry") -> None:
         current["app"] = handlers[entry]
         storage._chosen[:] = [backends[fast]]
-        settings.MEDIATOR_FASTPATH_PREPARE = prepare
+        settings.DB_PREPARED_STATEMENTS = prepare
         hooks.OBSERVERS[:] = observers if observe else []
         notify.push_requested.receivers = receivers if push else []
         notify.push_requested.sender_receivers_cache.clear()

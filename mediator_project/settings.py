@@ -130,14 +130,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
         }
     }
+# WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
+# A transaction begins IMMEDIATE: it holds SQLite's one write lock from its start, so writers run
+# one at a time (what apps/messaging/sql.SqliteBackend.serialise relies on).
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
-    # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
-    DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-    }
+    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Never wrap requests in one transaction: a consumed nonce must commit on its own (DCTRL-0004 §5.4).
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
@@ -273,9 +276,11 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if MEDIATOR_TRUSTE
 MEDIATOR_TIMESTAMP_WINDOW_MS = env_int("MEDIATOR_TIMESTAMP_WINDOW_MS", 300_000)
 MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 # The command path's statements are prepared on PostgreSQL (server-side binding,
-# apps/messaging/sql.py). Set 0 behind a transaction-mode pooler (pgbouncer < 1.21) that cannot
-# keep prepared statements.
-MEDIATOR_FASTPATH_PREPARE = env_bool("MEDIATOR_FASTPATH_PREPARE", True)
+# apps/messaging/sql.py). Operators set 0 behind a transaction-mode pooler that cannot keep
+# prepared statements (docs/operations.md). It changes how a statement is sent, not which runs.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+if "MEDIATOR_FASTPATH_PREPARE" in os.environ:  # its earlier name: refuse it rather than ignore it
+    raise ImproperlyConfigured("MEDIATOR_FASTPATH_PREPARE is now DB_PREPARED_STATEMENTS (docs/operations.md)")
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

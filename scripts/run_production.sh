@@ -37,9 +37,12 @@ export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR_ABS/metric
 # and not the other. MEDIATOR_PUBLIC_SCHEME (https in production) goes to the application as
 # nginx's X-Forwarded-Proto, which decides HSTS and Secure cookies (docs/serving.md).
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-mediator_project.settings}"
+# MEDIATOR_CORS_ORIGINS becomes the map nginx uses for the CORS headers of its own error replies,
+# the application's rule (apps/decentrl/middleware.py): `*`, or the listed origins echoed back.
 settings="$("$VENV_ABS/bin/python" -c 'import django; django.setup(); from django.conf import settings as s
-print(s.MEDIATOR_MAX_BODY_BYTES, s.MEDIATOR_PUBLIC_SCHEME)')"
-read -r MAX_BODY_BYTES PUBLIC_SCHEME <<<"$settings"
+from apps.decentrl.middleware import nginx_cors_maps
+print(s.MEDIATOR_MAX_BODY_BYTES, s.MEDIATOR_PUBLIC_SCHEME, nginx_cors_maps(s.MEDIATOR_CORS_ORIGINS))')"
+read -r MAX_BODY_BYTES PUBLIC_SCHEME CORS_MAPS <<<"$settings"
 
 # nginx (below) reaches gunicorn and Daphne from 127.0.0.1 and sets X-Forwarded-For to the
 # client's address: trust it there, so that per-IP limits count clients, not nginx.
@@ -49,7 +52,7 @@ if [ "${NO_PROXY:-0}" != 1 ]; then
   [ -x "$NGINX" ] || { echo "nginx missing: scripts/ensure_extra_nginx.sh (nginx-light), or NO_PROXY=1"; exit 1; }
   sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
     -e "s/@USER@/$(id -un)/g" -e "s/@MAX_BODY_BYTES@/$MAX_BODY_BYTES/g" -e "s/@PUBLIC_SCHEME@/$PUBLIC_SCHEME/g" \
-    deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
+    -e "s#@CORS_MAPS@#$CORS_MAPS#g" deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
 fi
 [ "${NO_CELERY:-0}" = 1 ] && celery='/^@CELERY@/d' || celery='s/^@CELERY@//'
 [ "${NO_PROXY:-0}" = 1 ] && proxy='/^@PROXY@/d' || proxy='s/^@PROXY@//'

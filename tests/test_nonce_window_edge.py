@@ -2,10 +2,10 @@
 accepts a command, so its nonce must still count as used there, and may only be reused after."""
 
 import pytest
-from apps.decentrl.storage import NonceClaim, storage
 
 from apps.decentrl.models import Nonce
 from apps.decentrl.nonces import nonces_prune
+from apps.decentrl.storage import NonceClaim, storage
 
 WINDOW = 300_000
 

@@ -11,6 +11,7 @@ from apps.wire.envelope import MAX_PAGE_SIZE, Pagination
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
+from .storage import storage
 
 SUCCESS = {"type": "SUCCESS"}
 
@@ -111,7 +112,7 @@ def save_events(ctx: CommandContext) -> dict:
 def query_events(ctx: CommandContext) -> dict:
     body: env.QueryEvents = ctx.body
     page = _within_cap(ctx, body.page)
-    result = svc.events_query(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=body.filter, page=page)
+    result = storage().query_events(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=body.filter, page=page)
     return _page_reply("events", page, result)
 
 

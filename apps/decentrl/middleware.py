@@ -3,15 +3,19 @@ methods GET, POST, OPTIONS, header Content-Type. The admin and operator API get 
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 
 _PRIVATE_PREFIXES = ("/admin", "/api/", "/static/", "/dashboard")
 
 
-def cors_headers(origin: str | None) -> list[tuple[str, str]]:
-    """The CORS headers of a protocol reply to a request from `origin` (none for a disallowed origin)."""
-    origins = settings.MEDIATOR_CORS_ORIGINS
+def cors_headers(origin: str | None, origins: list[str] | None = None) -> list[tuple[str, str]]:
+    """The CORS headers of a protocol reply to a request from `origin` (none for a disallowed
+    origin); `origins` is MEDIATOR_CORS_ORIGINS unless given."""
+    origins = settings.MEDIATOR_CORS_ORIGINS if origins is None else origins
     if "*" in origins:
         headers = [("Access-Control-Allow-Origin", "*")]
     elif origin and origin in origins:
@@ -24,6 +28,36 @@ def cors_headers(origin: str | None) -> list[tuple[str, str]]:
         ("Access-Control-Allow-Headers", "Content-Type"),
         ("Access-Control-Max-Age", "86400"),
     ]
+
+
+# What an origin may look like inside nginx's configuration (scheme, host, port; no quotes,
+# spaces or semicolons that would end the directive).
+_SAFE_ORIGIN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9.\-\[\]:]+$")
+
+
+def nginx_cors_maps(origins: list[str]) -> str:
+    """The same rule as `cors_headers`, as nginx `map` directives for the headers of the replies
+    nginx makes itself (deploy/nginx.conf.template): $cors_origin, $cors_vary, $cors_methods,
+    $cors_headers and $cors_max_age, empty (so not sent) for a disallowed origin. One line, for
+    scripts/run_production.sh to put in the template."""
+    if "*" in origins:
+        values = dict(cors_headers(None, origins))
+        origin_map = 'map $http_origin $cors_origin { default "*"; }'
+    else:
+        for origin in origins:
+            if not _SAFE_ORIGIN.match(origin):
+                raise ImproperlyConfigured(f"MEDIATOR_CORS_ORIGINS: {origin!r} is not an origin (scheme://host[:port])")
+        values = dict(cors_headers(origins[0], origins)) if origins else {}
+        listed = " ".join(f'"{origin}" $http_origin;' for origin in origins)
+        origin_map = f'map $http_origin $cors_origin {{ default ""; {listed} }}'
+    derived = [
+        ("cors_vary", values.get("Vary", "")),
+        ("cors_methods", values.get("Access-Control-Allow-Methods", "")),
+        ("cors_headers", values.get("Access-Control-Allow-Headers", "")),
+        ("cors_max_age", values.get("Access-Control-Max-Age", "")),
+    ]
+    maps = [origin_map] + [f'map $cors_origin ${name} {{ "" ""; default "{value}"; }}' for name, value in derived]
+    return " ".join(maps)
 
 
 class CorsMiddleware:

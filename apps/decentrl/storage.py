@@ -13,22 +13,28 @@ the same answers (tests/decentrl/test_storage.py checks both against one model o
   statement (committed before anything else runs), then the same predicates, then
   `services.pending_event_enqueue` for the queue cap and the INSERT.
 
+QUERY_EVENTS' page comes from here too: on PostgreSQL the tags and time-range filters are
+eventquery's prepared statements, every other filter (and every filter on SQLite) the ORM query
+`services.events_query`; tests/decentrl/test_eventquery.py checks both against a brute force.
+
 `storage()` picks the backend once, from the database vendor, at first use. The dispatcher
 (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connection
 
-from apps.messaging import notify
+from apps.messaging import eventquery, notify
 from apps.messaging.models import Contract, PendingEvent, PendingQueueDepth
-from apps.messaging.services import pending_event_enqueue
+from apps.messaging.services import Page, events_query, pending_event_enqueue
 from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params
 from apps.tenants.models import Tenant
+from apps.wire.envelope import EventFilter, Pagination
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from .models import Nonce
@@ -176,6 +182,32 @@ class PostgresStorage:
             )
         return Found(bool(fresh), bool(registered), bool(has_contract), bool(queue_full), event_id)
 
+    def query_events(self, *, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
+        """QUERY_EVENTS: the tags and time-range filters as prepared statements (the same predicates
+        and order as the ORM query, without its per-query construction and re-planning, issue 8);
+        the participant and unprocessed filters through the ORM query."""
+        if flt.participant_did is not None or flt.unprocessed_only:
+            return events_query(tenant=tenant, owner_did=owner_did, flt=flt, page=page)
+        rows, total = eventquery.stored_events(
+            tenant=tenant,
+            owner_did=owner_did,
+            after=flt.after_timestamp,
+            before=flt.before_timestamp,
+            tags=list(flt.encrypted_tags),
+            offset=page.offset,
+            limit=page.page_size,
+        )
+        items = [
+            {
+                "id": str(pid),
+                "payload": p,
+                "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags,
+                "timestamp": ts,
+            }
+            for pid, p, tags, ts in rows
+        ]
+        return Page(items, total)
+
 
 class SqlStorage:
     """The same answers as separate statements: the claim commits first, by itself."""
@@ -237,6 +269,10 @@ class SqlStorage:
                 raise
             return Found(True, True, True, queue_full=True)
         return Found(True, True, True, event_id=str(event.public_id))
+
+    def query_events(self, *, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
+        """QUERY_EVENTS: the ORM query, for every filter."""
+        return events_query(tenant=tenant, owner_did=owner_did, flt=flt, page=page)
 
 
 _chosen: list[PostgresStorage | SqlStorage] = []

@@ -5,10 +5,12 @@ the owner's events, `after`/`before` strict, any tag equal, ordered by timestamp
 
 With tags, the tag rows decide everything: `messaging_eventtag` carries a copy of its event's
 timestamp and `tag_ts` = (tenant, owner_did, tag, timestamp, event) covers them. One statement
-takes the distinct matching event ids (an event matching several of the tags is one item) from
-the index, counts them (a window count, before LIMIT), keeps the page in (timestamp, id) order
-with LIMIT/OFFSET and reads just those events by primary key. Only an empty page past the end
-needs a second statement for the total: COUNT(DISTINCT event_id) over the same index entries.
+takes the matching event ids from the index, counts them (a window count, before LIMIT), keeps
+the page in (timestamp, id) order with LIMIT/OFFSET and reads just those events by primary key.
+`tag_ts` is unique, so the entries of one tag are distinct events and come in page order
+straight from the index; several tags take DISTINCT (an event matching several of them is one
+item) and a sort. Only an empty page past the end needs a second statement for the total: a
+COUNT over the same index entries.
 Neither total ever reads `messaging_storedevent`. Without tags, the page and (when the page does
 not imply it) the COUNT run on `messaging_storedevent` through `event_owner_ts`.
 """
@@ -74,10 +76,13 @@ def stored_events(
     args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before}
     if tags:
         where, params = _tags_where(**args, tags=tags)
+        # One tag: its index entries are distinct events already, in (timestamp, event) order, so
+        # no DISTINCT (a hash of every match and a sort: 25-39% of the statement's PostgreSQL CPU).
+        distinct = "" if len(set(tags)) == 1 else "DISTINCT "
         sql = (
             f"SELECT e.public_id, e.payload, e.encrypted_tags, e.timestamp, page.total FROM ("
             f"SELECT event_id, timestamp, count(*) OVER () AS total FROM ("
-            f"SELECT DISTINCT event_id, timestamp FROM {_TAGS} WHERE {where}) matched "
+            f"SELECT {distinct}event_id, timestamp FROM {_TAGS} WHERE {where}) matched "
             f"ORDER BY timestamp, event_id LIMIT %s OFFSET %s) page "
             f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
             f"ORDER BY page.timestamp, page.event_id"
@@ -108,7 +113,7 @@ def stored_events_count(
     """`total` of QUERY_EVENTS: distinct matching events."""
     if tags:
         where, params = _tags_where(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
-        sql = f"SELECT count(DISTINCT event_id) FROM {_TAGS} WHERE {where}"
+        sql = f"SELECT count({'*' if len(set(tags)) == 1 else 'DISTINCT event_id'}) FROM {_TAGS} WHERE {where}"
     else:
         where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before)
         sql = f"SELECT count(*) FROM {_EVENTS} WHERE {where}"

@@ -136,7 +136,7 @@ class PendingQueueDepth(models.Model):
     events: the send statement, ACKNOWLEDGE, the TTL job, a tenant purge, raw SQL. The queue-cap
     check and QUERY_PENDING_EVENTS totals read this one row instead of walking the recipient's
     queue, which cost one heap fetch per queued event on every send. SQLite (the embedded
-    default) has no such triggers and keeps counting the queue (`services.queue_depth`).
+    default) has no such triggers and keeps counting the queue (`sql.SqliteBackend.queue_depth`).
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
@@ -191,6 +191,10 @@ class EventTag(models.Model):
     order, its time range and its total from `tag_ts` alone and reads only the page's events
     (apps/messaging/eventquery.py). Every writer of tags sets it from the event; nothing changes
     an event's timestamp after SAVE_EVENTS (tests/decentrl/test_eventquery.py checks both).
+
+    `tag_ts` is unique: an event carries a tag at most once (its writers keep the first of
+    repeated tags), and tenant, owner and timestamp are the event's, so one tag's index entries
+    are distinct events and the query by one tag needs no DISTINCT.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
@@ -200,7 +204,9 @@ class EventTag(models.Model):
     timestamp = models.BigIntegerField(help_text="the event's timestamp (denormalised for tag_ts)")
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts")
+        ]
 
     def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
         return f"tag of event {self.event_id}"

@@ -15,12 +15,11 @@ Readings this module implements (docs/public-channels.md):
 
 from __future__ import annotations
 
-import hashlib
 import math
 import uuid
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.tenants.models import Tenant
@@ -32,6 +31,7 @@ from apps.wire.public import public_event_signature_ok
 
 from .models import PublicEvent
 from .services import Page, is_registered
+from .sql import backend
 
 RATE_WINDOW = timedelta(seconds=60)
 # Tombstones only matter for the rate window; keep them a little longer than it.
@@ -62,15 +62,6 @@ def _check_caps(tenant: Tenant, ev: dict) -> None:
         raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE, "public event too large")
 
 
-def _lock_publisher(tenant: Tenant, did: str) -> None:
-    """Serialise publishes of one (tenant, publisher) until commit so the rate cap is exact."""
-    if connection.vendor != "postgresql":
-        return  # SQLite serialises writers anyway
-    key = int.from_bytes(hashlib.sha256(f"public:{tenant.pk}:{did}".encode()).digest()[:8], "big", signed=True)
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-
-
 def _check_rate(tenant: Tenant, did: str) -> None:
     cap = tenant.public_publish_per_minute
     if not cap:
@@ -98,9 +89,10 @@ def public_event_publish(*, tenant: Tenant, publisher_did: str, public_event: di
         raise ProtocolError(ErrorCode.SENDER_NOT_FOUND) from exc
     if not public_event_signature_ok(public_event, publisher.signing_key):
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "public event signature")
-    # Lock: advisory xact lock per (tenant, publisher), held until this transaction commits, so
-    # concurrent publishes of one DID count each other. Different publishers never wait.
-    _lock_publisher(tenant, publisher_did)
+    # Serialise publishes of one (tenant, publisher) until this transaction commits, so that
+    # concurrent publishes of one DID count each other and the rate cap is exact (on PostgreSQL an
+    # advisory lock per publisher: different publishers never wait).
+    backend().serialise(f"public:{tenant.pk}:{publisher_did}")
     _check_rate(tenant, publisher_did)
     return PublicEvent.objects.create(
         tenant=tenant,

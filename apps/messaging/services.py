@@ -6,13 +6,12 @@ commit). Errors are raised as ProtocolError with the code the client sees.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.tenants.models import Tenant
@@ -24,9 +23,9 @@ from apps.wire.encoding import b64encode
 from apps.wire.envelope import ContractFilter, EventFilter, EventToSave, Pagination, TagUpdate
 from apps.wire.errors import ErrorCode, ProtocolError
 
-from . import eventquery, notify
-from .models import Contract, ContractRequest, EventTag, PendingEvent, PendingQueueDepth, StoredEvent
-from .sql import REGISTERED, prepared_cursor, registered_params
+from . import notify
+from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
+from .sql import REGISTERED, backend, registered_params
 
 DAY_S = 86_400
 
@@ -64,7 +63,7 @@ def is_registered(*, tenant: Tenant, did: str) -> bool:
     """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
     # The one predicate (sql.REGISTERED), prepared on PostgreSQL: building and compiling the ORM
     # query profiled at ~20% of a QUERY_EVENTS worker's CPU (issue 8).
-    with prepared_cursor() as cur:
+    with backend().cursor() as cur:
         cur.execute(
             f"SELECT {REGISTERED}",
             registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did, now_s=_now_s()),
@@ -264,31 +263,13 @@ def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagi
 # --- pending events --------------------------------------------------------------------------
 
 
-def queue_depth(*, tenant: Tenant, did: str) -> int | None:
-    """The recipient's number of unacknowledged pending events from its counter row, kept exact
-    by PostgreSQL triggers (models.PendingQueueDepth); None on SQLite, which has no triggers."""
-    if connection.vendor != "postgresql":
-        return None
-    # (no ORDER BY: the unique (tenant, recipient_did) index finds the one row)
-    depth = PendingQueueDepth.objects.filter(tenant=tenant, recipient_did=did).values_list("depth", flat=True)[:1]
-    return next(iter(depth), 0)
-
-
-def _queue_full(*, tenant: Tenant, did: str, cap: int) -> bool:
-    depth = queue_depth(tenant=tenant, did=did)
-    if depth is not None:
-        return depth >= cap
-    unacked = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
-    return unacked.order_by("id")[cap - 1 : cap].exists()
-
-
 @transaction.atomic
 def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
     """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2)."""
     cap = tenant.pending_queue_cap
     # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
     # the number of in-flight sends; nothing is ever evicted.
-    if cap and _queue_full(tenant=tenant, did=recipient_did, cap=cap):
+    if cap and backend().queue_depth(tenant_id=tenant.pk, did=recipient_did) >= cap:
         raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
     event = PendingEvent.objects.create(
         tenant=tenant,
@@ -312,10 +293,9 @@ def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, pa
     )
     items = [{"id": str(pid), "payload": payload, "sender_did": sender} for pid, payload, sender in rows]
     if sender_did is None and not (len(rows) < page.page_size and (rows or page.page == 0)):
-        # A full page (or one past the end) needs the total: the counter row, not a walk of the queue.
-        depth = queue_depth(tenant=tenant, did=did)
-        if depth is not None:
-            return Page(items, depth)
+        # A full page (or one past the end) needs the total: on PostgreSQL the counter row, not a
+        # walk of the queue.
+        return Page(items, backend().queue_depth(tenant_id=tenant.pk, did=did))
     return Page(items, _page_total(qs, page, len(rows)))
 
 
@@ -384,28 +364,10 @@ def events_save(*, tenant: Tenant, owner_did: str, events: Sequence[EventToSave]
 
 
 def events_query(*, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
-    """QUERY_EVENTS: the owner's archive in (timestamp, arrival) order (§8.10, PROTOCOL-DECISIONS §5)."""
-    if connection.vendor == "postgresql" and flt.participant_did is None and not flt.unprocessed_only:
-        # The common filters (tags, time range) as prepared statements: the same predicates and
-        # order, without the ORM's per-query construction and PostgreSQL's re-planning (issue 8).
-        args = {
-            "tenant": tenant,
-            "owner_did": owner_did,
-            "after": flt.after_timestamp,
-            "before": flt.before_timestamp,
-            "tags": list(flt.encrypted_tags),
-        }
-        rows, total = eventquery.stored_events(**args, offset=page.offset, limit=page.page_size)
-        items = [
-            {
-                "id": str(pid),
-                "payload": p,
-                "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags,
-                "timestamp": ts,
-            }
-            for pid, p, tags, ts in rows
-        ]
-        return Page(items, total)
+    """QUERY_EVENTS: the owner's archive in (timestamp, arrival) order (§8.10, PROTOCOL-DECISIONS §5).
+
+    The ORM query, for every filter; on PostgreSQL the command path asks eventquery's prepared
+    statements for the tags and time-range filters instead (apps/decentrl/storage.py)."""
     qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
     if flt.after_timestamp is not None:
         qs = qs.filter(timestamp__gt=flt.after_timestamp)

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class RealtimeConfig(AppConfig):
@@ -11,7 +12,13 @@ class RealtimeConfig(AppConfig):
     def ready(self) -> None:
         from apps.messaging.notify import push_requested
 
+        from .channels_redis_adapter import check_version
         from .push import push_to_sockets
 
+        # The push adapter copies channels_redis internals: refuse to start on a version it was
+        # not written for (channels_redis_adapter.PINNED) when the deployment uses that layer.
+        backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+        if backend == "channels_redis.core.RedisChannelLayer":
+            check_version()
         # dispatch_uid: ready() may run twice in some test setups; connect exactly once.
         push_requested.connect(push_to_sockets, dispatch_uid="apps.realtime.push_to_sockets")

@@ -138,9 +138,9 @@ def _store_rows(rows: list[tuple]) -> int:
             # A refused statement would abort the caller's transaction (flush() from a test or a
             # request); a savepoint keeps it usable. In autocommit each statement stands alone.
             with transaction.atomic():
-                _insert(rows)
+                writer().insert(rows)
         else:
-            _insert(rows)
+            writer().insert(rows)
         return len(rows)
     except (DataError, IntegrityError):
         if len(rows) == 1:
@@ -150,19 +150,35 @@ def _store_rows(rows: list[tuple]) -> int:
         return _store_rows(rows[:half]) + _store_rows(rows[half:])
 
 
-def _insert(rows: list[tuple]) -> None:
-    """PostgreSQL: one COPY per batch. The ORM's bulk_create cost the writer thread about as much
-    CPU as the commands it metered (docs/benchmarks.md, issue 8 profile). Elsewhere (SQLite):
-    bulk_create."""
-    if connection.vendor != "postgresql":
+class CopyWriter:
+    """PostgreSQL: one COPY per batch. A portable INSERT cost the writer thread 4-10x the CPU per
+    row (executemany, a multi-row INSERT, bulk_create: bench/metering_insert.py), and bulk_create
+    as much CPU as the commands it metered (docs/benchmarks.md, issue 8 profile)."""
+
+    def insert(self, rows: list[tuple]) -> None:
+        sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN"
+        # psycopg's own exceptions (a NUL in a text value is its DataError, raised before sending)
+        # become Django's, so that a refused row is told apart from a lost connection.
+        with connection.cursor() as cur, connection.wrap_database_errors, cur.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+class BulkWriter:
+    """SQLite (the embedded default): the ORM's bulk_create."""
+
+    def insert(self, rows: list[tuple]) -> None:
         CommandMeter.objects.bulk_create([CommandMeter(**dict(zip(_COLUMNS, row, strict=True))) for row in rows])
-        return
-    sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN"
-    # psycopg's own exceptions (a NUL in a text value is its DataError, raised before sending)
-    # become Django's, so that a refused row is told apart from a lost connection.
-    with connection.cursor() as cur, connection.wrap_database_errors, cur.cursor.copy(sql) as copy:
-        for row in rows:
-            copy.write_row(row)
+
+
+_chosen: list[CopyWriter | BulkWriter] = []
+
+
+def writer() -> CopyWriter | BulkWriter:
+    """The row writer for this deployment's database, chosen at first use."""
+    if not _chosen:
+        _chosen.append(CopyWriter() if connection.vendor == "postgresql" else BulkWriter())
+    return _chosen[0]
 
 
 def pending() -> int:

@@ -7,7 +7,13 @@ events. These tests compare the statements with a brute-force filter over the ev
 timestamps, events matching several of the asked tags, duplicate tags on one event, tags
 replaced by UPDATE_EVENT_TAGS, other owners and another tenant with the same tags, combined time
 ranges (strict bounds, empty and inverted ranges), pages past the end. They also check that
-every writer keeps the copy equal to the event's timestamp, and that the data migration fills it.
+every writer keeps the copy equal to the event's timestamp, that the data migration fills it,
+that an event carries a tag once (`tag_ts` is unique) and that migration 0007 keeps one row of a
+repeated tag.
+
+The brute-force comparison drives every storage backend this database can run
+(apps/decentrl/storage.py: PostgreSQL's statements, and the ORM query SQLite uses), so it also
+runs in `make test`'s SQLite pass.
 """
 
 from __future__ import annotations
@@ -15,16 +21,18 @@ from __future__ import annotations
 import random
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import F
 
+from apps.decentrl import storage
 from apps.messaging import eventquery, services
 from apps.messaging.models import EventTag, StoredEvent
 from apps.wire.envelope import EventFilter, EventToSave, Pagination, TagUpdate
-from tests.decentrl.conftest import err
+from tests.decentrl.conftest import STORAGE_BACKENDS, err
 
-pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the tag statements are PostgreSQL's")
+POSTGRES_ONLY = pytest.mark.skipif(connection.vendor != "postgresql", reason="the tag statements are PostgreSQL's")
+BACKENDS = {"postgres": storage.PostgresStorage, "sql": storage.SqlStorage}
 
 ALPHABET = ["ta", "tb", "tc", "td", "te", "tf"]
 TS_MAX = 40  # few distinct timestamps: many ties, ordered by arrival
@@ -109,7 +117,7 @@ def random_filter(rng: random.Random, peer: str) -> dict:
     return flt
 
 
-def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int) -> list[str]:
+def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int, backend) -> list[str]:
     """Random queries whose page or total differ from the brute force (empty when all agree)."""
     out = []
     for _ in range(queries):
@@ -117,11 +125,11 @@ def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int) 
         want = expected(tenant, owner, flt)
         size = rng.randint(1, 12)
         page = Pagination(page=rng.randint(0, len(want) // size + 2), page_size=size)  # some past the end
-        got = services.events_query(tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
+        got = backend.query_events(tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
         want_page = want[page.offset : page.offset + size]
         if got.items != want_page or got.total != len(want):
             out.append(f"{flt} page {page}: got {len(got.items)} items total {got.total}, want {want_page} {len(want)}")
-        if "participant_did" in flt:
+        if "participant_did" in flt or not isinstance(backend, storage.PostgresStorage):
             continue
         args = {
             "tenant": tenant,
@@ -143,9 +151,10 @@ def drifted_tag_rows() -> int:
     return EventTag.objects.exclude(timestamp=F("event__timestamp")).count()
 
 
+@pytest.mark.parametrize("backend_name", STORAGE_BACKENDS)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.django_db
-def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant_b, alice, bob, seed):
+def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant_b, alice, bob, seed, backend_name):
     rng = random.Random(seed)
     build_archive(rng, tenant_a, tenant_b, alice.did, bob.did)
     assert drifted_tag_rows() == 0
@@ -156,9 +165,10 @@ def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant
     events = list(StoredEvent.objects.filter(tenant=tenant_a, owner_did=alice.did).values_list("encrypted_tags"))
     assert sum(len(set(t)) >= 2 for (t,) in events) > 20  # events matching several asked tags
     assert sum(len(t) > len(set(t)) for (t,) in events) > 0  # duplicate tags on one event
-    assert not mismatches(rng, tenant_a, alice.did, bob.did, queries=250)
+    assert not mismatches(rng, tenant_a, alice.did, bob.did, queries=250, backend=BACKENDS[backend_name]())
 
 
+@POSTGRES_ONLY
 @pytest.mark.django_db
 def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     """The comparison above is sensitive to drift: move one tag row's timestamp and it fails."""
@@ -170,11 +180,31 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     assert drifted_tag_rows() == 1
     # every query naming the victim's tag with an upper bound at the end of the range misses it
     flt = {"encrypted_tags": [victim.tag], "before_timestamp": TS_MAX + 1}
-    got = services.events_query(
+    got = storage.PostgresStorage().query_events(
         tenant=tenant_a, owner_did=alice.did, flt=typed_filter(flt), page=Pagination(page=0, page_size=100)
     )
     assert got.items != expected(tenant_a, alice.did, flt)
-    assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250)
+    assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250, backend=storage.PostgresStorage())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(tenant_a, tenant_b, alice, bob):
+    """`tag_ts` is unique: a second row for the same (event, tag) is refused, so the statement for
+    one tag may count and page its index entries without DISTINCT."""
+    (event,) = services.events_save(
+        tenant=tenant_a,
+        owner_did=alice.did,
+        events=typed_events([{"sender_did": bob.did, "recipient_did": alice.did, "timestamp": 5, "payload": "x",
+                              "encrypted_tags": ["ta", "ta", "tb"]}]),
+    )  # fmt: skip
+    assert sorted(EventTag.objects.filter(event=event).values_list("tag", flat=True)) == ["ta", "tb"]
+    with pytest.raises(IntegrityError):
+        EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
+    for backend in (storage.PostgresStorage(), storage.SqlStorage()):
+        got = backend.query_events(
+            tenant=tenant_a, owner_did=alice.did, flt=typed_filter({"encrypted_tags": ["ta"]}), page=Pagination(0, 10)
+        )
+        assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
 
 
 @pytest.mark.django_db
@@ -216,6 +246,7 @@ def test_every_writer_copies_the_event_timestamp_into_its_tags(post_a, tenant_a,
     assert da(bad) == (400, err("INVALID_COMMAND"))
 
 
+@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice):
     before = [("messaging", "0003_contract_registrations_index")]
@@ -246,5 +277,39 @@ def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice)
             tenant=tenant_a, owner_did=alice.did, after=None, before=None, tags=["a", "b"], offset=0, limit=10
         )
         assert ([r[1] for r in rows], total) == (["e3", "e7"], 2)
+    finally:
+        MigrationExecutor(connection).migrate(leaves)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_a_unique_tag_ts_keeps_one_row_of_a_repeated_tag(tenant_a, alice):
+    before = [("messaging", "0006_queue_depth_no_negative_rows")]
+    after = [("messaging", "0007_eventtag_tag_ts_unique")]
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate(before)
+        old = executor.loader.project_state(before).apps
+        OldEvent, OldTag = old.get_model("messaging", "StoredEvent"), old.get_model("messaging", "EventTag")
+        ev = OldEvent.objects.create(
+            tenant_id=tenant_a.pk,
+            owner_did=alice.did,
+            sender_did=alice.did,
+            recipient_did=alice.did,
+            timestamp=4,
+            payload="e4",
+            encrypted_tags=["a", "b"],
+        )
+        for t in ("a", "a", "b", "a"):  # a row no writer makes: the same tag twice on one event
+            OldTag.objects.create(tenant_id=tenant_a.pk, owner_did=alice.did, event_id=ev.pk, tag=t, timestamp=4)
+        first_a = OldTag.objects.filter(tag="a").order_by("id").first().pk
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        assert sorted(EventTag.objects.values_list("tag", flat=True)) == ["a", "b"]
+        assert EventTag.objects.get(tag="a").pk == first_a
+        rows, total = eventquery.stored_events(
+            tenant=tenant_a, owner_did=alice.did, after=None, before=None, tags=["a"], offset=0, limit=10
+        )
+        assert ([r[1] for r in rows], total) == (["e4"], 1)
     finally:
         MigrationExecutor(connection).migrate(leaves)

@@ -7,7 +7,9 @@ import json
 
 import httpx
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
+from apps.decentrl.middleware import nginx_cors_maps
 from tests.conftest import HOST_A
 from tests.decentrl.conftest import envelope, err
 from tests.support.servers import start_daphne
@@ -194,3 +196,13 @@ def test_a_real_server_refuses_oversized_bodies_with_413(tmp_path, transactional
         assert "Traceback" not in server.log()
     finally:
         server.stop()
+
+
+def test_an_origin_that_would_break_nginxs_configuration_is_refused_at_render():
+    """MEDIATOR_CORS_ORIGINS is written into nginx's configuration (nginx_cors_maps): anything
+    but scheme://host[:port] (a quote, a space, a semicolon) stops the render with a clear error."""
+    with pytest.raises(ImproperlyConfigured, match="is not an origin"):
+        nginx_cors_maps(['https://a.example"; return 200 "x'])
+    assert nginx_cors_maps(["https://a.example"]).startswith(
+        'map $http_origin $cors_origin { default ""; "https://a.example" $http_origin; }'
+    )

@@ -142,7 +142,7 @@ def fill_noise(tenant, others: list) -> None:
         [
             EventTag(tenant=tenant, owner_did=e.owner_did, event_id=e.pk, tag=t, timestamp=e.timestamp)
             for e in created
-            for t in e.encrypted_tags
+            for t in dict.fromkeys(e.encrypted_tags)  # as SAVE_EVENTS writes them: each tag once
         ]
     )
     Nonce.objects.bulk_create(

@@ -15,10 +15,10 @@ import time
 import uuid
 
 import pytest
-from apps.decentrl.storage import Found, NonceClaim
 
 from apps.decentrl import storage
 from apps.decentrl.models import Nonce
+from apps.decentrl.storage import Found, NonceClaim
 from apps.messaging.models import Contract, PendingEvent
 from apps.messaging.selectors import tenant_registrations
 from apps.messaging.services import is_registered

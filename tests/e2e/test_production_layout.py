@@ -388,6 +388,8 @@ def test_every_error_nginx_produces_is_the_protocols_json(layout):
             "application/json",
             error_body(code),
         )
+        # MEDIATOR_CORS_ORIGINS is * here: nginx's own replies carry it as the application's do.
+        assert headers.get("access-control-allow-origin") == "*"
 
     invalid, too_large = ErrorCode.INVALID_COMMAND, ErrorCode.PAYLOAD_TOO_LARGE
     # At the cap: the application parses it (not JSON: INVALID_COMMAND, from gunicorn).
@@ -565,3 +567,61 @@ def test_every_error_nginx_produces_on_didcomm_is_a_problem_report(layout):
     layout["ctl"]("stop", "daphne")
     upgrade = b"GET /didcomm/ws HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
     expect(503, "e.p.me.unavailable", _raw(port, upgrade))
+
+
+def test_nginx_errors_carry_the_applications_cors_headers(tmp_path):
+    """A browser client must be able to read an error nginx made itself: its replies carry the
+    CORS headers the application gives (MEDIATOR_CORS_ORIGINS, apps/decentrl/middleware.py),
+    here for a list of origins: an allowed origin is echoed with Vary, another gets none. nginx
+    alone with the rendered configuration, its upstreams down (MEDIATOR_UNAVAILABLE) and a body
+    over its cap (PAYLOAD_TOO_LARGE)."""
+    subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
+    port, http_port, ws_port = free_port(), free_port(), free_port()
+    run_dir = tmp_path / "run"
+    env = layout_env(
+        port,
+        http_port,
+        ws_port,
+        run_dir,
+        {
+            "MEDIATOR_CORS_ORIGINS": "https://wallet.example,http://localhost:3000",
+            "MEDIATOR_MAX_BODY_BYTES": str(CAP),
+        },
+    )
+    subprocess.run(
+        [str(ROOT / "scripts" / "run_production.sh"), "render"], cwd=ROOT, env=env, check=True, capture_output=True
+    )
+    nginx = subprocess.Popen(
+        ["nginx", "-c", str(run_dir / "nginx.conf"), "-g", "daemon off;"], env=env, start_new_session=True
+    )
+    host = f"127.0.0.1:{port}".encode()
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                _raw(port, b"GET /health HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        def post(origin: bytes, body: bytes) -> tuple[int, dict[str, str], bytes]:
+            head = b"POST / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\nOrigin: " + origin + b"\r\n"
+            return _raw(port, head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+        cors = {
+            "access-control-allow-origin": "https://wallet.example",
+            "vary": "Origin",
+            "access-control-allow-methods": "GET, POST, OPTIONS",
+            "access-control-allow-headers": "Content-Type",
+            "access-control-max-age": "86400",
+        }
+        for body, status, code in ((b"{}", 503, "MEDIATOR_UNAVAILABLE"), (b"x" * (CAP + 1), 413, "PAYLOAD_TOO_LARGE")):
+            got, headers, reply = post(b"https://wallet.example", body)
+            assert (got, json.loads(reply)) == (status, {"code": code, "type": "ERROR"})
+            assert {name: headers.get(name) for name in cors} == cors
+            got, headers, reply = post(b"https://evil.example", body)
+            assert (got, json.loads(reply)) == (status, {"code": code, "type": "ERROR"})
+            assert {name: headers.get(name) for name in cors} == dict.fromkeys(cors)
+    finally:
+        os.killpg(nginx.pid, signal.SIGTERM)
+        nginx.wait(timeout=10)

@@ -11,8 +11,9 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
-from apps.realtime.push import PUSH_TYPE, push_to_sockets, sync_sender
+from apps.realtime.push import PUSH_TYPE, push_to_sockets
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 

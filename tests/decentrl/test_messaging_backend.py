@@ -1,0 +1,214 @@
+"""The messaging database seam (apps/messaging/sql.py) against one model of its answers.
+
+Every backend this database can run (on PostgreSQL both `PostgresBackend` and `SqliteBackend`, whose
+portable statements run there too; on SQLite, `make test`'s second pass, `SqliteBackend`) must
+give the same answers: the queue depth equals a brute-force count of the unacknowledged rows after
+enqueues, acknowledgements, deletes and purges; the cursor runs the shared statements alike; and
+the database's own backend serialises concurrent holders of one key until their transactions end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.messaging import services, sql
+from apps.messaging.models import Contract, PendingEvent
+from apps.wire.envelope import Pagination
+from apps.wire.errors import ErrorCode, ProtocolError
+
+BACKENDS = {"postgres": sql.PostgresBackend, "sqlite": sql.SqliteBackend}
+# On PostgreSQL both (the portable one runs there too); on SQLite only its own.
+RUNNABLE = ["postgres", "sqlite"] if connection.vendor == "postgresql" else ["sqlite"]
+NATIVE = "postgres" if connection.vendor == "postgresql" else "sqlite"
+
+
+@pytest.fixture(params=RUNNABLE)
+def backend(request):
+    return BACKENDS[request.param]()
+
+
+def model_depth(tenant_id: int, did: str) -> int:
+    """The rule, by brute force over every row: unacknowledged pending events of that recipient."""
+    rows = PendingEvent.objects.values_list("tenant_id", "recipient_did", "acknowledged_at")
+    return sum(1 for t, d, acked in rows if t == tenant_id and d == did and acked is None)
+
+
+@pytest.mark.django_db
+def test_queue_depth_equals_the_count_of_unacknowledged_rows_after_every_change(backend, tenant_a, tenant_b):
+    bob, carol = "did:example:bob", "did:example:carol"
+    pairs = [(tenant_a.pk, bob), (tenant_a.pk, carol), (tenant_b.pk, bob), (tenant_a.pk, "did:example:nobody")]
+
+    def check(step: str) -> None:
+        got = [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs]
+        assert got == [model_depth(t, d) for t, d in pairs], step
+
+    check("empty")
+    for i in range(5):
+        services.pending_event_enqueue(tenant=tenant_a, sender_did="did:example:s", recipient_did=bob, payload=f"p{i}")
+    services.pending_event_enqueue(tenant=tenant_a, sender_did="did:example:s", recipient_did=carol, payload="c")
+    services.pending_event_enqueue(tenant=tenant_b, sender_did="did:example:s", recipient_did=bob, payload="b")
+    check("enqueued")
+    assert [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [5, 1, 1, 0]
+    ids = [
+        str(p)
+        for p in PendingEvent.objects.filter(recipient_did=bob, tenant=tenant_a).values_list("public_id", flat=True)
+    ]
+    # carol cannot acknowledge bob's events: nothing changes for either
+    assert services.pending_events_acknowledge(tenant=tenant_a, did=carol, ids=ids[:2]) == 0
+    check("someone else's acknowledgement")
+    assert services.pending_events_acknowledge(tenant=tenant_a, did=bob, ids=ids[:2]) == 2
+    assert services.pending_events_acknowledge(tenant=tenant_a, did=bob, ids=ids[:2]) == 0
+    check("acknowledged")
+    PendingEvent.objects.filter(public_id=ids[0]).delete()  # an acknowledged row goes: no change
+    PendingEvent.objects.filter(public_id=ids[4]).delete()  # an unacknowledged one: one less
+    check("deleted")
+    PendingEvent.objects.bulk_create(
+        [PendingEvent(tenant=tenant_a, recipient_did=carol, sender_did="did:example:s", payload="x") for _ in range(3)]
+    )
+    check("bulk")
+    PendingEvent.objects.filter(recipient_did=carol).update(acknowledged_at=timezone.now(), payload="")
+    check("acknowledged in bulk")
+    assert [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [2, 0, 1, 0]
+
+
+@pytest.mark.django_db
+def test_the_queue_cap_and_the_pending_total_read_the_same_depth(tenant_a):
+    """services.pending_event_enqueue refuses at the cap and pending_events_query's total is the
+    depth, whatever backend this database chose."""
+    tenant_a.pending_queue_cap = 3
+    tenant_a.save(update_fields=["pending_queue_cap"])
+    for i in range(3):
+        services.pending_event_enqueue(
+            tenant=tenant_a, sender_did="did:example:s", recipient_did="did:example:r", payload=str(i)
+        )
+    with pytest.raises(ProtocolError) as refused:
+        services.pending_event_enqueue(
+            tenant=tenant_a, sender_did="did:example:s", recipient_did="did:example:r", payload="x"
+        )
+    assert refused.value.code is ErrorCode.RECIPIENT_QUEUE_FULL
+    assert PendingEvent.objects.count() == 3
+    page = services.pending_events_query(
+        tenant=tenant_a, did="did:example:r", sender_did=None, page=Pagination(page=0, page_size=2)
+    )
+    assert ([i["payload"] for i in page.items], page.total) == (["0", "1"], 3)
+    page = services.pending_events_query(
+        tenant=tenant_a, did="did:example:r", sender_did=None, page=Pagination(page=7, page_size=2)
+    )
+    assert (page.items, page.total) == ([], 3)
+
+
+@pytest.mark.django_db
+def test_the_cursor_runs_the_shared_registration_statement_alike(backend, tenant_a):
+    now = int(time.time())
+    did = "did:example:x"
+    for expires_at, want in ((now + 60, True), (now, False)):
+        Contract.objects.all().delete()
+        Contract.objects.create(
+            tenant=tenant_a, owner_did=did, requestor_did=did, recipient_did=tenant_a.did, expires_at=expires_at,
+            contract_hash=uuid.uuid4().hex, signed_contract="{}",
+        )  # fmt: skip
+        with backend.cursor() as cur:
+            cur.execute(
+                f"SELECT {sql.REGISTERED}, %s",
+                [*sql.registered_params(tenant_id=tenant_a.pk, tenant_did=tenant_a.did, did=did, now_s=now), "écho"],
+            )
+            assert [bool(v) if i == 0 else v for i, v in enumerate(cur.fetchone())] == [want, "écho"]
+
+
+def _hold(backend, key: str, events: list[str], entered: threading.Event, hold_s: float) -> None:
+    try:
+        with transaction.atomic():
+            backend.serialise(key)
+            entered.set()
+            events.append(f"{key} first in")
+            time.sleep(hold_s)
+            events.append(f"{key} first out")
+    finally:
+        connection.close()
+
+
+def _second(backend, key: str, events: list[str]) -> None:
+    try:
+        with transaction.atomic():
+            backend.serialise(key)
+            events.append(f"{key} second in")
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_holders_of_one_key_take_turns_until_the_transaction_ends(tenant_a):
+    """The database's own backend: a second holder of the key gets in only after the first
+    transaction ended (on SQLite because its transaction begins IMMEDIATE: one writer at a time)."""
+    backend = BACKENDS[NATIVE]()
+    events: list[str] = []
+    entered = threading.Event()
+    first = threading.Thread(target=_hold, args=(backend, "public:1:did", events, entered, 0.5))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=_second, args=(backend, "public:1:did", events))
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert events == ["public:1:did first in", "public:1:did first out", "public:1:did second in"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="an advisory lock per key is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_holders_of_different_keys_never_wait(tenant_a):
+    backend = sql.PostgresBackend()
+    events: list[str] = []
+    entered = threading.Event()
+    first = threading.Thread(target=_hold, args=(backend, "public:1:a", events, entered, 1.0))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=_second, args=(backend, "public:1:b", events))
+    second.start()
+    second.join(10)
+    first.join(10)
+    assert events == ["public:1:a first in", "public:1:b second in", "public:1:a first out"]
+
+
+def test_the_backend_is_chosen_once_for_the_database():
+    assert sql.backend() is sql.backend()
+    assert type(sql.backend()) is BACKENDS[NATIVE]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="statements are prepared on PostgreSQL only")
+@pytest.mark.django_db
+def test_db_prepared_statements_0_sends_the_same_statements_unprepared(settings, tenant_a):
+    def run() -> tuple[str, list]:
+        with sql.prepared_cursor() as cur:
+            cur.execute("SELECT %s::int + 1, %s", [41, "x"])
+            return type(cur.cursor).__name__, list(cur.fetchone())
+
+    assert run() == ("_PreparedCursor", [42, "x"])
+    settings.DB_PREPARED_STATEMENTS = False
+    assert run() == ("Cursor", [42, "x"])  # Django's own (client-side binding)
+
+
+def test_the_setting_s_earlier_name_is_refused_at_startup():
+    env = {**os.environ, "MEDIATOR_FASTPATH_PREPARE": "0", "DJANGO_SETTINGS_MODULE": "mediator_project.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "django.core.exceptions.ImproperlyConfigured: MEDIATOR_FASTPATH_PREPARE is now DB_PREPARED_STATEMENTS"
+        " (docs/operations.md)"
+    )

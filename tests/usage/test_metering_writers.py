@@ -1,0 +1,50 @@
+"""The metering writer seam (apps/usage/metering.py): `CopyWriter` (PostgreSQL's COPY) and
+`BulkWriter` (the ORM's bulk_create, SQLite's) store the same rows for the same batch: every column
+as given, NULL sender, non-ASCII text, the longest labels, fractional durations. On PostgreSQL both
+run; on SQLite, `make test`'s second pass, `BulkWriter`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from apps.usage import metering
+from apps.usage.models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
+
+WRITERS = {"copy": metering.CopyWriter, "bulk": metering.BulkWriter}
+RUNNABLE = ["copy", "bulk"] if connection.vendor == "postgresql" else ["bulk"]
+T0 = datetime(2026, 11, 23, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def batch(tenant_id: int) -> list[tuple]:
+    return [
+        (tenant_id, T0, "http", "decentrl", "", "TWO_WAY_PRIVATE", "OK", 200, 1234, 56, 1.25, "did:example:a"),
+        (tenant_id, T0 + timedelta(microseconds=1), "ws", "decentrl", "", "", "INVALID_COMMAND", 400, 0, 0, 0.0, None),
+        (tenant_id, T0, "http", "didcomm", "didcomm-v2", "é" * LABEL_MAX, "Ü" * LABEL_MAX, 503, 2**31 - 1, 1, 0.001, "d" * SENDER_DID_MAX),
+        (tenant_id, T0 - timedelta(days=400), "http", "decentrl", "", "QUERY_EVENTS", "OK", 200, 7, 8, 12345.5, "did:ex:ample"),
+    ]  # fmt: skip
+
+
+def stored(tenant_id: int) -> list[tuple]:
+    return list(CommandMeter.objects.filter(tenant_id=tenant_id).order_by("id").values_list(*metering._COLUMNS))
+
+
+@pytest.mark.parametrize("kind", RUNNABLE)
+@pytest.mark.django_db
+def test_each_writer_stores_the_batch_as_given(kind, tenant_a, tenant_b):
+    rows = batch(tenant_a.pk)
+    WRITERS[kind]().insert(rows)
+    WRITERS[kind]().insert(batch(tenant_b.pk)[:1])
+    assert stored(tenant_a.pk) == rows
+    assert stored(tenant_b.pk) == batch(tenant_b.pk)[:1]
+    WRITERS[kind]().insert([])
+    assert CommandMeter.objects.filter(tenant_id__in=[tenant_a.pk, tenant_b.pk]).count() == 5
+
+
+def test_the_writer_is_chosen_once_for_the_database():
+    assert metering.writer() is metering.writer()
+    assert type(metering.writer()) is (
+        metering.CopyWriter if connection.vendor == "postgresql" else metering.BulkWriter
+    )
