@@ -7,18 +7,27 @@ group (per (tenant, DID), any number of sockets across processes); each stored m
 wakes it, and it pushes a packed Pickup 3.0 `delivery` within the socket's send budget
 (apps/realtime/sendbudget.py; over it the socket closes with 4509). A push is never the only
 copy: messages leave the queue only on messages-received, TTL or eviction.
+
+A push needs no database: the wake carries the stored message (up to 64 KiB; bigger ones are
+read from the queue), and the socket keeps, per live client, what it loaded when live mode
+started (grant, mediator identity, the client's key), loaded again on services.LIVE_REFRESH
+(revocation, rotation) and after a push once LIVE_STATE_MAX_AGE_S old (docs/didcomm.md).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from dataclasses import dataclass
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
+from django.utils import timezone
 
+from apps.didcomm.core.errors import DidcommError
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
@@ -26,7 +35,8 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
 from . import dispatch_v1, metrics, services
-from .dispatch import handle, live_delivery_frame, problem_message
+from .dispatch import LiveTarget, Row, handle, live_start, problem_message
+from .dispatch_v1 import LiveTargetV1
 from .models import did_hash
 from .problems import Problem
 from .protocols import Code
@@ -35,6 +45,9 @@ log = logging.getLogger("mediator.didcomm")
 
 CLOSE_UNKNOWN_MEDIATOR = 4404
 CLOSE_UNAVAILABLE = 4503
+# A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
+# on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
+LIVE_STATE_MAX_AGE_S = 60.0
 
 
 def _admit(host: str):
@@ -49,6 +62,29 @@ def _admit(host: str):
     return tenant
 
 
+@dataclass(slots=True)
+class Live:
+    """A client in live mode on this socket: its group and its push state (None until loaded)."""
+
+    did: str
+    kid: str
+    group: str
+    protocol: str
+    target: LiveTarget | LiveTargetV1 | None = None
+
+
+def _rows(wake: dict) -> list[Row] | None:
+    """The stored messages a wake carries (`items`), None when it carries none (over 64 KiB)."""
+    items = wake.get("items")
+    if not isinstance(items, list) or not items:
+        return None
+    now = timezone.now()
+    try:
+        return [(str(item["id"]), json.loads(item["data"]), now) for item in items]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class DidcommConsumer(AsyncWebsocketConsumer):
     """One DIDComm client socket."""
 
@@ -56,7 +92,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.tenant = None
         self.closed = False
         self.observed = False
-        self.live: dict[str, tuple[str, str, str, str]] = {}  # did hash -> (did, kid, group, protocol)
+        self.live: dict[str, Live] = {}  # did hash -> the client in live mode
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
@@ -93,8 +129,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         if reply.live:
             await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol)
         elif key in self.live:
-            group = self.live.pop(key)[2]
-            await self.channel_layer.group_discard(group, self.channel_name)
+            await self._leave(key)
 
     async def _go_live(self, key: str, did: str, kid: str, protocol: str) -> None:
         group = group_name(self.tenant.pk, did)
@@ -103,33 +138,83 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         except Exception:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
             log.warning("didcomm: channel layer unreachable while going live")
             return
-        self.live[key] = (did, kid, group, protocol)
+        live = self.live[key] = Live(did, kid, group, protocol)
         # What was queued before live mode started goes out now, once (then each new message).
-        await self._deliver(key, None)
+        await self._load(key, live, backlog=True)
+
+    async def _leave(self, key: str) -> None:
+        live = self.live.pop(key, None)
+        if live is None:
+            return
+        try:
+            await self.channel_layer.group_discard(live.group, self.channel_name)
+        except Exception:  # noqa: BLE001 - the membership expires by itself; wakes for it are ignored
+            log.warning("didcomm: channel layer unreachable while leaving a group")
+
+    async def _load(self, key: str, live: Live, *, backlog: bool) -> bool:
+        """(Re)load a live client's push state in Channels' sync thread (database); leave live
+        mode when its grant is gone. Whether it can push now."""
+        start = dispatch_v1.live_start if live.protocol == "v1" else live_start
+        try:
+            live.target, frame = await database_sync_to_async(start)(
+                tenant=self.tenant, client_did=live.did, client_kid=live.kid, backlog=backlog
+            )
+        except DatabaseError:
+            # Stay live without state: the next wake loads it again (the messages stay queued).
+            log.warning("didcomm: database unreachable while loading a live client")
+            live.target = None
+            return False
+        except DidcommError:
+            live.target, frame = None, None  # a client key we cannot encrypt to: no pushes
+        if live.target is None:
+            await self._leave(key)
+            return False
+        if frame is not None:
+            await self._push(frame)
+        return True
 
     async def realtime_push(self, event: dict) -> None:
-        """A wake-up from apps.realtime.push: a message for one of our live clients was stored."""
+        """A wake-up from apps.realtime.push: a message for one of our live clients was stored
+        (services.WAKE), or its grant or mediator identity changed (services.LIVE_REFRESH)."""
         try:
             wake = json.loads(event["text"])
         except (KeyError, ValueError):
             return
-        if wake.get("type") != services.WAKE:
+        kind = wake.get("type")
+        if kind not in (services.WAKE, services.LIVE_REFRESH):
             return  # a Decentrl push to a group name we share cannot happen (other DID methods)
-        for key in list(self.live):
-            await self._deliver(key, [str(i) for i in wake.get("ids", [])])
+        group = event.get("group")
+        # The client the event was sent to; without `group` (an older sender), every live client
+        # of the socket, each reading its own queue.
+        for key in [k for k, live in self.live.items() if group is None or live.group == group]:
+            live = self.live.get(key)
+            if live is None or self.closed:
+                continue
+            if kind == services.LIVE_REFRESH:
+                await self._load(key, live, backlog=False)
+            else:
+                await self._wake(key, live, wake, _rows(wake) if group is not None else None)
 
-    async def _deliver(self, key: str, ids: list[str] | None) -> None:
-        entry = self.live.get(key)
-        if entry is None or self.closed:
+    async def _wake(self, key: str, live: Live, wake: dict, rows: list[Row] | None) -> None:
+        """Push the woken messages: from the wake itself when it carries them (no database, packed
+        here on the event loop: ~0.3 ms), else read from the queue (those still queued)."""
+        if live.target is None and not await self._load(key, live, backlog=False):
             return
-        did, kid, _, protocol = entry
-        build = dispatch_v1.live_delivery_frame if protocol == "v1" else live_delivery_frame
-        try:
-            frame = await database_sync_to_async(build)(tenant=self.tenant, client_did=did, client_kid=kid, ids=ids)
-        except DatabaseError:
-            log.warning("didcomm: database unreachable during a live delivery")
-            return
-        if frame is None:
+        target = live.target
+        if rows is None:
+            try:
+                rows = await database_sync_to_async(target.backlog)([str(i) for i in wake.get("ids", [])])
+            except DatabaseError:
+                log.warning("didcomm: database unreachable during a live delivery")
+                return
+        if rows:
+            await self._push(target.frame(rows))
+        if time.monotonic() - target.loaded_at > LIVE_STATE_MAX_AGE_S and not self.closed:
+            # A LIVE_REFRESH can be lost (the channel layer is best-effort): revalidate now and then.
+            await self._load(key, live, backlog=False)
+
+    async def _push(self, frame: str | bytes) -> None:
+        if self.closed:
             return
         if self.budget.admits(frame_bytes(frame)):
             await self._send(frame)
@@ -143,9 +228,9 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = True
         if getattr(self, "budget", None):
             self.budget.release()
-        for _, _, group, _ in getattr(self, "live", {}).values():
+        for live in getattr(self, "live", {}).values():
             try:
-                await self.channel_layer.group_discard(group, self.channel_name)
+                await self.channel_layer.group_discard(live.group, self.channel_name)
             except Exception:  # noqa: BLE001 - the membership expires by itself
                 log.warning("didcomm: channel layer unreachable while leaving a group")
         if getattr(self, "observed", False):

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -23,6 +24,7 @@ from django.utils import timezone
 
 from apps.didcomm.core import jwe, jws
 from apps.didcomm.core.errors import DidcommError, UnknownRecipientKey
+from apps.didcomm.core.keys import PublicKey
 from apps.didcomm.core.message import ENCRYPTED, SIGNED, PlainMessage, envelope_kind, parse_plaintext
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
@@ -30,7 +32,7 @@ from apps.tenants.models import Tenant
 from apps.wire.errors import ProtocolError
 
 from . import handlers, hooks, protocols, services
-from .models import DidcommPolicy, MediatorIdentity
+from .models import DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import Code
 
@@ -355,28 +357,65 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
     return Reply(problem.status, body, ENCRYPTED_MEDIA, retry_after=problem.retry_after)
 
 
-def live_delivery_frame(*, tenant: Tenant, client_did: str, client_kid: str, ids: list[str] | None) -> str | None:
-    """A Pickup 3.0 `delivery` for a live socket, authcrypt to `client_kid`: the listed messages
-    (a push) or the oldest queued ones (ids None, when live mode starts). The messages stay
-    queued until messages-received. None when nothing is queued or the grant is gone."""
+# Rows of the queue as a live push carries them: (message id, stored data, received at).
+Row = tuple[str, dict, datetime]
+
+
+@dataclass(slots=True)
+class LiveTarget:
+    """What a live socket keeps per client to push a Pickup 3.0 `delivery` without the database:
+    the grant, the mediator identity (its X25519 key unsealed) and the client's resolved key.
+    Loaded when live mode starts, again on services.LIVE_REFRESH (revocation, rotation)."""
+
+    mediation_id: int  # the grant (an id, not the row: kept per socket)
+    client_did: str  # the live entry's own string, shared
+    identity: MediatorIdentity  # one instance per identity and process (_live_identities)
+    recipient: tuple[str, PublicKey]  # the client's key-agreement kid and key (its `skid`)
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def backlog(self, ids: list[str] | None) -> list[Row]:
+        """The listed messages still queued, or the oldest ones (ids None); database."""
+        return services.messages_rows(
+            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
+        )
+
+    def frame(self, rows: list[Row]) -> str:
+        """The packed `delivery` of `rows` (they stay queued until messages-received); no database."""
+        message = {
+            "id": str(uuid.uuid4()),
+            "typ": "application/didcomm-plain+json",
+            "type": protocols.PICKUP + "delivery",
+            "from": self.identity.did,
+            "to": [self.client_did],
+            "created_time": int(time.time()),
+            "body": {},
+            "attachments": [{"id": mid, "data": data} for mid, data, _ in rows],
+        }
+        envelope = services.pack_to(message, identity=self.identity, recipient=self.recipient)
+        return json.dumps(envelope, separators=(",", ":"))
+
+
+def shared_identity(*, tenant: Tenant, identity: MediatorIdentity) -> MediatorIdentity:
+    """This process's instance of `identity` for live sockets: the one of the tenant's accepting
+    identities (services.accepting_for, keys unsealed once per process), or `identity` itself
+    when it no longer accepts (a v1 connection made with an identity retired past its grace)."""
+    for cached in services.accepting_for(tenant=tenant).identities:
+        if cached.pk == identity.pk:
+            return cached
+    return identity
+
+
+def live_start(
+    *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
+) -> tuple[LiveTarget | None, str | None]:
+    """(the push state of a live socket's client, the `delivery` of what is queued when `backlog`);
+    (None, None) when its grant is gone."""
     mediation = services.mediation_for(tenant=tenant, client_did=client_did)
     if mediation is None:
-        return None
-    attachments = services.messages_batch(
-        mediation=mediation, recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
-    )
-    if not attachments:
-        return None
-    identity = services.identity_current(tenant=tenant)
-    message = {
-        "id": str(uuid.uuid4()),
-        "typ": "application/didcomm-plain+json",
-        "type": protocols.PICKUP + "delivery",
-        "from": identity.did,
-        "to": [client_did],
-        "created_time": int(time.time()),
-        "body": {},
-        "attachments": attachments,
-    }
-    envelope = services.pack_for_kid(message, identity=identity, kid=client_kid)
-    return json.dumps(envelope, separators=(",", ":"))
+        return None, None
+    identity = shared_identity(tenant=tenant, identity=services.identity_current(tenant=tenant))
+    identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    kid, key = services.agreement_key_for(client_kid)
+    target = LiveTarget(mediation.pk, client_did, identity, (client_kid if kid == client_kid else kid, key))
+    rows = target.backlog(None) if backlog else []
+    return target, target.frame(rows) if rows else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -24,8 +25,9 @@ from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
 
 from . import handlers_v1, hooks, protocols, services, services_v1
-from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, admit, decrypting, limit, observe
+from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, Row, admit, decrypting, limit, observe, shared_identity
 from .handlers_v1 import ContextV1, attachments_v1
+from .models import Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import Code
 
@@ -174,22 +176,47 @@ def is_v1(raw: bytes) -> bool:
         return False
 
 
-def live_delivery_frame(*, tenant: Tenant, client_did: str, client_kid: str, ids: list[str] | None) -> bytes | None:
-    """A Pickup 2.0 `delivery` push for a live v1 socket (empty `~thread`, as a Credo mediator pushes),
-    authcrypt to the agent's verkey `client_kid`. Messages stay queued until messages-received."""
+@dataclass(slots=True)
+class LiveTargetV1:
+    """What a live v1 socket keeps per agent to push a Pickup 2.0 `delivery` without the database:
+    the grant, the connection's identity (its Ed25519 key unsealed) and the agent's verkey."""
+
+    mediation_id: int  # the grant (an id, not the row: kept per socket)
+    identity: MediatorIdentity  # the connection's; one instance per identity and process
+    their_verkey: str
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def backlog(self, ids: list[str] | None) -> list[Row]:
+        return services.messages_rows(
+            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=handlers_v1.MAX_DELIVERY_LIMIT, ids=ids
+        )
+
+    def frame(self, rows: list[Row]) -> bytes:
+        """A Pickup 2.0 `delivery` push (empty `~thread`, as a Credo mediator pushes), authcrypt to
+        the agent's verkey. Messages stay queued until messages-received."""
+        delivery = {
+            "@type": protocols.PICKUP_V2 + "delivery",
+            "@id": str(uuid.uuid4()),
+            "~attach": attachments_v1(rows),
+            "~thread": {},
+            "~transport": dict(handlers_v1.RETURN_ROUTE),
+        }
+        return _body(
+            services_v1.pack_reply(delivery, identity=self.identity, their_verkey=self.their_verkey, routing_keys=[])
+        )
+
+
+def live_start(
+    *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
+) -> tuple[LiveTargetV1 | None, bytes | None]:
+    """(the push state of a live v1 socket's agent, the `delivery` of what is queued when
+    `backlog`); (None, None) when its connection or grant is gone."""
     connection = services_v1.connection_for_key(tenant=tenant, verkey=client_kid)
     mediation = services_v1.mediation_of(connection=connection) if connection is not None else None
     if mediation is None:
-        return None
-    rows = services.messages_rows(mediation=mediation, recipient=None, limit=handlers_v1.MAX_DELIVERY_LIMIT, ids=ids)
-    if not rows:
-        return None
-    delivery = {
-        "@type": protocols.PICKUP_V2 + "delivery",
-        "@id": str(uuid.uuid4()),
-        "~attach": attachments_v1(rows),
-        "~thread": {},
-        "~transport": dict(handlers_v1.RETURN_ROUTE),
-    }
-    envelope = services_v1.pack_reply(delivery, identity=connection.identity, their_verkey=client_kid, routing_keys=[])
-    return _body(envelope)
+        return None, None
+    identity = shared_identity(tenant=tenant, identity=connection.identity)
+    identity.authentication_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    target = LiveTargetV1(mediation.pk, identity, client_kid)
+    rows = target.backlog(None) if backlog else []
+    return target, target.frame(rows) if rows else None

@@ -26,7 +26,7 @@ from apps.didcomm.core import jwe
 from apps.didcomm.core.did_peer import mediator_peer_did, resolve_peer2
 from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
-from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.didcomm.core.resolver import resolve_did
 from apps.messaging.notify import notify_on_commit
 from apps.tenants.models import Tenant
@@ -48,8 +48,14 @@ from .recipients import check_registrable, lookup_form
 
 log = logging.getLogger("mediator.didcomm")
 
-# The wake-up a socket in live mode gets when a message for one of its client's recipients is stored.
+# The wake-up a socket in live mode gets when a message for one of its client's recipients is stored:
+# {"type": WAKE, "ids": [id], "items": [{"id": id, "data": <the stored JSON text>}]}, `items` left
+# out when the text is over WAKE_ITEMS_MAX (the socket then reads the queue).
 WAKE = "DIDCOMM_WAKE"
+WAKE_ITEMS_MAX = 64 * 1024
+# To a client's live sockets when its grant is revoked or its mediator identity rotated: they load
+# their push state again (apps/didcomm/consumers.py) before the next push.
+LIVE_REFRESH = "DIDCOMM_LIVE_REFRESH"
 # Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
 PURGE_BATCH = 5_000
 # The Celery task that POSTs a DIDComm v1 outbound row (apps/didcomm/tasks.py), sent by name.
@@ -261,6 +267,8 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
     count = 0
     # DIDComm v1 connections are told nothing: they keep our old did:peer:4 until the grace ends.
     for mediation in Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED, connection__isnull=True):
+        # Before the announcement's wake: a live socket pushes it (and what follows) from the new DID.
+        notify_on_commit(tenant_id=tenant.pk, did=mediation.client_did, message={"type": LIVE_REFRESH})
         message = {
             "id": str(uuid.uuid4()),
             "typ": "application/didcomm-plain+json",
@@ -279,14 +287,23 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
     return count
 
 
-def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str) -> dict:
-    """Authcrypt `message` from the identity's X25519 key to the key-agreement key `kid` names."""
-    doc = resolve_did(kid)
-    vm = doc.find(kid, "keyAgreement")
+def agreement_key_for(kid: str) -> tuple[str, PublicKey]:
+    """(kid, X25519 public key) of the key-agreement key `kid` names (resolving its DID)."""
+    vm = resolve_did(kid).find(kid, "keyAgreement")
     if vm is None or vm.key.crv != X25519:
         raise DidcommError("recipient has no X25519 key-agreement key")
+    return vm.id, vm.key
+
+
+def pack_to(message: dict, *, identity: MediatorIdentity, recipient: tuple[str, PublicKey]) -> dict:
+    """Authcrypt `message` from the identity's X25519 key to a resolved key (`agreement_key_for`)."""
     plaintext = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    return jwe.encrypt(plaintext, to=[(vm.id, vm.key)], sender=(identity.agreement_kid, identity.agreement_key))
+    return jwe.encrypt(plaintext, to=[recipient], sender=(identity.agreement_kid, identity.agreement_key))
+
+
+def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str) -> dict:
+    """Authcrypt `message` from the identity's X25519 key to the key-agreement key `kid` names."""
+    return pack_to(message, identity=identity, recipient=agreement_key_for(kid))
 
 
 def pack_for_did(message: dict, *, identity: MediatorIdentity, to_did: str) -> dict:
@@ -402,6 +419,8 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
     RecipientKey.objects.filter(mediation=locked).delete()
     locked.state = Mediation.State.REVOKED
     locked.save(update_fields=["state", "updated_at"])
+    # The client's live sockets stop pushing (they keep its grant in memory).
+    notify_on_commit(tenant_id=locked.tenant_id, did=locked.client_did, message={"type": LIVE_REFRESH})
     audit_record(
         actor=actor,
         action="didcomm.revoke_grant",
@@ -421,16 +440,10 @@ class Stored:
     evicted: int
 
 
-# A wake carries the stored text (`items`) so that a live socket needs no database read, unless the
-# text is larger than this; then only `ids` (the consumer reads the rows). The stored text is ASCII
-# (json.dumps escapes the rest), so its length is its size in bytes.
-WAKE_INLINE_MAX = 64 * 1024
-
-
 def wake_message(message_id: str, text: str) -> dict:
     """The after-commit wake of the sockets of a stored message's client."""
     wake: dict = {"type": WAKE, "ids": [message_id]}
-    if len(text) <= WAKE_INLINE_MAX:
+    if len(text) <= WAKE_ITEMS_MAX:  # the stored text is ASCII (json.dumps escapes the rest): length = bytes
         wake["items"] = [{"id": message_id, "data": text}]
     return wake
 

@@ -34,7 +34,8 @@ from .groups import group_name
 
 log = logging.getLogger("mediator.realtime")
 
-# The group message type handled by SocketConsumer.realtime_push.
+# The group message type handled by SocketConsumer.realtime_push: {"type": PUSH_TYPE, "group": the
+# group it was sent to (a socket in several groups knows which one), "text": the serialised message}.
 PUSH_TYPE = "realtime.push"
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -68,10 +69,10 @@ def push_to_sockets(sender, *, tenant_id: int, did: str, message: dict, **kwargs
             # Most recipients have no socket: find out before serialising anything.
             channel_names = sync.members(group)
             if channel_names:
-                sync.send(group, channel_names, {"type": PUSH_TYPE, "text": canonical_str(message)})
+                sync.send(group, channel_names, {"type": PUSH_TYPE, "group": group, "text": canonical_str(message)})
             return
         # Serialised once here, not once per socket.
-        group_message = {"type": PUSH_TYPE, "text": canonical_str(message)}
+        group_message = {"type": PUSH_TYPE, "group": group, "text": canonical_str(message)}
         if isinstance(layer, InMemoryChannelLayer):
             async_to_sync(layer.group_send)(group, group_message)
         else:

@@ -170,7 +170,11 @@ def test_a_push_from_plain_sync_code_reaches_a_redis_group(settings):
                 None, tenant_id=7, did=did, message={"type": "CONTRACTS_UPDATED"}
             )
         for _ in range(2):
-            assert await layer.receive(channel) == {"type": PUSH_TYPE, "text": '{"type":"CONTRACTS_UPDATED"}'}
+            assert await layer.receive(channel) == {
+                "type": PUSH_TYPE,
+                "group": group_name(7, did),
+                "text": '{"type":"CONTRACTS_UPDATED"}',
+            }
         await layer.group_discard(group_name(7, did), channel)
 
     async_to_sync(body)()

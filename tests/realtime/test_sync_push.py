@@ -67,7 +67,8 @@ def test_every_socket_of_the_group_gets_the_push_the_async_layer_would_give(laye
         return [[await layer.receive(ch), await layer.receive(ch)] for ch in channels]
 
     expected = [
-        {"type": PUSH_TYPE, "text": '{"events":[],"type":"PENDING_EVENTS"}'},
+        # push_to_sockets names the group (a socket in several groups knows which one).
+        {"type": PUSH_TYPE, "group": group_name(3, did), "text": '{"events":[],"type":"PENDING_EVENTS"}'},
         {"type": PUSH_TYPE, "text": "second"},
     ]
     assert async_to_sync(drain)() == [expected] * 3
@@ -92,7 +93,11 @@ def test_members_older_than_group_expiry_are_not_sent_to_and_are_dropped_by_the_
     (channel,) = join(layer, did)
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
     assert raw.zrange(group_key, 0, -1) == [channel.encode()]
-    assert async_to_sync(layer.receive)(channel) == {"type": PUSH_TYPE, "text": '{"type":"CONTRACTS_UPDATED"}'}
+    assert async_to_sync(layer.receive)(channel) == {
+        "type": PUSH_TYPE,
+        "group": group_name(3, did),
+        "text": '{"type":"CONTRACTS_UPDATED"}',
+    }
 
 
 def test_a_channel_at_capacity_gets_no_more(layer):
@@ -138,4 +143,8 @@ def test_a_broken_connection_is_replaced_on_the_next_push(layer):
     async def receive():
         return await layer.receive(channel)
 
-    assert async_to_sync(receive)() == {"type": PUSH_TYPE, "text": '{"type":"CONTRACTS_UPDATED"}'}
+    assert async_to_sync(receive)() == {
+        "type": PUSH_TYPE,
+        "group": group_name(3, did),
+        "text": '{"type":"CONTRACTS_UPDATED"}',
+    }

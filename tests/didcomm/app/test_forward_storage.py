@@ -221,8 +221,8 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(backend, tenant_a, pushes
         }
     ]
     pushes.clear()
-    exact = {"base64": "A" * (services.WAKE_INLINE_MAX - len('{"base64":""}'))}
-    big = {"base64": "A" * (services.WAKE_INLINE_MAX - len('{"base64":""}') + 1)}
+    exact = {"base64": "A" * (services.WAKE_ITEMS_MAX - len('{"base64":""}'))}
+    big = {"base64": "A" * (services.WAKE_ITEMS_MAX - len('{"base64":""}') + 1)}
     with django_capture_on_commit_callbacks(execute=True):
         at_limit = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=exact)
         over = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=big)

@@ -1,0 +1,257 @@
+"""Live push without the database (issue 15 §7): the after-commit wake carries the stored
+attachment (up to 64 KiB), a live socket packs its `delivery` from it with the grant, identity and
+key it loaded when live mode started, reads the queue only for a bigger message, and loads its
+state again when the client's grant is revoked or the mediator identity rotated (LIVE_REFRESH)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from websockets.asyncio.client import connect
+
+from apps.didcomm import services
+from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.messaging.notify import push_requested
+from apps.realtime.groups import group_name
+from apps.realtime.push import PUSH_TYPE
+
+from .test_e2e_daphne import REDIS_DB_URL, Deployment
+
+LIVE = {"live_delivery": True}
+
+
+# --- the wake (producer) --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def granted(tenant_a):
+    wallet, rcpt = Agent(), Agent()
+    mediation = services.mediation_request(tenant=tenant_a, client_did=wallet.did)
+    services.recipients_update(mediation=mediation, updates=[{"recipient_did": rcpt.did, "action": "add"}])
+    recipient = services.recipient_for_next(tenant=tenant_a, next_did=rcpt.did)
+    return tenant_a, wallet, recipient
+
+
+@pytest.fixture
+def wakes():
+    sent: list[tuple[int, str, dict]] = []
+
+    def receiver(sender, *, tenant_id, did, message, **kwargs):
+        sent.append((tenant_id, did, message))
+
+    push_requested.connect(receiver)
+    yield sent
+    push_requested.disconnect(receiver)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("text_len", "carried"), [(200, True), (64 * 1024, True), (64 * 1024 + 1, False)])
+def test_the_wake_carries_the_stored_text_up_to_64_kib(
+    granted, wakes, django_capture_on_commit_callbacks, text_len, carried
+):
+    from apps.didcomm.models import QueuedMessage
+
+    tenant, wallet, recipient = granted
+    data = {"json": {"p": "A" * (text_len - len('{"json":{"p":""}}'))}}
+    policy = services.policy_for(tenant=tenant)
+    with django_capture_on_commit_callbacks(execute=True):
+        stored = services.message_store(tenant=tenant, policy=policy, recipient=recipient, data=data)
+    row = QueuedMessage.objects.get(message_id=stored.message_id)
+    assert row.size == len(row.data) == text_len
+    expected = {"type": services.WAKE, "ids": [stored.message_id]}
+    if carried:
+        expected["items"] = [{"id": stored.message_id, "data": row.data}]
+    assert wakes == [(tenant.pk, wallet.did, expected)]
+
+
+# --- the socket (consumer), on a real Daphne with the Redis channel layer ---------------------------
+
+
+@pytest.fixture
+def deploy(transactional_db, tmp_path, settings):
+    # This process (the operator's revoke and rotate, the test's own wakes) and Daphne share one layer.
+    layer = {"hosts": [{"address": REDIS_DB_URL, "socket_timeout": 30}]}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": layer}}
+    d = Deployment(tmp_path, processes=1)
+    yield d
+    d.close()
+
+
+def _grant(deploy) -> tuple[Agent, Agent]:
+    wallet, rcpt = Agent(), Agent()
+    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
+    deploy.send(
+        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    )
+    return wallet, rcpt
+
+
+async def _live(deploy, wallet: Agent):
+    ws = await connect(
+        f"ws://{deploy.host}/didcomm/ws",
+        host="127.0.0.1",
+        port=deploy.ports[0],
+        compression=None,
+        proxy=None,
+        ping_interval=None,
+        max_size=None,
+    )
+    await ws.send(wallet.pack(wallet.message(PICKUP + "live-delivery-change", LIVE), deploy.mediator_did).decode())
+    status, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+    assert status["body"] == {"message_count": 0, **LIVE}
+    return ws
+
+
+async def _pushed(ws, wallet: Agent) -> tuple[dict, str]:
+    """The next pushed frame: (the decrypted message, the mediator key it was authcrypt from)."""
+    message, decrypted = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+    return message, decrypted.sender_kid
+
+
+async def _nothing(ws, seconds: float = 1.5) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(ws.recv(), seconds)
+
+
+async def _wake(deploy, did: str, wake: dict, *, with_group: bool = True) -> None:
+    """A wake straight onto the channel layer, as apps.realtime.push sends it."""
+    from channels.layers import get_channel_layer
+
+    group = group_name(deploy.tenant.pk, did)
+    event = {"type": PUSH_TYPE, "text": json.dumps(wake)}
+    if with_group:
+        event["group"] = group
+    await get_channel_layer().group_send(group, event)
+
+
+def _queued(deploy, wallet: Agent) -> list[dict]:
+    delivery = deploy.send(wallet, wallet.message(PICKUP + "delivery-request", {"limit": 100}))
+    return delivery.get("attachments", []) if delivery["type"] == PICKUP + "delivery" else []
+
+
+def test_a_push_is_packed_from_the_wake_without_reading_the_queue(deploy):
+    wallet, rcpt = _grant(deploy)
+
+    async def body():
+        ws = await _live(deploy, wallet)
+        try:
+            # A real forward: pushed at once, from the mediator DID, exactly what is stored.
+            assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
+            delivery, kid = await _pushed(ws, wallet)
+            assert (delivery["type"], kid, delivery["to"]) == (
+                PICKUP + "delivery",
+                deploy.mediator_did + "#key-2",
+                [wallet.did],
+            )
+            [real] = delivery["attachments"]
+            # A wake for a message the queue does not hold is pushed as it is: the socket never read the queue.
+            ghost = {"id": str(uuid.uuid4()), "data": {"json": {"protected": "x", "ciphertext": "y"}}}
+            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [ghost["id"]],
+                        "items": [{"id": ghost["id"], "data": json.dumps(ghost["data"])}]})  # fmt: skip
+            delivery, kid = await _pushed(ws, wallet)
+            assert (delivery["attachments"], kid) == ([ghost], deploy.mediator_did + "#key-2")
+            # An event that does not name its group (an older sender) reads the queue: the ghost is not there.
+            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [ghost["id"]],
+                        "items": [{"id": ghost["id"], "data": json.dumps(ghost["data"])}]}, with_group=False)  # fmt: skip
+            await _nothing(ws)
+            return real
+        finally:
+            await ws.close()
+
+    real = asyncio.run(body())
+    # A push is never the only copy: the real message is still queued, the same bytes.
+    assert _queued(deploy, wallet) == [real]
+    assert rcpt.unpack(real["data"]["json"])[0]["body"] == {"n": 1}
+
+
+def test_over_64_kib_the_socket_reads_the_pushed_message_from_the_queue(deploy):
+    wallet, rcpt = _grant(deploy)
+    inner = json.loads(
+        Agent().pack({"id": "big", "type": "https://example.org/blob", "body": {"b": "A" * 70_000}}, rcpt.did)
+    )
+
+    async def body():
+        ws = await _live(deploy, wallet)
+        try:
+            assert (
+                await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did, inner))
+            ).status_code == 202
+            delivery, kid = await _pushed(ws, wallet)
+            assert kid == deploy.mediator_did + "#key-2"
+            # A wake without items for a message that is not queued pushes nothing.
+            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [str(uuid.uuid4())]})
+            await _nothing(ws)
+            return delivery["attachments"]
+        finally:
+            await ws.close()
+
+    attachments = asyncio.run(body())
+    assert len(json.dumps(attachments[0]["data"])) > 64 * 1024
+    assert _queued(deploy, wallet) == attachments
+    assert rcpt.unpack(attachments[0]["data"]["json"])[0]["id"] == "big"
+
+
+def test_a_revoked_grant_stops_pushing_at_once(deploy):
+    from apps.didcomm.models import Mediation
+    from apps.tenants.services import Actor
+
+    wallet, rcpt = _grant(deploy)
+    other, other_rcpt = _grant(deploy)
+
+    async def body():
+        ws, ws_other = await _live(deploy, wallet), await _live(deploy, other)
+        try:
+            mediation = await asyncio.to_thread(Mediation.objects.get, client_hash=services.did_hash(wallet.did))
+            await asyncio.to_thread(services.mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
+            # A wake that was already on its way when the grant went (the socket kept the grant in memory).
+            mid = str(uuid.uuid4())
+            wake = {"type": services.WAKE, "ids": [mid], "items": [{"id": mid, "data": '{"json":{"a":1}}'}]}
+            await _wake(deploy, wallet.did, wake)
+            await _nothing(ws)
+            # The other client's socket is not affected.
+            assert (
+                await asyncio.to_thread(deploy.post, forward_for(other_rcpt, deploy.mediator_did))
+            ).status_code == 202
+            delivery, _ = await _pushed(ws_other, other)
+            assert len(delivery["attachments"]) == 1
+        finally:
+            await ws.close()
+            await ws_other.close()
+
+    asyncio.run(body())
+    assert "revoked" == Mediation.objects.get(client_hash=services.did_hash(wallet.did)).state
+
+
+def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
+    from apps.tenants.services import Actor
+
+    wallet, rcpt = _grant(deploy)
+    old = deploy.mediator_did
+
+    async def body():
+        ws = await _live(deploy, wallet)
+        try:
+            new = (
+                await asyncio.to_thread(services.identity_rotate, tenant=deploy.tenant, actor=Actor(None, "cli"))
+            ).did
+            assert new != old
+            # The announcement (queued for the client) is pushed, authcrypt from the new DID.
+            grant, kid = await _pushed(ws, wallet)
+            [att] = grant["attachments"]
+            announcement, announced_by = wallet.unpack(att["data"]["json"])
+            assert (announced_by.sender_kid, announcement["body"]) == (
+                new + "#key-2",
+                {"routing_did": new, "previous_routing_did": old},
+            )
+            assert (kid, grant["from"]) == (new + "#key-2", new)
+            # A forward to the old DID (still accepted for the grace period) is pushed from the new one.
+            assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, old))).status_code == 202
+            delivery, kid = await _pushed(ws, wallet)
+            assert (kid, delivery["from"], len(delivery["attachments"])) == (new + "#key-2", new, 1)
+        finally:
+            await ws.close()
+
+    asyncio.run(body())
