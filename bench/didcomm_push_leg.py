@@ -5,7 +5,7 @@
 
 One process, no nginx, gunicorn or Redis: the real consumer (`mediator_project.asgi`) behind
 channels' WebsocketCommunicator, the in-memory channel layer, PostgreSQL. A granted wallet with one
-recipient goes live; each push is a `services.message_store` in a transaction (a ~1.4 KB stored
+recipient goes live; each push is a `services.forward_store` in a transaction (a ~1.4 KB stored
 attachment, as `push` forwards), timed from the first after-commit callback (right before the
 wake's send) to the frame. `build`: the CPU (thread time) of what the consumer does per push, 200
 times. Run with an older tree (the same command there) to compare: the script uses
@@ -62,11 +62,10 @@ def _world():
     wallet, rcpt = Agent(), Agent()
     mediation = services.mediation_request(tenant=tenant, client_did=wallet.did)
     services.recipients_update(mediation=mediation, updates=[{"recipient_did": rcpt.did, "action": "add"}])
-    recipient = services.recipient_for_next(tenant=tenant, next_did=rcpt.did)
     return SimpleNamespace(
         tenant=tenant,
         wallet=wallet,
-        recipient=recipient,
+        next_did=rcpt.did,
         policy=services.policy_for(tenant=tenant),
         mediator=services.identity_current(tenant=tenant).did,
         data={"json": inner_for(rcpt)},
@@ -81,7 +80,7 @@ def _store(w) -> str:
     with transaction.atomic():
         # The first after-commit callback: runs right before the store's own (the wake's send).
         transaction.on_commit(lambda: T0.append(time.perf_counter()))
-        return services.message_store(tenant=w.tenant, policy=w.policy, recipient=w.recipient, data=w.data).message_id
+        return services.forward_store(tenant=w.tenant, policy=w.policy, next_did=w.next_did, data=w.data).message_id
 
 
 async def _run(args) -> dict:

@@ -14,7 +14,6 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
-from apps.messaging.notify import push_requested
 from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE
 
@@ -23,48 +22,8 @@ from .test_e2e_daphne import REDIS_DB_URL, Deployment
 LIVE = {"live_delivery": True}
 
 
-# --- the wake (producer) --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def granted(tenant_a):
-    wallet, rcpt = Agent(), Agent()
-    mediation = services.mediation_request(tenant=tenant_a, client_did=wallet.did)
-    services.recipients_update(mediation=mediation, updates=[{"recipient_did": rcpt.did, "action": "add"}])
-    recipient = services.recipient_for_next(tenant=tenant_a, next_did=rcpt.did)
-    return tenant_a, wallet, recipient
-
-
-@pytest.fixture
-def wakes():
-    sent: list[tuple[int, str, dict]] = []
-
-    def receiver(sender, *, tenant_id, did, message, **kwargs):
-        sent.append((tenant_id, did, message))
-
-    push_requested.connect(receiver)
-    yield sent
-    push_requested.disconnect(receiver)
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(("text_len", "carried"), [(200, True), (64 * 1024, True), (64 * 1024 + 1, False)])
-def test_the_wake_carries_the_stored_text_up_to_64_kib(
-    granted, wakes, django_capture_on_commit_callbacks, text_len, carried
-):
-    from apps.didcomm.models import QueuedMessage
-
-    tenant, wallet, recipient = granted
-    data = {"json": {"p": "A" * (text_len - len('{"json":{"p":""}}'))}}
-    policy = services.policy_for(tenant=tenant)
-    with django_capture_on_commit_callbacks(execute=True):
-        stored = services.message_store(tenant=tenant, policy=policy, recipient=recipient, data=data)
-    row = QueuedMessage.objects.get(message_id=stored.message_id)
-    assert row.size == len(row.data) == text_len
-    expected = {"type": services.WAKE, "ids": [stored.message_id]}
-    if carried:
-        expected["items"] = [{"id": stored.message_id, "data": row.data}]
-    assert wakes == [(tenant.pk, wallet.did, expected)]
+# The producer's side (the wake carries the stored text up to exactly 64 KiB) is tested with the
+# store: tests/didcomm/app/test_forward_storage.py.
 
 
 # --- the socket (consumer), on a real Daphne with the Redis channel layer ---------------------------
