@@ -34,7 +34,17 @@ UNPARSED = "(unparsed)"
 DEFAULT_PROTOCOL = "decentrl"
 TOP_N = 10
 
-COUNTS_COLUMNS = ["tenant_id", "day", "protocol", "command_type", "code", "sender_did", "commands", "bytes_in", "bytes_out"]
+COUNTS_COLUMNS = [
+    "tenant_id",
+    "day",
+    "protocol",
+    "command_type",
+    "code",
+    "sender_did",
+    "commands",
+    "bytes_in",
+    "bytes_out",
+]
 LATENCY_COLUMNS = ["tenant_id", "day", "latency_p50_ms", "latency_p95_ms"]
 DAILY_COLUMNS = [
     "tenant_id",
