@@ -173,12 +173,12 @@ def sql_only() -> float:
         return time.perf_counter() - t0
 
 
-def bench(rows: int, runs: int, *, warm_up: bool = True) -> dict:
+def bench(rows: int, runs: int, *, warm_ups: int = 1) -> dict:
     prepare(rows)
     result: dict = {"rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": []}
     new_run_id()  # Django's first connection, so that timings below hold only the work
     # One report to warm the engine (JIT, JDBC classes), as after the engine's first report of the day.
-    if warm_up:
+    for _ in range(warm_ups):
         warm(new_run_id())
     for _ in range(runs):
         result["sql_s"].append(round(sql_only(), 2))
@@ -198,6 +198,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, action="append")
     parser.add_argument(
         "--runs", type=int, action="append", help="runs per size: once for all sizes, or once per --rows in order"
+    )
+    parser.add_argument(
+        "--warm-ups", type=int, default=1, help="reports run before the first size (the JVM's JIT warms over several)"
     )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
@@ -224,7 +227,7 @@ def run_all(args) -> None:
     for i, rows in enumerate(sizes):
         print(f"== {rows} metering rows", flush=True)
         # The engine is warmed by one report before the first size; later sizes find it warm.
-        res = bench(rows, runs[i] if len(runs) > 1 else runs[0], warm_up=i == 0)
+        res = bench(rows, runs[i] if len(runs) > 1 else runs[0], warm_ups=args.warm_ups if i == 0 else 0)
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()
         (out_dir / f"usage_report-{rows}-{DAYS}d-{TENANTS}t.json").write_text(json.dumps(res, indent=2))
