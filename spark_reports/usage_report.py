@@ -129,12 +129,12 @@ def run(
         progress.step("computing the report")
     partitions = shuffle_partitions(sizes["meters"])
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    counts, latency = settle(
+    meter_counts, latency = settle(
         command_counts(inputs.meters, date_from, date_to),
         command_latency(inputs.meters, date_from, date_to),
         partitions,
     )
-    report = report_from(counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
+    report = report_from(meter_counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
     counts: dict = load(report, db, run_id, (lambda: progress.step("writing the report")) if progress else None)
     counts["seconds"] = round(time.perf_counter() - started, 3)
     counts["rows_read"] = sizes
