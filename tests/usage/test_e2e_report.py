@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path):
+def stack(transactional_db, tmp_path, spark_engine):
+    # spark_engine: the session's engine (its port is in os.environ, which the worker inherits), so
+    # the worker's launcher does not start a detached engine on the default port that outlives the test.
     worker = start_celery_worker(tmp_path, env=SPARK_ENV)
     daphne = start_daphne(tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "USAGE_REPORT_QUEUE": worker.queue})
     yield daphne, worker
