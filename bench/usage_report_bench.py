@@ -3,7 +3,7 @@ PostgreSQL alone.
 
     .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1   # "fast enough to click"
-    .venv/bin/python -m bench.usage_report_bench --rows 20000000 --runs 3             # the scaling simulation
+    .venv/bin/python -m bench.usage_report_bench --rows 1000000 --rows 20000000 --runs 3 --runs 1   # + the 20M simulation
 
 - warm: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
   starts, as a client of an engine (spark_reports/engine.py) that is already up and has run one
@@ -173,12 +173,13 @@ def sql_only() -> float:
         return time.perf_counter() - t0
 
 
-def bench(rows: int, runs: int) -> dict:
+def bench(rows: int, runs: int, *, warm_ups: int = 1) -> dict:
     prepare(rows)
     result: dict = {"rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": []}
     new_run_id()  # Django's first connection, so that timings below hold only the work
     # One report to warm the engine (JIT, JDBC classes), as after the engine's first report of the day.
-    warm(new_run_id())
+    for _ in range(warm_ups):
+        warm(new_run_id())
     for _ in range(runs):
         result["sql_s"].append(round(sql_only(), 2))
         seconds, steps = warm(new_run_id())
@@ -195,7 +196,12 @@ def main() -> None:
     global DAYS, TENANTS, LAST
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, action="append")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--runs", type=int, action="append", help="runs per size: once for all sizes, or once per --rows in order"
+    )
+    parser.add_argument(
+        "--warm-ups", type=int, default=1, help="reports run before the first size (the JVM's JIT warms over several)"
+    )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
     args = parser.parse_args()
@@ -216,9 +222,12 @@ def main() -> None:
 def run_all(args) -> None:
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for rows in args.rows or [1_000_000, 5_000_000]:
+    sizes = args.rows or [1_000_000, 5_000_000]
+    runs = args.runs or [3]
+    for i, rows in enumerate(sizes):
         print(f"== {rows} metering rows", flush=True)
-        res = bench(rows, args.runs)
+        # The engine is warmed by one report before the first size; later sizes find it warm.
+        res = bench(rows, runs[i] if len(runs) > 1 else runs[0], warm_ups=args.warm_ups if i == 0 else 0)
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()
         (out_dir / f"usage_report-{rows}-{DAYS}d-{TENANTS}t.json").write_text(json.dumps(res, indent=2))

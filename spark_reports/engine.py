@@ -48,7 +48,7 @@ def server_command(host: str, port: int) -> list[str]:
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": str(env_int("SPARK_SHUFFLE_PARTITIONS", 4)),
         # A finished client's session and cached extract are released after 5 minutes idle.
         "spark.connect.session.manager.defaultSessionTimeout": "5min",

@@ -34,6 +34,18 @@ UNPARSED = "(unparsed)"
 DEFAULT_PROTOCOL = "decentrl"
 TOP_N = 10
 
+COUNTS_COLUMNS = [
+    "tenant_id",
+    "day",
+    "protocol",
+    "command_type",
+    "code",
+    "sender_did",
+    "commands",
+    "bytes_in",
+    "bytes_out",
+]
+LATENCY_COLUMNS = ["tenant_id", "day", "latency_p50_ms", "latency_p95_ms"]
 DAILY_COLUMNS = [
     "tenant_id",
     "day",
@@ -95,11 +107,7 @@ def command_counts(meters: DataFrame, date_from: date, date_to: date) -> DataFra
     the commands and bytes. Every count-like output is an aggregate of this small table."""
     m = _meter_days(meters, date_from, date_to)
     label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
-    protocol = (
-        F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL))
-        if "protocol" in meters.columns
-        else F.lit(DEFAULT_PROTOCOL)
-    )
+    protocol = F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL))
     return (
         m.select(
             "tenant_id",
@@ -124,20 +132,11 @@ def _errors(commands: str = "commands") -> Column:
     return F.sum(F.when(F.col("code") == F.lit(SUCCESS), 0).otherwise(F.col(commands))).cast("long")
 
 
-def command_stats(
-    counts: DataFrame, meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY
-) -> list[DataFrame]:
-    """Per tenant and day: counts, errors, bytes and active identities (from `counts`), and the
-    latency percentiles (one more pass over the metering rows, grouped by tenant and day only)."""
-    ok = F.col("code") == F.lit(SUCCESS)
-    totals = counts.groupBy("tenant_id", "day").agg(
-        F.sum("commands").cast("long").alias("commands"),
-        _errors().alias("errors"),
-        F.sum("bytes_in").alias("bytes_in"),
-        F.sum("bytes_out").alias("bytes_out"),
-        F.countDistinct(F.when(ok & (F.col("sender_did") != ""), F.col("sender_did"))).alias("active_identities"),
-    )
-    latency = (
+def command_latency(
+    meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY
+) -> DataFrame:
+    """The other pass over the metering rows: p50/p95 command latency per tenant and day."""
+    return (
         _meter_days(meters, date_from, date_to)
         .groupBy("tenant_id", "day")
         .agg(
@@ -145,7 +144,18 @@ def command_stats(
             _pct("duration_ms", 0.95, accuracy).alias("latency_p95_ms"),
         )
     )
-    return [totals, latency]
+
+
+def command_totals(counts: DataFrame) -> DataFrame:
+    """Per tenant and day: commands, errors, bytes and distinct active identities, from `counts`."""
+    ok = F.col("code") == F.lit(SUCCESS)
+    return counts.groupBy("tenant_id", "day").agg(
+        F.sum("commands").cast("long").alias("commands"),
+        _errors().alias("errors"),
+        F.sum("bytes_in").alias("bytes_in"),
+        F.sum("bytes_out").alias("bytes_out"),
+        F.countDistinct(F.when(ok & (F.col("sender_did") != ""), F.col("sender_did"))).alias("active_identities"),
+    )
 
 
 def registration_stats(registrations: DataFrame, date_from: date, date_to: date) -> DataFrame:
@@ -161,7 +171,10 @@ def pending_stats(pending: DataFrame, date_from: date, date_to: date, accuracy: 
         .groupBy("tenant_id", "day")
         .agg(F.count(F.lit(1)).alias("pending_created"))
     )
-    return _merge([created, _delivered(pending, date_from, date_to, accuracy)])
+    return _merge(
+        [created, _delivered(pending, date_from, date_to, accuracy)],
+        ["pending_created", "pending_delivered", "delivery_p50_ms", "delivery_p95_ms"],
+    )
 
 
 def _delivered(pending: DataFrame, date_from: date, date_to: date, accuracy: int) -> DataFrame:
@@ -188,33 +201,22 @@ def stored_stats(stored: DataFrame, date_from: date, date_to: date) -> DataFrame
     )
 
 
-def _merge(parts: list[DataFrame]) -> DataFrame:
+def _merge(parts: list[DataFrame], columns: list[str]) -> DataFrame:
     """Combine per-(tenant, day) partial results with one union and one shuffle instead of outer joins.
 
-    Each part has at most one row per key and its own columns, so `max` over the union picks the
-    one non-null value of every column.
+    Each part has at most one row per key and some of `columns`; the union fills the others with
+    nulls, so `max` over it picks the one non-null value of every column. (Named columns, never
+    `df.columns`: over Spark Connect every schema question is a round trip to the engine.)
     """
-    columns: list[str] = []
-    for part in parts:
-        columns += [c for c in part.columns if c not in ("tenant_id", "day") and c not in columns]
-    types = {f.name: f.dataType for part in parts for f in part.schema.fields}
-    aligned = [
-        part.select(
-            F.col("tenant_id").cast("long").alias("tenant_id"),
-            F.col("day"),
-            *[(F.col(c) if c in part.columns else F.lit(None).cast(types[c])).alias(c) for c in columns],
-        )
-        for part in parts
-    ]
-    union = aligned[0]
-    for part in aligned[1:]:
-        union = union.unionByName(part)
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part, allowMissingColumns=True)
     return union.groupBy("tenant_id", "day").agg(*[F.max(c).alias(c) for c in columns])
 
 
 def daily(
     counts: DataFrame,
-    meters: DataFrame,
+    latency: DataFrame,
     registrations: DataFrame,
     pending: DataFrame,
     stored: DataFrame,
@@ -231,12 +233,14 @@ def daily(
     )
     out = _merge(
         [
-            *command_stats(counts, meters, date_from, date_to, accuracy),
+            command_totals(counts),
+            latency,
             registration_stats(registrations, date_from, date_to),
             created,
             _delivered(pending, date_from, date_to, accuracy),
             stored_stats(stored, date_from, date_to),
-        ]
+        ],
+        [c for c in DAILY_COLUMNS if c not in ("tenant_id", "day", "error_rate")],
     )
     for c in COUNT_COLUMNS:
         out = out.withColumn(c, F.coalesce(F.col(c).cast("long"), F.lit(0).cast("long")))
@@ -282,6 +286,26 @@ def top_identities(counts: DataFrame, n: int = TOP_N) -> DataFrame:
     )
 
 
+def report_from(
+    counts: DataFrame,
+    latency: DataFrame,
+    registrations: DataFrame,
+    pending: DataFrame,
+    stored: DataFrame,
+    date_from: date,
+    date_to: date,
+    accuracy: int = PERCENTILE_ACCURACY,
+) -> UsageReport:
+    """The report from the two passes over the metering rows (`command_counts`, `command_latency`)
+    and the other three inputs."""
+    return UsageReport(
+        daily=daily(counts, latency, registrations, pending, stored, date_from, date_to, accuracy),
+        by_type=by_type(counts),
+        by_code=by_code(counts),
+        top=top_identities(counts),
+    )
+
+
 def usage_report(
     meters: DataFrame,
     registrations: DataFrame,
@@ -291,12 +315,15 @@ def usage_report(
     date_to: date,
     accuracy: int = PERCENTILE_ACCURACY,
 ) -> UsageReport:
-    """The whole report for [date_from, date_to] from the four extracted inputs."""
-    # Read by four outputs; small (a few thousand times fewer rows than `meters`), so kept once.
-    counts = command_counts(meters, date_from, date_to).persist()
-    return UsageReport(
-        daily=daily(counts, meters, registrations, pending, stored, date_from, date_to, accuracy),
-        by_type=by_type(counts),
-        by_code=by_code(counts),
-        top=top_identities(counts),
+    """The whole report for [date_from, date_to] from the four extracted inputs. (The job computes
+    the two passes first and keeps them on the engine: spark_reports.usage_report.settle.)"""
+    return report_from(
+        command_counts(meters, date_from, date_to),
+        command_latency(meters, date_from, date_to, accuracy),
+        registrations,
+        pending,
+        stored,
+        date_from,
+        date_to,
+        accuracy,
     )

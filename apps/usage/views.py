@@ -212,12 +212,6 @@ STEP_WORDS = {
     "starting": "Starting the report job",
     "connecting": "Connecting to the Spark engine",
     "counting rows": "Counting the metering rows to read",
-    "computing daily": "Computing the daily totals",
-    "computing by_type": "Counting commands by type",
-    "computing by_code": "Counting errors by code",
-    "computing top": "Finding the busiest identities",
-    # The job's steps once the four tables are computed in one Spark operation and written in one
-    # transaction (h/spark); both sets are kept until that lands.
     "computing the report": "Computing the report",
     "writing the report": "Writing the report to the database",
 }

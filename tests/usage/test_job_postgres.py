@@ -9,12 +9,24 @@ within 1e-9).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import psycopg
 import pytest
 from django.db import connection
 
 from apps.usage import services
-from apps.usage.models import ReportCommandType, ReportDaily, ReportErrorCode, ReportRun, ReportTopIdentity
+from apps.usage.models import (
+    CommandMeter,
+    ReportCommandType,
+    ReportDaily,
+    ReportErrorCode,
+    ReportRun,
+    ReportTopIdentity,
+)
+from spark_reports import extract, load
 from spark_reports.config import database_from_url
+from spark_reports.transform import DAILY_COLUMNS
 from spark_reports.usage_report import run as run_job
 
 from . import dataset
@@ -173,3 +185,78 @@ def test_a_run_for_one_tenant_contains_only_that_tenant(spark, built, tenant_a, 
     for model in (ReportCommandType, ReportErrorCode, ReportTopIdentity):
         assert not model.objects.filter(run=run, tenant=tenant_b).exists()
     assert ReportDaily.objects.get(run=run).commands == 120
+
+
+def _rows(tenant_id: int, day) -> dict[str, list[tuple]]:
+    """One row per table in load.COLUMNS order."""
+    daily = dict.fromkeys(DAILY_COLUMNS, 0) | {"tenant_id": tenant_id, "day": day, "commands": 3, "error_rate": 0.0}
+    daily |= {"latency_p50_ms": 1.5, "latency_p95_ms": None, "delivery_p50_ms": None, "delivery_p95_ms": None}
+    return {
+        "daily": [tuple(daily[c] for c in DAILY_COLUMNS)],
+        "by_type": [(tenant_id, day, "didcomm", "routing/2.0/forward", 3, 1)],
+        "by_code": [(tenant_id, day, "RATE_LIMITED", 1, 1 / 3)],
+        "top": [(tenant_id, day, 1, "did:decentrl:x", 3, 30, 60)],
+    }
+
+
+def test_the_rows_are_written_in_one_transaction(tenant_a):
+    db = database_from_url(services.report_database_url())
+    day = dataset.DAYS[0]
+    run = ReportRun.objects.create(date_from=day, date_to=day, status=ReportRun.Status.RUNNING)
+    assert load.write_rows(db, run.pk, _rows(tenant_a.pk, day)) == {"daily": 1, "by_type": 1, "by_code": 1, "top": 1}
+    daily = ReportDaily.objects.get(run=run)
+    assert (daily.tenant_id, daily.day, daily.commands, daily.latency_p50_ms, daily.latency_p95_ms) == (
+        tenant_a.pk,
+        day,
+        3,
+        1.5,
+        None,
+    )
+    assert ReportCommandType.objects.filter(run=run).values_list("protocol", "command_type", "commands").get() == (
+        "didcomm",
+        "routing/2.0/forward",
+        3,
+    )
+    assert ReportTopIdentity.objects.filter(run=run).values_list("rank", "sender_did", "bytes_out").get() == (
+        1,
+        "did:decentrl:x",
+        60,
+    )
+
+    # A row the database refuses (the top table's sender is NOT NULL): nothing of the run is written,
+    # not even the tables before it.
+    bad = ReportRun.objects.create(date_from=day, date_to=day, status=ReportRun.Status.RUNNING)
+    rows = _rows(tenant_a.pk, day)
+    rows["top"] = [(tenant_a.pk, day, 1, None, 3, 30, 60)]
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        load.write_rows(db, bad.pk, rows)
+    assert [m.objects.filter(run=bad).count() for m in services.RESULT_MODELS.values()] == [0, 0, 0, 0]
+
+
+def test_inputs_the_bounds_say_are_empty_are_not_read(spark, tenant_a, capsys):
+    day = dataset.DAYS[0]
+    CommandMeter.objects.create(
+        tenant=tenant_a,
+        at=datetime(day.year, day.month, day.day, 12, tzinfo=UTC),
+        transport="http",
+        command_type="QUERY_EVENTS",
+        code="SUCCESS",
+        http_status=200,
+        bytes_in=1,
+        bytes_out=2,
+        duration_ms=3.0,
+    )
+    db = database_from_url(services.report_database_url())
+    inputs, sizes = extract.extract(spark, db, day, day, [tenant_a.pk])
+    assert sizes == {"meters": 1, "registrations": 0, "pending": 0, "stored": 0}
+    plans = {}
+    for name in sizes:
+        getattr(inputs, name).explain()
+        plans[name] = capsys.readouterr().out
+    assert "JDBCRelation" in plans["meters"]
+    for name in ("registrations", "pending", "stored"):
+        assert "JDBCRelation" not in plans[name] and "LocalTableScan" in plans[name], plans[name]
+        assert getattr(inputs, name).collect() == []
+    assert [
+        tuple(r) for r in inputs.meters.select("tenant_id", "protocol", "http_status", "duration_ms").collect()
+    ] == [(tenant_a.pk, "decentrl", 200, 3.0)]

@@ -103,12 +103,12 @@ def test_the_run_page_shows_tables_charts_and_csv(client, staff_user, published)
 def test_a_running_report_page_follows_progress_without_reloading_and_has_no_download(client, staff_user, published):
     client.force_login(staff_user)
     running = ReportRun.objects.get(status=ReportRun.Status.RUNNING)
-    progress = {"step": "computing daily", "step_no": 3, "steps": 6, "tasks_done": 2, "tasks_total": 8}
+    progress = {"step": "computing the report", "step_no": 3, "steps": 4, "tasks_done": 2, "tasks_total": 8}
     ReportRun.objects.filter(pk=running.pk).update(started_at=timezone.now() - timedelta(seconds=30), progress=progress)
     html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
     assert 'http-equiv="refresh"' not in html  # the page's script polls the status; it never reloads
     assert 'id="run-progress"' in html and 'id="cancel-run"' in html
-    assert "Computing the daily totals" in html and "(step 3 of 6)" in html
+    assert "Computing the report" in html and "(step 3 of 4)" in html
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
     status = client.get(f"/dashboard/reports/{running.pk}/status").json()
     assert 30 <= status.pop("elapsed_s") < 40
@@ -118,7 +118,7 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
         "status_display": "Running",
         "finished": False,
         "progress": progress,
-        "step_words": "Computing the daily totals",
+        "step_words": "Computing the report",
         "typical_s": 0.0,  # the one succeeded run of the fixture started and finished at once
         "cancel_requested": False,
         "error": "",

@@ -7,7 +7,7 @@ from datetime import date, datetime
 import pytest
 from pyspark.sql import Row
 
-from spark_reports import transform
+from spark_reports import extract, transform
 
 pytestmark = pytest.mark.spark
 
@@ -18,16 +18,13 @@ def ts(day: date, h: int, m: int = 0, s: int = 0, ms: int = 0) -> datetime:
     return datetime(day.year, day.month, day.day, h, m, s, ms * 1000)
 
 
-METER_COLS = "tenant_id at command_type code http_status bytes_in bytes_out duration_ms sender_did".split()
-
-
 def meters(spark, rows):
+    """Metering rows as the extract gives them (spark_reports.extract.SCHEMAS); protocol NULL, as
+    on rows metered before the column existed."""
     return spark.createDataFrame(
-        [Row(**dict(zip(METER_COLS, r, strict=True))) for r in rows],
-        schema=(
-            "tenant_id long, at timestamp, command_type string, code string, http_status int, bytes_in long,"
-            " bytes_out long, duration_ms double, sender_did string"
-        ),
+        # rows: tenant_id, at, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did
+        [(r[0], r[1], None, *r[2:]) for r in rows],
+        schema=extract.schema("meters"),
     )
 
 
