@@ -8,9 +8,12 @@ POST row for it as well. Two backends give the same answers (tests/didcomm/app/t
 checks both against one model of the rule):
 
 - `PostgresForwardStore`: ONE prepared statement, `SELECT * FROM didcomm_forward_store(…)`, a
-  plpgsql function (migration 0004): lock, count, evict, insert and commit in one round trip.
+  plpgsql function (migrations 0004, 0005): lock, read the depth, evict, insert and commit in one
+  round trip. The depth is the recipient's `QueueDepth` row, kept exact by statement-level
+  triggers on the queue (migration 0005), so the cap costs the same at any queue length.
 - `SqlForwardStore` (SQLite, the embedded default): the same steps through the ORM in a
-  transaction (`select_for_update` is a no-op there; SQLite serialises writers).
+  transaction (`select_for_update` is a no-op there; SQLite serialises writers); it counts the
+  queue (SQLite has no counter triggers).
 
 `store()` picks the backend once, from the database vendor, at first use. The pushes and the
 outbound task are the caller's (services.forward_store), after commit, the same for both.
