@@ -94,7 +94,9 @@ class SqlForwardStore:
                 return ForwardStored(FULL)
             # UC-021 AF-4: FIFO eviction, the oldest first.
             oldest = list(queue.order_by("id").values_list("id", flat=True)[: depth - req.cap + 1])
-            evicted, _ = QueuedMessage.objects.filter(id__in=oldest).delete()
+            # Their v1 outbound rows go with them (the cascade), not counted as evicted messages.
+            _, deleted = QueuedMessage.objects.filter(id__in=oldest).delete()
+            evicted = deleted.get(QueuedMessage._meta.label, 0)
         mediation = recipient.mediation
         row = QueuedMessage.objects.create(
             tenant_id=req.tenant_id,

@@ -58,10 +58,12 @@ DROP FUNCTION didcomm_queue_depth_delete();
 DROP FUNCTION didcomm_queue_depth_truncate();
 """
 
-# 0004's function with one change: the cap reads the counter row instead of count(*) of the queue
-# (which grew with the queue: 0.33 ms at 317 rows). Read after the recipient row lock, in a new
+# 0004's function with two changes. The cap reads the counter row instead of count(*) of the queue
+# (which grew with the queue: 0.33 ms at 317 rows); read after the recipient row lock, in a new
 # snapshot (VOLATILE, READ COMMITTED), it includes every forward committed by an earlier holder of
-# the lock, so the cap still holds exactly under concurrent forwards.
+# the lock, so the cap still holds exactly under concurrent forwards. An eviction also deletes the
+# evicted messages' v1 outbound rows: 0004's left them, and the deferred foreign key then failed
+# the forward's commit (an IntegrityError) for a v1 connection with an endpoint at its cap.
 CREATE_FUNCTION = """
 CREATE OR REPLACE FUNCTION didcomm_forward_store(
     p_tenant bigint, p_lookup varchar, p_cap integer, p_reject boolean, p_message_id uuid,
@@ -97,10 +99,15 @@ BEGIN
             RETURN QUERY SELECT 'full'::text, 0, NULL::text, NULL::bigint;
             RETURN;
         END IF;
-        -- UC-021 AF-4: FIFO eviction, the oldest first.
-        DELETE FROM didcomm_queuedmessage WHERE id IN (
+        -- UC-021 AF-4: FIFO eviction, the oldest first, with their v1 outbound rows (as Django's
+        -- cascade does for SqlForwardStore; the foreign key has no ON DELETE of its own).
+        WITH gone AS (
             SELECT q.id FROM didcomm_queuedmessage q WHERE q.recipient_id = v_recipient
-             ORDER BY q.id LIMIT v_depth - p_cap + 1);
+             ORDER BY q.id LIMIT v_depth - p_cap + 1
+        ), outbound AS (
+            DELETE FROM didcomm_outbound WHERE queued_id IN (SELECT id FROM gone)
+        )
+        DELETE FROM didcomm_queuedmessage WHERE id IN (SELECT id FROM gone);
         GET DIAGNOSTICS v_evicted = ROW_COUNT;
     END IF;
     INSERT INTO didcomm_queuedmessage

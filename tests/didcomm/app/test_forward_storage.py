@@ -174,6 +174,18 @@ def test_each_backend_makes_the_v1_outbound_row(backend, tenant_a, endpoint, jso
 
 
 @pytest.mark.django_db(transaction=True)
+def test_each_backend_evicts_a_message_with_its_v1_outbound_row(backend, tenant_a):
+    """Committed for real (the outbound row's foreign key is checked at commit)."""
+    _grant(tenant_a, connection=_v1_connection(tenant_a, "http://agent/"))
+    first = backend.forward(_request(tenant_a.pk, cap=1))
+    req = _request(tenant_a.pk, cap=1)
+    second = backend.forward(req)
+    assert (first.outcome, second.outcome, second.evicted) == ("stored", "stored", 1)
+    assert list(QueuedMessage.objects.values_list("message_id", flat=True)) == [req.message_id]
+    assert list(Outbound.objects.values_list("id", "queued__message_id")) == [(second.outbound_id, req.message_id)]
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's shared-cache test database locks whole tables")
 @pytest.mark.parametrize("reject", [False, True])
 def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reject):
