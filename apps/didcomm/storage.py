@@ -8,9 +8,12 @@ POST row for it as well. Two backends give the same answers (tests/didcomm/app/t
 checks both against one model of the rule):
 
 - `PostgresForwardStore`: ONE prepared statement, `SELECT * FROM didcomm_forward_store(…)`, a
-  plpgsql function (migration 0004): lock, count, evict, insert and commit in one round trip.
+  plpgsql function (migrations 0004, 0005): lock, read the depth, evict, insert and commit in one
+  round trip. The depth is the recipient's `QueueDepth` row, kept exact by statement-level
+  triggers on the queue (migration 0005), so the cap costs the same at any queue length.
 - `SqlForwardStore` (SQLite, the embedded default): the same steps through the ORM in a
-  transaction (`select_for_update` is a no-op there; SQLite serialises writers).
+  transaction (`select_for_update` is a no-op there; SQLite serialises writers); it counts the
+  queue (SQLite has no counter triggers).
 
 `store()` picks the backend once, from the database vendor, at first use. The pushes and the
 outbound task are the caller's (services.forward_store), after commit, the same for both.
@@ -91,7 +94,9 @@ class SqlForwardStore:
                 return ForwardStored(FULL)
             # UC-021 AF-4: FIFO eviction, the oldest first.
             oldest = list(queue.order_by("id").values_list("id", flat=True)[: depth - req.cap + 1])
-            evicted, _ = QueuedMessage.objects.filter(id__in=oldest).delete()
+            # Their v1 outbound rows go with them (the cascade), not counted as evicted messages.
+            _, deleted = QueuedMessage.objects.filter(id__in=oldest).delete()
+            evicted = deleted.get(QueuedMessage._meta.label, 0)
         mediation = recipient.mediation
         row = QueuedMessage.objects.create(
             tenant_id=req.tenant_id,

@@ -1,6 +1,9 @@
 """The forward's storage seam (apps/didcomm/storage.py): both backends against one model of the rule
 (stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
-row), the exact cap under concurrent forwards, and the after-commit wake with the stored text."""
+row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and on
+PostgreSQL the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
+equal to the real count after every kind of write, filled by the migration, no deadlock between an
+evicting forward and a concurrent messages-received."""
 
 from __future__ import annotations
 
@@ -12,14 +15,29 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.db.models import Count
 from django.utils import timezone
 
 from apps.didcomm import services, storage
-from apps.didcomm.models import Connection, DidcommPolicy, Mediation, Outbound, QueuedMessage, RecipientKey, did_hash
+from apps.didcomm.models import (
+    Connection,
+    DidcommPolicy,
+    Mediation,
+    Outbound,
+    QueueDepth,
+    QueuedMessage,
+    RecipientKey,
+    did_hash,
+)
 from apps.messaging.notify import push_requested
+from apps.tenants.services import Actor
 
 BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
 RECIPIENT = "did:example:recipient"
+POSTGRES_ONLY = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the depth counter's triggers are PostgreSQL's"
+)
 
 
 def _backend(name: str):
@@ -156,6 +174,18 @@ def test_each_backend_makes_the_v1_outbound_row(backend, tenant_a, endpoint, jso
 
 
 @pytest.mark.django_db(transaction=True)
+def test_each_backend_evicts_a_message_with_its_v1_outbound_row(backend, tenant_a):
+    """Committed for real (the outbound row's foreign key is checked at commit)."""
+    _grant(tenant_a, connection=_v1_connection(tenant_a, "http://agent/"))
+    first = backend.forward(_request(tenant_a.pk, cap=1))
+    req = _request(tenant_a.pk, cap=1)
+    second = backend.forward(req)
+    assert (first.outcome, second.outcome, second.evicted) == ("stored", "stored", 1)
+    assert list(QueuedMessage.objects.values_list("message_id", flat=True)) == [req.message_id]
+    assert list(Outbound.objects.values_list("id", "queued__message_id")) == [(second.outbound_id, req.message_id)]
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's shared-cache test database locks whole tables")
 @pytest.mark.parametrize("reject", [False, True])
 def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reject):
@@ -178,11 +208,153 @@ def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reje
     for t in threads:
         t.join()
     assert QueuedMessage.objects.filter(recipient=rk).count() == 3
+    assert _counted() == _real() == {rk.pk: 3}
     stored = [r for r in results if r.outcome == "stored"]
     if reject:
         assert len(stored) == 3 and sum(r.evicted for r in stored) == 0
     else:
         assert len(stored) == 30 and sum(r.evicted for r in stored) == 27
+
+
+# --- the depth counter (PostgreSQL: migration 0005's triggers on didcomm_queuedmessage) ---------
+
+
+def _counted() -> dict[int, int]:
+    return dict(QueueDepth.objects.values_list("recipient_id", "depth"))
+
+
+def _real() -> dict[int, int]:
+    rows = QueuedMessage.objects.filter(recipient__isnull=False).values("recipient_id").annotate(n=Count("id"))
+    return {r["recipient_id"]: r["n"] for r in rows}
+
+
+def _message_ids(rk: RecipientKey, n: int) -> list[str]:
+    return [
+        str(m)
+        for m in QueuedMessage.objects.filter(recipient=rk).order_by("id").values_list("message_id", flat=True)[:n]
+    ]
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db
+def test_the_depth_counter_equals_the_real_count_after_every_write(backend, tenant_a, tenant_b):
+    a = _grant(tenant_a)
+    b = _grant(tenant_a, client="did:example:client-2", recipient="did:example:recipient-2")
+    c = _grant(tenant_b)
+    _preload(a, 4), _preload(b, 2), _preload(c, 1)
+    assert _counted() == _real() == {a.pk: 4, b.pk: 2, c.pk: 1}
+    # forwards, the last two evicting one each; a refused one changes nothing
+    assert [backend.forward(_request(tenant_a.pk, cap=5)).evicted for _ in range(3)] == [0, 1, 1]
+    assert backend.forward(_request(tenant_a.pk, cap=5, reject=True)) == storage.ForwardStored("full")
+    assert _counted() == _real() == {a.pk: 5, b.pk: 2, c.pk: 1}
+    # a message of ours to the client itself (no recipient) is not counted
+    now = timezone.now()
+    QueuedMessage.objects.create(
+        tenant=tenant_a, mediation=a.mediation, recipient=None, data="{}", size=2, expires_at=now + timedelta(hours=1)
+    )
+    assert _counted() == _real() == {a.pk: 5, b.pk: 2, c.pk: 1}
+    # messages-received: two of a's (and one id that is not ours); then all of b's: b's row goes
+    assert services.messages_received(mediation=a.mediation, ids=[*_message_ids(a, 2), "nope"]) == 2
+    assert services.messages_received(mediation=b.mediation, ids=_message_ids(b, 2)) == 2
+    assert _counted() == _real() == {a.pk: 3, c.pk: 1}
+    # TTL purge across recipients and tenants
+    expired = [
+        QueuedMessage.objects.filter(recipient=a).order_by("id")[0].pk,
+        QueuedMessage.objects.get(recipient=c).pk,
+    ]
+    QueuedMessage.objects.filter(pk__in=expired).update(expires_at=now - timedelta(seconds=1))
+    assert services.messages_purge_expired(tenant=None, now=timezone.now(), dry_run=False) == 2
+    assert _counted() == _real() == {a.pk: 2}
+    # a forward after the purge counts from there; c's row comes back
+    assert backend.forward(_request(tenant_b.pk, cap=5)).outcome == "stored"
+    assert _counted() == _real() == {a.pk: 2, c.pk: 1}
+    # revoke: the recipient and its queue go, and the counter row with them
+    services.mediation_revoke(mediation=a.mediation, actor=Actor(None, "test"))
+    assert _counted() == _real() == {c.pk: 1}
+    # cascade: the recipient's deletion (the collector deletes its messages), then the tenant's
+    _preload(b, 3)
+    assert _counted() == _real() == {b.pk: 3, c.pk: 1}
+    RecipientKey.objects.filter(pk=b.pk).delete()
+    assert _counted() == _real() == {c.pk: 1}
+    type(tenant_b).objects.filter(pk=tenant_b.pk).delete()
+    assert _counted() == _real() == {}
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db
+def test_the_cap_reads_the_counter(tenant_a, monkeypatch):
+    """The PostgreSQL forward takes its depth from the counter row: a forged counter moves the cap."""
+    monkeypatch.setattr(storage, "_chosen", [storage.PostgresForwardStore()])
+    rk = _grant(tenant_a)
+    _preload(rk, 1)
+    QueueDepth.objects.filter(recipient_id=rk.pk).update(depth=3)
+    assert storage.store().forward(_request(tenant_a.pk, cap=3, reject=True)) == storage.ForwardStored("full")
+    assert storage.store().forward(_request(tenant_a.pk, cap=4)) == storage.ForwardStored(
+        "stored", 0, "did:example:client", None
+    )
+    assert _counted() == {rk.pk: 4} and _real() == {rk.pk: 2}
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(backend, tenant_a):
+    rk = _grant(tenant_a)
+    _preload(rk, 4)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    outcomes: list[str] = []
+
+    def forwards():
+        try:
+            for _ in range(60):
+                outcomes.append(backend.forward(_request(tenant_a.pk, cap=4)).outcome)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            stop.set()
+            connection.close()
+
+    def received():
+        try:
+            while not stop.is_set():
+                # the oldest messages, the ones the next eviction takes too
+                services.messages_received(mediation=rk.mediation, ids=_message_ids(rk, 2))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=forwards), threading.Thread(target=forwards), threading.Thread(target=received)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    assert outcomes == ["stored"] * 120
+    assert _counted() == _real() and _real().get(rk.pk, 0) <= 4
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
+    before = [("didcomm", "0004_forward_store_function")]
+    after = [("didcomm", "0005_queue_depth")]
+    a = _grant(tenant_a)
+    b = _grant(tenant_a, client="did:example:client-2", recipient="did:example:recipient-2")
+    executor = MigrationExecutor(connection)
+    leaves = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate(before)
+        _preload(a, 3), _preload(b, 1)
+        QueuedMessage.objects.create(
+            tenant=tenant_a, mediation=a.mediation, recipient=None, data="{}", size=2, expires_at=timezone.now()
+        )
+        MigrationExecutor(connection).migrate(after)
+        assert _counted() == _real() == {a.pk: 3, b.pk: 1}
+        assert storage.PostgresForwardStore().forward(_request(tenant_a.pk, cap=3)).evicted == 1
+        assert _counted() == _real() == {a.pk: 3, b.pk: 1}
+    finally:
+        MigrationExecutor(connection).migrate(leaves)
 
 
 # --- the service: wake after commit, with the stored text --------------------------------------
