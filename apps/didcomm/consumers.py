@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -48,6 +48,8 @@ CLOSE_UNAVAILABLE = 4503
 # A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
 # on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
 LIVE_STATE_MAX_AGE_S = 60.0
+# How many pushed message ids a live client's entry remembers (Live.unsent).
+PUSHED_REMEMBERED = 1024
 
 
 def _admit(host: str):
@@ -71,6 +73,18 @@ class Live:
     group: str
     protocol: str
     target: LiveTarget | LiveTargetV1 | None = None
+    # The ids this socket pushed lately (bounded): a message stored while live mode started is in
+    # the backlog and in a wake; it goes out once.
+    pushed: dict[str, None] = field(default_factory=dict)
+
+    def unsent(self, rows: list[Row]) -> list[Row]:
+        """`rows` less those already pushed on this socket; remembers them as pushed."""
+        fresh = [row for row in rows if row[0] not in self.pushed]
+        for row in fresh:
+            self.pushed[row[0]] = None
+        while len(self.pushed) > PUSHED_REMEMBERED:
+            del self.pushed[next(iter(self.pushed))]
+        return fresh
 
 
 def _rows(wake: dict) -> list[Row] | None:
@@ -156,7 +170,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         mode when its grant is gone. Whether it can push now."""
         start = dispatch_v1.live_start if live.protocol == "v1" else live_start
         try:
-            live.target, frame = await database_sync_to_async(start)(
+            live.target, rows = await database_sync_to_async(start)(
                 tenant=self.tenant, client_did=live.did, client_kid=live.kid, backlog=backlog
             )
         except DatabaseError:
@@ -165,12 +179,13 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             live.target = None
             return False
         except DidcommError:
-            live.target, frame = None, None  # a client key we cannot encrypt to: no pushes
+            live.target, rows = None, []  # a client key we cannot encrypt to: no pushes
         if live.target is None:
             await self._leave(key)
             return False
-        if frame is not None:
-            await self._push(frame)
+        rows = live.unsent(rows)
+        if rows:
+            await self._push(live.target.frame(rows))
         return True
 
     async def realtime_push(self, event: dict) -> None:
@@ -207,6 +222,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             except DatabaseError:
                 log.warning("didcomm: database unreachable during a live delivery")
                 return
+        rows = live.unsent(rows)
         if rows:
             await self._push(target.frame(rows))
         if time.monotonic() - target.loaded_at > LIVE_STATE_MAX_AGE_S and not self.closed:

@@ -407,15 +407,15 @@ def shared_identity(*, tenant: Tenant, identity: MediatorIdentity) -> MediatorId
 
 def live_start(
     *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
-) -> tuple[LiveTarget | None, str | None]:
-    """(the push state of a live socket's client, the `delivery` of what is queued when `backlog`);
-    (None, None) when its grant is gone."""
+) -> tuple[LiveTarget | None, list[Row]]:
+    """(the push state of a live socket's client, what is queued when `backlog`, oldest first);
+    (None, []) when its grant is gone."""
     mediation = services.mediation_for(tenant=tenant, client_did=client_did)
     if mediation is None:
-        return None, None
+        return None, []
     identity = shared_identity(tenant=tenant, identity=services.identity_current(tenant=tenant))
     identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
     kid, key = services.agreement_key_for(client_kid)
     target = LiveTarget(mediation.pk, client_did, identity, (client_kid if kid == client_kid else kid, key))
     rows = target.backlog(None) if backlog else []
-    return target, target.frame(rows) if rows else None
+    return target, rows

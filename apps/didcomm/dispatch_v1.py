@@ -208,15 +208,15 @@ class LiveTargetV1:
 
 def live_start(
     *, tenant: Tenant, client_did: str, client_kid: str, backlog: bool
-) -> tuple[LiveTargetV1 | None, bytes | None]:
-    """(the push state of a live v1 socket's agent, the `delivery` of what is queued when
-    `backlog`); (None, None) when its connection or grant is gone."""
+) -> tuple[LiveTargetV1 | None, list[Row]]:
+    """(the push state of a live v1 socket's agent, what is queued when `backlog`, oldest first);
+    (None, []) when its connection or grant is gone."""
     connection = services_v1.connection_for_key(tenant=tenant, verkey=client_kid)
     mediation = services_v1.mediation_of(connection=connection) if connection is not None else None
     if mediation is None:
-        return None, None
+        return None, []
     identity = shared_identity(tenant=tenant, identity=connection.identity)
     identity.authentication_key  # noqa: B018 - unsealed here, in a thread, not on the first push
     target = LiveTargetV1(mediation.pk, identity, client_kid)
     rows = target.backlog(None) if backlog else []
-    return target, target.frame(rows) if rows else None
+    return target, rows

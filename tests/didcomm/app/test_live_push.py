@@ -48,7 +48,7 @@ def _grant(deploy) -> tuple[Agent, Agent]:
     return wallet, rcpt
 
 
-async def _live(deploy, wallet: Agent):
+async def _live(deploy, wallet: Agent, queued: int = 0):
     ws = await connect(
         f"ws://{deploy.host}/didcomm/ws",
         host="127.0.0.1",
@@ -60,7 +60,8 @@ async def _live(deploy, wallet: Agent):
     )
     await ws.send(wallet.pack(wallet.message(PICKUP + "live-delivery-change", LIVE), deploy.mediator_did).decode())
     status, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
-    assert status["body"] == {"message_count": 0, **LIVE}
+    body = status["body"] if queued == 0 else {k: status["body"][k] for k in ("message_count", *LIVE)}
+    assert body == {"message_count": queued, **LIVE}
     return ws
 
 
@@ -214,3 +215,29 @@ def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
             await ws.close()
 
     asyncio.run(body())
+
+
+def test_a_message_in_the_backlog_and_in_a_wake_is_pushed_once(deploy):
+    """A message stored while live mode starts is in the backlog the socket pushes and in the wake
+    that follows: it goes out once (Live.unsent); the next message still goes out."""
+    wallet, rcpt = _grant(deploy)
+    assert deploy.post(forward_for(rcpt, deploy.mediator_did)).status_code == 202
+
+    async def body():
+        ws = await _live(deploy, wallet, queued=1)
+        try:
+            backlog, _ = await _pushed(ws, wallet)
+            [first] = backlog["attachments"]
+            item = {"id": first["id"], "data": json.dumps(first["data"])}
+            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [first["id"]], "items": [item]})
+            await _nothing(ws)
+            assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
+            delivery, _ = await _pushed(ws, wallet)
+            [second] = delivery["attachments"]
+            return first, second
+        finally:
+            await ws.close()
+
+    first, second = asyncio.run(body())
+    assert first["id"] != second["id"]
+    assert [a["id"] for a in _queued(deploy, wallet)] == [first["id"], second["id"]]
