@@ -255,10 +255,31 @@ def _engine_connections() -> int:
 # True while the job is inside a Spark operation on the engine: computing a table (step 3 or later)
 # with tasks scheduled and not all done.
 IN_SPARK_OPERATION = """() => {
-  const no = /step (\\d) of/.exec(document.getElementById("progress-stepno").textContent);
-  const [done, total] = document.getElementById("progress-tasks").textContent.split(" of ").map(Number);
+  const stepno = document.getElementById("progress-stepno"), tasks = document.getElementById("progress-tasks");
+  if (!stepno || !tasks) return false;
+  const no = /step (\\d) of/.exec(stepno.textContent);
+  const [done, total] = tasks.textContent.split(" of ").map(Number);
   return !!no && Number(no[1]) >= 3 && total > 0 && done < total;
 }"""
+
+
+def seed_bulk(tenant, rows: int) -> None:
+    """`rows` more metering rows for `tenant` over yesterday and today, in one INSERT … SELECT: enough
+    that the report's Spark operation lasts seconds on any machine, so that a cancel lands in it."""
+    from django.db import connection
+
+    now = timezone.now()
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    span = (now - start).total_seconds() - 1
+    with connection.cursor() as cur:
+        cur.execute(
+            """INSERT INTO usage_commandmeter (tenant_id, at, transport, protocol, channel, command_type, code,
+                   http_status, bytes_in, bytes_out, duration_ms, sender_did)
+               SELECT %s, %s + (g::float / %s * %s) * INTERVAL '1 second', 'http', 'decentrl', 'TWO_WAY_PRIVATE',
+                      'TWO_WAY_PRIVATE', 'SUCCESS', 200, 400, 150, (g %% 9) + 1.0, 'did:decentrl:bulk-' || (g %% 500)
+               FROM generate_series(1, %s) g""",
+            [tenant.pk, start, rows, span, rows],
+        )
 
 
 def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, tenant_a, spark_engine):
@@ -266,6 +287,7 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
 
     daphne, worker = stack
     seed_traffic(tenant_a)
+    seed_bulk(tenant_a, 1_000_000)
     with admin_page(daphne.url, "stella", PASSWORD) as page:
         # The dashboard says how fresh its numbers are and offers to refresh: that starts the run.
         page.goto(f"{daphne.url}/dashboard/")
