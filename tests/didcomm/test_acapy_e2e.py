@@ -171,7 +171,11 @@ def test_acapy_over_did_exchange_1_0_sends_its_unqualified_did_with_a_signed_doc
     try:
         invitation = {**mediator.invitation, "handshake_protocols": ["https://didcomm.org/didexchange/1.0"]}
         conn_id = agent.post("/out-of-band/receive-invitation", invitation, auto_accept="true")["connection_id"]
-        agent.wait_for("connection", lambda: connection_state(agent, conn_id) in ("active", "completed"))
+        try:
+            agent.wait_for("connection", lambda: connection_state(agent, conn_id) in ("active", "completed"))
+        except AssertionError as failed:  # what both sides saw, for a failure that did not reproduce
+            state = connection_state(agent, conn_id)
+            raise AssertionError(f"{failed}\nACA-Py's state: {state}\n{mediator.logs()}") from None
         assert agent.get(f"/connections/{conn_id}")["connection_protocol"] == "didexchange/1.0"
         requested = agent.post(f"/mediation/request/{conn_id}", {})
         agent.wait_for(
