@@ -200,7 +200,7 @@ def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(te
     assert sorted(EventTag.objects.filter(event=event).values_list("tag", flat=True)) == ["ta", "tb"]
     with pytest.raises(IntegrityError):
         EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
-    for backend in (storage.PostgresStorage(), storage.SqlStorage()):
+    for backend in (BACKENDS[name]() for name in STORAGE_BACKENDS):
         got = backend.query_events(
             tenant=tenant_a, owner_did=alice.did, flt=typed_filter({"encrypted_tags": ["ta"]}), page=Pagination(0, 10)
         )
@@ -281,6 +281,7 @@ def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice)
         MigrationExecutor(connection).migrate(leaves)
 
 
+@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_to_a_unique_tag_ts_keeps_one_row_of_a_repeated_tag(tenant_a, alice):
     before = [("messaging", "0006_queue_depth_no_negative_rows")]
