@@ -494,14 +494,15 @@ def run_idle(args) -> dict:
     return report
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parts_parser(doc: str, *, db: str, port: int, live: int, live_help: str):
+    """The `forwards` and `push` subcommands with their options (this bench's and the v1 bench's)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="part", required=True)
     for name in ("forwards", "push"):
         p = sub.add_parser(name)
-        p.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench_didcomm"))
+        p.add_argument("--db", default=os.environ.get("BENCH_DB", db))
         p.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
-        p.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8340")))
+        p.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", str(port))))
         p.add_argument("--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the layout")
     f = sub.choices["forwards"]
     f.add_argument("--alternations", type=int, default=3)
@@ -511,11 +512,18 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--pairs", type=int, default=64)
     f.add_argument("--requests", type=int, default=15_000, help="bodies built for a kind's first run")
     p = sub.choices["push"]
-    p.add_argument("--live", type=int, default=1000, help="live recipients, one socket each")
+    p.add_argument("--live", type=int, default=live, help=live_help)
     p.add_argument("--sends", type=int, default=200)
     p.add_argument("--pause-ms", type=float, default=10)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--setup-threads", type=int, default=4)
+    return ap, sub
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap, sub = parts_parser(
+        __doc__, db="mediator_bench_didcomm", port=8340, live=1000, live_help="live recipients, one socket each"
+    )
     i = sub.add_parser("idle")
     i.add_argument("--steps", type=int, nargs="+", default=[1000, 5000])
     i.add_argument("--clients", type=int, default=200, help="granted wallets the sockets are spread over")

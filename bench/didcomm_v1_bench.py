@@ -30,7 +30,6 @@ JSON + Markdown under bench/results/didcomm-v1-<part>-<UTC time>.*
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import http.client
 import json
@@ -301,27 +300,9 @@ def run_push(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="part", required=True)
-    for name in ("forwards", "push"):
-        p = sub.add_parser(name)
-        p.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench_didcomm_v1"))
-        p.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
-        p.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8350")))
-        p.add_argument("--env", nargs="*", action="extend", default=[], help="extra KEY=VALUE for the layout")
-    f = sub.choices["forwards"]
-    f.add_argument("--alternations", type=int, default=3)
-    f.add_argument("--seconds", type=float, default=10)
-    f.add_argument("--warmup", type=float, default=3)
-    f.add_argument("--clients", type=int, default=16)
-    f.add_argument("--pairs", type=int, default=64)
-    f.add_argument("--requests", type=int, default=15_000, help="bodies built for a kind's first run")
-    p = sub.choices["push"]
-    p.add_argument("--live", type=int, default=200, help="live v1 agents, one socket each")
-    p.add_argument("--sends", type=int, default=200)
-    p.add_argument("--pause-ms", type=float, default=10)
-    p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--setup-threads", type=int, default=4)
+    ap, _ = v2.parts_parser(
+        __doc__, db="mediator_bench_didcomm_v1", port=8350, live=200, live_help="live v1 agents, one socket each"
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
     {"forwards": run_forwards, "push": run_push}[args.part](args)
