@@ -15,6 +15,10 @@ Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type
 4029 RATE_LIMITED (a WS_CONNECT_CHECKS/WS_AUTH_CHECKS refusal), 4404 UNKNOWN_MEDIATOR,
 4503 MEDIATOR_UNAVAILABLE (tenant suspended or database unreachable), 4509 SEND_BUDGET_EXCEEDED
 (a push found more than MEDIATOR_WS_SEND_BUDGET_BYTES unsent: the client is not reading).
+
+Every accepted socket is in its tenant's group (realtime.groups.tenant_group_name): when the tenant
+is suspended it gets ERROR MEDIATOR_UNAVAILABLE and close 4503, when deleted ERROR UNKNOWN_MEDIATOR
+and 4404, the answers a new connection gets (realtime.push.TENANT_STATE_TYPE).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
-from apps.realtime.groups import group_name
+from apps.realtime.groups import group_name, tenant_group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
 from apps.realtime.sendbudget import SendBudget, frame_bytes
@@ -172,6 +176,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         self.tenant: Tenant | None = None
         self.did: str | None = None
         self.group: str | None = None
+        self.tenant_group: str | None = None
         self.observed = False
         self.tasks: list[asyncio.Task] = []
         headers = dict(self.scope.get("headers") or [])
@@ -196,6 +201,12 @@ class SocketConsumer(AsyncWebsocketConsumer):
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
         self.observed = True
         _observe("connect", self.tenant)
+        # The tenant's group: a suspended or deleted tenant's sockets close (realtime_tenant_state).
+        try:
+            await self.channel_layer.group_add(tenant_group_name(self.tenant.pk), self.channel_name)
+            self.tenant_group = tenant_group_name(self.tenant.pk)
+        except Exception:  # noqa: BLE001 - Redis down: AUTHENTICATE refuses the socket anyway
+            log.warning("channel layer unreachable while joining a tenant group")
         self.auth_timer = asyncio.create_task(self._auth_timer())
         self.tasks.append(self.auth_timer)
 
@@ -253,15 +264,27 @@ class SocketConsumer(AsyncWebsocketConsumer):
         if self.state == AUTHENTICATED:
             await self._push(event["text"])
 
+    async def realtime_tenant_state(self, event: dict) -> None:
+        """The tenant was saved or deleted (apps.realtime.push): close when it no longer serves, as
+        a new connection would be refused; pending events stay for the next AUTHENTICATE."""
+        if self.state == CLOSED:
+            return
+        if event.get("deleted"):
+            await self._refuse(ErrorCode.UNKNOWN_MEDIATOR)
+        elif event.get("active") is False:
+            await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
+
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
         if getattr(self, "budget", None):
             self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
-        if getattr(self, "group", None):
+        for group in (getattr(self, "group", None), getattr(self, "tenant_group", None)):
+            if group is None:
+                continue
             try:
-                await self.channel_layer.group_discard(self.group, self.channel_name)
+                await self.channel_layer.group_discard(group, self.channel_name)
             except Exception:  # noqa: BLE001 - the membership expires by itself (group_expiry)
                 log.warning("channel layer unreachable while leaving a websocket group")
         if getattr(self, "observed", False):
@@ -338,6 +361,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
             if time.monotonic() - joined >= GROUP_REFRESH_S:
                 try:
                     await self.channel_layer.group_add(self.group, self.channel_name)
+                    if self.tenant_group is not None:
+                        await self.channel_layer.group_add(self.tenant_group, self.channel_name)
                     joined = time.monotonic()
                 except Exception:  # noqa: BLE001 - retried at the next PING
                     log.warning("channel layer unreachable while renewing a websocket group")

@@ -28,6 +28,9 @@ class DidcommConfig(AppConfig):
                 uid = f"didcomm-cache-{model.__name__}-{name}"
                 signal.connect(services.accepting_cache_clear, sender=model, dispatch_uid=uid)
 
+        # Open /didcomm/ws sockets close when DIDComm is switched off (realtime.push.TENANT_STATE_TYPE).
+        post_save.connect(services.policy_saved, sender=DidcommPolicy, dispatch_uid="didcomm-policy-state")
+
         # Like the Decentrl front door: plug metering and metrics into our own observer list,
         # exactly once (ready() may run more than once in some test setups).
         observers = [metrics.observe_message]

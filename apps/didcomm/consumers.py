@@ -12,6 +12,12 @@ A push needs no database: the wake carries the stored message (up to 64 KiB; big
 read from the queue), and the socket keeps, per live client, what it loaded when live mode
 started (grant, mediator identity, the client's key), loaded again on services.LIVE_REFRESH
 (revocation, rotation) and after a push once LIVE_STATE_MAX_AGE_S old (docs/didcomm.md).
+
+Every socket is also in its tenant's group (realtime.groups.tenant_group_name): when the tenant is
+suspended or deleted, or DIDComm switched off, it gets a problem report and closes (4503 / 4404, the
+codes a new connection is refused with). Each frame also meets the tenant's current state (the
+per-process caches `POST /didcomm` uses): a socket that missed that message answers a refusal, then
+closes.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from django.utils import timezone
 
 from apps.didcomm.core.errors import DidcommError
 from apps.ops.clientip import forwarded_client
-from apps.realtime.groups import group_name
+from apps.realtime.groups import group_name, tenant_group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
@@ -50,6 +56,26 @@ CLOSE_UNAVAILABLE = 4503
 LIVE_STATE_MAX_AGE_S = 60.0
 # How many pushed message ids a live client's entry remembers (Live.unsent).
 PUSHED_REMEMBERED = 1024
+
+
+def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, live: bool):
+    """One frame, with the socket's tenant as `POST /didcomm` sees it now (the per-process caches):
+    (the reply, the close code when the tenant no longer serves DIDComm here, else None). A
+    suspended tenant, DIDComm switched off or a deleted tenant is refused by the handler itself
+    (nothing executed, the refusal metered), then the socket closes."""
+    tenant = tenant_for_host(host)
+    if tenant is not None and tenant.pk != tenant_id:
+        tenant = None  # the host now falls to another (the default) tenant: ours is gone
+    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
+    handler = dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle
+    reply = handler(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live)
+    if tenant is None:
+        return reply, CLOSE_UNKNOWN_MEDIATOR
+    if not tenant.is_active:
+        return reply, CLOSE_UNAVAILABLE
+    if not services.accepting_for(tenant=tenant).policy.enabled:
+        return reply, CLOSE_UNKNOWN_MEDIATOR
+    return reply, None
 
 
 def _admit(host: str):
@@ -104,6 +130,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.tenant = None
+        self.tenant_group: str | None = None
         self.closed = False
         self.observed = False
         self.live: dict[str, Live] = {}  # did hash -> the client in live mode
@@ -112,6 +139,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         client = self.scope.get("client")
         forwarded = headers.get(b"x-forwarded-for")
         self.ip = forwarded_client(client[0] if client else None, forwarded.decode("latin-1") if forwarded else None)
+        self.host = host
         await self.accept()
         try:
             self.tenant = await database_sync_to_async(_admit)(host)
@@ -124,19 +152,32 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
+        # The tenant's group: suspended, deleted or DIDComm off, the socket closes (realtime_tenant_state).
+        self.tenant_group = tenant_group_name(self.tenant.pk)
+        try:
+            await self.channel_layer.group_add(self.tenant_group, self.channel_name)
+        except Exception:  # noqa: BLE001 - e.g. Redis down: each frame still finds the tenant's state
+            log.warning("didcomm: channel layer unreachable while joining the tenant group")
+            self.tenant_group = None
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.tenant is None or self.closed:
             return
         raw = text_data.encode("utf-8") if text_data is not None else (bytes_data or b"")
-        # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-        handler = dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle
-        reply = await database_sync_to_async(handler)(
-            raw, tenant=self.tenant, transport="ws", remote_addr=self.ip, live=bool(self.live)
-        )
+        try:
+            reply, close_code = await database_sync_to_async(_frame)(
+                raw, host=self.host, tenant_id=self.tenant.pk, remote_addr=self.ip, live=bool(self.live)
+            )
+        except DatabaseError:  # the host lookup (the handler answers its own database errors)
+            problem = problem_message(Code.UNAVAILABLE, "mediator unavailable", pthid=None)
+            await self._send(json.dumps(problem, separators=(",", ":")))
+            return
         if reply.body:
             # v1 agents (Credo) send and expect binary frames; v2 clients text.
             await self._send(reply.body if reply.protocol == "v1" else reply.body.decode("utf-8"))
+        if close_code is not None:
+            await self._close(close_code)
+            return
         if reply.live is None or reply.caller_did is None or self.closed:
             return
         key = did_hash(reply.caller_did)
@@ -210,6 +251,19 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             else:
                 await self._wake(key, live, wake, _rows(wake) if group is not None else None)
 
+    async def realtime_tenant_state(self, event: dict) -> None:
+        """The tenant was saved or deleted, or its DIDComm policy saved (apps.realtime.push): close
+        when it no longer serves DIDComm, as a new connection would be refused (4503 suspended,
+        4404 deleted or DIDComm off), after a problem report; the messages stay queued."""
+        if self.closed:
+            return
+        if event.get("deleted"):
+            await self._refuse(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
+        elif event.get("active") is False:
+            await self._refuse(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
+        elif event.get("didcomm") is False:
+            await self._refuse(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+
     async def _wake(self, key: str, live: Live, wake: dict, rows: list[Row] | None) -> None:
         """Push the woken messages: from the wake itself when it carries them (no database, packed
         here on the event loop: ~0.3 ms), else read from the queue (those still queued)."""
@@ -244,9 +298,12 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = True
         if getattr(self, "budget", None):
             self.budget.release()
-        for live in getattr(self, "live", {}).values():
+        groups = [live.group for live in getattr(self, "live", {}).values()]
+        if getattr(self, "tenant_group", None):
+            groups.append(self.tenant_group)
+        for group in groups:
             try:
-                await self.channel_layer.group_discard(live.group, self.channel_name)
+                await self.channel_layer.group_discard(group, self.channel_name)
             except Exception:  # noqa: BLE001 - the membership expires by itself
                 log.warning("didcomm: channel layer unreachable while leaving a group")
         if getattr(self, "observed", False):
@@ -263,5 +320,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
 
     async def _refuse(self, code: str, comment: str, close_code: int) -> None:
         await self._send(json.dumps(problem_message(code, comment, pthid=None), separators=(",", ":")))
+        await self._close(close_code)
+
+    async def _close(self, close_code: int) -> None:
         self.closed = True
         await self.close(code=close_code)

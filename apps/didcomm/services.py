@@ -29,6 +29,7 @@ from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.didcomm.core.resolver import resolve_did
 from apps.messaging.notify import notify_on_commit
+from apps.realtime.push import tenant_state_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b64url_nopad
@@ -103,6 +104,13 @@ def policy_update(*, tenant: Tenant, actor: Actor, **changes) -> DidcommPolicy:
             after={n: after[n] for n in changed},
         )
     return policy
+
+
+def policy_saved(sender, instance: DidcommPolicy, raw: bool = False, **kwargs) -> None:
+    """DidcommPolicy post_save (apps.py): the tenant's sockets learn after commit whether DIDComm is
+    still on (a `/didcomm/ws` socket closes when it is off; `/ws` ignores it)."""
+    if not raw:
+        tenant_state_on_commit(tenant_id=instance.tenant_id, state={"didcomm": instance.enabled})
 
 
 def service_uris(tenant: Tenant) -> tuple[str, str]:

@@ -12,3 +12,9 @@ def group_name(tenant_id: int, did: str) -> str:
     its hash keep groups of different DIDs apart.
     """
     return f"t{int(tenant_id)}.{hashlib.sha256(did.encode('utf-8')).hexdigest()[:40]}"
+
+
+def tenant_group_name(tenant_id: int) -> str:
+    """`t<tenant>`: every open socket of the tenant, on every front door (the tenant-state message);
+    never a per-DID group, whose names always carry a `.<hash>`."""
+    return f"t{int(tenant_id)}"

@@ -241,3 +241,37 @@ def test_a_message_in_the_backlog_and_in_a_wake_is_pushed_once(deploy):
     first, second = asyncio.run(body())
     assert first["id"] != second["id"]
     assert [a["id"] for a in _queued(deploy, wallet)] == [first["id"], second["id"]]
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "close"),
+    [("suspend", "e.p.me.unavailable", 4503), ("didcomm off", "e.p.xfer.unknown-mediator", 4404)],
+)
+def test_a_tenant_that_stops_serving_didcomm_closes_its_live_sockets_at_once(deploy, change, code, close):
+    """The operator's action in this process reaches the socket on Daphne through the Redis layer."""
+    from apps.tenants.services import Actor, tenant_suspend
+
+    wallet, rcpt = _grant(deploy)
+
+    def apply():
+        if change == "suspend":
+            tenant_suspend(tenant=deploy.tenant, actor=Actor(None, "cli"))
+        else:
+            services.policy_update(tenant=deploy.tenant, actor=Actor(None, "cli"), enabled=False)
+
+    async def body():
+        ws = await _live(deploy, wallet)
+        try:
+            await asyncio.to_thread(apply)
+            report = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            await asyncio.wait_for(ws.wait_closed(), 10)
+            return report, ws.close_code
+        finally:
+            await ws.close()
+
+    report, close_code = asyncio.run(body())
+    assert (report["type"], report["body"]["code"], close_code) == (
+        "https://didcomm.org/report-problem/2.0/problem-report",
+        code,
+        close,
+    )
