@@ -583,8 +583,14 @@ def _uuids(ids: list) -> list[uuid.UUID]:
 @transaction.atomic
 def messages_received(*, mediation: Mediation, ids: list) -> int:
     """messages-received: the client's listed messages leave the queue; returns how many did."""
-    deleted, _ = QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)).delete()
-    return deleted
+    return _delete_queued(QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)))
+
+
+def _delete_queued(qs) -> int:
+    """Delete the queued messages of `qs`; how many of them: a v1 message waiting for its outbound
+    POST takes its Outbound row along (on_delete CASCADE), which Django's total would count too."""
+    _, per_model = qs.delete()
+    return per_model.get(QueuedMessage._meta.label, 0)
 
 
 def messages_purge_expired(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
@@ -599,7 +605,7 @@ def messages_purge_expired(*, tenant: Tenant | None, now: datetime, dry_run: boo
         batch = list(qs.values_list("id", flat=True)[:PURGE_BATCH])
         if not batch:
             return total
-        total += QueuedMessage.objects.filter(id__in=batch).delete()[0]
+        total += _delete_queued(QueuedMessage.objects.filter(id__in=batch))
 
 
 def queue_sizes() -> list[tuple[str, int]]:

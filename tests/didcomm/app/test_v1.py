@@ -309,6 +309,43 @@ def test_a_post_that_keeps_failing_expires_with_the_ttl(door, inbox):
     assert Outbound.objects.count() == 0
 
 
+def _queued_with_outbound(door, inbox) -> QueuedMessage:
+    """An ACA-Py-style connection with a granted key, and a forward to it whose POST keeps failing:
+    one queued message and its Outbound row."""
+    agent = AgentV1(endpoint=inbox.url)
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    door.post(agent.pack(agent.message(CM1 + "mediate-request", return_route=None), door.key))
+    key = AgentV1()
+    update = agent.message(
+        CM1 + "keylist-update", return_route=None, updates=[{"recipient_key": key.did_key, "action": "add"}]
+    )
+    door.post(agent.pack(update, door.key))
+    assert _drain() == ["delivered"] * 3
+    inbox.status = 503
+    inner = json.loads(AgentV1().pack({"@type": BASE + "basicmessage/1.0/message", "@id": "hi"}, key.did_key))
+    assert door.post(forward_to(key.did_key, door.key, inner)).status_code == 200
+    assert (QueuedMessage.objects.count(), Outbound.objects.filter(queued__isnull=False).count()) == (1, 1)
+    return QueuedMessage.objects.get()
+
+
+def test_messages_received_counts_the_messages_not_their_outbound_rows(door, inbox):
+    from apps.didcomm import services
+
+    queued = _queued_with_outbound(door, inbox)
+    assert services.messages_received(mediation=queued.mediation, ids=[str(queued.message_id)]) == 1
+    assert (QueuedMessage.objects.count(), Outbound.objects.count()) == (0, 0)
+
+
+def test_the_ttl_purge_counts_the_messages_not_their_outbound_rows(door, inbox):
+    from apps.didcomm import services
+
+    _queued_with_outbound(door, inbox)
+    later = timezone.now() + timedelta(days=30)
+    assert services.messages_purge_expired(tenant=None, now=later, dry_run=True) == 1
+    assert services.messages_purge_expired(tenant=None, now=later, dry_run=False) == 1
+    assert (QueuedMessage.objects.count(), Outbound.objects.count()) == (0, 0)
+
+
 @override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
 @pytest.mark.parametrize(
     "url",
