@@ -40,12 +40,12 @@ LAST = FIRST + timedelta(days=DAYS - 1)
 ENGINE_PORT = int(os.environ.get("BENCH_ENGINE_PORT", "15099"))
 
 SQL_EQUIVALENT = [
-    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END),
+    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END),
          sum(bytes_in), sum(bytes_out),
          percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms), percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms),
-         count(DISTINCT sender_did) FILTER (WHERE code = 'SUCCESS' AND sender_did <> '')
+         count(DISTINCT sender_did) FILTER (WHERE code IN ('SUCCESS', 'EVICTED') AND sender_did <> '')
        FROM usage_commandmeter WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2""",
-    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, command_type, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END)
+    """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, command_type, count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END)
        FROM usage_commandmeter WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2, 3""",
     """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, code, count(*) FROM usage_commandmeter
        WHERE at >= %(lo)s AND at < %(hi)s GROUP BY 1, 2, 3""",

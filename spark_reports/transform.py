@@ -1,13 +1,15 @@
 """Transform: pure DataFrame -> DataFrame functions, no I/O, no Django (STYLE §13).
 
 Per tenant and UTC day:
-- daily: commands, errors (code != SUCCESS), error rate, bytes in/out, p50/p95 command latency,
-  distinct active identities (senders with at least one successful command), new registrations,
+- daily: commands, errors (a code other than SUCCESS and EVICTED), error rate, bytes in/out, p50/p95
+  command latency, distinct active identities (senders with at least one successful command:
+  SUCCESS or EVICTED), new registrations,
   pending events created and delivered (acknowledged), p50/p95 delivery latency
   (created -> acknowledged, by the day of acknowledgement), stored-event count and bytes;
 - by_type: commands and errors per protocol and command type ("(unparsed)" when the envelope did
   not parse; protocol "decentrl" for rows metered before the column existed);
-- by_code: every non-SUCCESS code with its count and share of that day's commands;
+- by_code: every code other than SUCCESS (the errors, and EVICTED on its own row) with its count and
+  share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
 Percentiles use `percentile_approx` with PERCENTILE_ACCURACY: the value returned is an element of
@@ -30,6 +32,10 @@ from pyspark.sql import functions as F
 
 PERCENTILE_ACCURACY = 10_000
 SUCCESS = "SUCCESS"
+# The codes that are not errors (apps/usage/selectors.py NOT_ERRORS says the same): SUCCESS, and
+# EVICTED, a DIDComm forward stored after the overflow policy evicted the recipient's oldest message
+# (the policy working, not a client error; by_code shows it as its own row).
+NOT_ERRORS = (SUCCESS, "EVICTED")
 UNPARSED = "(unparsed)"
 DEFAULT_PROTOCOL = "decentrl"
 TOP_N = 10
@@ -129,7 +135,7 @@ def command_counts(meters: DataFrame, date_from: date, date_to: date) -> DataFra
 
 
 def _errors(commands: str = "commands") -> Column:
-    return F.sum(F.when(F.col("code") == F.lit(SUCCESS), 0).otherwise(F.col(commands))).cast("long")
+    return F.sum(F.when(F.col("code").isin(*NOT_ERRORS), 0).otherwise(F.col(commands))).cast("long")
 
 
 def command_latency(
@@ -148,7 +154,7 @@ def command_latency(
 
 def command_totals(counts: DataFrame) -> DataFrame:
     """Per tenant and day: commands, errors, bytes and distinct active identities, from `counts`."""
-    ok = F.col("code") == F.lit(SUCCESS)
+    ok = F.col("code").isin(*NOT_ERRORS)
     return counts.groupBy("tenant_id", "day").agg(
         F.sum("commands").cast("long").alias("commands"),
         _errors().alias("errors"),

@@ -23,6 +23,10 @@ from .models import (
     ReportTopIdentity,
 )
 
+# The codes that are not errors (spark_reports/transform.py NOT_ERRORS says the same): SUCCESS, and
+# EVICTED, a DIDComm forward stored after the overflow policy evicted the oldest queued message.
+NOT_ERRORS = ("SUCCESS", "EVICTED")
+
 CSV_TABLES = {
     "daily": (
         ReportDaily,
@@ -81,7 +85,9 @@ def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
         row["tenant_id"]: row
         for row in CommandMeter.objects.filter(tenant_id__in=ids, at__gte=since)
         .values("tenant_id")
-        .annotate(n=Count("id"), errors=Count("id", filter=~Q(code="SUCCESS")), b=Sum("bytes_in") + Sum("bytes_out"))
+        .annotate(
+            n=Count("id"), errors=Count("id", filter=~Q(code__in=NOT_ERRORS)), b=Sum("bytes_in") + Sum("bytes_out")
+        )
     }
     # Partial index pending_unacked (tenant, recipient_did, id) WHERE acknowledged_at IS NULL.
     depth = dict(

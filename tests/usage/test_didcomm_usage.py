@@ -1,7 +1,8 @@
 """DIDComm v2 traffic in the usage figures (issue 15 §5): messages metered by the DIDComm front door
 (channel `didcomm-v2`, the short message type as command type, the problem code as code) show in
 the dashboard's live figures and, by message type beside the Decentrl commands, in a real report
-run (the Spark job over PostgreSQL)."""
+run (the Spark job over PostgreSQL). An eviction (code EVICTED) is the overflow policy working: a
+success, never an error, and its own row of the codes table."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from django.utils import timezone
 
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.hooks import CHANNEL
+from apps.didcomm.models import DidcommPolicy
 from apps.usage import metering
-from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily
+from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportErrorCode
 from tests.conftest import HOST_A
 from tests.didcomm.app.conftest import DidcommPoster
 
@@ -31,6 +33,7 @@ def test_didcomm_messages_show_in_the_live_figures_and_in_a_report_by_message_ty
     didcomm.send(
         wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
     )
+    DidcommPolicy.objects.filter(tenant=tenant_a).update(queue_cap=2)  # the third forward evicts the first
     for _ in range(3):
         assert didcomm.post(forward_for(rcpt, mediator)).status_code == 202
     assert didcomm.post(forward_for(Agent(), mediator)).status_code == 400  # not a recipient we mediate
@@ -46,7 +49,7 @@ def test_didcomm_messages_show_in_the_live_figures_and_in_a_report_by_message_ty
         ("coordinate-mediation/2.0/keylist-update", "SUCCESS", "http"),
         ("routing/2.0/forward", "SUCCESS", "http"),
         ("routing/2.0/forward", "SUCCESS", "http"),
-        ("routing/2.0/forward", "SUCCESS", "http"),
+        ("routing/2.0/forward", "EVICTED", "http"),
         ("routing/2.0/forward", "e.p.me.res.not-found", "http"),
         ("messagepickup/3.0/delivery-request", "SUCCESS", "http"),
     ]
@@ -55,7 +58,7 @@ def test_didcomm_messages_show_in_the_live_figures_and_in_a_report_by_message_ty
         "command_type", "code"
     ).get() == ("QUERY_EVENTS", reply["code"])
 
-    # The dashboard's live figures count them with the tenant's other traffic.
+    # The dashboard's live figures count them with the tenant's other traffic; the eviction is no error.
     client.force_login(staff_user)
     live = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").context["live"]
     assert [(c.tenant.slug, c.commands_last_hour, c.errors_last_hour) for c in live] == [("tenant-a", 8, 2)]
@@ -76,4 +79,6 @@ def test_didcomm_messages_show_in_the_live_figures_and_in_a_report_by_message_ty
     assert len(by_type) == 5  # and the one Decentrl command type
     daily = ReportDaily.objects.get(run=run, tenant=tenant_a, day=today)
     assert (daily.commands, daily.errors) == (8, 2)
+    codes = {(r.code, r.commands) for r in ReportErrorCode.objects.filter(run=run, tenant=tenant_a, day=today)}
+    assert codes == {("EVICTED", 1), ("e.p.me.res.not-found", 1), (reply["code"], 1)}
     assert not ReportCommandType.objects.filter(run=run, tenant=tenant_b).exists()

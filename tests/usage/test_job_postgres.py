@@ -54,10 +54,10 @@ def expected_daily(ids: list[int], first, last) -> dict:
     day = "(({col}) AT TIME ZONE 'UTC')::date"
     put(
         sql(
-            f"""SELECT tenant_id, {day.format(col="at")} d, count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END),
+            f"""SELECT tenant_id, {day.format(col="at")} d, count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END),
                 sum(bytes_in), sum(bytes_out),
                 percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms), percentile_disc(0.95) WITHIN GROUP (ORDER BY duration_ms),
-                count(DISTINCT sender_did) FILTER (WHERE code = 'SUCCESS' AND sender_did <> '')
+                count(DISTINCT sender_did) FILTER (WHERE code IN ('SUCCESS', 'EVICTED') AND sender_did <> '')
               FROM usage_commandmeter WHERE tenant_id = ANY(%s) GROUP BY 1, 2 HAVING {day.format(col="at")} BETWEEN %s AND %s""",
             rng,
         ),
@@ -141,7 +141,7 @@ def test_the_job_on_postgresql_matches_sql(spark, built, tenant_a, tenant_b):
 
     types = sql(
         """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, CASE WHEN command_type = '' THEN '(unparsed)' ELSE command_type END,
-             count(*), sum(CASE WHEN code <> 'SUCCESS' THEN 1 ELSE 0 END)
+             count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END)
            FROM usage_commandmeter WHERE tenant_id = ANY(%s) AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s GROUP BY 1, 2, 3""",
         [ids, first, last],
     )
