@@ -67,6 +67,13 @@ app.conf.beat_schedule = {
         "schedule": 10 * MINUTE,
         "options": {"expires": 10 * MINUTE},
     },
+    # DIDComm replay protection: message ids are remembered for MEDIATOR_DIDCOMM_REPLAY_WINDOW_S
+    # (1 h by default); every 10 minutes drops those past their expiry.
+    "prune-didcomm-message-ids": {
+        "task": "apps.didcomm.tasks.prune_message_ids",
+        "schedule": 10 * MINUTE,
+        "options": {"expires": 10 * MINUTE},
+    },
     # DIDComm v1 outbound POSTs: each row has its own task with backoff; this sweep picks up rows
     # whose task was lost (broker down, worker killed). Every minute, so a lost POST waits ~1 min.
     "deliver-didcomm-outbound": {

@@ -202,6 +202,10 @@ MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
 # them in their DIDComm policy (null = these, 0 = off).
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
+# DIDComm v2 replay protection (docs/didcomm.md "Replays"): an authcrypt message other than a forward
+# whose id its sender already used is refused; ids are remembered this long (seconds), and a message
+# whose created_time is further than this from now is refused (its id may be forgotten).
+MEDIATOR_DIDCOMM_REPLAY_WINDOW_S = env_int("MEDIATOR_DIDCOMM_REPLAY_WINDOW_S", 3600)
 # DIDComm v1 outbound POSTs (to an agent's endpoint from its DID document; ACA-Py never asks for
 # a return route). Private, loopback, link-local and other non-global targets are refused unless
 # this is on (the test suite turns it on: its agents listen on 127.0.0.1). The Celery queue of the

@@ -18,7 +18,7 @@ class DidcommConfig(AppConfig):
         from apps.usage import metering
 
         from . import hooks, metrics, services
-        from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB
+        from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB, SEEN_PRUNE_JOB
         from .models import DidcommPolicy, MediatorIdentity
 
         # The per-process cache of policies and identities (services.accepting_for) forgets them
@@ -41,6 +41,7 @@ class DidcommConfig(AppConfig):
                 hooks.OBSERVERS.append(fn)
         jobs.register(PURGE_JOB)
         jobs.register(OUTBOUND_PURGE_JOB)
+        jobs.register(SEEN_PRUNE_JOB)
         ops_metrics.register_tenant_size(
             "mediator_message_queue_size", "Queued DIDComm messages, per tenant.", services.queue_sizes
         )

@@ -300,6 +300,8 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
                 policy.rate_limit_per_sender,
                 settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER,
             )
+        if ctx.caller_did and message.type != protocols.FORWARD:
+            claim_message_id(ctx, message)
         outcome = handlers.run(ctx, message)
     except Problem as problem:
         problem.message, problem.ctx = message, ctx
@@ -311,6 +313,30 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Re
     envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
     body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
     return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
+
+
+def claim_message_id(ctx: Context, message: PlainMessage) -> None:
+    """Replay protection of an authcrypt message other than a forward (docs/didcomm.md "Replays"):
+    its timing headers first, then its id claimed for its sender, before anything is executed.
+
+    The id stays claimed whatever happens next, as a Decentrl nonce (DCTRL-0004 §5.4): a client
+    retries with a new message id. A record lives until the message itself would be refused: its
+    created_time out of the window, or its expires_time past, or (neither given) for the window.
+    """
+    now = int(time.time())
+    window = settings.MEDIATOR_DIDCOMM_REPLAY_WINDOW_S
+    if message.expires_time is not None and message.expires_time <= now:
+        raise Problem(Code.EXPIRED, "message expired (expires_time)")
+    created = message.created_time
+    if created is not None and abs(created - now) > window:
+        raise Problem(Code.OUT_OF_WINDOW, f"created_time is more than {window} s from the mediator's clock")
+    keep_until = max(now, created or now) + window
+    if message.expires_time is not None:
+        keep_until = min(keep_until, message.expires_time)
+    if not services.message_id_claim(
+        tenant=ctx.tenant, sender_did=ctx.caller_did, message_id=message.id, keep_until=keep_until, now=now
+    ):
+        raise Problem(Code.REPLAY, "this message id was already used by its sender", 409)
 
 
 def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime
 from apps.ops.jobs import Job
 
 from .outbound import outbound_purge_expired
-from .services import messages_purge_expired
+from .services import messages_purge_expired, seen_messages_prune
 
 
 def _purge(*, now: datetime, dry_run: bool, tenant) -> int:
@@ -26,3 +26,11 @@ def _purge_outbound(*, now: datetime, dry_run: bool, tenant) -> int:
 OUTBOUND_PURGE_JOB = Job(
     "purge_didcomm_outbound", "expired DIDComm v1 outbound messages", "purged", _purge_outbound, "didcomm_outbound"
 )
+
+
+def _prune_seen(*, now: datetime, dry_run: bool, tenant) -> int:
+    return seen_messages_prune(tenant=tenant, now=now, dry_run=dry_run)
+
+
+# Replay protection: message ids past their record's expiry (docs/didcomm.md "Replays").
+SEEN_PRUNE_JOB = Job("prune_didcomm_message_ids", "DIDComm message ids", "pruned", _prune_seen, "didcomm_message_ids")

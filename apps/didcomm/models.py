@@ -289,3 +289,24 @@ class Outbound(models.Model):
 
     def __str__(self) -> str:
         return f"outbound {self.pk} ({self.attempts} attempts)"
+
+
+class SeenMessage(models.Model):
+    """An authcrypt message id a sender used lately: replay protection of admin messages
+    (docs/didcomm.md "Replays"). Kept until `expires_at`, after which the message itself would be
+    refused (its created_time or expires_time out of range), or, without those, for the window."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False, related_name="+")
+    sender_hash = models.CharField(max_length=64, help_text="did_hash of the authcrypt sender's DID")
+    id_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the message id, lowercased (compared case-insensitively)"
+    )
+    expires_at = models.BigIntegerField(help_text="Unix seconds")
+
+    class Meta:
+        verbose_name = "DIDComm seen message id"
+        constraints = [models.UniqueConstraint(fields=["tenant", "sender_hash", "id_hash"], name="didcomm_seen_unique")]
+        indexes = [models.Index(fields=["expires_at"], name="didcomm_seen_expiry")]
+
+    def __str__(self) -> str:
+        return f"seen message (expires {self.expires_at})"

@@ -55,6 +55,11 @@ class Code:
     RATE_LIMITED = "e.p.xfer.rate-limited"
     UNKNOWN_MEDIATOR = "e.p.xfer.unknown-mediator"
     UNAVAILABLE = "e.p.me.unavailable"
+    # Replay protection of authcrypt admin messages (scope `m`: this message is rejected, has no
+    # effect, the thread goes on; docs/didcomm.md "Replays").
+    REPLAY = "e.m.msg.replay"  # the sender already used this id (409)
+    EXPIRED = "e.m.req.time.expired"  # expires_time has passed
+    OUT_OF_WINDOW = "e.m.req.time"  # created_time further than the replay window from now
     # A live socket that does not read, over its send budget (then close 4509; nothing is lost).
     SEND_BUDGET = "e.p.xfer.send-budget-exceeded"
     # DIDComm v1 only

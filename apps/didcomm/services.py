@@ -6,6 +6,7 @@ Every service is keyword-only and atomic at its boundary; pushes leave after com
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -18,7 +19,7 @@ import segno
 from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
@@ -43,6 +44,7 @@ from .models import (
     Outbound,
     QueuedMessage,
     RecipientKey,
+    SeenMessage,
     did_hash,
 )
 from .recipients import check_registrable, lookup_form
@@ -437,6 +439,35 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
         after={"state": locked.state, "mediation_id": locked.pk},
     )
     return locked
+
+
+# --- replay protection (docs/didcomm.md "Replays") ----------------------------------------------
+
+_SEEN = SeenMessage._meta.db_table
+# One statement, the constraint is the lock (STYLE §5): a row is inserted, or an expired one (not
+# pruned yet) taken over; RETURNING nothing means the sender used this id within its record's life.
+SEEN_CLAIM = (
+    f"INSERT INTO {_SEEN} (tenant_id, sender_hash, id_hash, expires_at) VALUES (%s, %s, %s, %s) "
+    f"ON CONFLICT (tenant_id, sender_hash, id_hash) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+    f"WHERE {_SEEN}.expires_at <= %s RETURNING id"
+)
+
+
+def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_until: int, now: int) -> bool:
+    """Record that `sender_did` used `message_id` (compared case-insensitively, DIDComm v2 "Message
+    IDs") until `keep_until` (Unix s); False when it already did (a replay). Autocommits at once."""
+    id_hash = hashlib.sha256(message_id.lower().encode("utf-8")).hexdigest()
+    with connection.cursor() as cur:
+        cur.execute(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now])
+        return cur.fetchone() is not None
+
+
+def seen_messages_prune(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
+    """Delete (or count) remembered message ids past their expiry."""
+    qs = SeenMessage.objects.filter(expires_at__lte=int(now.timestamp()))
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs.count() if dry_run else qs.delete()[0]
 
 
 # --- the queue ----------------------------------------------------------------------------------

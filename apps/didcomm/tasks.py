@@ -17,6 +17,12 @@ def purge_messages(tenant_id: int | None = None) -> str:
     return run_job("purge_didcomm_messages", tenant_id=tenant_id)
 
 
+@shared_task(name="apps.didcomm.tasks.prune_message_ids", ignore_result=True)
+def prune_message_ids(tenant_id: int | None = None) -> str:
+    """Replay protection: remembered message ids past their expiry."""
+    return run_job("prune_didcomm_message_ids", tenant_id=tenant_id)
+
+
 @shared_task(name="apps.didcomm.tasks.deliver_outbound", ignore_result=True)
 def deliver_outbound(outbound_id: int) -> str:
     """DIDComm v1: POST one queued reply or forwarded message to its agent; re-queue itself on failure."""

@@ -272,10 +272,12 @@ def test_the_beat_schedule_names_real_tasks_at_their_intervals():
         "prune-metering": "apps.usage.tasks.prune_metering",
         "nightly-usage-report": "apps.usage.tasks.nightly_usage_report",
         "purge-didcomm-messages": "apps.didcomm.tasks.purge_messages",
+        "prune-didcomm-message-ids": "apps.didcomm.tasks.prune_message_ids",
         "deliver-didcomm-outbound": "apps.didcomm.tasks.deliver_due_outbound",
     }
     assert schedule["prune-nonces"]["schedule"] == 600.0  # DCTRL-0004 §5.3
     assert schedule["deliver-didcomm-outbound"]["schedule"] == 60.0
+    assert schedule["prune-didcomm-message-ids"]["schedule"] == 600.0
     for entry in schedule.values():
         assert entry["task"] in app.tasks
 

@@ -238,6 +238,7 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
         "tombstones": "0",
         "didcomm_messages": "0",
         "didcomm_outbound": "0",
+        "didcomm_message_ids": "0",
     }
     assert PendingEvent.objects.filter(tenant=busy_a).count() == 2  # nothing deleted by the dry run
     assert AuditEntry.objects.count() == 0
@@ -257,6 +258,7 @@ def test_purge_shows_a_dry_run_first_then_purges(staff_client, busy_a, alice):
             "nonces": 0,
             "didcomm_messages": 0,
             "didcomm_outbound": 0,
+            "didcomm_message_ids": 0,
         },
     )
 

@@ -225,9 +225,10 @@ def test_statistics_and_purge(api, post_a, tenant_a, alice, tenant_b):
             "nonces": 0,
             "didcomm_messages": 0,
             "didcomm_outbound": 0,
+            "didcomm_message_ids": 0,
         },
         "summary": "would purge 0 pending events, 0 contract requests, 0 contracts, 0 tombstones, 0 nonces, "
-        "0 didcomm messages, 0 didcomm outbound",
+        "0 didcomm messages, 0 didcomm outbound, 0 didcomm message ids",
     }
     assert AuditEntry.objects.count() == 0
     resp = api.post("/api/v1/tenants/tenant-a/purge-expired/", {"dry_run": False}, format="json")
