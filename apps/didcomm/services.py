@@ -108,11 +108,15 @@ def policy_update(*, tenant: Tenant, actor: Actor, **changes) -> DidcommPolicy:
     return policy
 
 
-def policy_saved(sender, instance: DidcommPolicy, raw: bool = False, **kwargs) -> None:
+def policy_saved(
+    sender, instance: DidcommPolicy, created: bool = False, raw: bool = False, update_fields=None, **kwargs
+) -> None:
     """DidcommPolicy post_save (apps.py): the tenant's sockets learn after commit whether DIDComm is
-    still on (a `/didcomm/ws` socket closes when it is off; `/ws` ignores it)."""
-    if not raw:
-        tenant_state_on_commit(tenant_id=instance.tenant_id, state={"didcomm": instance.enabled})
+    still on (a `/didcomm/ws` socket closes when it is off; `/ws` ignores it). Only a save that can
+    switch it: not the first use's row, not an edit of other fields."""
+    if created or raw or (update_fields is not None and "enabled" not in update_fields):
+        return
+    tenant_state_on_commit(tenant_id=instance.tenant_id, state={"didcomm": instance.enabled})
 
 
 def service_uris(tenant: Tenant) -> tuple[str, str]:

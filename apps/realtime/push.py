@@ -87,11 +87,13 @@ def tenant_state_on_commit(*, tenant_id: int, state: dict) -> None:
     transaction.on_commit(lambda: tenant_state_to_sockets(tenant_id=tenant_id, state=state))
 
 
-def tenant_saved(sender, instance, created: bool = False, raw: bool = False, **kwargs) -> None:
+def tenant_saved(sender, instance, created: bool = False, raw: bool = False, update_fields=None, **kwargs) -> None:
     """Tenant post_save (apps.py): its sockets get its state after commit, whichever path saved it
-    (a service, the admin, a shell); a new tenant has no socket yet."""
-    if not created and not raw:
-        tenant_state_on_commit(tenant_id=instance.pk, state={"active": instance.is_active, "deleted": False})
+    (a service, the admin, a shell); a new tenant has no socket yet, and a save of named fields
+    other than `status` (key rotation) cannot change it."""
+    if created or raw or (update_fields is not None and "status" not in update_fields):
+        return
+    tenant_state_on_commit(tenant_id=instance.pk, state={"active": instance.is_active, "deleted": False})
 
 
 def tenant_deleted(sender, instance, **kwargs) -> None:
