@@ -82,7 +82,9 @@ def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its
 
         reader = asyncio.create_task(asyncio.to_thread(read_once_closed))
         async with _open(deploy) as phone:
-            await phone.send(live.decode())
+            # Its own message: the stalled socket's, sent again, would be a replay (e.m.msg.replay).
+            phone_live = wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True})
+            await phone.send(wallet.pack(phone_live, deploy.mediator_did).decode())
             assert wallet.unpack(await asyncio.wait_for(phone.recv(), 10))[0]["body"]["live_delivery"] is True
             sent: list[str] = []
             for n in range(60):  # ~120 KB per push frame; the budget is 256 KiB
