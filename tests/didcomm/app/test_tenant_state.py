@@ -156,3 +156,37 @@ def test_a_socket_that_missed_the_change_refuses_its_next_frame_and_closes(
     async_to_sync(body)()
     # Nothing was executed: the recipient was not added.
     assert not services.RecipientKey.objects.filter(mediation=Mediation.objects.get(tenant=tenant_a)).exists()
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_a_live_didcomm_v1_socket_closes_when_its_tenant_is_suspended(client, tenant_a, committed, announced):
+    """Pickup 2.0 live mode (Credo's way): the group message closes it; without it, its next v1 frame
+    is refused and the socket closes."""
+    from .agent_v1 import PICKUP2, AgentV1
+    from .test_v1 import V1Door
+
+    door = V1Door(client, HOST_A)
+    agent = AgentV1()
+    assert door.mediate(agent)["@type"].endswith("mediate-grant")
+
+    async def body():
+        comm = await _open()
+        change = agent.message(PICKUP2 + "live-delivery-change", live_delivery=True)
+        await comm.send_to(bytes_data=agent.pack(change, door.key))
+        status, _ = agent.unpack(await comm.receive_from(timeout=2))
+        assert (status["@type"], status["live_delivery"]) == (PICKUP2 + "status", True)
+        if announced:
+            await committed(lambda: tenant_suspend(tenant=tenant_a, actor=CLI))
+            await _closed_with(comm, "e.p.me.unavailable", 4503)
+            return
+        await sync_to_async(Tenant.objects.filter(pk=tenant_a.pk).update)(status=Tenant.Status.SUSPENDED)
+        await comm.send_to(bytes_data=agent.pack(agent.message(PICKUP2 + "status-request"), door.key))
+        # The v1 path's own refusal (a Report Problem 1.0, binary as v1 frames are), then the close.
+        report = json.loads(await comm.receive_from(timeout=2))
+        assert (report["@type"], report["description"]["code"]) == (
+            "https://didcomm.org/report-problem/1.0/problem-report",
+            "e.p.me.unavailable",
+        )
+        assert await comm.receive_output(timeout=2) == {"type": "websocket.close", "code": 4503}
+
+    async_to_sync(body)()
