@@ -382,3 +382,24 @@ def test_a_nul_did_on_authenticate_costs_no_metering_of_fifty_concurrent_authent
     assert sorted(metered()) == [("INVALID_MESSAGE", 4002, None)] + [("SUCCESS", 200, alice.did)] * 50
     # The same refusal as POST / gives a NUL (INVALID_COMMAND there), before any DID lookup.
     assert refused == ({"type": "AUTH_FAILED", "code": "INVALID_MESSAGE"}, 4002)
+
+
+def test_a_suspended_tenants_sockets_close_on_every_process(deploy, settings):
+    """The operator's suspension in this process reaches the sockets held by two Daphne processes
+    through the Redis layer: ERROR MEDIATOR_UNAVAILABLE, then close 4503 (docs/realtime.md)."""
+    from apps.tenants.services import Actor, tenant_suspend
+
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_DB_URL]}}
+    }
+    d = deploy(processes=2, env={"REDIS_URL": REDIS_DB_URL})
+    alice, bob = d.pair()
+
+    async def body():
+        sockets = [await d.socket(alice, 0), await d.socket(bob, 1)]
+        await asyncio.to_thread(tenant_suspend, tenant=d.tenant, actor=Actor(None, "cli"))
+        for sock in sockets:
+            assert await sock.next_of("ERROR", 10) == {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}
+            assert await sock.wait_closed() == 4503
+
+    asyncio.run(body())
