@@ -73,9 +73,11 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
         return reply, CLOSE_UNKNOWN_MEDIATOR
     if not tenant.is_active:
         return reply, CLOSE_UNAVAILABLE
-    if not services.accepting_for(tenant=tenant).policy.enabled:
-        return reply, CLOSE_UNKNOWN_MEDIATOR
-    return reply, None
+    try:
+        enabled = services.accepting_for(tenant=tenant).policy.enabled  # the handler's cached read
+    except DatabaseError:
+        return reply, None  # the reply stands; the next frame reads the policy again
+    return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
 
 
 def _admit(host: str):
