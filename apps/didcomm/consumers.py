@@ -35,7 +35,7 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
 from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, handle, live_start, problem_message
+from .dispatch import LiveTarget, Row, live_start, problem_message
 from .dispatch_v1 import LiveTargetV1
 from .models import did_hash
 from .problems import Problem
@@ -130,9 +130,9 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             return
         raw = text_data.encode("utf-8") if text_data is not None else (bytes_data or b"")
         # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-        handler = dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle
+        handler, envelope = dispatch_v1.route(raw)
         reply = await database_sync_to_async(handler)(
-            raw, tenant=self.tenant, transport="ws", remote_addr=self.ip, live=bool(self.live)
+            raw, tenant=self.tenant, transport="ws", remote_addr=self.ip, live=bool(self.live), envelope=envelope
         )
         if reply.body:
             # v1 agents (Credo) send and expect binary frames; v2 clients text.
