@@ -17,6 +17,7 @@ between runs. Uses its own database (BENCH_FORWARD_DB, default mediator_bench_fo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=16)
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"))
+    ap.add_argument(
+        "--bare", action="store_true", help="diagnostic: no observers (metering, metrics) and no push, for both kinds"
+    )
     ap.add_argument("--profile", choices=("forward", "two_way_private"), nargs="*", default=[])
     args = ap.parse_args(argv)
     os.environ.setdefault("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", "0")
@@ -137,19 +141,42 @@ def main(argv: list[str] | None = None) -> dict:
                 "UPDATE messaging_pendingevent SET acknowledged_at = now(), payload = '' WHERE acknowledged_at IS NULL"
             )
 
+    if args.bare:
+        from apps.decentrl import hooks as decentrl_hooks
+        from apps.didcomm import hooks as didcomm_hooks
+        from apps.messaging import notify
+
+        decentrl_hooks.OBSERVERS[:] = []
+        didcomm_hooks.OBSERVERS[:] = []
+        notify.push_requested.receivers = []
+        notify.push_requested.sender_receivers_cache.clear()
+    # Time in the garbage collector (a kind that allocates more pays for more collections).
+    gc_time, gc_runs, gc_started = [0.0], [0], [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_started[0]
+            gc_runs[0] += 1
+
+    gc.callbacks.append(on_gc)
     results: dict[str, list[dict]] = {k: [] for k in kinds}
     for rnd in range(args.rounds):
         for name in list(kinds) if rnd % 2 == 0 else list(reversed(kinds)):
             post, make, check = kinds[name]
             batch = make(args.n)
             empty_queues()
+            gc_time[0], gc_runs[0] = 0.0, 0
             results[name].append(measure(post, batch, DB, check))
             r = results[name][-1]
+            r["gc_us"] = gc_time[0] / (args.n - 50) * 1e6  # the 50 warm-up requests' collections count too
             print(
                 f"round {rnd + 1} {name:16s} py {r['py_us']:.0f} µs  pg {r['pg_us']:.0f} µs  wall {r['wall_us']:.0f} µs"
+                f"  gc {r['gc_us']:.0f} µs ({gc_runs[0]} collections)"
             )
     table = {
-        name: {k: round(statistics.median(r[k] for r in rows), 1) for k in ("py_us", "pg_us", "wall_us")}
+        name: {k: round(statistics.median(r[k] for r in rows), 1) for k in ("py_us", "pg_us", "wall_us", "gc_us")}
         for name, rows in results.items()
     }
     ratios = [
@@ -170,10 +197,11 @@ def main(argv: list[str] | None = None) -> dict:
         "py_forward_over_two_way_median": statistics.median(py_ratios),
     }
     print(json.dumps(summary, indent=1))
-    print("\n| kind | worker CPU µs | PostgreSQL CPU µs | total CPU µs | wall µs |")
-    print("|---|---|---|---|---|")
+    print("\n| kind | worker CPU µs | of which GC µs | PostgreSQL CPU µs | total CPU µs | wall µs |")
+    print("|---|---|---|---|---|---|")
     for name, m in table.items():
-        print(f"| {name} | {m['py_us']} | {m['pg_us']} | {round(m['py_us'] + m['pg_us'], 1)} | {m['wall_us']} |")
+        total = round(m["py_us"] + m["pg_us"], 1)
+        print(f"| {name} | {m['py_us']} | {m['gc_us']} | {m['pg_us']} | {total} | {m['wall_us']} |")
     for name in args.profile:
         post, make, _ = kinds[name]
         empty_queues()

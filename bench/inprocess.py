@@ -178,6 +178,8 @@ def print_profile(post, batch: list[bytes]) -> None:
     for b in batch:
         post(b)
     prof.disable()
+    if dump := os.environ.get("BENCH_PROFILE_DUMP"):  # a file prefix: keep the raw stats for pstats
+        prof.dump_stats(f"{dump}-{len(os.listdir(os.path.dirname(dump) or '.'))}.prof")
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
         int(os.environ.get("BENCH_PROFILE_TOP", "25"))
