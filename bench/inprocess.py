@@ -79,8 +79,8 @@ def backends_delta_s(before: dict[int, float], db: str) -> float:
     )
 
 
-def wsgi_poster(app, host: str):
-    """post(body) -> (status line, reply bytes): `POST /` through the WSGI callable `app`."""
+def wsgi_poster(app, host: str, *, path: str = "/", content_type: str = "application/json", method: str = "POST"):
+    """post(body) -> (status line, reply bytes): `POST /` (or `method` `path`) through the WSGI callable `app`."""
     server_name = host.split(":", 1)[0]
 
     def post(body: bytes) -> tuple[str, bytes]:
@@ -90,11 +90,11 @@ def wsgi_poster(app, host: str):
             out["status"] = status
 
         environ = {
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/",
+            "REQUEST_METHOD": method,
+            "PATH_INFO": path,
             "SCRIPT_NAME": "",
             "QUERY_STRING": "",
-            "CONTENT_TYPE": "application/json",
+            "CONTENT_TYPE": content_type,
             "CONTENT_LENGTH": str(len(body)),
             "HTTP_HOST": host,
             "SERVER_NAME": server_name,
@@ -111,7 +111,8 @@ def wsgi_poster(app, host: str):
         }
         resp = app(environ, start_response)
         data = b"".join(resp)
-        resp.close()
+        if hasattr(resp, "close"):  # Django's response; CommandEntry answers with a list
+            resp.close()
         return out["status"], data
 
     return post
@@ -177,6 +178,8 @@ def print_profile(post, batch: list[bytes]) -> None:
     for b in batch:
         post(b)
     prof.disable()
+    if dump := os.environ.get("BENCH_PROFILE_DUMP"):  # a file prefix: keep the raw stats for pstats
+        prof.dump_stats(f"{dump}-{len(os.listdir(os.path.dirname(dump) or '.'))}.prof")
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
         int(os.environ.get("BENCH_PROFILE_TOP", "25"))

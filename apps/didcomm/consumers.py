@@ -41,7 +41,7 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
 from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, handle, live_start, problem_message
+from .dispatch import LiveTarget, Row, live_start, problem_message
 from .dispatch_v1 import LiveTargetV1
 from .models import did_hash
 from .problems import Problem
@@ -67,8 +67,8 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     if tenant is not None and tenant.pk != tenant_id:
         tenant = None  # the host now falls to another (the default) tenant: ours is gone
     # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    handler = dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle
-    reply = handler(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live)
+    handler, envelope = dispatch_v1.route(raw)
+    reply = handler(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live, envelope=envelope)
     if tenant is None:
         return reply, CLOSE_UNKNOWN_MEDIATOR
     if not tenant.is_active:

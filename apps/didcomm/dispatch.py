@@ -95,10 +95,11 @@ class _Unpacked:
     sender_kid: str | None
 
 
-def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict) -> _Unpacked:
+def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, envelope: dict | None = None) -> _Unpacked:
     """Decrypt (nested at most MAX_NESTING), verify an inner JWS, parse the plaintext.
 
-    `documents` maps each identity's DID to its resolved document (services.Accepting)."""
+    `documents` maps each identity's DID to its resolved document (services.Accepting); `envelope`
+    is `raw` already parsed, if the caller did (dispatch_v1.route)."""
     docs = {ident.did: (ident, documents[ident.did]) for ident in identities}
     used: list[MediatorIdentity] = []
 
@@ -112,7 +113,7 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict) -> 
             return None
         return ident.agreement_key
 
-    obj: object = jwe.parse_envelope(raw)
+    obj: object = jwe.parse_envelope(raw if envelope is None else envelope)
     if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
         raise Problem(Code.UNAUTHENTICATED, "messages to this mediator must be encrypted (JWE)")
     sender_kid = None
@@ -155,14 +156,16 @@ def handle(
     remote_addr: str | None,
     content_type: str | None = None,
     live: bool | None = None,
+    envelope: dict | None = None,
 ) -> Reply:
-    """Handle one DIDComm message; never raises for client input (a problem report instead)."""
+    """Handle one DIDComm message; never raises for client input (a problem report instead).
+    `envelope`: `raw` already parsed (dispatch_v1.route)."""
     started = time.perf_counter()
     message: PlainMessage | None = None
     ctx: Context | None = None
     reply: Reply
     try:
-        reply, message, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live)
+        reply, message, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live, envelope)
         code = ctx.code if ctx else "SUCCESS"
     except Problem as problem:
         code = problem.code
@@ -273,10 +276,10 @@ def decrypting(tenant: Tenant, accepting: services.Accepting, unpack):
     return accepting, unpack(accepting.identities_now(), accepting.documents)
 
 
-def _handle(raw, tenant, transport, remote_addr, content_type, live) -> tuple[Reply, PlainMessage, Context]:
+def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -> tuple[Reply, PlainMessage, Context]:
     accepting = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
     try:
-        accepting, unpacked = decrypting(tenant, accepting, lambda ids, docs: _unpack(raw, ids, docs))
+        accepting, unpacked = decrypting(tenant, accepting, lambda ids, docs: _unpack(raw, ids, docs, envelope))
     except DidcommError as exc:
         raise Problem(exc.problem_code, str(exc), 400) from exc
     message = unpacked.message

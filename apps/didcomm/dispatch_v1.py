@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -24,7 +25,7 @@ from apps.didcomm.core.errors import DidcommError, MalformedEnvelope
 from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
 
-from . import handlers_v1, hooks, protocols, services, services_v1
+from . import dispatch, handlers_v1, hooks, protocols, services, services_v1
 from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, Row, admit, decrypting, limit, observe, shared_identity
 from .handlers_v1 import ContextV1, attachments_v1
 from .models import Mediation, MediatorIdentity
@@ -59,12 +60,14 @@ def handle(
     remote_addr: str | None,
     content_type: str | None = None,
     live: bool | None = None,
+    envelope: dict | None = None,
 ) -> Reply:
-    """Handle one DIDComm v1 message; never raises for client input (a problem report instead)."""
+    """Handle one DIDComm v1 message; never raises for client input (a problem report instead).
+    `envelope`: `raw` already parsed (`route`)."""
     started = time.perf_counter()
     msg = ctx = None
     try:
-        reply, msg, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live)
+        reply, msg, ctx = _handle(raw, tenant, transport, remote_addr, content_type, live, envelope)
         code = ctx.code
     except Problem as problem:
         code = problem.code
@@ -93,7 +96,7 @@ def handle(
     return reply
 
 
-def _handle(raw, tenant, transport, remote_addr, content_type, live):
+def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
     accepting = admit(raw, tenant, transport, remote_addr, content_type, ACCEPTED_MEDIA)
     policy = accepting.policy
 
@@ -102,7 +105,8 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live):
         return identities, keys, envelope_v1.unpack(envelope, private_key_for=lambda kid: _key(keys, kid))
 
     try:
-        envelope = parse_json_object(raw)
+        if envelope is None:
+            envelope = parse_json_object(raw)
         _, (identities, keys, unpacked) = decrypting(tenant, accepting, unpack)
         msg = message_v1.parse(unpacked.message)
     except DidcommError as exc:
@@ -168,12 +172,15 @@ def _problem_reply(problem: Problem, msg, ctx: ContextV1 | None) -> Reply:
     return Reply(problem.status, _body(envelope), ENVELOPE_MEDIA, retry_after=problem.retry_after)
 
 
-def is_v1(raw: bytes) -> bool:
-    """Whether a message body is an RFC 0019 envelope (dispatch by shape, whatever the media type)."""
+def route(raw: bytes) -> tuple[Callable[..., Reply], dict | None]:
+    """(the front door for a message body, the body's JSON object or None when it is not one): an RFC
+    0019 envelope goes the v1 way, anything else v2 (dispatch by shape, whatever the media type).
+    The object is handed on (`envelope=`), so the body is parsed once."""
     try:
-        return envelope_v1.is_v1(parse_json_object(raw))
+        envelope = parse_json_object(raw)
     except MalformedEnvelope:
-        return False
+        return dispatch.handle, None
+    return (handle if envelope_v1.is_v1(envelope) else dispatch.handle), envelope
 
 
 @dataclass(slots=True)

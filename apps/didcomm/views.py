@@ -19,7 +19,7 @@ from django.views.decorators.http import require_http_methods
 from apps.ops.clientip import forwarded_client
 
 from . import dispatch_v1
-from .dispatch import Reply, handle, problem_message
+from .dispatch import Reply, problem_message
 from .protocols import Code
 from .services import invitation_for, policy_for
 from .services_v1 import invitation_v1_for
@@ -49,12 +49,14 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
     # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    reply = (dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle)(
+    handler, envelope = dispatch_v1.route(raw)
+    reply = handler(
         raw,
         tenant=request.tenant,
         transport="http",
         remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
         content_type=request.META.get("CONTENT_TYPE"),
+        envelope=envelope,
     )
     return _response(reply)
 
@@ -83,8 +85,14 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
     if raw is None:
         return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    reply = (dispatch_v1.handle if dispatch_v1.is_v1(raw) else handle)(
-        raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE")
+    handler, envelope = dispatch_v1.route(raw)
+    reply = handler(
+        raw,
+        tenant=tenant,
+        transport="http",
+        remote_addr=client,
+        content_type=environ.get("CONTENT_TYPE"),
+        envelope=envelope,
     )
     return _reply_triple(reply)
 

@@ -18,10 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, padding
+from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap, aes_key_wrap
 from nacl import bindings
 from nacl.exceptions import CryptoError
@@ -86,12 +85,14 @@ def _kek(alg: str, z: bytes, apu: bytes, apv: bytes, tag: bytes) -> bytes:
     """Concat KDF (SHA-256) to a 256-bit key-wrapping key; 1PU appends the cctag to SuppPubInfo."""
     supp_pub = (256).to_bytes(4, "big") + (_lp(tag) if alg == AUTHCRYPT else b"")
     other = _lp(alg.encode("ascii")) + _lp(apu) + _lp(apv) + supp_pub
-    return ConcatKDFHash(algorithm=hashes.SHA256(), length=32, otherinfo=other).derive(z)
+    # NIST SP 800-56A §5.8.1 for 256 bits of SHA-256: one round, counter 1 (what cryptography's
+    # ConcatKDFHash computes, without building its objects per message).
+    return hashlib.sha256(b"\x00\x00\x00\x01" + z + other).digest()
 
 
 def _cbc_hs512_tag(mac_key: bytes, aad: bytes, iv: bytes, ciphertext: bytes) -> bytes:
     al = (len(aad) * 8).to_bytes(8, "big")
-    return hmac.new(mac_key, aad + iv + ciphertext + al, hashlib.sha512).digest()[:32]
+    return hmac.digest(mac_key, aad + iv + ciphertext + al, "sha512")[:32]
 
 
 def _content_encrypt(enc: str, cek: bytes, iv: bytes, plaintext: bytes, aad: bytes) -> tuple[bytes, bytes]:
