@@ -11,6 +11,8 @@ SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
 SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL and SQLite jars
 SPARK_JDBC_PARTITIONS   partitions of each partitioned JDBC read, default 4
 SPARK_SHUFFLE_PARTITIONS default 4 (reports are small; 200 would only add task overhead)
+REPORT_WORK_MEM         PostgreSQL work_mem of the job's JDBC reads, default 64MB; they also set enable_sort=off
+                        (see database_from_url)
 REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db or sqlite:////path);
                         falls back to DATABASE_URL, then to the embedded default var/mediator.sqlite3
 """
@@ -51,6 +53,12 @@ def database_from_url(url: str) -> Database:
         port = parts.port or 5432
         name = unquote(parts.path.lstrip("/"))
         props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
+        # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
+        # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
+        # rows on disk instead: 2.5 s against 0.6 s for 250 000 rows, 13 s against 6 s for 1.25M
+        # (docs/benchmarks.md). So the job's own sessions hash: more work_mem, and no sort (none of
+        # the extract's queries needs one).
+        props["options"] = f"-c work_mem={os.environ.get('REPORT_WORK_MEM', '64MB')} -c enable_sort=off"
         if parts.password:
             props["password"] = unquote(parts.password)
         connect = {"host": host, "port": port, "dbname": name, "user": props["user"]}

@@ -3,6 +3,15 @@
 Only metadata columns are selected; payloads, tags and signatures are never read.
 PostgreSQL timestamps arrive as timestamps. SQLite stores Django datetimes as UTC text
 ("YYYY-MM-DD HH:MM:SS[.ffffff]"), so they are read as text and parsed here (session time zone UTC).
+
+The metering rows are never read one by one (issue 17): each id range of them is read as two
+partial aggregates computed by the database inside the range (`GROUP BY` in the JDBC query), which
+Spark merges across ranges (transform.command_counts, transform.command_latency):
+- counts: per tenant, UTC day, protocol, command type, code and sender: commands and bytes;
+- latency: per tenant, UTC day and latency bucket (LATENCY_BUCKET): commands and the largest
+  duration of the bucket (a mergeable histogram; the percentiles' error bound is in transform.py).
+The database scans the range's rows either way (a JDBC read is a scan); what crosses the wire and
+what Spark schedules is thousands of times smaller than the rows.
 """
 
 from __future__ import annotations
@@ -14,8 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
+    DateType,
     DoubleType,
-    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -29,17 +38,23 @@ from .config import Database, env_int
 # cast to these, and an input that the bounds query says is empty is an empty local DataFrame of
 # them (no JDBC read, no Spark job). Declared here so that nothing asks the engine for a schema.
 SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
-    "meters": [
+    "counts": [
         ("tenant_id", LongType()),
-        ("at", TimestampType()),
+        ("day", DateType()),
         ("protocol", StringType()),
         ("command_type", StringType()),
         ("code", StringType()),
-        ("http_status", IntegerType()),
+        ("sender_did", StringType()),
+        ("commands", LongType()),
         ("bytes_in", LongType()),
         ("bytes_out", LongType()),
-        ("duration_ms", DoubleType()),
-        ("sender_did", StringType()),
+    ],
+    "latency": [
+        ("tenant_id", LongType()),
+        ("day", DateType()),
+        ("bucket", LongType()),
+        ("commands", LongType()),
+        ("top_ms", DoubleType()),
     ],
     "registrations": [("tenant_id", LongType()), ("created_at", TimestampType())],
     "pending": [("tenant_id", LongType()), ("created_at", TimestampType()), ("acknowledged_at", TimestampType())],
@@ -48,13 +63,19 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
 # Rows per JDBC partition: a small input is one JDBC read (one task); a large one is split into
 # ranges of about this many rows, up to SPARK_JDBC_PARTITIONS ranges read in parallel.
 ROWS_PER_PARTITION = 250_000
+# A command's latency bucket: floor(LATENCY_BUCKETS_PER_E * ln(duration_ms)), so that the durations
+# of one bucket differ by less than a factor e^(1/1000) (0.1 %); durations <= 0 share the lowest
+# bucket. The one definition of the histogram (both dialects' SQL is built from it).
+LATENCY_BUCKETS_PER_E = 1000
+LATENCY_BUCKET_FLOOR = -(10**9)  # below floor(1000 * ln(any positive double)) >= -745 000
 
 
 @dataclass(frozen=True)
 class ReportInputs:
     """The four inputs of `transform.usage_report`, with normalised column types."""
 
-    meters: DataFrame  # tenant_id, at, protocol, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did
+    counts: DataFrame  # per id range: tenant_id, day, protocol, command_type, code, sender_did, commands, bytes_in, bytes_out
+    latency: DataFrame  # per id range: tenant_id, day, bucket, commands, top_ms
     registrations: DataFrame  # tenant_id, created_at
     pending: DataFrame  # tenant_id, created_at, acknowledged_at
     stored: DataFrame  # tenant_id, created_at, payload_bytes
@@ -73,6 +94,19 @@ def _ts(db: Database, column: str) -> str:
     return f"CAST({column} AS TEXT) AS {name}" if db.is_sqlite else f"{column} AS {name}"
 
 
+def _day(db: Database, column: str) -> str:
+    """The UTC day of a timestamp column: a date on PostgreSQL, 'YYYY-MM-DD' text on SQLite."""
+    return f"substr({column}, 1, 10)" if db.is_sqlite else f"CAST(({column} AT TIME ZONE 'UTC') AS DATE)"
+
+
+def latency_bucket_sql(column: str) -> str:
+    """LATENCY_BUCKET in SQL (PostgreSQL's and SQLite's ln, floor and CAST agree)."""
+    return (
+        f"CASE WHEN {column} > 0 THEN CAST(FLOOR(LN({column}) * {LATENCY_BUCKETS_PER_E}) AS BIGINT)"
+        f" ELSE {LATENCY_BUCKET_FLOOR} END"
+    )
+
+
 def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
     if not tenant_ids:
         return ""
@@ -82,14 +116,31 @@ def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
 Bounds = tuple[int | None, int | None, int]  # MIN(id), MAX(id), COUNT(*)
 
 
-def _bounds(spark: SparkSession, db: Database, queries: dict[str, str]) -> dict[str, Bounds]:
-    """MIN(id), MAX(id), COUNT(*) of every query, in ONE small JDBC query (one Spark job instead
+@dataclass(frozen=True)
+class Rows:
+    """One input's rows in the report's range: `FROM ... WHERE ...` and the bigint id to split it on."""
+
+    from_where: str
+    id_column: str
+
+
+@dataclass(frozen=True)
+class Read:
+    """One frame read from an input's rows: its SELECT list and GROUP BY (partial aggregates) or none."""
+
+    rows: str  # the input, a key of the Rows dict
+    select: str
+    group_by: str = ""
+
+
+def _bounds(spark: SparkSession, db: Database, rows: dict[str, Rows]) -> dict[str, Bounds]:
+    """MIN(id), MAX(id), COUNT(*) of every input, in ONE small JDBC query (one Spark job instead
     of one per input: each job costs a round of scheduling, issue 17)."""
     union = " UNION ALL ".join(
-        f"SELECT '{name}' AS name, MIN(id) AS lo, MAX(id) AS hi, COUNT(*) AS n FROM ({query}) b"
-        for name, query in queries.items()
+        f"SELECT '{name}' AS name, MIN({r.id_column}) AS lo, MAX({r.id_column}) AS hi, COUNT(*) AS n {r.from_where}"
+        for name, r in rows.items()
     )
-    rows = (
+    frame = (
         spark.read.format("jdbc")
         # SQLite's driver guesses types from the first row; say what the columns are.
         .options(
@@ -99,36 +150,60 @@ def _bounds(spark: SparkSession, db: Database, queries: dict[str, str]) -> dict[
         .collect()
     )
     out: dict[str, Bounds] = {}
-    for row in rows:
+    for row in frame:
         n = int(row["n"] or 0)
         out[row["name"]] = (int(row["lo"]), int(row["hi"]), n) if n else (None, None, 0)
     return out
 
 
-def read_partitioned(
-    spark: SparkSession,
-    db: Database,
-    query: str,
-    bounds: Bounds,
-    *,
-    text_columns: tuple[str, ...] = (),
-    partitions: int | None = None,
-) -> DataFrame:
-    """`query` (which selects an `id` column) read in id ranges, one JDBC connection per range
-    (`jdbc_partitions` of them unless told).
-
-    fetchsize 10 000: the PostgreSQL driver otherwise buffers the whole result of a range in memory."""
+def id_ranges(bounds: Bounds, partitions: int) -> list[tuple[int, int]]:
+    """[lo, hi] split into `partitions` half-open id ranges of equal width that cover it exactly."""
     lo, hi, n = bounds
-    partitions = partitions or jdbc_partitions(n)
-    reader = spark.read.format("jdbc").options(url=db.url, dbtable=f"({query}) q", fetchsize="10000", **db.properties)
-    if db.is_sqlite and text_columns:
-        # SQLite's driver guesses a column's type from its declaration (datetime -> NUMERIC); read the text.
-        reader = reader.option("customSchema", ", ".join(f"{c} STRING" for c in text_columns))
-    if n and partitions > 1 and lo is not None and hi is not None and hi > lo:
-        reader = reader.options(
-            partitionColumn="id", lowerBound=str(lo), upperBound=str(hi + 1), numPartitions=str(min(partitions, n))
+    if not n or lo is None or hi is None:
+        return []
+    parts = max(1, min(partitions, n, hi - lo + 1))
+    width = -(-(hi + 1 - lo) // parts)
+    return [(start, min(start + width, hi + 1)) for start in range(lo, hi + 1, width)]
+
+
+def read_ranges(
+    spark: SparkSession, db: Database, read: Read, rows: Rows, bounds: Bounds, name: str, partitions: int | None = None
+) -> DataFrame:
+    """`read` over the input's rows, one JDBC query per id range (`jdbc_partitions` of them unless
+    told), unioned: one Spark partition (one task, one connection) per range. The range is a
+    condition INSIDE the query, so a GROUP BY aggregates each range on its own (partial aggregates
+    that the transform merges), unlike Spark's own partitionColumn, which filters the query's result.
+
+    fetchsize 10 000: the PostgreSQL driver otherwise buffers the whole result of a range in memory.
+    customSchema: the declared types (SQLite's driver guesses a column's type from its declaration,
+    and SQLite's timestamps and days are read as text, cast by `_typed`).
+    pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
+    wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
+    `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows)."""
+    text = {c for c, _ in SCHEMAS[name] if db.is_sqlite and (c == "day" or c in TEXT_COLUMNS.get(name, ()))}
+    custom = ", ".join(f"{c} {'STRING' if c in text else kind.simpleString()}" for c, kind in SCHEMAS[name])
+    frames = []
+    for start, stop in id_ranges(bounds, partitions or jdbc_partitions(bounds[2])):
+        query = (
+            f"SELECT {read.select} {rows.from_where} AND {rows.id_column} >= {start} AND {rows.id_column} < {stop}"
+            f"{read.group_by}"
         )
-    return reader.load()
+        frames.append(
+            spark.read.format("jdbc")
+            .options(
+                url=db.url,
+                dbtable=f"({query}) q",
+                fetchsize="10000",
+                customSchema=custom,
+                pushDownPredicate="false",
+                **db.properties,
+            )
+            .load()
+        )
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
 
 
 def jdbc_partitions(rows: int) -> int:
@@ -143,47 +218,74 @@ def schema(name: str) -> StructType:
 
 
 def _typed(df: DataFrame, name: str) -> DataFrame:
-    """The input's declared columns, cast to its declared types (SQLite's timestamps are text)."""
+    """The frame's declared columns, cast to its declared types (SQLite's timestamps and days are text)."""
     return df.select(*[F.col(column).cast(kind).alias(column) for column, kind in SCHEMAS[name]])
+
+
+# Timestamp columns, read as text on SQLite.
+TEXT_COLUMNS = {
+    "registrations": ("created_at",),
+    "pending": ("created_at", "acknowledged_at"),
+    "stored": ("created_at",),
+}
 
 
 def extract(
     spark: SparkSession, db: Database, date_from: date, date_to: date, tenant_ids: list[int] | None = None
 ) -> tuple[ReportInputs, dict[str, int]]:
-    """Read metering, registrations, pending and stored events for [date_from, date_to] (UTC days); also
-    returns how many rows each input holds (known before any row is read: progress shows it)."""
+    """Read the metering rows' partial aggregates, registrations, pending and stored events for
+    [date_from, date_to] (UTC days); also returns how many rows each input holds (known before any
+    row is read: progress shows it)."""
     lo = _ts_literal(db, date_from)
     hi = _ts_literal(db, date_to + timedelta(days=1))
-    queries = {
-        "meters": f"SELECT id, tenant_id, {_ts(db, 'at')}, protocol, command_type, code, http_status, bytes_in,"
-        f" bytes_out, duration_ms, sender_did FROM usage_commandmeter"
-        f" WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
+    rows = {
+        "meters": Rows(
+            f"FROM usage_commandmeter WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}", "id"
+        ),
         # A registration is a contract the identity owns and requested from this tenant's own DID
         # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
-        "registrations": f"SELECT c.id AS id, c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')} FROM messaging_contract c"
-        " JOIN tenants_tenant t ON t.id = c.tenant_id"
-        " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did"
-        f" AND c.created_at >= {lo} AND c.created_at < {hi}{_tenant_filter('c.tenant_id', tenant_ids)}",
-        "pending": f"SELECT id, tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')} FROM messaging_pendingevent"
-        f" WHERE ((created_at >= {lo} AND created_at < {hi}) OR (acknowledged_at >= {lo} AND acknowledged_at < {hi}))"
-        f"{_tenant_filter('tenant_id', tenant_ids)}",
-        "stored": f"SELECT id, tenant_id, {_ts(db, 'created_at')}, payload_bytes FROM messaging_storedevent"
-        f" WHERE created_at >= {lo} AND created_at < {hi}{_tenant_filter('tenant_id', tenant_ids)}",
+        "registrations": Rows(
+            "FROM messaging_contract c JOIN tenants_tenant t ON t.id = c.tenant_id"
+            " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did"
+            f" AND c.created_at >= {lo} AND c.created_at < {hi}{_tenant_filter('c.tenant_id', tenant_ids)}",
+            "c.id",
+        ),
+        "pending": Rows(
+            "FROM messaging_pendingevent"
+            f" WHERE ((created_at >= {lo} AND created_at < {hi}) OR (acknowledged_at >= {lo} AND acknowledged_at < {hi}))"
+            f"{_tenant_filter('tenant_id', tenant_ids)}",
+            "id",
+        ),
+        "stored": Rows(
+            f"FROM messaging_storedevent WHERE created_at >= {lo} AND created_at < {hi}"
+            f"{_tenant_filter('tenant_id', tenant_ids)}",
+            "id",
+        ),
     }
-    text = {
-        "meters": ("at",),
-        "registrations": ("created_at",),
-        "pending": ("created_at", "acknowledged_at"),
-        "stored": ("created_at",),
+    day = _day(db, "at")
+    reads = {
+        "counts": Read(
+            "meters",
+            f"tenant_id, {day} AS day, protocol, command_type, code, sender_did, COUNT(*) AS commands,"
+            " CAST(SUM(bytes_in) AS BIGINT) AS bytes_in, CAST(SUM(bytes_out) AS BIGINT) AS bytes_out",
+            " GROUP BY 1, 2, 3, 4, 5, 6",
+        ),
+        "latency": Read(
+            "meters",
+            f"tenant_id, {day} AS day, {latency_bucket_sql('duration_ms')} AS bucket, COUNT(*) AS commands,"
+            " MAX(duration_ms) AS top_ms",
+            " GROUP BY 1, 2, 3",
+        ),
+        "registrations": Read("registrations", f"c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')}"),
+        "pending": Read("pending", f"tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')}"),
+        "stored": Read("stored", f"tenant_id, {_ts(db, 'created_at')}, payload_bytes"),
     }
-    bounds = _bounds(spark, db, queries)
+    bounds = _bounds(spark, db, rows)
     frames = {
         # An input the bounds say is empty is not read at all (its JDBC read would still cost a task).
-        name: _typed(read_partitioned(spark, db, query, bounds[name], text_columns=text[name]), name)
-        if bounds[name][2]
+        name: _typed(read_ranges(spark, db, read, rows[read.rows], bounds[read.rows], name), name)
+        if bounds[read.rows][2]
         else spark.createDataFrame([], schema(name))
-        for name, query in queries.items()
+        for name, read in reads.items()
     }
-    # Not cached: the transform reads the metering rows once per pass, and caching 1M rows cost more
-    # than reading them again (issue 17).
     return ReportInputs(**frames), {name: b[2] for name, b in bounds.items()}

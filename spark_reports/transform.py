@@ -12,14 +12,27 @@ Per tenant and UTC day:
   share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
-Percentiles use `percentile_approx` with PERCENTILE_ACCURACY: the value returned is an element of
-the data whose rank is within n / accuracy of the exact rank (exact when n <= accuracy).
+Inputs: the metering rows arrive as two partial aggregates per JDBC id range (extract.py: the
+database groups each range), which the transform merges; registrations, pending and stored events
+arrive as rows.
+- `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
+  table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
+  top are all derived;
+- `command_latency` merges the per-range latency histograms (tenant, day, bucket: commands and the
+  bucket's largest duration) and reads p50/p95 off them.
 
-Cost (docs/benchmarks.md, issue 17): the metering rows are scanned twice and never cached. One
-scan groups them by (tenant, day, protocol, type, code, sender) into `command_counts`, a table a
-few thousand times smaller, from which daily counts, by_type, by_code and top are all derived;
-the other computes the latency percentiles per (tenant, day). Caching the raw extract cost more
-than reading it again, and four full passes over it (one per output) cost four times one.
+Command latency percentiles: the nearest-rank percentile (PostgreSQL's percentile_disc) is the
+value of rank r = ceil(q * n). Cumulative counts over the buckets in order find the bucket holding
+rank r exactly; the report gives that bucket's largest duration. Both lie in one bucket
+[e^(b/1000), e^((b+1)/1000)), so the reported value v' and the exact one v satisfy
+v <= v' < v * e^(1/1000): at most 0.1 % (0.10005 %) above, never below, and always a duration of
+the data (exact when the bucket holds one distinct duration).
+Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY over the pending
+rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
+rank (exact when n <= accuracy).
+
+Cost (docs/benchmarks.md, issue 17): the database scans the metering rows twice (one GROUP BY per
+partial aggregate); Spark only merges and reshapes aggregates.
 """
 
 from __future__ import annotations
@@ -104,30 +117,27 @@ def _pct(col: str, q: float, accuracy: int) -> Column:
     return F.percentile_approx(F.col(col).cast("double"), q, accuracy).cast("double")
 
 
-def _meter_days(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    return meters.withColumn("day", F.to_date("at")).where(_in_range(F.col("day"), date_from, date_to))
-
-
-def command_counts(meters: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    """One pass over the metering rows: per tenant, day, protocol, command type, code and sender,
-    the commands and bytes. Every count-like output is an aggregate of this small table."""
-    m = _meter_days(meters, date_from, date_to)
+def command_counts(partials: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    """The per-range partial counts merged: per tenant, day, protocol, command type, code and
+    sender, the commands and bytes. Every count-like output is an aggregate of this small table."""
     label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
     protocol = F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL))
     return (
-        m.select(
+        partials.where(_in_range(F.col("day"), date_from, date_to))
+        .select(
             "tenant_id",
             "day",
             protocol.alias("protocol"),
             label.alias("command_type"),
             "code",
             F.coalesce(F.col("sender_did"), F.lit("")).alias("sender_did"),
+            "commands",
             "bytes_in",
             "bytes_out",
         )
         .groupBy("tenant_id", "day", "protocol", "command_type", "code", "sender_did")
         .agg(
-            F.count(F.lit(1)).alias("commands"),
+            F.sum("commands").cast("long").alias("commands"),
             F.sum("bytes_in").cast("long").alias("bytes_in"),
             F.sum("bytes_out").cast("long").alias("bytes_out"),
         )
@@ -138,17 +148,29 @@ def _errors(commands: str = "commands") -> Column:
     return F.sum(F.when(F.col("code").isin(*NOT_ERRORS), 0).otherwise(F.col(commands))).cast("long")
 
 
-def command_latency(
-    meters: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY
-) -> DataFrame:
-    """The other pass over the metering rows: p50/p95 command latency per tenant and day."""
-    return (
-        _meter_days(meters, date_from, date_to)
-        .groupBy("tenant_id", "day")
-        .agg(
-            _pct("duration_ms", 0.5, accuracy).alias("latency_p50_ms"),
-            _pct("duration_ms", 0.95, accuracy).alias("latency_p95_ms"),
+def _rank_value(q: float) -> Column:
+    """The largest duration of the first bucket whose cumulative count reaches rank ceil(q * n)."""
+    reached = F.col("cumulative") >= F.ceil(F.lit(q) * F.col("total"))
+    return F.min(F.when(reached, F.struct(F.col("bucket"), F.col("top_ms")))).getField("top_ms")
+
+
+def command_latency(histogram: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    """p50/p95 command latency per tenant and day from the per-range latency histograms (the error
+    bound is in the module's docstring)."""
+    day = Window.partitionBy("tenant_id", "day")
+    merged = (
+        histogram.where(_in_range(F.col("day"), date_from, date_to))
+        .groupBy("tenant_id", "day", "bucket")
+        .agg(F.sum("commands").alias("commands"), F.max("top_ms").alias("top_ms"))
+        .withColumn("total", F.sum("commands").over(day))
+        .withColumn(
+            "cumulative",
+            F.sum("commands").over(day.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)),
         )
+    )
+    return merged.groupBy("tenant_id", "day").agg(
+        _rank_value(0.5).cast("double").alias("latency_p50_ms"),
+        _rank_value(0.95).cast("double").alias("latency_p95_ms"),
     )
 
 
@@ -302,8 +324,8 @@ def report_from(
     date_to: date,
     accuracy: int = PERCENTILE_ACCURACY,
 ) -> UsageReport:
-    """The report from the two passes over the metering rows (`command_counts`, `command_latency`)
-    and the other three inputs."""
+    """The report from the merged metering aggregates (`command_counts`, `command_latency`) and the
+    other three inputs."""
     return UsageReport(
         daily=daily(counts, latency, registrations, pending, stored, date_from, date_to, accuracy),
         by_type=by_type(counts),
@@ -313,7 +335,8 @@ def report_from(
 
 
 def usage_report(
-    meters: DataFrame,
+    counts: DataFrame,
+    latency: DataFrame,
     registrations: DataFrame,
     pending: DataFrame,
     stored: DataFrame,
@@ -321,11 +344,12 @@ def usage_report(
     date_to: date,
     accuracy: int = PERCENTILE_ACCURACY,
 ) -> UsageReport:
-    """The whole report for [date_from, date_to] from the four extracted inputs. (The job computes
-    the two passes first and keeps them on the engine: spark_reports.usage_report.settle.)"""
+    """The whole report for [date_from, date_to] from the extracted inputs (the metering rows' two
+    partial aggregates, then rows). (The job merges the two first and keeps them on the engine:
+    spark_reports.usage_report.settle.)"""
     return report_from(
-        command_counts(meters, date_from, date_to),
-        command_latency(meters, date_from, date_to, accuracy),
+        command_counts(counts, date_from, date_to),
+        command_latency(latency, date_from, date_to),
         registrations,
         pending,
         stored,

@@ -133,8 +133,8 @@ def run(
     partitions = shuffle_partitions(sizes["meters"])
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     meter_counts, latency = settle(
-        command_counts(inputs.meters, date_from, date_to),
-        command_latency(inputs.meters, date_from, date_to),
+        command_counts(inputs.counts, date_from, date_to),
+        command_latency(inputs.latency, date_from, date_to),
         partitions,
     )
     report = report_from(meter_counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)

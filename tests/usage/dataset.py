@@ -5,9 +5,12 @@ Values are plain Python so that expectations can be computed independently of Sp
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+
+from spark_reports.extract import LATENCY_BUCKETS_PER_E
 
 DAYS = [date(2026, 1, 10), date(2026, 1, 11), date(2026, 1, 12)]
 TYPES = ["QUERY_EVENTS", "SAVE_EVENTS", "ACKNOWLEDGE_EVENTS", "REQUEST_COMMUNICATION_CONTRACT", ""]
@@ -109,10 +112,21 @@ def write_orm(ds: Dataset, tenants: dict) -> None:
         StoredEvent.objects.filter(pk=obj.pk).update(created_at=s["created_at"])
 
 
+# The report's command latency percentiles are at most this factor above the exact nearest-rank
+# value, never below it (spark_reports/transform.py: one latency bucket).
+LATENCY_RATIO = math.exp(1 / LATENCY_BUCKETS_PER_E)
+LATENCY_COLUMNS = ("latency_p50_ms", "latency_p95_ms")
+
+
+def latency_within_bound(got: float | None, exact: float | None) -> bool:
+    """The reported command latency percentile against the exact nearest-rank one."""
+    if exact is None or got is None:
+        return got is exact
+    return exact - 1e-9 <= got < exact * LATENCY_RATIO + 1e-9
+
+
 def nearest_rank(values: list[float], q: float) -> float | None:
     """The smallest value with at least q of the data at or below it (what percentile_disc returns)."""
-    import math
-
     if not values:
         return None
     ordered = sorted(values)

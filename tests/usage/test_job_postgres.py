@@ -1,10 +1,11 @@
 """The real report job (extract over JDBC -> transform -> load -> publish) on PostgreSQL data built
 here, checked against the same figures computed independently in SQL.
 
-Percentile tolerance: the job uses percentile_approx with accuracy 10 000, which returns an element
-of the data within n/10 000 ranks of the exact nearest-rank percentile. Every group here has far
-fewer than 10 000 values, so it must equal PostgreSQL's percentile_disc exactly (float equality
-within 1e-9).
+Percentile tolerance: delivery latency uses percentile_approx with accuracy 10 000, which returns an
+element of the data within n/10 000 ranks of the exact nearest-rank percentile; every group here has
+far fewer than 10 000 values, so it must equal PostgreSQL's percentile_disc exactly (float equality
+within 1e-9). Command latency is read off the database's per-range latency histograms: at least
+percentile_disc and less than percentile_disc * e^(1/1000) (one bucket, spark_reports/transform.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from apps.usage.models import (
     ReportRun,
     ReportTopIdentity,
 )
-from spark_reports import extract, load
+from spark_reports import extract, load, transform
 from spark_reports.config import database_from_url
 from spark_reports.transform import DAILY_COLUMNS
 from spark_reports.usage_report import run as run_job
@@ -132,7 +133,9 @@ def test_the_job_on_postgresql_matches_sql(spark, built, tenant_a, tenant_b):
         row = got[key]
         for name, value in exp.items():
             actual = getattr(row, name)
-            if isinstance(actual, float) or isinstance(value, float):
+            if name in dataset.LATENCY_COLUMNS:
+                assert dataset.latency_within_bound(actual, value), (key, name, actual, value)
+            elif isinstance(actual, float) or isinstance(value, float):
                 assert actual == pytest.approx(float(value), abs=TOL), (key, name)
             else:
                 assert actual == value, (key, name)
@@ -250,13 +253,70 @@ def test_inputs_the_bounds_say_are_empty_are_not_read(spark, tenant_a, capsys):
     inputs, sizes = extract.extract(spark, db, day, day, [tenant_a.pk])
     assert sizes == {"meters": 1, "registrations": 0, "pending": 0, "stored": 0}
     plans = {}
-    for name in sizes:
+    for name in ("counts", "latency", "registrations", "pending", "stored"):
         getattr(inputs, name).explain()
         plans[name] = capsys.readouterr().out
-    assert "JDBCRelation" in plans["meters"]
+    assert "JDBCRelation" in plans["counts"] and "JDBCRelation" in plans["latency"]
     for name in ("registrations", "pending", "stored"):
         assert "JDBCRelation" not in plans[name] and "LocalTableScan" in plans[name], plans[name]
         assert getattr(inputs, name).collect() == []
-    assert [
-        tuple(r) for r in inputs.meters.select("tenant_id", "protocol", "http_status", "duration_ms").collect()
-    ] == [(tenant_a.pk, "decentrl", 200, 3.0)]
+    assert [tuple(r) for r in inputs.counts.collect()] == [
+        (tenant_a.pk, day, "decentrl", "QUERY_EVENTS", "SUCCESS", None, 1, 1, 2)
+    ]
+    assert [tuple(r) for r in inputs.latency.collect()] == [(tenant_a.pk, day, 1098, 1, 3.0)]  # floor(1000 ln 3)
+
+
+def test_each_id_range_is_aggregated_by_the_database_and_merged_by_spark(spark, tenant_a, tenant_b, monkeypatch):
+    # 30 rows read in three id ranges: each range's GROUP BY gives partial rows of the same (tenant,
+    # day, type, code, sender) and the same latency buckets; the merged figures are those of all rows.
+    monkeypatch.setattr(extract, "ROWS_PER_PARTITION", 10)
+    monkeypatch.setenv("SPARK_JDBC_PARTITIONS", "3")
+    day = dataset.DAYS[0]
+    at = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
+    CommandMeter.objects.bulk_create(
+        [
+            CommandMeter(
+                tenant=tenant_a,
+                at=at,
+                transport="http",
+                command_type="QUERY_EVENTS",
+                code="SUCCESS" if i % 5 else "RATE_LIMITED",
+                http_status=200,
+                bytes_in=i,
+                bytes_out=2 * i,
+                duration_ms=7.0 if i % 2 else 1.0,
+                sender_did=f"did:decentrl:s{i % 2}",
+            )
+            for i in range(30)
+        ]
+    )
+    ids = list(CommandMeter.objects.order_by("pk").values_list("pk", flat=True))
+    lo, hi = ids[0], ids[-1]
+    assert hi - lo == 29
+    assert extract.id_ranges((lo, hi, 30), 3) == [(lo, lo + 10), (lo + 10, lo + 20), (lo + 20, hi + 1)]
+    db = database_from_url(services.report_database_url())
+    inputs, sizes = extract.extract(spark, db, day, day, [tenant_a.pk])
+    assert sizes["meters"] == 30
+    partials = inputs.counts.collect()
+    assert len(partials) == 12  # 4 (code, sender) groups in each of 3 ranges
+    # Not merged yet: each range's own count of (SUCCESS, s1), e.g. ids 1, 3, 7, 9 of the first range.
+    assert sorted(
+        r["commands"] for r in partials if (r["code"], r["sender_did"]) == ("SUCCESS", "did:decentrl:s1")
+    ) == [
+        4,
+        4,
+        4,
+    ]
+    merged = {
+        (r["code"], r["sender_did"]): (r["commands"], r["bytes_in"], r["bytes_out"])
+        for r in transform.command_counts(inputs.counts, day, day).collect()
+    }
+    expected: dict = {}
+    for i in range(30):
+        key = ("SUCCESS" if i % 5 else "RATE_LIMITED", f"did:decentrl:s{i % 2}")
+        n, b_in, b_out = expected.get(key, (0, 0, 0))
+        expected[key] = (n + 1, b_in + i, b_out + 2 * i)
+    assert merged == expected
+    assert len(inputs.latency.collect()) == 6  # 2 buckets in each of 3 ranges
+    latency = transform.command_latency(inputs.latency, day, day).collect()[0]
+    assert (latency["latency_p50_ms"], latency["latency_p95_ms"]) == (1.0, 7.0)  # 15 of 1 ms, 15 of 7 ms

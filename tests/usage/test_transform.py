@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 
 import pytest
-from pyspark.sql import Row
 
 from spark_reports import extract, transform
 
@@ -18,14 +18,27 @@ def ts(day: date, h: int, m: int = 0, s: int = 0, ms: int = 0) -> datetime:
     return datetime(day.year, day.month, day.day, h, m, s, ms * 1000)
 
 
-def meters(spark, rows):
-    """Metering rows as the extract gives them (spark_reports.extract.SCHEMAS); protocol NULL, as
-    on rows metered before the column existed."""
-    return spark.createDataFrame(
-        # rows: tenant_id, at, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did
-        [(r[0], r[1], None, *r[2:]) for r in rows],
-        schema=extract.schema("meters"),
+def bucket(duration_ms: float) -> int:
+    """extract.latency_bucket_sql in Python."""
+    if duration_ms <= 0:
+        return extract.LATENCY_BUCKET_FLOOR
+    return math.floor(math.log(duration_ms) * extract.LATENCY_BUCKETS_PER_E)
+
+
+def meters(spark, rows, protocol=None):
+    """Metering rows as the extract gives them: the two partial aggregates (extract.SCHEMAS), one
+    partial row per metering row (a partial may hold any share of a group: the transform merges);
+    protocol NULL by default, as on rows metered before the column existed.
+    rows: tenant_id, at, command_type, code, http_status, bytes_in, bytes_out, duration_ms, sender_did"""
+    protocols = protocol if isinstance(protocol, list) else [protocol] * len(rows)
+    counts = spark.createDataFrame(
+        [(r[0], r[1].date(), p, r[2], r[3], r[8], 1, r[5], r[6]) for r, p in zip(rows, protocols, strict=True)],
+        schema=extract.schema("counts"),
     )
+    latency = spark.createDataFrame(
+        [(r[0], r[1].date(), bucket(r[7]), 1, r[7]) for r in rows], schema=extract.schema("latency")
+    )
+    return counts, latency
 
 
 def empty(spark, schema: str):
@@ -64,7 +77,7 @@ def inputs(spark):
         [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)],
         "tenant_id long, created_at timestamp, payload_bytes long",
     )
-    return m, regs, pending, stored
+    return (*m, regs, pending, stored)
 
 
 def collect(df, *keys):
@@ -123,8 +136,8 @@ def test_top_identities_rank_by_commands_then_bytes(spark):
         for _ in range(12 - i):  # did:00 sends 12 commands, did:11 sends 1
             rows.append((1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, f"did:{i:02d}"))
     rows.append((1, ts(D1, 2), "QUERY_EVENTS", "SUCCESS", 200, 500, 10, 1.0, "did:big"))  # 1 command, more bytes
-    m = meters(spark, rows)
-    top = transform.top_identities(transform.command_counts(m, D1, D1)).orderBy("rank").collect()
+    counts, _ = meters(spark, rows)
+    top = transform.top_identities(transform.command_counts(counts, D1, D1)).orderBy("rank").collect()
     assert [r["rank"] for r in top] == list(range(1, 11))
     assert [r["sender_did"] for r in top] == [f"did:{i:02d}" for i in range(10)]
     assert (top[0]["commands"], top[0]["bytes_in"], top[0]["bytes_out"]) == (12, 120, 120)
@@ -141,7 +154,7 @@ def test_commands_without_a_verified_sender_count_per_tenant_and_code_but_never_
     empty_regs = empty(spark, "tenant_id long, created_at timestamp")
     empty_pending = empty(spark, "tenant_id long, created_at timestamp, acknowledged_at timestamp")
     empty_stored = empty(spark, "tenant_id long, created_at timestamp, payload_bytes long")
-    report = transform.usage_report(m, empty_regs, empty_pending, empty_stored, D1, D1)
+    report = transform.usage_report(*m, empty_regs, empty_pending, empty_stored, D1, D1)
     day = report.daily.collect()[0]
     assert (day["commands"], day["errors"], day["active_identities"]) == (23, 20, 1)
     assert [(r["rank"], r["sender_did"], r["commands"]) for r in report.top.collect()] == [(1, "did:a", 2)]
@@ -158,21 +171,54 @@ def test_command_types_are_counted_per_protocol(spark):
     # DIDComm traffic is metered into the same table with protocol "didcomm"; a row without the
     # column's value (metered before it existed) is the Decentrl protocol.
     rows = [
-        Row(tenant_id=1, at=ts(D1, 1), protocol="decentrl", command_type="TWO_WAY_PRIVATE", code="SUCCESS"),
-        Row(tenant_id=1, at=ts(D1, 2), protocol=None, command_type="TWO_WAY_PRIVATE", code="SUCCESS"),
-        Row(tenant_id=1, at=ts(D1, 3), protocol="didcomm", command_type="forward", code="SUCCESS"),
-        Row(tenant_id=1, at=ts(D1, 4), protocol="didcomm", command_type="forward", code="INVALID_MESSAGE"),
+        (1, ts(D1, 1), "TWO_WAY_PRIVATE", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
+        (1, ts(D1, 2), "TWO_WAY_PRIVATE", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
+        (1, ts(D1, 3), "forward", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
+        (1, ts(D1, 4), "forward", "INVALID_MESSAGE", 200, 1, 1, 1.0, "did:a"),
     ]
-    m = spark.createDataFrame(
-        [
-            Row(**r.asDict(), http_status=200, bytes_in=1, bytes_out=1, duration_ms=1.0, sender_did="did:a")
-            for r in rows
-        ],
-        schema="tenant_id long, at timestamp, protocol string, command_type string, code string, http_status int,"
-        " bytes_in long, bytes_out long, duration_ms double, sender_did string",
-    )
-    counts = transform.command_counts(m, D1, D1)
+    counts, _ = meters(spark, rows, protocol=["decentrl", None, "didcomm", "didcomm"])
     got = {
-        (r["protocol"], r["command_type"]): (r["commands"], r["errors"]) for r in transform.by_type(counts).collect()
+        (r["protocol"], r["command_type"]): (r["commands"], r["errors"])
+        for r in transform.by_type(transform.command_counts(counts, D1, D1)).collect()
     }
     assert got == {("decentrl", "TWO_WAY_PRIVATE"): (2, 0), ("didcomm", "forward"): (2, 1)}
+
+
+def latency(spark, partials):
+    """p50, p95 of one tenant-day from histogram rows (bucket, commands, top_ms)."""
+    df = spark.createDataFrame([(1, D1, *p) for p in partials], schema=extract.schema("latency"))
+    row = transform.command_latency(df, D1, D1).collect()[0]
+    return row["latency_p50_ms"], row["latency_p95_ms"]
+
+
+def test_latency_percentiles_merge_the_partial_histograms_of_every_range(spark):
+    # 100 commands of 1..100 ms, split over three id ranges in an uneven way: the same bucket appears
+    # in several ranges, with its own count and largest duration in each.
+    values = [float(v) for v in range(1, 101)]
+    ranges = [values[0::3], values[1::3], values[2::3]]
+    partials = []
+    for part in ranges:
+        per_bucket: dict[int, list[float]] = {}
+        for v in part:
+            per_bucket.setdefault(bucket(v), []).append(v)
+        partials += [(b, len(vs), max(vs)) for b, vs in per_bucket.items()]
+    # 1..100 ms are far apart (> 0.1 %): one duration per bucket, so the nearest ranks exactly.
+    assert latency(spark, partials) == (50.0, 95.0)
+
+
+def test_a_latency_percentile_is_at_most_a_tenth_of_a_percent_above_the_exact_one(spark):
+    # Durations closer than 0.1 % share a bucket: the report gives the bucket's largest duration.
+    # Here the exact p50 is 10.0 ms (rank 2 of 4) and 10.004 ms shares its bucket (ratio < e^0.001).
+    values = [5.0, 10.0, 10.004, 20.0]
+    assert len({bucket(v) for v in values}) == 3 and bucket(10.0) == bucket(10.004)
+    partials = {}
+    for v in values:
+        n, top = partials.get(bucket(v), (0, 0.0))
+        partials[bucket(v)] = (n + 1, max(top, v))
+    p50, p95 = latency(spark, [(b, n, top) for b, (n, top) in partials.items()])
+    assert (p50, p95) == (10.004, 20.0)
+    assert 10.0 <= p50 < 10.0 * math.exp(1 / extract.LATENCY_BUCKETS_PER_E)
+
+
+def test_a_zero_duration_is_the_lowest_latency(spark):
+    assert latency(spark, [(bucket(0.0), 3, 0.0), (bucket(2.0), 1, 2.0)]) == (0.0, 2.0)
