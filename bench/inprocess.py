@@ -111,7 +111,8 @@ def wsgi_poster(app, host: str):
         }
         resp = app(environ, start_response)
         data = b"".join(resp)
-        resp.close()
+        if hasattr(resp, "close"):  # as a WSGI server does (PEP 3333); the command entry returns a list
+            resp.close()
         return out["status"], data
 
     return post
