@@ -8,7 +8,11 @@ running. A sample sums utime+stime of:
   session, whose id is the `server_pgid` given here; supervisord gives each program a process
   group of its own inside it: Granian master and workers, Daphne, nginx, Celery if started);
 - postgres: backends whose command line names the bench database ("postgres: user db …");
-- machine: all CPUs from /proc/stat (busy = everything but idle and iowait).
+- machine: all CPUs from /proc/stat (busy = everything but idle and iowait);
+- the server's context switches (voluntary: a thread blocked or waited for a lock or the GIL;
+  involuntary: preempted), summed over every thread of its processes (/proc/<pid>/task/*/status):
+  how many thread hand-offs a request costs, which on a shared box is where CPU per request grows
+  with the load.
 
 The load generator's own client CPU is reported by its worker processes (os.times()).
 """
@@ -51,6 +55,26 @@ def _machine_busy() -> tuple[float, float]:
     return (total - idle) / TICK, total / TICK
 
 
+def _switches(pid: str) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of one process so far."""
+    vol = invol = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as fh:
+                for line in fh:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        invol += int(line.split()[1])
+        except OSError:
+            continue
+    return vol, invol
+
+
 def _kind(pid: str) -> str:
     cmd = _cmdline(pid)
     if "mediator_project.http_server" in cmd:  # Granian's master and workers (fork: same command line)
@@ -68,6 +92,7 @@ class Sample:
     postgres: dict[str, float]
     machine_busy: float
     machine_total: float
+    switches: dict[str, tuple[int, int]]
 
 
 class CpuSampler:
@@ -81,6 +106,7 @@ class CpuSampler:
         server: dict[str, float] = {}
         kinds: dict[str, str] = {}
         postgres: dict[str, float] = {}
+        switches: dict[str, tuple[int, int]] = {}
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
@@ -91,12 +117,13 @@ class CpuSampler:
             if self.server_pgid is not None and pgrp == self.server_pgid:
                 server[pid] = cpu_s
                 kinds[pid] = _kind(pid)
+                switches[pid] = _switches(pid)
             elif self.db_marker:
                 cmd = _cmdline(pid)
                 if cmd.startswith("postgres: ") and self.db_marker in cmd:
                     postgres[pid] = cpu_s
         busy, total = _machine_busy()
-        return Sample(server, kinds, postgres, busy, total)
+        return Sample(server, kinds, postgres, busy, total, switches)
 
     @staticmethod
     def _delta(a: dict[str, float], b: dict[str, float]) -> float:
@@ -116,8 +143,12 @@ class CpuSampler:
         for pid, v in after.server.items():
             k = after.kinds.get(pid, "other")
             by_kind[k] = by_kind.get(k, 0.0) + v - before.server.get(pid, 0.0)
+        vol = sum(v[0] - before.switches.get(pid, (0, 0))[0] for pid, v in after.switches.items())
+        invol = sum(v[1] - before.switches.get(pid, (0, 0))[1] for pid, v in after.switches.items())
         return {
             "server_cpu_ms_per_req_by_process": {k: per(v) for k, v in sorted(by_kind.items())},
+            # Context switches per request of the server's threads (voluntary, involuntary).
+            "server_switches_per_req": [round(vol / requests, 2), round(invol / requests, 2)] if requests else None,
             "server_cpu_ms_per_req": per(server),
             "postgres_cpu_ms_per_req": per(pg),
             "client_cpu_ms_per_req": per(client_cpu_s),

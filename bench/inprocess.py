@@ -43,6 +43,9 @@ def setup_django(db: str, redis_url: str) -> str:
             "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
             "MEDIATOR_RATE_LIMIT_PER_DID": "0",
             "MEDIATOR_RATE_LIMIT_PER_IP": "0",
+            # The HTTP tier's persistent connection per thread (scripts/run_production.sh), not the
+            # pool's checkout and return (and Django's connect/close) on every command.
+            "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "600"),
         }
     )
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, check=True)

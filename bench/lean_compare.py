@@ -20,7 +20,8 @@ of the layout is measured against the current one in the same minutes.
    for every run, and where the CPU went (bench/cpu.py): each server's process group, the
    PostgreSQL backends of the database, the load generator, the rest of the machine;
 5. per run and as medians: req/s, p50/p99, CPU ms per command of each server and of PostgreSQL,
-   nginx µs per request (how fast the VM ran, docs/benchmarks.md "Third round"), and the ratio
+   nginx µs per request (how fast the VM ran, docs/benchmarks.md "Third round"), the server's
+   context switches per command (bench/cpu.py), and the ratio
    production / lean (per round, and its median). JSON and Markdown under bench/results/.
 """
 
@@ -93,6 +94,7 @@ def _row(name: str, r: dict) -> dict:
         "client_cpu_share": c.get("client_cpu_share"),
         "other_cpu_share": c.get("other_cpu_share"),
         "nginx_us_per_req": loadgen.nginx_us(c),
+        "server_switches_per_req": c.get("server_switches_per_req"),
         "loadavg_1m": c.get("loadavg_1m"),
         "codes": r["codes"],
     }
@@ -147,13 +149,14 @@ def summarize(runs: list[dict]) -> dict:
 def markdown(report: dict) -> str:
     out = [f"# lean_compare — {report['started']}", "", "Command: `" + report["command"] + "`", "",
            "| round | server | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req "
-           "| other CPU share | nginx µs/req | codes |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| other CPU share | nginx µs/req | server context switches/req (voluntary, involuntary) | codes |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in report["runs"]:
         kinds = ", ".join(f"{k} {v}" for k, v in r["server_cpu_ms_per_req_by_process"].items() if v)
         out.append(
             f"| {r['round']} | {r['server']} | {r['throughput_rps']} | {r['p50_ms']} | {r['p99_ms']} "
             f"| {r['server_cpu_ms_per_req']} ({kinds}) | {r['postgres_cpu_ms_per_req']} | {r['other_cpu_share']} "
-            f"| {r['nginx_us_per_req']} | {r['codes']} |"
+            f"| {r['nginx_us_per_req']} | {r.get('server_switches_per_req')} | {r['codes']} |"
         )
     s = report["summary"]
     out += ["", "| medians | req/s | p50 ms | p99 ms | server CPU ms/req | PG CPU ms/req | other CPU share |",
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
                     f"   round {rnd} {name:10s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']} ms  "
                     f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
                     f"{row['postgres_cpu_ms_per_req']} CPU ms/req  other share {row['other_cpu_share']}  "
-                    f"nginx {row['nginx_us_per_req']} µs  {row['codes']}",
+                    f"nginx {row['nginx_us_per_req']} µs  switches/req {row['server_switches_per_req']}  {row['codes']}",
                     file=sys.stderr,
                 )
     finally:

@@ -2,7 +2,8 @@
 
 Hot path: `observe()` only appends the (immutable) CommandRecord to an in-process buffer: no I/O,
 no model instance, no lock beyond a deque append; rows are built by the writer. A daemon thread bulk-inserts the buffer every USAGE_METERING_FLUSH_MS or
-as soon as USAGE_METERING_BATCH rows are waiting. Mode "sync" instead inserts one row inside the
+as soon as USAGE_METERING_BATCH rows are waiting, on one connection while commands keep coming
+(closed after an interval without any). Mode "sync" instead inserts one row inside the
 request (simpler, costs one INSERT per command); "off" does nothing. bench/metering_overhead.py
 measures all three.
 
@@ -203,23 +204,24 @@ def _run() -> None:
         _wake.wait(interval)
         _wake.clear()
         if not _buffer:
+            # A whole interval without a command: do not keep an idle connection open from this
+            # thread between bursts. While commands keep coming the connection stays open: opening
+            # one per flush (4 a second per process) cost a new PostgreSQL backend each time.
+            # Closing can be refused like the flush itself (pytest blocks database access between
+            # tests); the thread must survive that too.
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - see above
+                pass
             continue
         try:
+            # A connection PostgreSQL ended while this thread kept it is replaced (as at a request's start).
+            close_old_connections()
             flush()
         except Exception as exc:  # noqa: BLE001 - metadata only, never re-raised into the command path
             # The batch that failed as a whole is counted in `lost`. RuntimeError: database access
             # refused (e.g. outside a test that allows it). Only the type: a message may quote a row.
             log.warning("metering flush failed: %s (%d rows lost so far)", type(exc).__name__, lost)
-        finally:
-            # Do not keep an idle connection open from this thread between bursts. Closing can be
-            # refused like the flush itself (pytest blocks database access between tests); the
-            # thread must survive that too.
-            if not _buffer:
-                try:
-                    close_old_connections()
-                    connection.close()
-                except Exception:  # noqa: BLE001 - see above
-                    pass
 
 
 @atexit.register

@@ -237,6 +237,39 @@ def test_the_writer_thread_survives_any_exception_of_a_flush(tenant_a, settings,
     assert metering._thread is writer
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_thread_keeps_its_connection_while_commands_keep_coming(tenant_a, settings, monkeypatch):
+    """One connection for a busy stretch (not a new PostgreSQL backend per flush), closed after an
+    idle interval; the HTTP tier's persistent connections (DB_CONN_MAX_AGE) as the setting here."""
+    from django.db.backends.signals import connection_created
+
+    settings.USAGE_METERING_MODE = "buffered"
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 600)
+    idle = settings.USAGE_METERING_FLUSH_MS / 1000 * 3
+    metering.flush()
+    time.sleep(idle)  # whatever an earlier test left open is closed by now
+    opened = []
+
+    def created(sender, connection, **kwargs):
+        if threading.current_thread() is metering._thread:
+            opened.append(connection)
+
+    connection_created.connect(created, weak=False)
+    try:
+        codes: list[str] = []
+        for code in ("FIRST", "SECOND", "THIRD"):
+            metering.observe(meter_record(tenant_a, code=code))
+            codes.append(code)
+            assert wait_for(lambda: stored_codes(tenant_a) == codes)
+        assert len(opened) == 1
+        time.sleep(idle)
+        metering.observe(meter_record(tenant_a, code="LATER"))
+        assert wait_for(lambda: stored_codes(tenant_a) == [*codes, "LATER"])
+        assert len(opened) == 2
+    finally:
+        connection_created.disconnect(created)
+
+
 # -- only a verified sender is recorded (issue 13 item 9) ---------------------------------------
 
 
