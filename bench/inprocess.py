@@ -111,7 +111,8 @@ def wsgi_poster(app, host: str):
         }
         resp = app(environ, start_response)
         data = b"".join(resp)
-        resp.close()
+        if hasattr(resp, "close"):  # CommandEntry returns a list (PEP 3333: close() only if it has one)
+            resp.close()
         return out["status"], data
 
     return post
