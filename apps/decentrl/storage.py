@@ -13,9 +13,11 @@ the same answers (tests/decentrl/test_storage.py checks both against one model o
   statement (committed before anything else runs), then the same predicates, then
   `services.pending_event_enqueue` for the queue cap and the INSERT.
 
-QUERY_EVENTS' page comes from here too: on PostgreSQL the tags and time-range filters are
-eventquery's prepared statements, every other filter (and every filter on SQLite) the ORM query
-`services.events_query`; tests/decentrl/test_eventquery.py checks both against a brute force.
+QUERY_EVENTS' page comes from here too, read by the same call after the claim (`read`, an
+`EventsQuery`) and only when the nonce was fresh and the sender registered: on PostgreSQL the tags
+and time-range filters put eventquery's page statement in the claim's statement (one round trip),
+every other filter (and every filter on SQLite) runs the ORM query `services.events_query` after
+the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
 
 `storage()` picks the backend once, from the database vendor, at first use. The dispatcher
 (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
