@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     tenant = tenant_create(slug="qstore", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0)
     post = wsgi_poster(CommandEntry(), HOST)
     owners = [Identity.create(f"o{i}", tenant.did) for i in range(OWNERS)]
+    dids = [o.did for o in owners]  # Identity.did encodes on every access
     others = [Identity.create(f"p{i}", tenant.did) for i in range(OWNERS)]
     for who in owners:
         body = canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=registration_payload(tenant, who)))
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     def one_statement(i: int) -> None:
-        owner = owners[i % OWNERS].did
+        owner = dids[i % OWNERS]
         flt = EventFilter(encrypted_tags=(tags[owner][(i * 7919) % ntags],))
         found = store.claim_checking_registration(
             claim(owner), tenant=tenant, did=owner, now_s=int(time.time()), read=st.EventsQuery(owner, flt, page)
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         assert found.page.total == PER_TAG and len(found.page.items) == 10
 
     def two_statements(i: int) -> None:
-        owner = owners[i % OWNERS].did
+        owner = dids[i % OWNERS]
         found = store.claim_checking_registration(claim(owner), tenant=tenant, did=owner, now_s=int(time.time()))
         assert found.registered
         rows, total = eventquery.stored_events(

@@ -87,16 +87,15 @@ def _by_statement(flt: EventFilter) -> bool:
     return flt.participant_did is None and not flt.unprocessed_only
 
 
-def _items(rows) -> list[dict]:
-    """QUERY_EVENTS' items from (public_id, payload, tags, timestamp) rows."""
+def _items(rows: list[tuple]) -> list[dict]:
+    """QUERY_EVENTS' items from (public_id, payload, tags, timestamp) rows, the tags as PostgreSQL's
+    JSON text (Django loads jsonb as text): parsed in one call for the whole page, as one JSON
+    array of the rows' arrays (a call per row cost ~10% of the storage call)."""
+    texts = [r[2] for r in rows]
+    tags = json.loads(f"[{','.join(texts)}]") if all(isinstance(t, str) for t in texts) else texts
     return [
-        {
-            "id": str(pid),
-            "payload": p,
-            "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags,
-            "timestamp": ts,
-        }
-        for pid, p, tags, ts in rows
+        {"id": str(pid), "payload": p, "encrypted_tags": t, "timestamp": ts}
+        for (pid, p, _, ts), t in zip(rows, tags, strict=True)
     ]
 
 
@@ -232,7 +231,7 @@ class PostgresStorage:
             return Found(fresh)
         page = [r[2:] for r in rows if r[2] is not None]
         total = eventquery.page_total(page, **args, **limit)
-        return Found(True, registered=True, page=Page(_items(r[:4] for r in page), total))
+        return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
 
     def claim_and_deliver(
         self,
