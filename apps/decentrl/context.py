@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from apps.tenants.models import Tenant
 from apps.wire.envelope import Command
@@ -14,6 +15,8 @@ class CommandContext:
     command: Command
     transport: str  # "http" or "ws"
     now_ms: int
+    # What the storage call read after claiming the nonce (handlers.READS: QUERY_EVENTS' page).
+    read: Any = None
 
     @property
     def sender_did(self) -> str:

@@ -8,7 +8,8 @@ The sequence, top to bottom (PROTOCOL-DECISIONS §3; DCTRL-0004 §5.4, §6.2, §
               2. CPU checks: the signature's verdict, then the channel's checks that need no
                  row (recipient resolves, addressed to the mediator, whose registration is
                  needed); the first failure is kept, not answered yet
-              3. ONE storage call (storage.py): claims the nonce and returns the flags
+              3. ONE storage call (storage.py): claims the nonce and returns the flags (and, for
+                 QUERY_EVENTS, the page it then read: handlers.READS)
               4. the error, in protocol order: replay, the kept CPU failure, then the flags
               5. the handler (one transaction inside its service); TWO_WAY_PRIVATE has none,
                  the storage call stored its event
@@ -144,7 +145,11 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
             now_s=now_ms // 1000,
         )
     else:
-        found = store.claim_checking_registration(nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000)
+        # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
+        reads = handlers.READS.get(cmd.type) if failure is None else None
+        found = store.claim_checking_registration(
+            nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=reads(tenant, cmd) if reads else None
+        )
     # 4. The error, in protocol order.
     if not found.nonce_fresh:
         raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
@@ -159,7 +164,7 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
             raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
         return {"type": "SUCCESS", "pendingEventId": found.event_id}
     # 5. The handler.
-    ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms)
+    ctx = CommandContext(tenant=tenant, command=cmd, transport=transport, now_ms=now_ms, read=found.page)
     table = handlers.DIRECT_HANDLERS if h.channel == DIRECT_AUTHENTICATED else handlers.PUBLIC_HANDLERS
     return table[cmd.type](ctx)
 

@@ -6,19 +6,25 @@ from collections.abc import Callable
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
+from apps.tenants.models import Tenant
 from apps.wire import envelope as env
 from apps.wire.envelope import MAX_PAGE_SIZE, Pagination
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from .context import CommandContext
-from .storage import storage
+from .storage import EventsQuery
 
 SUCCESS = {"type": "SUCCESS"}
 
 
+def _fits(tenant: Tenant, page: Pagination) -> bool:
+    """Whether the page is within the tenant's page cap (at most the protocol-wide 100)."""
+    return page.page_size <= min(tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
 def _within_cap(ctx: CommandContext, page: Pagination) -> Pagination:
-    """The page, if within the tenant's page cap (at most the protocol-wide 100)."""
-    if page.page_size > min(ctx.tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE):
+    """The page, if within the tenant's page cap; else INVALID_COMMAND."""
+    if not _fits(ctx.tenant, page):
         raise ProtocolError(ErrorCode.INVALID_COMMAND, "page_size out of range")
     return page
 
@@ -109,11 +115,19 @@ def save_events(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
+def query_events_read(tenant: Tenant, cmd: env.Command) -> EventsQuery | None:
+    """What the storage call reads for QUERY_EVENTS after its claim; None when the page is over the
+    cap (the handler refuses it, after the claim's flags, as for every other listing)."""
+    body: env.QueryEvents = cmd.body
+    if not _fits(tenant, body.page):
+        return None
+    return EventsQuery(owner_did=cmd.header.sender_did, flt=body.filter, page=body.page)
+
+
 def query_events(ctx: CommandContext) -> dict:
     body: env.QueryEvents = ctx.body
     page = _within_cap(ctx, body.page)
-    result = storage().query_events(tenant=ctx.tenant, owner_did=ctx.sender_did, flt=body.filter, page=page)
-    return _page_reply("events", page, result)
+    return _page_reply("events", page, ctx.read)
 
 
 def update_event_tags(ctx: CommandContext) -> dict:
@@ -137,6 +151,9 @@ DIRECT_HANDLERS: dict[str, Handler] = {
     "QUERY_EVENTS": query_events,
     "UPDATE_EVENT_TAGS": update_event_tags,
 }
+# Commands whose read the storage call runs after the claim (one statement on PostgreSQL); the
+# dispatcher passes what it read to the handler as `ctx.read`.
+READS: dict[str, Callable[[Tenant, env.Command], EventsQuery | None]] = {"QUERY_EVENTS": query_events_read}
 # DCTRL-0004 §6.2 step 4: these two only check the recipient, not the sender.
 RECIPIENT_CHECKED = {"REQUEST_COMMUNICATION_CONTRACT", "COMMUNICATION_CONTRACT_RESPONSE"}
 

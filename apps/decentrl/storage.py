@@ -13,9 +13,11 @@ the same answers (tests/decentrl/test_storage.py checks both against one model o
   statement (committed before anything else runs), then the same predicates, then
   `services.pending_event_enqueue` for the queue cap and the INSERT.
 
-QUERY_EVENTS' page comes from here too: on PostgreSQL the tags and time-range filters are
-eventquery's prepared statements, every other filter (and every filter on SQLite) the ORM query
-`services.events_query`; tests/decentrl/test_eventquery.py checks both against a brute force.
+QUERY_EVENTS' page comes from here too, read by the same call after the claim (`read`, an
+`EventsQuery`) and only when the nonce was fresh and the sender registered: on PostgreSQL the tags
+and time-range filters put eventquery's page statement in the claim's statement (one round trip),
+every other filter (and every filter on SQLite) runs the ORM query `services.events_query` after
+the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
 
 `storage()` picks the backend once, from the database vendor, at first use. The dispatcher
 (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import DatabaseError, connection
 
@@ -64,6 +66,38 @@ _CLAIM_CHECKING_REGISTRATION = (
     f"WITH claim AS ({CLAIM}) SELECT EXISTS(SELECT 1 FROM claim),"
     f" CASE WHEN %s AND EXISTS(SELECT 1 FROM claim) THEN {REGISTERED} ELSE false END"
 )
+
+# The same claim and registration check, then QUERY_EVENTS' page (eventquery.page_statement) in
+# the same statement. `chk` is computed once (MATERIALIZED); the page's `WHERE (SELECT registered
+# FROM chk)` is an uncorrelated sub-select, which PostgreSQL runs first as a One-Time Filter over
+# the page: after a replay or for an unregistered sender the page is never read. One row of NULLs
+# follows the flags when the page is empty or was not read.
+_CLAIM_CHECKING_REGISTRATION_AND_READING = (
+    f"WITH claim AS ({CLAIM}), chk AS MATERIALIZED (SELECT c.fresh, CASE WHEN c.fresh THEN {REGISTERED} ELSE false END"
+    " AS registered FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c)"
+    " SELECT chk.fresh, chk.registered, p.public_id, p.payload, p.encrypted_tags, p.timestamp, p.total"
+    " FROM chk LEFT JOIN (SELECT * FROM ({page}) q WHERE (SELECT registered FROM chk)) p ON true"
+    " ORDER BY p.timestamp, p.event_id"
+)
+
+
+def _by_statement(flt: EventFilter) -> bool:
+    """Whether eventquery's statements serve this filter on PostgreSQL (tags, time range); the
+    participant and unprocessed filters take the ORM query."""
+    return flt.participant_did is None and not flt.unprocessed_only
+
+
+def _items(rows: list[tuple]) -> list[dict]:
+    """QUERY_EVENTS' items from (public_id, payload, tags, timestamp) rows, the tags as PostgreSQL's
+    JSON text (Django loads jsonb as text): parsed in one call for the whole page, as one JSON
+    array of the rows' arrays (a call per row cost ~10% of the storage call)."""
+    texts = [r[2] for r in rows]
+    tags = json.loads(f"[{','.join(texts)}]") if all(isinstance(t, str) for t in texts) else texts
+    return [
+        {"id": str(pid), "payload": p, "encrypted_tags": t, "timestamp": ts}
+        for (pid, p, _, ts), t in zip(rows, tags, strict=True)
+    ]
+
 
 # Uncorrelated EXISTS sub-selects become InitPlans that PostgreSQL runs lazily, so inside a CASE
 # they cost nothing when the nonce was a replay or a CPU check (signature…) already failed. The
@@ -105,16 +139,28 @@ class NonceClaim:
 
 
 @dataclass(frozen=True)
+class EventsQuery:
+    """QUERY_EVENTS' read (DCTRL-0004 §8.10), run by the storage call after a fresh claim of a
+    registered `owner_did`."""
+
+    owner_did: str
+    flt: EventFilter
+    page: Pagination
+
+
+@dataclass(frozen=True)
 class Found:
     """What one storage call found. A flag is False when it was not asked: after a replay, after
     a failed CPU check, or (queue_full) when the recipient is not registered or has no contract.
-    `event_id` is set only when the event was stored."""
+    `event_id` is set only when the event was stored; `page` only when a read was asked, the
+    nonce was fresh and the sender registered."""
 
     nonce_fresh: bool
     registered: bool = False
     has_contract: bool = False
     queue_full: bool = False
     event_id: str | None = None
+    page: Page | None = None
 
 
 class PostgresStorage:
@@ -132,21 +178,60 @@ class PostgresStorage:
                 cur.execute(sql, params)
                 return cur.fetchone()
         except DatabaseError:
-            # The failed statement committed nothing, its claim included: claim the pair on its
-            # own so that it stays consumed after the 503.
-            try:
-                self.claim(nonce)
-            except DatabaseError:
-                pass
+            self._claim_after_failure(nonce)
             raise
 
-    def claim_checking_registration(self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int) -> Found:
-        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered."""
+    def _claim_after_failure(self, nonce: NonceClaim) -> None:
+        # The failed statement committed nothing, its claim included: claim the pair on its own
+        # so that it stays consumed after the 503.
+        try:
+            self.claim(nonce)
+        except DatabaseError:
+            pass
+
+    def claim_checking_registration(
+        self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int, read: EventsQuery | None = None
+    ) -> Found:
+        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered; with
+        `read` (whose owner is `did`), then its page. One statement, unless the read takes the ORM
+        query or needs a COUNT (an empty page past the end, a full page without tags)."""
         reg = registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did or "", now_s=now_s)
+        if read is not None and _by_statement(read.flt):
+            return self._claim_and_read(nonce, reg, tenant, read)
         fresh, registered = self._claiming(
             nonce, _CLAIM_CHECKING_REGISTRATION, [*nonce.params(), did is not None, *reg]
         )
-        return Found(bool(fresh), registered=bool(registered))
+        found = Found(bool(fresh), registered=bool(registered))
+        if read is None or not found.registered:
+            return found
+        return replace(found, page=events_query(tenant=tenant, owner_did=read.owner_did, flt=read.flt, page=read.page))
+
+    def _claim_and_read(self, nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQuery) -> Found:
+        args = {
+            "tenant": tenant,
+            "owner_did": read.owner_did,
+            "after": read.flt.after_timestamp,
+            "before": read.flt.before_timestamp,
+            "tags": list(read.flt.encrypted_tags),
+        }
+        limit = {"offset": read.page.offset, "limit": read.page.page_size}
+        page_sql, page_params = eventquery.page_statement(**args, **limit)
+        try:
+            with prepared_cursor() as cur:
+                cur.execute(
+                    _CLAIM_CHECKING_REGISTRATION_AND_READING.format(page=page_sql),
+                    [*nonce.params(), *reg, *page_params],
+                )
+                rows = cur.fetchall()
+        except DatabaseError:
+            self._claim_after_failure(nonce)
+            raise
+        fresh, registered = bool(rows[0][0]), bool(rows[0][1])
+        if not registered:
+            return Found(fresh)
+        page = [r[2:] for r in rows if r[2] is not None]
+        total = eventquery.page_total(page, **args, **limit)
+        return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
 
     def claim_and_deliver(
         self,
@@ -182,32 +267,6 @@ class PostgresStorage:
             )
         return Found(bool(fresh), bool(registered), bool(has_contract), bool(queue_full), event_id)
 
-    def query_events(self, *, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
-        """QUERY_EVENTS: the tags and time-range filters as prepared statements (the same predicates
-        and order as the ORM query, without its per-query construction and re-planning, issue 8);
-        the participant and unprocessed filters through the ORM query."""
-        if flt.participant_did is not None or flt.unprocessed_only:
-            return events_query(tenant=tenant, owner_did=owner_did, flt=flt, page=page)
-        rows, total = eventquery.stored_events(
-            tenant=tenant,
-            owner_did=owner_did,
-            after=flt.after_timestamp,
-            before=flt.before_timestamp,
-            tags=list(flt.encrypted_tags),
-            offset=page.offset,
-            limit=page.page_size,
-        )
-        items = [
-            {
-                "id": str(pid),
-                "payload": p,
-                "encrypted_tags": json.loads(tags) if isinstance(tags, str) else tags,
-                "timestamp": ts,
-            }
-            for pid, p, tags, ts in rows
-        ]
-        return Page(items, total)
-
 
 class SqlStorage:
     """The same answers as separate statements: the claim commits first, by itself."""
@@ -220,8 +279,11 @@ class SqlStorage:
             # every row is read.
             return bool(cur.fetchall())
 
-    def claim_checking_registration(self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int) -> Found:
-        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered."""
+    def claim_checking_registration(
+        self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int, read: EventsQuery | None = None
+    ) -> Found:
+        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered; with
+        `read` (whose owner is `did`), then its page (the ORM query, for every filter)."""
         if not self.claim(nonce):
             return Found(False)
         if did is None:
@@ -231,7 +293,12 @@ class SqlStorage:
                 f"SELECT {REGISTERED}",
                 registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did, now_s=now_s),
             )
-            return Found(True, registered=bool(cur.fetchone()[0]))
+            if not cur.fetchone()[0]:
+                return Found(True)
+        if read is None:
+            return Found(True, registered=True)
+        page = events_query(tenant=tenant, owner_did=read.owner_did, flt=read.flt, page=read.page)
+        return Found(True, registered=True, page=page)
 
     def claim_and_deliver(
         self,
@@ -269,10 +336,6 @@ class SqlStorage:
                 raise
             return Found(True, True, True, queue_full=True)
         return Found(True, True, True, event_id=str(event.public_id))
-
-    def query_events(self, *, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
-        """QUERY_EVENTS: the ORM query, for every filter."""
-        return events_query(tenant=tenant, owner_did=owner_did, flt=flt, page=page)
 
 
 _chosen: list[PostgresStorage | SqlStorage] = []

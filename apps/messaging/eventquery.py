@@ -63,16 +63,15 @@ def _tags_where(
     )
 
 
-def stored_events(
+def page_statement(
     *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str], offset: int, limit: int
-) -> tuple[list[tuple], int]:
-    """One page of QUERY_EVENTS and its `total`: (public_id, payload, tags JSON text, timestamp) rows
-    in protocol order, and the number of matching events.
+) -> tuple[str, list]:
+    """One page of QUERY_EVENTS as one SELECT and its parameters: rows of (public_id as text, payload,
+    tags JSON text, timestamp, total, event_id), ordered by (timestamp, event_id), the protocol order.
 
-    With tags, the page statement carries the total (a window count over the distinct matches,
-    taken from the index before LIMIT), so one statement answers unless the page is empty past the
-    end. Without tags, a partial page (or an empty first page) implies the total; otherwise COUNT.
-    """
+    With tags, `total` is the number of matching events (a window count over the distinct matches,
+    taken from the index before LIMIT); without tags it is NULL (`page_total` decides). The
+    command path embeds this text after its nonce claim (apps/decentrl/storage.py)."""
     args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before}
     if tags:
         where, params = _tags_where(**args, tags=tags)
@@ -80,31 +79,60 @@ def stored_events(
         # no DISTINCT (a hash of every match and a sort: 25-39% of the statement's PostgreSQL CPU).
         distinct = "" if len(set(tags)) == 1 else "DISTINCT "
         sql = (
-            f"SELECT e.public_id, e.payload, e.encrypted_tags, e.timestamp, page.total FROM ("
+            f"SELECT e.public_id::text AS public_id, e.payload, e.encrypted_tags, e.timestamp, page.total,"
+            f" page.event_id FROM ("
             f"SELECT event_id, timestamp, count(*) OVER () AS total FROM ("
             f"SELECT {distinct}event_id, timestamp FROM {_TAGS} WHERE {where}) matched "
             f"ORDER BY timestamp, event_id LIMIT %s OFFSET %s) page "
             f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
             f"ORDER BY page.timestamp, page.event_id"
         )
-        with prepared_cursor() as cur:
-            cur.execute(sql, [*params, limit, offset, tenant.pk, owner_did])
-            rows = cur.fetchall()
-        if rows:
-            return [r[:4] for r in rows], rows[0][4]
-        return [], 0 if offset == 0 else stored_events_count(**args, tags=tags)
+        return sql, [*params, limit, offset, tenant.pk, owner_did]
     where, params = _events_where(**args)
     sql = (
-        f"SELECT public_id, payload, encrypted_tags, timestamp FROM {_EVENTS} WHERE {where} "
+        f"SELECT public_id::text AS public_id, payload, encrypted_tags, timestamp, NULL::bigint AS total,"
+        f" id AS event_id FROM {_EVENTS} WHERE {where} "
         f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
     )
-    with prepared_cursor() as cur:
-        cur.execute(sql, [*params, limit, offset])
-        rows = cur.fetchall()
+    return sql, [*params, limit, offset]
+
+
+def page_total(
+    rows: list[tuple],
+    *,
+    tenant: Tenant,
+    owner_did: str,
+    after: int | None,
+    before: int | None,
+    tags: list[str],
+    offset: int,
+    limit: int,
+) -> int:
+    """`total` of the page `page_statement` gave as `rows`: carried by the rows (tags), implied by a
+    partial page (or an empty first page), else a COUNT (an empty page past the end, a full page
+    without tags)."""
+    if tags and rows:
+        return rows[0][4]
     n = len(rows)
-    if n < limit and (n > 0 or offset == 0):
-        return rows, offset + n
-    return rows, stored_events_count(**args, tags=tags)
+    if offset == 0 and n == 0:
+        return 0
+    if not tags and n < limit and n > 0:
+        return offset + n
+    return stored_events_count(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
+
+
+def stored_events(
+    *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str], offset: int, limit: int
+) -> tuple[list[tuple], int]:
+    """One page of QUERY_EVENTS and its `total`, on its own (`page_statement`, then `page_total`):
+    (public_id, payload, tags JSON text, timestamp) rows in protocol order, and the number of
+    matching events."""
+    args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before, "tags": tags}
+    sql, params = page_statement(**args, offset=offset, limit=limit)
+    with prepared_cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    return [r[:4] for r in rows], page_total(rows, **args, offset=offset, limit=limit)
 
 
 def stored_events_count(

@@ -93,3 +93,79 @@ def test_a_failed_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, re
     assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
     monkeypatch.undo()
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+# QUERY_EVENTS: the storage call reads the page after its claim (handlers.READS), in the same
+# statement on PostgreSQL when eventquery's statements serve the filter.
+
+QEV = {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"]}, "pagination": {"page_size": 2}}
+
+
+def _events(post_a, tenant_a, who, n: int) -> None:
+    events = [
+        {
+            "sender_did": who.did,
+            "recipient_did": tenant_a.did,
+            "timestamp": i,
+            "payload": f"p{i}",
+            "encrypted_tags": ["t"],
+        }
+        for i in range(n)
+    ]
+    assert post_a.send(envelope(who, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did))[0] == 200
+
+
+def test_a_query_by_tag_is_served_after_the_claim_and_its_nonce_consumed(path, post_a, tenant_a, registered, bob):
+    _events(post_a, tenant_a, bob, 3)
+    env = envelope(bob, QEV, recipient_did=tenant_a.did)
+    status, body = post_a.send(env)
+    assert (status, [e["payload"] for e in body["payload"]["events"]]) == (200, ["p0", "p1"])
+    assert body["payload"]["pagination"] == {"page": 0, "page_size": 2, "total": 3}
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_an_unregistered_query_reads_nothing_and_its_nonce_is_consumed(path, post_a, tenant_a):
+    stranger = Identity.create("stranger", tenant_a.did)
+    env = envelope(stranger, QEV, recipient_did=tenant_a.did)
+    assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+def test_a_page_over_the_tenants_cap_is_refused_after_the_registration(path, post_a, tenant_a, registered, bob):
+    from apps.tenants.models import Tenant
+
+    Tenant.objects.filter(pk=tenant_a.pk).update(max_page_size=1)
+    stranger = Identity.create("stranger", tenant_a.did)
+    # DCTRL-0004 §6.2 step 4 before the payload's own checks: the stranger is unauthorized.
+    assert post_a.send(envelope(stranger, QEV, recipient_did=tenant_a.did)) == (401, err("UNAUTHORIZED_COMMAND"))
+    env = envelope(bob, QEV, recipient_did=tenant_a.did)
+    status, body = post_a.send(env)
+    assert (status, body["code"]) == (400, "INVALID_COMMAND")
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
+def test_one_statement_claims_the_nonce_checks_the_registration_and_reads_the_page(post_a, tenant_a, registered, bob):
+    _events(post_a, tenant_a, bob, 3)
+    with CaptureQueriesContext(connection) as ctx:
+        status, body = post_a.send(envelope(bob, QEV, recipient_did=tenant_a.did))
+    assert (status, body["payload"]["pagination"]["total"]) == (200, 3)
+    touching = [q["sql"] for q in ctx.captured_queries if "protocol_" in q["sql"] or "messaging_" in q["sql"]]
+    assert len(touching) == 1
+    assert all(table in touching[0] for table in ("protocol_nonce", "messaging_contract", "messaging_eventtag"))
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_query_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, monkeypatch):
+    from apps.decentrl import storage
+
+    broken = storage._CLAIM_CHECKING_REGISTRATION_AND_READING.replace(
+        " SELECT chk.fresh,", " SELECT 1 / 0 = 1 OR chk.fresh,", 1
+    )
+    assert broken != storage._CLAIM_CHECKING_REGISTRATION_AND_READING
+    monkeypatch.setattr(storage, "_CLAIM_CHECKING_REGISTRATION_AND_READING", broken)
+    env = envelope(bob, QEV, recipient_did=tenant_a.did)
+    assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
+    monkeypatch.undo()
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))

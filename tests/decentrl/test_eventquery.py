@@ -19,6 +19,8 @@ runs in `make test`'s SQLite pass.
 from __future__ import annotations
 
 import random
+import time
+import uuid
 
 import pytest
 from django.db import IntegrityError, connection
@@ -26,8 +28,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import F
 
 from apps.decentrl import storage
+from apps.decentrl.storage import EventsQuery, NonceClaim
 from apps.messaging import eventquery, services
-from apps.messaging.models import EventTag, StoredEvent
+from apps.messaging.models import Contract, EventTag, StoredEvent
 from apps.wire.envelope import EventFilter, EventToSave, Pagination, TagUpdate
 from tests.decentrl.conftest import STORAGE_BACKENDS, err
 
@@ -68,8 +71,37 @@ def typed_filter(flt: dict) -> EventFilter:
     )
 
 
+def read_page(backend, *, tenant, owner_did: str, flt: EventFilter, page: Pagination) -> services.Page:
+    """QUERY_EVENTS' page as the command path reads it: the storage call that claims a fresh nonce
+    of the (registered) owner and checks its registration, then reads."""
+    now_ms = int(time.time() * 1000)
+    nonce = NonceClaim(
+        tenant_id=tenant.pk, sender_did=owner_did, nonce=str(uuid.uuid4()), expires_at_ms=now_ms + 1000, now_ms=now_ms
+    )
+    found = backend.claim_checking_registration(
+        nonce, tenant=tenant, did=owner_did, now_s=now_ms // 1000, read=EventsQuery(owner_did, flt, page)
+    )
+    assert (found.nonce_fresh, found.registered) == (True, True)
+    return found.page
+
+
+def register_owner(tenant, owner: str) -> None:
+    """A live registration of `owner` (PROTOCOL-DECISIONS §4), without going through the protocol."""
+    Contract.objects.create(
+        tenant=tenant,
+        owner_did=owner,
+        requestor_did=owner,
+        recipient_did=tenant.did,
+        expires_at=int(time.time()) + 3600,
+        contract_hash=uuid.uuid4().hex,
+        signed_contract="{}",
+    )
+
+
 def build_archive(rng: random.Random, tenant, other_tenant, owner: str, peer: str, n: int = 300) -> None:
-    """`n` events of `owner`, some re-tagged; the same tags on a peer's archive and in another tenant."""
+    """`n` events of a registered `owner`, some re-tagged; the same tags on a peer's archive and in
+    another tenant."""
+    register_owner(tenant, owner)
     for start in range(0, n, 100):
         events = [_random_event(rng, owner, peer) for _ in range(min(100, n - start))]
         services.events_save(tenant=tenant, owner_did=owner, events=typed_events(events))
@@ -125,7 +157,7 @@ def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int, 
         want = expected(tenant, owner, flt)
         size = rng.randint(1, 12)
         page = Pagination(page=rng.randint(0, len(want) // size + 2), page_size=size)  # some past the end
-        got = backend.query_events(tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
+        got = read_page(backend, tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
         want_page = want[page.offset : page.offset + size]
         if got.items != want_page or got.total != len(want):
             out.append(f"{flt} page {page}: got {len(got.items)} items total {got.total}, want {want_page} {len(want)}")
@@ -180,8 +212,12 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     assert drifted_tag_rows() == 1
     # every query naming the victim's tag with an upper bound at the end of the range misses it
     flt = {"encrypted_tags": [victim.tag], "before_timestamp": TS_MAX + 1}
-    got = storage.PostgresStorage().query_events(
-        tenant=tenant_a, owner_did=alice.did, flt=typed_filter(flt), page=Pagination(page=0, page_size=100)
+    got = read_page(
+        storage.PostgresStorage(),
+        tenant=tenant_a,
+        owner_did=alice.did,
+        flt=typed_filter(flt),
+        page=Pagination(page=0, page_size=100),
     )
     assert got.items != expected(tenant_a, alice.did, flt)
     assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250, backend=storage.PostgresStorage())
@@ -200,9 +236,14 @@ def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(te
     assert sorted(EventTag.objects.filter(event=event).values_list("tag", flat=True)) == ["ta", "tb"]
     with pytest.raises(IntegrityError):
         EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
+    register_owner(tenant_a, alice.did)
     for backend in (BACKENDS[name]() for name in STORAGE_BACKENDS):
-        got = backend.query_events(
-            tenant=tenant_a, owner_did=alice.did, flt=typed_filter({"encrypted_tags": ["ta"]}), page=Pagination(0, 10)
+        got = read_page(
+            backend,
+            tenant=tenant_a,
+            owner_did=alice.did,
+            flt=typed_filter({"encrypted_tags": ["ta"]}),
+            page=Pagination(0, 10),
         )
         assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
 

@@ -10,8 +10,9 @@ checks, then BEGIN, queue-cap probe, INSERT, COMMIT = 7.
 QUERY_PENDING_EVENTS: tenant lookup, nonce claim with the registration check, page SELECT = 3 on
 PostgreSQL (at most 4: a partial page implies its total, so the COUNT only runs when a page is
 full or past the end).
-QUERY_EVENTS by tag on PostgreSQL: the same 4 for a full page too (the page statement carries
-its total); an empty page past the end adds the COUNT.
+QUERY_EVENTS by tag on PostgreSQL: tenant lookup, then one statement that claims the nonce, checks
+the registration and reads the page with its total = 2, for a full page too; an empty page past
+the end adds the COUNT.
 """
 
 from __future__ import annotations
@@ -81,11 +82,11 @@ def test_query_events_takes_four_statements(poster, tenant_a, alice, bob, django
     assert body["payload"]["pagination"] == {"page": 0, "page_size": 10, "total": 3}
 
 
-def test_query_events_by_tag_takes_four_statements_even_for_a_full_page(
+def test_query_events_by_tag_takes_two_statements_even_for_a_full_page(
     poster, tenant_a, alice, bob, django_assert_max_num_queries
 ):
-    """The tag page's statement carries its total (apps/messaging/eventquery.py): no COUNT unless
-    the page is empty past the end."""
+    """The tag page's statement carries its total (apps/messaging/eventquery.py) and follows the
+    claim in one statement (apps/decentrl/storage.py): no COUNT unless the page is empty past the end."""
     register(poster, alice, tenant_a)
     events = [
         {
@@ -99,10 +100,10 @@ def test_query_events_by_tag_takes_four_statements_even_for_a_full_page(
     ]
     assert poster.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)[0] == 200
     query = {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t", "u"]}, "pagination": {"page_size": 2}}
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(2):
         status, body = poster.command(alice, query, recipient_did=tenant_a.did)
     assert body["payload"]["pagination"] == {"page": 0, "page_size": 2, "total": 3}
     past = {**query, "pagination": {"page": 7, "page_size": 2}}
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(3):
         status, body = poster.command(alice, past, recipient_did=tenant_a.did)
     assert body["payload"] == {"events": [], "pagination": {"page": 7, "page_size": 2, "total": 3}}

@@ -18,12 +18,13 @@ import pytest
 
 from apps.decentrl import storage
 from apps.decentrl.models import Nonce
-from apps.decentrl.storage import Found, NonceClaim
+from apps.decentrl.storage import EventsQuery, Found, NonceClaim
 from apps.messaging.models import Contract, PendingEvent
 from apps.messaging.selectors import tenant_registrations
-from apps.messaging.services import is_registered
+from apps.messaging.services import events_save, is_registered
 from apps.tenants.models import Tenant
 from apps.wire.client import Identity
+from apps.wire.envelope import EventFilter, EventToSave, Pagination
 from tests.decentrl.conftest import STORAGE_BACKENDS
 
 # Inside the test's transaction: the flags do not depend on commits (a failing statement's
@@ -147,6 +148,40 @@ def test_claim_checking_registration_matches_the_model_in_every_case(backend, te
         )
         assert found == model_claim(fresh=fresh, asked=asked, registered=registered), (fresh, asked, registered)
         assert Nonce.objects.filter(sender_did=sender, nonce=nonce.nonce).count() == 1
+
+
+@pytest.mark.parametrize("flt", [EventFilter(encrypted_tags=("t",)), EventFilter(participant_did="did:example:p")])
+def test_a_read_is_answered_only_after_a_fresh_claim_of_a_registered_sender(backend, tenant_a, flt):
+    """QUERY_EVENTS' read (`read`, the statement path and the ORM path): its page comes back only
+    when the nonce was fresh and the sender registered; the nonce is consumed in every case."""
+    for i, (fresh, registered) in enumerate(itertools.product([True, False], repeat=2)):
+        sender = Identity.create(f"q{i}", tenant_a.did).did
+        now = int(time.time())
+        _contract(
+            tenant_a,
+            owner=sender,
+            requestor=sender,
+            recipient=tenant_a.did,
+            expires_at=now + (60 if registered else -1),
+        )
+        events_save(
+            tenant=tenant_a,
+            owner_did=sender,
+            events=[EventToSave("did:example:p", sender, None, 5, "x", ("t",))],
+        )
+        nonce = _claim(tenant_a, sender)
+        if not fresh:
+            assert backend.claim(nonce) is True
+        found = backend.claim_checking_registration(
+            nonce, tenant=tenant_a, did=sender, now_s=int(time.time()), read=EventsQuery(sender, flt, Pagination(0, 10))
+        )
+        case = (fresh, registered)
+        assert (found.nonce_fresh, found.registered) == (fresh, fresh and registered), case
+        if fresh and registered:
+            assert (found.page.total, [e["payload"] for e in found.page.items]) == (1, ["x"]), case
+        else:
+            assert found.page is None, case
+        assert Nonce.objects.filter(sender_did=sender, nonce=nonce.nonce).count() == 1, case
 
 
 def test_a_nonce_is_claimed_once_and_reusable_only_after_its_expiry(backend, tenant_a):
