@@ -9,7 +9,11 @@ The same behaviour on `/didcomm/ws`: tests/didcomm/app/test_group_expiry.py.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -18,6 +22,7 @@ from channels.layers import get_channel_layer
 
 from apps.realtime.groups import Memberships, refresh_interval_s, tenant_group_name
 from apps.realtime.push import TENANT_STATE_TYPE, push_to_sockets
+from tests.support import servers
 from tests.support.registration import register
 
 from .conftest import connect_authenticated, expect_close, run
@@ -151,3 +156,62 @@ def test_a_refresh_that_fails_is_retried_at_the_next_interval(in_memory, caplog)
     assert [r.getMessage() for r in caplog.records if r.name == "mediator.realtime"] == [
         "channel layer unreachable while renewing a group membership"
     ]
+
+
+# --- the settings ------------------------------------------------------------------------------
+
+PRINT_LAYER = (
+    "import django; django.setup(); from django.conf import settings; "
+    "print(settings.CHANNEL_LAYERS['default']['CONFIG'])"
+)
+
+
+def _run_settings(env_extra: dict, module: str = "mediator_project.settings") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEDIATOR_", "DJANGO_", "REDIS_URL"))}
+    env.update({"PYTHONPATH": str(servers.ROOT), "DJANGO_SETTINGS_MODULE": module}, **env_extra)
+    return subprocess.run(
+        [sys.executable, "-c", PRINT_LAYER], cwd=servers.ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_redis_layer_takes_the_prefix_and_group_expiry_settings(tmp_path):
+    out = _run_settings(
+        {
+            "MEDIATOR_VAR_DIR": str(tmp_path),
+            "REDIS_URL": "redis://127.0.0.1:6379/0",
+            "MEDIATOR_CHANNEL_LAYER_PREFIX": "staging",
+            "MEDIATOR_CHANNEL_GROUP_EXPIRY_S": "3600",
+        }
+    )
+    config = ast.literal_eval(out.stdout.strip())
+    assert (config["prefix"], config["group_expiry"]) == ("staging", 3600), out.stderr
+
+
+def test_the_defaults_are_a_mediator_prefix_and_a_day_on_either_layer(tmp_path):
+    on_redis = _run_settings({"MEDIATOR_VAR_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:6379/0"})
+    in_memory = _run_settings({"MEDIATOR_VAR_DIR": str(tmp_path)})
+    config = ast.literal_eval(on_redis.stdout.strip())
+    assert (config["prefix"], config["group_expiry"]) == ("mediator", 86400), on_redis.stderr
+    assert ast.literal_eval(in_memory.stdout.strip()) == {"group_expiry": 86400}, in_memory.stderr
+
+
+def test_test_runs_get_a_prefix_per_test_database(tmp_path):
+    out = _run_settings(
+        {"MEDIATOR_VAR_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:6379/0", "MEDIATOR_TEST_DB_NAME": "test_x"},
+        module="mediator_project.settings_test",
+    )
+    assert ast.literal_eval(out.stdout.strip())["prefix"] == "mediator.test_x", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("MEDIATOR_CHANNEL_LAYER_PREFIX", "two words", "MEDIATOR_CHANNEL_LAYER_PREFIX: 1-64 of A-Z a-z 0-9 _ . : -"),
+        ("MEDIATOR_CHANNEL_LAYER_PREFIX", "", "MEDIATOR_CHANNEL_LAYER_PREFIX: 1-64 of A-Z a-z 0-9 _ . : -"),
+        ("MEDIATOR_CHANNEL_GROUP_EXPIRY_S", "3", "MEDIATOR_CHANNEL_GROUP_EXPIRY_S must be 4 or more"),
+    ],
+)
+def test_a_bad_channel_layer_setting_fails_at_startup(tmp_path, name, value, message):
+    result = _run_settings({"MEDIATOR_VAR_DIR": str(tmp_path), name: value})
+    assert result.returncode != 0
+    assert f"ImproperlyConfigured: {message}" in result.stderr
