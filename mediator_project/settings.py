@@ -148,6 +148,16 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL", "")
+# Every Redis key of the channel layer starts with this, as do the keys realtime's sync push adapter
+# writes (it asks the layer): deployments (or test runs) sharing one Redis database need their own.
+MEDIATOR_CHANNEL_LAYER_PREFIX = env("MEDIATOR_CHANNEL_LAYER_PREFIX", "mediator") or ""
+if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", MEDIATOR_CHANNEL_LAYER_PREFIX):
+    raise ImproperlyConfigured("MEDIATOR_CHANNEL_LAYER_PREFIX: 1-64 of A-Z a-z 0-9 _ . : -")
+# Both layers forget a group member this long after it joined; every open socket re-joins its groups
+# every quarter of it (apps/realtime/groups.Memberships), so the expiry only drops dead channels.
+MEDIATOR_CHANNEL_GROUP_EXPIRY_S = env_int("MEDIATOR_CHANNEL_GROUP_EXPIRY_S", 86400)
+if MEDIATOR_CHANNEL_GROUP_EXPIRY_S < 4:
+    raise ImproperlyConfigured("MEDIATOR_CHANNEL_GROUP_EXPIRY_S must be 4 or more")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -159,13 +169,22 @@ if REDIS_URL:
                 "hosts": [
                     {"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5, "max_connections": 2000}
                 ],
+                "prefix": MEDIATOR_CHANNEL_LAYER_PREFIX,
+                "group_expiry": MEDIATOR_CHANNEL_GROUP_EXPIRY_S,
                 "capacity": 1000,
                 "expiry": 30,
             },
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # One process: no prefix to keep apart, the same group expiry as Redis (its group_send drops
+    # members that joined longer ago, as channels_redis does).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"group_expiry": MEDIATOR_CHANNEL_GROUP_EXPIRY_S},
+        }
+    }
 
 # --- Celery -------------------------------------------------------------------------------------
 # The filesystem broker names a host it ignores: without one kombu warns "No hostname was supplied"

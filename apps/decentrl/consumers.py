@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
-from apps.realtime.groups import group_name, tenant_group_name
+from apps.realtime.groups import Memberships, group_name, tenant_group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
 from apps.realtime.sendbudget import SendBudget, frame_bytes
@@ -61,9 +61,6 @@ DEFAULT_REFUSAL_CLOSE = 4400
 # (a single bigger event still goes alone in its own frame).
 BACKLOG_ROWS_PER_QUERY = 50
 BACKLOG_FRAME_BYTES = 1024 * 1024
-
-# Re-join the group this often (channel layers expire memberships after a day by default).
-GROUP_REFRESH_S = 3600
 
 NEW, AUTHENTICATING, AUTHENTICATED, CLOSED = "new", "authenticating", "authenticated", "closed"
 
@@ -179,6 +176,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
         self.tenant_group: str | None = None
         self.observed = False
         self.tasks: list[asyncio.Task] = []
+        # The tenant's group from here, the DID's after AUTHENTICATE; re-joined while open.
+        self.memberships = Memberships(self.channel_layer, self.channel_name)
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
@@ -203,7 +202,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         _observe("connect", self.tenant)
         # The tenant's group: a suspended or deleted tenant's sockets close (realtime_tenant_state).
         try:
-            await self.channel_layer.group_add(tenant_group_name(self.tenant.pk), self.channel_name)
+            await self.memberships.add(tenant_group_name(self.tenant.pk))
             self.tenant_group = tenant_group_name(self.tenant.pk)
         except Exception:  # noqa: BLE001 - Redis down: AUTHENTICATE refuses the socket anyway
             log.warning("channel layer unreachable while joining a tenant group")
@@ -241,7 +240,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         # stored before is in the backlog. An event in both arrives twice, which is harmless
         # (a push is a wake-up; clients dedupe by id and ACK).
         try:
-            await self.channel_layer.group_add(self.group, self.channel_name)
+            await self.memberships.add(self.group)
         except Exception:  # noqa: BLE001 - e.g. Redis down: a socket that cannot get pushes is refused
             log.warning("channel layer unreachable while joining a websocket group")
             self.group = None
@@ -280,13 +279,8 @@ class SocketConsumer(AsyncWebsocketConsumer):
             self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
-        for group in (getattr(self, "group", None), getattr(self, "tenant_group", None)):
-            if group is None:
-                continue
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:  # noqa: BLE001 - the membership expires by itself (group_expiry)
-                log.warning("channel layer unreachable while leaving a websocket group")
+        if getattr(self, "memberships", None) is not None:
+            await self.memberships.close()
         if getattr(self, "observed", False):
             _observe("disconnect", self.tenant)
 
@@ -348,24 +342,13 @@ class SocketConsumer(AsyncWebsocketConsumer):
             await self._auth_failed("AUTH_TIMEOUT", 4001)
 
     async def _ping_loop(self) -> None:
-        """§10.4: a PING every interval while authenticated; keeps the group membership fresh."""
+        """§10.4: a PING every interval while authenticated."""
         interval = settings.MEDIATOR_WS_PING_INTERVAL_S
-        joined = time.monotonic()
         while self.state == AUTHENTICATED:
             await asyncio.sleep(interval)
             if self.state != AUTHENTICATED:
                 return
             await self._push(canonical_str({"type": "PING", "timestamp": _now_ms()}))
-            # Channel layers forget group members after `group_expiry` (a day by default); a
-            # socket may live longer, so it re-joins well before that.
-            if time.monotonic() - joined >= GROUP_REFRESH_S:
-                try:
-                    await self.channel_layer.group_add(self.group, self.channel_name)
-                    if self.tenant_group is not None:
-                        await self.channel_layer.group_add(self.tenant_group, self.channel_name)
-                    joined = time.monotonic()
-                except Exception:  # noqa: BLE001 - retried at the next PING
-                    log.warning("channel layer unreachable while renewing a websocket group")
 
     async def _send_backlog(self) -> None:
         """PROTOCOL-DECISIONS §6: the DID's unacknowledged pending events, in batches."""

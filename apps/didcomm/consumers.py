@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from apps.didcomm.core.errors import DidcommError
 from apps.ops.clientip import forwarded_client
-from apps.realtime.groups import group_name, tenant_group_name
+from apps.realtime.groups import Memberships, group_name, tenant_group_name
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
@@ -136,6 +136,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = False
         self.observed = False
         self.live: dict[str, Live] = {}  # did hash -> the client in live mode
+        # The tenant's group and each live client's; re-joined while the socket is open.
+        self.memberships = Memberships(self.channel_layer, self.channel_name)
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
@@ -157,7 +159,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         # The tenant's group: suspended, deleted or DIDComm off, the socket closes (realtime_tenant_state).
         self.tenant_group = tenant_group_name(self.tenant.pk)
         try:
-            await self.channel_layer.group_add(self.tenant_group, self.channel_name)
+            await self.memberships.add(self.tenant_group)
         except Exception:  # noqa: BLE001 - e.g. Redis down: each frame still finds the tenant's state
             log.warning("didcomm: channel layer unreachable while joining the tenant group")
             self.tenant_group = None
@@ -191,7 +193,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
     async def _go_live(self, key: str, did: str, kid: str, protocol: str) -> None:
         group = group_name(self.tenant.pk, did)
         try:
-            await self.channel_layer.group_add(group, self.channel_name)
+            await self.memberships.add(group)
         except Exception:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
             log.warning("didcomm: channel layer unreachable while going live")
             return
@@ -203,10 +205,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         live = self.live.pop(key, None)
         if live is None:
             return
-        try:
-            await self.channel_layer.group_discard(live.group, self.channel_name)
-        except Exception:  # noqa: BLE001 - the membership expires by itself; wakes for it are ignored
-            log.warning("didcomm: channel layer unreachable while leaving a group")
+        # A failure is logged and the membership expires by itself; wakes for it are ignored.
+        await self.memberships.discard(live.group)
 
     async def _load(self, key: str, live: Live, *, backlog: bool) -> bool:
         """(Re)load a live client's push state in Channels' sync thread (database); leave live
@@ -300,14 +300,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = True
         if getattr(self, "budget", None):
             self.budget.release()
-        groups = [live.group for live in getattr(self, "live", {}).values()]
-        if getattr(self, "tenant_group", None):
-            groups.append(self.tenant_group)
-        for group in groups:
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:  # noqa: BLE001 - the membership expires by itself
-                log.warning("didcomm: channel layer unreachable while leaving a group")
+        if getattr(self, "memberships", None) is not None:
+            await self.memberships.close()
         if getattr(self, "observed", False):
             metrics.ACTIVE_CONNECTIONS.dec()
 

@@ -24,9 +24,11 @@ from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
 
 from apps.realtime import channels_redis_adapter as adapter
+from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE, push_to_sockets
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import open_authenticated
+from tests.support.layers import redis_channel_layers
 from tests.support.servers import free_port, start_daphne
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,6 +181,32 @@ def test_group_expiry_is_the_layers_as_with_group_send(layer):
     }
 
 
+def test_the_adapter_writes_under_the_layers_key_prefix(layer):
+    """The layer here has its own prefix (as each deployment and each test database has): a push
+    through the adapter reaches a channel the layer added, and every key either wrote carries it."""
+    raw = redis.Redis.from_url(REDIS_URL)
+    did = f"did:test:{uuid.uuid4()}"
+    (channel,) = _join(layer, group_name(7, did), 1)
+    push_to_sockets(None, tenant_id=7, did=did, message={"type": "CONTRACTS_UPDATED"})
+    keys = sorted(k.decode() for k in raw.scan_iter(match=f"*{group_name(7, did)}*")) + sorted(
+        k.decode() for k in raw.scan_iter(match=f"*{layer.non_local_name(channel)}*")
+    )
+    assert keys == [
+        f"{layer.prefix}:group:{group_name(7, did)}",
+        f"{layer.prefix}{layer.non_local_name(channel)}",
+    ]
+    assert _drain(layer, channel) == [
+        {"type": PUSH_TYPE, "group": group_name(7, did), "text": '{"type":"CONTRACTS_UPDATED"}'}
+    ]
+
+
+def test_the_deployments_layer_takes_the_prefix_setting(settings):
+    settings.MEDIATOR_CHANNEL_LAYER_PREFIX = "other-deployment"
+    settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_URL)
+    layer = get_channel_layer()
+    assert (layer.prefix, layer._group_key("t1")) == ("other-deployment", b"other-deployment:group:t1")
+
+
 # --- a real Daphne consumer -----------------------------------------------------------------------
 
 
@@ -190,10 +218,10 @@ def test_a_real_daphne_consumer_receives_what_the_adapter_sends(tmp_path, settin
     port = free_port()
     host = f"127.0.0.1:{port}"
     tenant = tenant_create(slug="rta", domain=host, rate_limit_per_did=0, rate_limit_per_ip=0)
-    # Daphne runs the deployment's layer (REDIS_URL set: RedisChannelLayer, default prefix); this
+    # Daphne runs the deployment's layer (REDIS_URL set: RedisChannelLayer, the run's prefix); this
     # process pushes to the same Redis with the same configuration, as a gunicorn worker does.
     server = start_daphne(tmp_path, port=port, env={"REDIS_URL": DAPHNE_REDIS_URL}, wait_host=host)
-    settings.CHANNEL_LAYERS = _redis_layer_settings(DAPHNE_REDIS_URL, capacity=1000, expiry=30)
+    settings.CHANNEL_LAYERS = redis_channel_layers(DAPHNE_REDIS_URL, capacity=1000, expiry=30)
     http = MediatorClient(f"http://{host}", host=host)
     try:
         bob = Identity.create("bob", tenant.did)

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import MediatorSocket, open_authenticated
 from bench.ws_slow_reader import StalledSocket
+from tests.support.layers import redis_channel_layers
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
 
@@ -389,9 +390,7 @@ def test_a_suspended_tenants_sockets_close_on_every_process(deploy, settings):
     through the Redis layer: ERROR MEDIATOR_UNAVAILABLE, then close 4503 (docs/realtime.md)."""
     from apps.tenants.services import Actor, tenant_suspend
 
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_DB_URL]}}
-    }
+    settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_DB_URL)
     d = deploy(processes=2, env={"REDIS_URL": REDIS_DB_URL})
     alice, bob = d.pair()
 

@@ -16,6 +16,7 @@ from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
 from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE
+from tests.support.layers import redis_channel_layers
 
 from .test_e2e_daphne import REDIS_DB_URL, Deployment
 
@@ -32,8 +33,7 @@ LIVE = {"live_delivery": True}
 @pytest.fixture
 def deploy(transactional_db, tmp_path, settings):
     # This process (the operator's revoke and rotate, the test's own wakes) and Daphne share one layer.
-    layer = {"hosts": [{"address": REDIS_DB_URL, "socket_timeout": 30}]}
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": layer}}
+    settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_DB_URL)
     d = Deployment(tmp_path, processes=1)
     yield d
     d.close()
