@@ -76,7 +76,9 @@ def sample(args) -> None:
                         stats_conn = psycopg.connect(db_url(args.db), autocommit=True)
                     rec["tables"] = {r[0]: r[1:] for r in stats_conn.execute(TABLE_STATS, [args.table]).fetchall()}
                     rec["db"] = stats_conn.execute(DB_STATS, [args.db]).fetchone()
-                    rec["wal"] = [int(x) if isinstance(x, int) else float(x) for x in conn.execute(WAL_STATS).fetchone()]
+                    rec["wal"] = [
+                        int(x) if isinstance(x, int) else float(x) for x in conn.execute(WAL_STATS).fetchone()
+                    ]
                 except psycopg.Error:
                     stats_conn = None  # the database is being (re)created
                 out.write(json.dumps(rec) + "\n")
