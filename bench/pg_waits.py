@@ -6,10 +6,13 @@ the statement (`--kind NAME=SUBSTRING`, first match wins; the DIDComm forward's 
 statements of TWO_WAY_PRIVATE by default). Every second a snapshot of `pg_stat_user_tables` for the
 tables of `--table`, `pg_stat_database` for the database and `pg_stat_wal` (cluster-wide). Counts
 go out per second (JSON lines, `--out`), so a benchmark's rows (with their start and end times) can
-be matched to them afterwards: `--summary FROM:TO` sums a saved file over a time window.
+be matched to them afterwards: `--window FROM:TO` sums a saved file over a time window, and
+`--results` over the runs of each kind of a benchmark's results JSON (rows with `t0`/`t1`, as
+`bench.didcomm_bench` writes them).
 
     .venv/bin/python -m bench.pg_waits --db mediator_bench_x --out /tmp/waits.jsonl &
     .venv/bin/python -m bench.pg_waits --summary-file /tmp/waits.jsonl --window 1763900000:1763900010
+    .venv/bin/python -m bench.pg_waits --summary-file /tmp/waits.jsonl --results bench/results/didcomm-forwards-….json
 
 Sampling costs one backend a few % of a core at 10 ms; the samples are of wall time, not CPU.
 """
@@ -128,6 +131,37 @@ def summary(path: str, windows: list[str]) -> None:
                   f"+{wal[0]}, full-page images +{wal[1]}, {wal[2] / 1e6:.1f} MB, writes +{wal[3]}, syncs +{wal[4]}")  # fmt: skip
 
 
+def by_run_kind(path: str, results: str) -> None:
+    """Sum the samples over the runs of each kind of a benchmark's results JSON (rows with t0/t1, as
+    bench.didcomm_bench writes them): active backends, PostgreSQL wall ms per request, wait shares."""
+    recs = [json.loads(line) for line in open(path)]
+    runs = json.load(open(results))["runs"]
+    for kind in dict.fromkeys(r["kind"] for r in runs):
+        counts: collections.Counter = collections.Counter()
+        samples = seconds = 0
+        requests = 0.0
+        for r in (r for r in runs if r["kind"] == kind):
+            sel = [x for x in recs if int(r["t0"]) + 1 <= x["t"] < int(r["t1"])]
+            samples += sum(x["samples"] for x in sel)
+            seconds += len(sel)
+            requests += r["throughput_rps"] * len(sel)
+            for x in sel:
+                counts.update(x["waits"])
+        print(f"{kind}: {seconds} s, {samples} samples")
+        stmts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for key, c in counts.items():
+            k, wait = key.split("|", 1)
+            stmts[k][wait] += c
+        for k, waits in sorted(stmts.items()):
+            total = sum(waits.values())
+            active = total / max(samples, 1)
+            print(
+                f"  {k}: {active:.2f} active backends, {1000 * active * seconds / max(requests, 1):.1f} ms per request"
+            )
+            for wait, c in waits.most_common(8):
+                print(f"     {wait:40s} {100 * c / total:5.1f}%")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db")
@@ -138,8 +172,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--table", action="append", default=list(TABLES))
     ap.add_argument("--summary-file")
     ap.add_argument("--window", action="append", default=[], help="FROM:TO (unix seconds) to sum")
+    ap.add_argument("--results", help="a results JSON with t0/t1 per run: sum per kind of run")
     args = ap.parse_args(argv)
-    if args.summary_file:
+    if args.summary_file and args.results:
+        by_run_kind(args.summary_file, args.results)
+    elif args.summary_file:
         summary(args.summary_file, args.window)
     elif args.db:
         sample(args)
