@@ -176,9 +176,10 @@ def alternate(layout, args, kinds: dict, target: dict, report: dict) -> None:
             bodies = kinds[name](n)
             time.sleep(2.0)  # the metering flush of the previous run settles
             cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
+            t0 = time.time()
             res = loadgen.drive(layout.url, layout.host, bodies, args.clients, args.seconds, cpu, **target[name])
             last[name] = res["throughput_rps"]
-            row = _row(rnd, name, res)
+            row = _row(rnd, name, res) | {"t0": round(t0, 1), "t1": round(time.time(), 1)}  # for bench.pg_waits
             report["runs"].append(row)
             print(f"   round {rnd} {name:16s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']}  "
                   f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "

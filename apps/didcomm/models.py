@@ -226,8 +226,12 @@ class QueuedMessage(models.Model):
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
-    mediation = models.ForeignKey(Mediation, on_delete=models.CASCADE, related_name="+")
-    recipient = models.ForeignKey(RecipientKey, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # No index of their own: didcomm_queue_client / didcomm_queue_recipient lead with them (and
+    # serve the cascades); every index is one more write per forward (migration 0007).
+    mediation = models.ForeignKey(Mediation, on_delete=models.CASCADE, related_name="+", db_index=False)
+    recipient = models.ForeignKey(
+        RecipientKey, null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     message_id = models.UUIDField(default=uuid.uuid4, unique=True)
     data = models.TextField(help_text="attachment data object (json or base64), never read")
     size = models.PositiveIntegerField()

@@ -7,8 +7,10 @@ evicting forward and a concurrent messages-received."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import os
 import threading
 import uuid
 from datetime import timedelta
@@ -355,6 +357,40 @@ def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
     finally:
         MigrationExecutor(connection).migrate(leaves)
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db
+def test_a_stored_forward_writes_six_index_entries_and_keeps_its_text_in_the_row(tenant_a):
+    """Migration 0007: no single-column index on the mediation and recipient foreign keys (the
+    composite ones lead with them), and the stored text stays in the row (STORAGE MAIN), so a
+    2.4 KB forward writes nothing to the TOAST table."""
+    a = _grant(tenant_a)
+    data = json.dumps({"ciphertext": base64.b64encode(os.urandom(1800)).decode()})  # 2,418 bytes, as a JWE
+    stored = storage.PostgresForwardStore().forward(_request(tenant_a.pk, data=data))
+    assert stored.outcome == storage.STORED
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'didcomm_queuedmessage' ORDER BY 1")
+        assert [r[0] for r in cur.fetchall()] == [
+            "didcomm_queue_client",
+            "didcomm_queue_expiry",
+            "didcomm_queue_recipient",
+            "didcomm_queuedmessage_message_id_key",
+            "didcomm_queuedmessage_pkey",
+            "didcomm_queuedmessage_tenant_id_10cf1e67",
+        ]
+        cur.execute(
+            "SELECT a.attstorage, c.reltoastrelid::regclass::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+            " WHERE c.relname = 'didcomm_queuedmessage' AND a.attname = 'data'"
+        )
+        attstorage, toast = cur.fetchone()
+        assert attstorage == "m"
+        cur.execute(f"SELECT count(*) FROM {toast}")
+        assert cur.fetchone() == (0,)
+        cur.execute(
+            "SELECT length(data), pg_column_size(data) FROM didcomm_queuedmessage WHERE recipient_id = %s", [a.pk]
+        )
+        assert cur.fetchone() == (len(data), len(data) + 4)
 
 
 # --- the service: wake after commit, with the stored text --------------------------------------
