@@ -118,15 +118,25 @@ def run(
     if progress:
         progress.step("counting rows")
     inputs, sizes = extract(spark, db, date_from, date_to, tenant_ids)
+    phases = {"bounds": time.perf_counter() - started}
     if progress:
         progress.state["rows_total"] = sizes["meters"]
         progress.step("computing the report")
     partitions = shuffle_partitions(sizes["meters"])
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     meter_counts, latency = settle(inputs.meters, date_from, date_to, partitions)
+    phases["merge"] = time.perf_counter() - started - sum(phases.values())
     report = report_from(meter_counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
-    counts: dict = load(report, db, run_id, (lambda: progress.step("writing the report")) if progress else None)
+
+    def computed() -> None:
+        phases["tables"] = time.perf_counter() - started - sum(phases.values())
+        if progress:
+            progress.step("writing the report")
+
+    counts: dict = load(report, db, run_id, computed)
+    phases["write"] = time.perf_counter() - started - sum(phases.values())
     counts["seconds"] = round(time.perf_counter() - started, 3)
+    counts["phases"] = {name: round(value, 3) for name, value in phases.items()}
     counts["rows_read"] = sizes
     return counts
 
@@ -183,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(EXIT_CANCELLED)
 
         signal.signal(signal.SIGTERM, cancel)
-    log.info("spark session up in %.1fs", time.perf_counter() - t0)
+    session_s = time.perf_counter() - t0
+    log.info("spark session up in %.1fs", session_s)
     try:
         counts = run(
             spark,
@@ -206,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stopping = time.perf_counter()
         try:
             spark.stop()
         except Exception:  # noqa: BLE001 - the engine may be gone; the result is what matters
             pass
+    counts["phases"].update(session=round(session_s, 3), stop=round(time.perf_counter() - stopping, 3))
     counts["total_seconds"] = round(time.perf_counter() - t0, 3)
     print(f"{RESULT_MARKER} {json.dumps(counts, sort_keys=True)}", flush=True)
     return 0
