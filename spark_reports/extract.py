@@ -13,7 +13,7 @@ Spark merges across ranges (transform.merge_meters):
   largest duration of the bucket (a mergeable histogram; the percentiles' error bound is in
   transform.py).
 PostgreSQL computes both with `GROUP BY GROUPING SETS` (hashed: one pass over the range's rows
-feeding two hash tables); SQLite, which has no grouping sets, with a `UNION ALL` of the two
+feeding two hash tables, given the job's session settings in config.py); SQLite, which has no grouping sets, with a `UNION ALL` of the two
 `GROUP BY`s in the same query. What crosses the wire and what Spark schedules is thousands of times
 smaller than the rows.
 """
