@@ -4,13 +4,18 @@ PostgreSQL alone.
     .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1   # "fast enough to click"
     .venv/bin/python -m bench.usage_report_bench --rows 1000000 --rows 20000000 --runs 3 --runs 1   # + the 20M simulation
+    .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1 --compare /tmp/old-tree  # old vs new
 
 - warm: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
   starts, as a client of an engine (spark_reports/engine.py) that is already up and has run one
   report: client start, extract, transform, load (wall clock of the process);
 - sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
   top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded.
-- stages: the job's own step timestamps (from its progress lines) of the last warm run.
+- stages: the job's own step timestamps (from its progress lines), when its result line came and
+  when the process ended, and the phases its result line reports (session, bounds, merge, tables,
+  write, stop), per run;
+- --compare TREE: the job of another tree (a `git archive` snapshot) on the same engine, alternating
+  with this tree's, the order flipping every run.
 
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
 with generate_series: 3 tenants (--tenants), 7 days (--days), 500 sender DIDs, 12 command types,
@@ -132,8 +137,9 @@ def new_run_id() -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def warm(run_id: int) -> tuple[float, dict]:
-    """Wall clock of one job process against the warm engine, and when each of its steps began."""
+def warm(run_id: int, tree: Path = ROOT) -> tuple[float, dict]:
+    """Wall clock of one job process (of `tree`'s spark_reports) against the warm engine, when each
+    of its steps began, its result line's phases, and when the result line came and the process ended."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [
@@ -147,7 +153,7 @@ def warm(run_id: int) -> tuple[float, dict]:
             "--to",
             LAST.isoformat(),
         ],
-        cwd=ROOT,
+        cwd=tree,
         env=django_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -158,8 +164,12 @@ def warm(run_id: int) -> tuple[float, dict]:
         if line.startswith("USAGE_REPORT_PROGRESS "):
             step = json.loads(line.split(" ", 1)[1])["step"]
             steps.setdefault(step, round(time.perf_counter() - t0, 2))
+        elif line.startswith("USAGE_REPORT_RESULT "):
+            steps["result"] = round(time.perf_counter() - t0, 2)
+            steps["phases"] = json.loads(line.split(" ", 1)[1]).get("phases")
     if proc.wait() != 0:
         raise SystemExit(f"the job failed (run {run_id})")
+    steps["exited"] = round(time.perf_counter() - t0, 2)
     return time.perf_counter() - t0, steps
 
 
@@ -173,22 +183,32 @@ def sql_only() -> float:
         return time.perf_counter() - t0
 
 
-def bench(rows: int, runs: int, *, warm_ups: int = 1) -> dict:
+def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = None) -> dict:
     prepare(rows)
     result: dict = {"rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": []}
+    if compare:
+        result.update(compare_tree=str(compare), compare_s=[])
     new_run_id()  # Django's first connection, so that timings below hold only the work
     # One report to warm the engine (JIT, JDBC classes), as after the engine's first report of the day.
     for _ in range(warm_ups):
         warm(new_run_id())
-    for _ in range(runs):
+        if compare:
+            warm(new_run_id(), compare)
+    for i in range(runs):
         result["sql_s"].append(round(sql_only(), 2))
-        seconds, steps = warm(new_run_id())
-        result["warm_s"].append(round(seconds, 2))
-        result["stages"] = steps
-        print(f"  sql {result['sql_s'][-1]}s  warm {result['warm_s'][-1]}s  {steps}", flush=True)
-    for key in ("warm_s", "sql_s"):
-        result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
+        # With --compare, this tree's job and the other's run in turn, the order flipping every run.
+        trees = [(ROOT, "warm_s"), (compare, "compare_s")] if compare else [(ROOT, "warm_s")]
+        for tree, key in trees if i % 2 == 0 else trees[::-1]:
+            seconds, steps = warm(new_run_id(), tree)
+            result[key].append(round(seconds, 2))
+            result.setdefault(key.replace("_s", "_stages"), []).append(steps)
+            print(f"  sql {result['sql_s'][-1]}s  {key} {result[key][-1]}s  {steps}", flush=True)
+    for key in ("warm_s", "sql_s", "compare_s"):
+        if key in result:
+            result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
     result["ratio"] = round(result["warm_median_s"] / result["sql_median_s"], 2)
+    if compare:
+        result["warm_vs_compare"] = round(result["warm_median_s"] / result["compare_median_s"], 2)
     return result
 
 
@@ -204,6 +224,11 @@ def main() -> None:
     )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another tree (e.g. a `git archive` of main) whose job runs alternately with this one",
+    )
     args = parser.parse_args()
     DAYS, TENANTS = args.days, args.tenants
     LAST = FIRST + timedelta(days=DAYS - 1)
@@ -227,7 +252,9 @@ def run_all(args) -> None:
     for i, rows in enumerate(sizes):
         print(f"== {rows} metering rows", flush=True)
         # The engine is warmed by one report before the first size; later sizes find it warm.
-        res = bench(rows, runs[i] if len(runs) > 1 else runs[0], warm_ups=args.warm_ups if i == 0 else 0)
+        res = bench(
+            rows, runs[i] if len(runs) > 1 else runs[0], warm_ups=args.warm_ups if i == 0 else 0, compare=args.compare
+        )
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()
         (out_dir / f"usage_report-{rows}-{DAYS}d-{TENANTS}t.json").write_text(json.dumps(res, indent=2))

@@ -4,21 +4,27 @@ Only metadata columns are selected; payloads, tags and signatures are never read
 PostgreSQL timestamps arrive as timestamps. SQLite stores Django datetimes as UTC text
 ("YYYY-MM-DD HH:MM:SS[.ffffff]"), so they are read as text and parsed here (session time zone UTC).
 
-The metering rows are never read one by one (issue 17): each id range of them is read as two
-partial aggregates computed by the database inside the range (`GROUP BY` in the JDBC query), which
-Spark merges across ranges (transform.command_counts, transform.command_latency):
-- counts: per tenant, UTC day, protocol, command type, code and sender: commands and bytes;
-- latency: per tenant, UTC day and latency bucket (LATENCY_BUCKET): commands and the largest
-  duration of the bucket (a mergeable histogram; the percentiles' error bound is in transform.py).
-The database scans the range's rows either way (a JDBC read is a scan); what crosses the wire and
-what Spark schedules is thousands of times smaller than the rows.
+The metering rows are never read one by one (issue 17): each id range of them is read as ONE query
+that the database aggregates inside the range in ONE scan, giving two kinds of partial rows, which
+Spark merges across ranges (transform.merge_meters):
+- counts (histogram = 0): per tenant, UTC day, protocol, command type, code and sender: commands
+  and bytes;
+- latency (histogram = 1): per tenant, UTC day and latency bucket (LATENCY_BUCKET): commands and the
+  largest duration of the bucket (a mergeable histogram; the percentiles' error bound is in
+  transform.py).
+PostgreSQL computes both with `GROUP BY GROUPING SETS` (hashed: one pass over the range's rows
+feeding two hash tables, given the job's session settings in config.py); SQLite, which has no grouping sets, with a `UNION ALL` of the two
+`GROUP BY`s in the same query. What crosses the wire and what Spark schedules is thousands of times
+smaller than the rows.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -38,6 +44,23 @@ from .config import Database, env_int
 # cast to these, and an input that the bounds query says is empty is an empty local DataFrame of
 # them (no JDBC read, no Spark job). Declared here so that nothing asks the engine for a schema.
 SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
+    # Both partial aggregates of the metering rows in one frame: `histogram` says which a row is
+    # (0: counts, whose bucket and top_ms are null; 1: latency, whose protocol..sender_did and
+    # bytes are null).
+    "meters": [
+        ("histogram", LongType()),
+        ("tenant_id", LongType()),
+        ("day", DateType()),
+        ("protocol", StringType()),
+        ("command_type", StringType()),
+        ("code", StringType()),
+        ("sender_did", StringType()),
+        ("bucket", LongType()),
+        ("commands", LongType()),
+        ("bytes_in", LongType()),
+        ("bytes_out", LongType()),
+        ("top_ms", DoubleType()),
+    ],
     "counts": [
         ("tenant_id", LongType()),
         ("day", DateType()),
@@ -72,13 +95,22 @@ LATENCY_BUCKET_FLOOR = -(10**9)  # below floor(1000 * ln(any positive double)) >
 
 @dataclass(frozen=True)
 class ReportInputs:
-    """The four inputs of `transform.usage_report`, with normalised column types."""
+    """The inputs of the report, with normalised column types."""
 
-    counts: DataFrame  # per id range: tenant_id, day, protocol, command_type, code, sender_did, commands, bytes_in, bytes_out
-    latency: DataFrame  # per id range: tenant_id, day, bucket, commands, top_ms
+    meters: DataFrame  # per id range: both partial aggregates of the metering rows (SCHEMAS["meters"])
     registrations: DataFrame  # tenant_id, created_at
     pending: DataFrame  # tenant_id, created_at, acknowledged_at
     stored: DataFrame  # tenant_id, created_at, payload_bytes
+
+    @property
+    def counts(self) -> DataFrame:
+        """The counts partials: tenant_id, day, protocol, command_type, code, sender_did, commands, bytes_in, bytes_out."""
+        return self.meters.where(F.col("histogram") == 0).select(*[c for c, _ in SCHEMAS["counts"]])
+
+    @property
+    def latency(self) -> DataFrame:
+        """The latency partials: tenant_id, day, bucket, commands, top_ms."""
+        return self.meters.where(F.col("histogram") == 1).select(*[c for c, _ in SCHEMAS["latency"]])
 
 
 def _ts_literal(db: Database, d: date) -> str:
@@ -107,6 +139,37 @@ def latency_bucket_sql(column: str) -> str:
     )
 
 
+def _meters_read(db: Database) -> Read:
+    """One id range of metering rows to both partial aggregates in one query (the module's docstring)."""
+    day = _day(db, "at")
+    bucket = latency_bucket_sql("duration_ms")
+    if db.is_sqlite:
+        return Read(
+            "meters",
+            f"0 AS histogram, tenant_id, {day} AS day, protocol, command_type, code, sender_did, NULL AS bucket,"
+            " COUNT(*) AS commands, CAST(SUM(bytes_in) AS BIGINT) AS bytes_in,"
+            " CAST(SUM(bytes_out) AS BIGINT) AS bytes_out, NULL AS top_ms",
+            " GROUP BY 2, 3, 4, 5, 6, 7",
+            then=Read(
+                "meters",
+                f"1 AS histogram, tenant_id, {day} AS day, NULL AS protocol, NULL AS command_type, NULL AS code,"
+                f" NULL AS sender_did, {bucket} AS bucket, COUNT(*) AS commands, NULL AS bytes_in,"
+                " NULL AS bytes_out, MAX(duration_ms) AS top_ms",
+                " GROUP BY 2, 3, 8",
+            ),
+        )
+    # GROUPING(bucket) is 1 on the rows of the set without the bucket: the counts.
+    return Read(
+        "meters",
+        "1 - GROUPING(bucket) AS histogram, tenant_id, day, protocol, command_type, code, sender_did, bucket,"
+        " COUNT(*) AS commands, CAST(SUM(bytes_in) AS BIGINT) AS bytes_in,"
+        " CAST(SUM(bytes_out) AS BIGINT) AS bytes_out, MAX(duration_ms) AS top_ms",
+        " GROUP BY GROUPING SETS ((tenant_id, day, protocol, command_type, code, sender_did), (tenant_id, day, bucket))",
+        inner=f"tenant_id, {day} AS day, protocol, command_type, code, sender_did, {bucket} AS bucket,"
+        " bytes_in, bytes_out, duration_ms",
+    )
+
+
 def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
     if not tenant_ids:
         return ""
@@ -126,33 +189,42 @@ class Rows:
 
 @dataclass(frozen=True)
 class Read:
-    """One frame read from an input's rows: its SELECT list and GROUP BY (partial aggregates) or none."""
+    """One frame read from an input's rows: its SELECT list and GROUP BY (partial aggregates) or none;
+    `inner`: select from a derived table of the rows with these columns; `then`: UNION ALL this read."""
 
     rows: str  # the input, a key of the Rows dict
     select: str
     group_by: str = ""
+    inner: str = ""
+    then: Read | None = None
+
+    def query(self, where: str) -> str:
+        """The query over the rows `where` (`FROM ... WHERE ...`) selects."""
+        source = f"FROM (SELECT {self.inner} {where}) m" if self.inner else where
+        tail = f" UNION ALL {self.then.query(where)}" if self.then else ""
+        return f"SELECT {self.select} {source}{self.group_by}{tail}"
 
 
-def _bounds(spark: SparkSession, db: Database, rows: dict[str, Rows]) -> dict[str, Bounds]:
-    """MIN(id), MAX(id), COUNT(*) of every input, in ONE small JDBC query (one Spark job instead
-    of one per input: each job costs a round of scheduling, issue 17)."""
+def _bounds(db: Database, rows: dict[str, Rows]) -> dict[str, Bounds]:
+    """MIN(id), MAX(id), COUNT(*) of every input, in ONE small query that the job process sends
+    itself (as load.write_rows does): a Spark JDBC read of it cost a Spark job, 0.3-1 s of
+    scheduling on a busy box, for four rows (issue 17)."""
     union = " UNION ALL ".join(
         f"SELECT '{name}' AS name, MIN({r.id_column}) AS lo, MAX({r.id_column}) AS hi, COUNT(*) AS n {r.from_where}"
         for name, r in rows.items()
     )
-    frame = (
-        spark.read.format("jdbc")
-        # SQLite's driver guesses types from the first row; say what the columns are.
-        .options(
-            url=db.url, dbtable=f"({union}) q", customSchema="name STRING, lo LONG, hi LONG, n LONG", **db.properties
-        )
-        .load()
-        .collect()
-    )
+    if db.is_sqlite:
+        conn = sqlite3.connect(db.path, timeout=20)
+        try:
+            found = conn.execute(union).fetchall()
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(**db.connect_kwargs) as pg:
+            found = pg.execute(union).fetchall()
     out: dict[str, Bounds] = {}
-    for row in frame:
-        n = int(row["n"] or 0)
-        out[row["name"]] = (int(row["lo"]), int(row["hi"]), n) if n else (None, None, 0)
+    for name, lo, hi, n in found:
+        out[name] = (int(lo), int(hi), int(n)) if n else (None, None, 0)
     return out
 
 
@@ -184,10 +256,7 @@ def read_ranges(
     custom = ", ".join(f"{c} {'STRING' if c in text else kind.simpleString()}" for c, kind in SCHEMAS[name])
     frames = []
     for start, stop in id_ranges(bounds, partitions or jdbc_partitions(bounds[2])):
-        query = (
-            f"SELECT {read.select} {rows.from_where} AND {rows.id_column} >= {start} AND {rows.id_column} < {stop}"
-            f"{read.group_by}"
-        )
+        query = read.query(f"{rows.from_where} AND {rows.id_column} >= {start} AND {rows.id_column} < {stop}")
         frames.append(
             spark.read.format("jdbc")
             .options(
@@ -262,25 +331,13 @@ def extract(
             "id",
         ),
     }
-    day = _day(db, "at")
     reads = {
-        "counts": Read(
-            "meters",
-            f"tenant_id, {day} AS day, protocol, command_type, code, sender_did, COUNT(*) AS commands,"
-            " CAST(SUM(bytes_in) AS BIGINT) AS bytes_in, CAST(SUM(bytes_out) AS BIGINT) AS bytes_out",
-            " GROUP BY 1, 2, 3, 4, 5, 6",
-        ),
-        "latency": Read(
-            "meters",
-            f"tenant_id, {day} AS day, {latency_bucket_sql('duration_ms')} AS bucket, COUNT(*) AS commands,"
-            " MAX(duration_ms) AS top_ms",
-            " GROUP BY 1, 2, 3",
-        ),
+        "meters": _meters_read(db),
         "registrations": Read("registrations", f"c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')}"),
         "pending": Read("pending", f"tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')}"),
         "stored": Read("stored", f"tenant_id, {_ts(db, 'created_at')}, payload_bytes"),
     }
-    bounds = _bounds(spark, db, rows)
+    bounds = _bounds(db, rows)
     frames = {
         # An input the bounds say is empty is not read at all (its JDBC read would still cost a task).
         name: _typed(read_ranges(spark, db, read, rows[read.rows], bounds[read.rows], name), name)

@@ -12,8 +12,8 @@ Per tenant and UTC day:
   share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
-Inputs: the metering rows arrive as two partial aggregates per JDBC id range (extract.py: the
-database groups each range), which the transform merges; registrations, pending and stored events
+Inputs: the metering rows arrive as two kinds of partial aggregates per JDBC id range (extract.py:
+the database groups each range), which the transform merges; registrations, pending and stored events
 arrive as rows.
 - `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
   table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
@@ -31,8 +31,9 @@ Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY ov
 rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
 rank (exact when n <= accuracy).
 
-Cost (docs/benchmarks.md, issue 17): the database scans the metering rows twice (one GROUP BY per
-partial aggregate); Spark only merges and reshapes aggregates.
+Cost (docs/benchmarks.md, issue 17): the database scans each range of metering rows once (both
+partial aggregates in one query); Spark merges both in one aggregation (`merge_meters`) and only
+reshapes aggregates after it.
 """
 
 from __future__ import annotations
@@ -117,23 +118,26 @@ def _pct(col: str, q: float, accuracy: int) -> Column:
     return F.percentile_approx(F.col(col).cast("double"), q, accuracy).cast("double")
 
 
+def _labels() -> dict[str, Column]:
+    """The counts' labels as the report shows them: "(unparsed)" for an empty command type,
+    "decentrl" for a missing protocol, "" for a missing sender."""
+    return {
+        "protocol": F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL)),
+        "command_type": F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(
+            F.col("command_type")
+        ),
+        "code": F.col("code"),
+        "sender_did": F.coalesce(F.col("sender_did"), F.lit("")),
+    }
+
+
 def command_counts(partials: DataFrame, date_from: date, date_to: date) -> DataFrame:
     """The per-range partial counts merged: per tenant, day, protocol, command type, code and
     sender, the commands and bytes. Every count-like output is an aggregate of this small table."""
-    label = F.when(F.coalesce(F.col("command_type"), F.lit("")) == "", F.lit(UNPARSED)).otherwise(F.col("command_type"))
-    protocol = F.coalesce(F.col("protocol"), F.lit(DEFAULT_PROTOCOL))
     return (
         partials.where(_in_range(F.col("day"), date_from, date_to))
         .select(
-            "tenant_id",
-            "day",
-            protocol.alias("protocol"),
-            label.alias("command_type"),
-            "code",
-            F.coalesce(F.col("sender_did"), F.lit("")).alias("sender_did"),
-            "commands",
-            "bytes_in",
-            "bytes_out",
+            "tenant_id", "day", *[c.alias(name) for name, c in _labels().items()], "commands", "bytes_in", "bytes_out"
         )
         .groupBy("tenant_id", "day", "protocol", "command_type", "code", "sender_did")
         .agg(
@@ -142,6 +146,45 @@ def command_counts(partials: DataFrame, date_from: date, date_to: date) -> DataF
             F.sum("bytes_out").cast("long").alias("bytes_out"),
         )
     )
+
+
+def merge_meters(partials: DataFrame, date_from: date, date_to: date) -> DataFrame:
+    """Both kinds of per-range partials (extract.SCHEMAS["meters"]: counts rows with histogram 0,
+    latency rows with histogram 1) merged in ONE aggregation: `command_counts` for the counts rows,
+    the merged histogram (commands and the largest duration per bucket) for the latency rows.
+    Split with `merged_counts` and `merged_histogram`."""
+    counts_row = F.col("histogram") == 0
+    return (
+        partials.where(_in_range(F.col("day"), date_from, date_to))
+        .select(
+            "histogram",
+            *[F.when(counts_row, c).alias(name) for name, c in _labels().items()],
+            "tenant_id",
+            "day",
+            "bucket",
+            "commands",
+            "bytes_in",
+            "bytes_out",
+            "top_ms",
+        )
+        .groupBy("histogram", "tenant_id", "day", "protocol", "command_type", "code", "sender_did", "bucket")
+        .agg(
+            F.sum("commands").cast("long").alias("commands"),
+            F.sum("bytes_in").cast("long").alias("bytes_in"),
+            F.sum("bytes_out").cast("long").alias("bytes_out"),
+            F.max("top_ms").alias("top_ms"),
+        )
+    )
+
+
+def merged_counts(merged: DataFrame) -> DataFrame:
+    """The counts part of `merge_meters`: what `command_counts` gives."""
+    return merged.where(F.col("histogram") == 0).select(*COUNTS_COLUMNS)
+
+
+def merged_histogram(merged: DataFrame) -> DataFrame:
+    """The latency part of `merge_meters`: per tenant, day and bucket, commands and top_ms."""
+    return merged.where(F.col("histogram") == 1).select("tenant_id", "day", "bucket", "commands", "top_ms")
 
 
 def _errors(commands: str = "commands") -> Column:
@@ -157,18 +200,21 @@ def _rank_value(q: float) -> Column:
 def command_latency(histogram: DataFrame, date_from: date, date_to: date) -> DataFrame:
     """p50/p95 command latency per tenant and day from the per-range latency histograms (the error
     bound is in the module's docstring)."""
-    day = Window.partitionBy("tenant_id", "day")
-    merged = (
+    return latency_percentiles(
         histogram.where(_in_range(F.col("day"), date_from, date_to))
         .groupBy("tenant_id", "day", "bucket")
         .agg(F.sum("commands").alias("commands"), F.max("top_ms").alias("top_ms"))
-        .withColumn("total", F.sum("commands").over(day))
-        .withColumn(
-            "cumulative",
-            F.sum("commands").over(day.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)),
-        )
     )
-    return merged.groupBy("tenant_id", "day").agg(
+
+
+def latency_percentiles(merged: DataFrame) -> DataFrame:
+    """p50/p95 per tenant and day from a merged histogram (one row per tenant, day and bucket)."""
+    day = Window.partitionBy("tenant_id", "day")
+    ranked = merged.withColumn("total", F.sum("commands").over(day)).withColumn(
+        "cumulative",
+        F.sum("commands").over(day.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
+    return ranked.groupBy("tenant_id", "day").agg(
         _rank_value(0.5).cast("double").alias("latency_p50_ms"),
         _rank_value(0.95).cast("double").alias("latency_p95_ms"),
     )

@@ -287,7 +287,9 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
 
     daphne, worker = stack
     seed_traffic(tenant_a)
-    seed_bulk(tenant_a, 1_000_000)
+    # Enough rows that the merge job outlasts the engine's progress interval on a quiet box: with each
+    # range one hashed query, 1M rows merged fast enough that the wait below once timed out.
+    seed_bulk(tenant_a, 3_000_000)
     with admin_page(daphne.url, "stella", PASSWORD) as page:
         # The dashboard says how fresh its numbers are and offers to refresh: that starts the run.
         page.goto(f"{daphne.url}/dashboard/")

@@ -61,6 +61,9 @@ def test_the_job_on_sqlite_matches_python(spark, sqlite_db):
         top = conn.execute("SELECT count(*) FROM usage_reporttopidentity WHERE run_id = ?", [run_id]).fetchone()[0]
     assert counts["daily"] == len(rows) == len(expected) == 6
     assert counts["top"] == top
+    # The run's own seconds by phase (the launcher's process adds session and stop), for the bench.
+    assert sorted(counts["phases"]) == ["bounds", "merge", "tables", "write"]
+    assert counts["seconds"] >= sum(counts["phases"].values()) - 0.01
     got = {(key_of[r["tenant_id"]], r["day"]): dict(r) for r in rows}
     for (key, day), exp in expected.items():
         row = got[(key, day.isoformat())]  # Django's DateField text format

@@ -6,6 +6,7 @@ import math
 from datetime import date, datetime
 
 import pytest
+from pyspark.sql import functions as F
 
 from spark_reports import extract, transform
 
@@ -222,3 +223,36 @@ def test_a_latency_percentile_is_at_most_a_tenth_of_a_percent_above_the_exact_on
 
 def test_a_zero_duration_is_the_lowest_latency(spark):
     assert latency(spark, [(bucket(0.0), 3, 0.0), (bucket(2.0), 1, 2.0)]) == (0.0, 2.0)
+
+
+def test_one_aggregation_merges_both_kinds_of_partials_as_the_two_merges_do(spark):
+    # The job reads each id range as ONE frame of both partial aggregates (extract.SCHEMAS["meters"],
+    # `histogram` 0 or 1) and merges them in one aggregation: the same rows as command_counts and
+    # command_latency over the two kinds apart, labels included (NULL protocol, "" type, NULL sender).
+    rows = [
+        (1, ts(D1, 1), "TWO_WAY_PRIVATE", "SUCCESS", 200, 3, 4, 2.0, "did:a"),
+        (1, ts(D1, 2), "", "INVALID_MESSAGE", 400, 5, 6, 9.0, None),
+        (1, ts(D1, 3), "TWO_WAY_PRIVATE", "SUCCESS", 200, 7, 8, 2.0, "did:a"),
+        (2, ts(D2, 4), "forward", "EVICTED", 200, 1, 1, 40.0, "did:b"),
+    ]
+    counts, latency = meters(spark, rows, protocol=[None, None, "decentrl", "didcomm"])
+    both = counts.select(F.lit(0).cast("long").alias("histogram"), "*").unionByName(
+        latency.select(F.lit(1).cast("long").alias("histogram"), "*"), allowMissingColumns=True
+    )
+    merged = transform.merge_meters(both, D1, D2)
+    assert sorted(tuple(r) for r in transform.merged_counts(merged).collect()) == [
+        (1, D1, "decentrl", "(unparsed)", "INVALID_MESSAGE", "", 1, 5, 6),
+        (1, D1, "decentrl", "TWO_WAY_PRIVATE", "SUCCESS", "did:a", 2, 10, 12),
+        (2, D2, "didcomm", "forward", "EVICTED", "did:b", 1, 1, 1),
+    ]
+    assert sorted(tuple(r) for r in transform.merged_counts(merged).collect()) == sorted(
+        tuple(r) for r in transform.command_counts(counts, D1, D2).collect()
+    )
+    assert sorted(tuple(r) for r in transform.latency_percentiles(transform.merged_histogram(merged)).collect()) == [
+        (1, D1, 2.0, 9.0),
+        (2, D2, 40.0, 40.0),
+    ]
+    assert sorted(tuple(r) for r in transform.command_latency(latency, D1, D2).collect()) == [
+        (1, D1, 2.0, 9.0),
+        (2, D2, 40.0, 40.0),
+    ]
