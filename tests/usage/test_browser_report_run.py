@@ -325,9 +325,13 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
 
     run = ReportRun.objects.get(pk=run_id)
     assert (run.status, run.finished_at is not None, run.cancel_requested_at is not None) == ("cancelled", True, True)
-    # The engine interrupted the run's running Spark operation(s) (interruptTag's answer).
+    # The job took the cancel: it interrupted the run's Spark operations (interruptTag's answer: how
+    # many were running at that instant) and exited without a result. The count is not asserted: the
+    # page's progress lags the engine by its polling, and since each id range is one hashed query an
+    # operation can end between the click and the signal, so 0 is a correct answer too; that the
+    # engine really stopped is what the checks below show (no rows, no connection left to the database).
     marker = re.search(r'^USAGE_REPORT_CANCELLED \{"interrupted": (\d+)\}$', run.log_tail, re.M)
-    assert marker and int(marker.group(1)) >= 1, run.log_tail[-2000:]
+    assert marker, run.log_tail[-2000:]
     assert "USAGE_REPORT_RESULT" not in run.log_tail
     for model in (ReportDaily, ReportCommandType, ReportErrorCode, ReportTopIdentity):
         assert model.objects.filter(run_id=run_id).count() == 0, model.__name__
