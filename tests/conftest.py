@@ -8,6 +8,7 @@ import json
 import sys
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
@@ -119,3 +120,18 @@ def post_a(tenant_a) -> Poster:
 @pytest.fixture
 def post_b(tenant_b) -> Poster:
     return Poster(HOST_B)
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):
+    """Run `fn` in the test thread, then its on-commit callbacks (pushes, group messages), as a commit
+    would; for async tests of consumers."""
+
+    async def call(fn):
+        def inner():
+            with django_capture_on_commit_callbacks(execute=True):
+                return fn()
+
+        return await sync_to_async(inner)()
+
+    return call

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from apps.messaging.services import pending_event_enqueue, pending_events_acknowledge
 from apps.realtime.groups import group_name
@@ -16,20 +15,6 @@ from tests.conftest import HOST_B
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 from .conftest import connect_authenticated, run, send
-
-
-@pytest.fixture
-def committed(django_capture_on_commit_callbacks):
-    """Run `fn` in the test thread and then its on-commit callbacks (the pushes), as a commit would."""
-
-    async def call(fn):
-        def inner():
-            with django_capture_on_commit_callbacks(execute=True):
-                return fn()
-
-        return await sync_to_async(inner)()
-
-    return call
 
 
 @pytest.fixture

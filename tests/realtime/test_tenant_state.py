@@ -6,7 +6,6 @@ serving, change nothing."""
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_resume, tenant_suspend, tenant_update
@@ -16,20 +15,6 @@ from tests.support.registration import register
 from .conftest import communicator, connect_authenticated, expect_close, run
 
 CLI = Actor(None, "cli")
-
-
-@pytest.fixture
-def committed(django_capture_on_commit_callbacks):
-    """Run `fn` in the test thread and then its on-commit callbacks (the group messages), as a commit would."""
-
-    async def call(fn):
-        def inner():
-            with django_capture_on_commit_callbacks(execute=True):
-                return fn()
-
-        return await sync_to_async(inner)()
-
-    return call
 
 
 @pytest.fixture

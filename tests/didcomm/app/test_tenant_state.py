@@ -37,18 +37,6 @@ def keep_the_test_connection(monkeypatch):
     monkeypatch.setattr("channels.db.close_old_connections", lambda: None)
 
 
-@pytest.fixture
-def committed(django_capture_on_commit_callbacks):
-    async def call(fn):
-        def inner():
-            with django_capture_on_commit_callbacks(execute=True):
-                return fn()
-
-        return await sync_to_async(inner)()
-
-    return call
-
-
 async def _open(host: str = HOST_A) -> WebsocketCommunicator:
     comm = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/didcomm/ws", headers=[(b"host", host.encode())])
     comm.scope["client"] = ("127.0.0.9", 5555)
