@@ -6,9 +6,10 @@ Creates, in its own database (BENCH_NONCE_DB, default mediator_bench_noncekey, d
 end), one table per shape, each seeded with `--stored` live rows (the store a window of traffic
 leaves), and runs the command path's claim (`INSERT … ON CONFLICT … DO UPDATE … WHERE expires_at
 < now RETURNING`, apps/decentrl/storage.py, prepared, autocommit: every claim commits) on fresh
-pairs, batches of `--n` per shape, the order flipping each round; after each batch a replay of
-its first pair must be refused. Reports per claim the PostgreSQL backend's CPU (from /proc,
-10 ms ticks: batches of 3000 give ~3 µs steps) and the wall time, medians of the rounds, and
+pairs, batches of `--n` per shape (split over `--clients` connections claiming at once, their
+backends' CPU summed), the order flipping each round; after each batch a replay of its first
+pair must be refused. Reports per claim the PostgreSQL CPU (from /proc, 10 ms ticks: batches of
+3000 give ~3 µs steps) and the batch's wall time over its claims, medians of the rounds, and
 writes them with every round to bench/results/nonce_key_ab-<stored>-<UTC>.json. Shapes:
 
 - `text`: `protocol_nonce` as it is: bigserial id, unique (tenant_id, sender_did, nonce), the
@@ -32,6 +33,7 @@ import statistics
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stored", type=int, default=200_000, help="live rows seeded per table")
     ap.add_argument("--did-len", type=int, default=147)
     ap.add_argument("--senders", type=int, default=16)
+    ap.add_argument("--clients", type=int, default=1, help="connections claiming at once (threads)")
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     args = ap.parse_args(argv)
 
@@ -115,7 +118,16 @@ def main(argv: list[str] | None = None) -> dict:
                 for r in rows:
                     cp.write_row(r)
         conn.execute(f"VACUUM ANALYZE n_{shape}", prepare=False)
-    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    conns = [conn] + [
+        psycopg.connect(db_url(DB), autocommit=True, prepare_threshold=0) for _ in range(args.clients - 1)
+    ]
+    pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in conns]
+    pool = ThreadPoolExecutor(len(conns))
+
+    def run(c: psycopg.Connection, claim: str, part: list[list]) -> None:
+        for p in part:
+            assert c.execute(claim, p).fetchone() is not None
+
     sizes = {
         s: conn.execute(
             "SELECT pg_table_size(%s::regclass) / 1048576, pg_indexes_size(%s::regclass) / 1048576", [f"n_{s}"] * 2
@@ -132,10 +144,11 @@ def main(argv: list[str] | None = None) -> dict:
                 _params(shape, 1 + i % 4, dids[i % len(dids)], str(uuid.uuid4()), now + 300_000, now)
                 for i in range(args.n)
             ]
-            cpu0, t0 = _cpu_s(pid), time.perf_counter()
-            for p in batch:
-                assert conn.execute(claim, p).fetchone() is not None
-            t1, cpu1 = time.perf_counter(), _cpu_s(pid)
+            parts = [batch[k :: len(conns)] for k in range(len(conns))]
+            cpu0, t0 = sum(map(_cpu_s, pids)), time.perf_counter()
+            for f in [pool.submit(run, c, claim, part) for c, part in zip(conns, parts, strict=True)]:
+                f.result()
+            t1, cpu1 = time.perf_counter(), sum(map(_cpu_s, pids))
             results[shape].append({"pg_us": (cpu1 - cpu0) / args.n * 1e6, "wall_us": (t1 - t0) / args.n * 1e6})
             # A replay of the batch's first pair must be refused by every shape.
             assert conn.execute(claim, batch[0]).fetchone() is None
@@ -161,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary[s]["heap_mib"], summary[s]["indexes_mib"] = sizes[s]
     summary["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
     summary["stored"] = args.stored
+    summary["clients"] = args.clients
     summary["load_1min"] = os.getloadavg()[0]
     print(json.dumps(summary, indent=1))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -170,7 +184,9 @@ def main(argv: list[str] | None = None) -> dict:
             {"argv": argv if argv is not None else sys.argv[1:], "summary": summary, "rounds": results}, f, indent=1
         )
     print(out)
-    conn.close()
+    pool.shutdown()
+    for c in conns:
+        c.close()
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{DB}"')
     return summary
