@@ -49,8 +49,6 @@ import traceback
 import uuid
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
-# The tenant cache's rare miss is a sync ORM query on the loop (see the docstring).
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 import django  # noqa: E402
 
@@ -62,6 +60,7 @@ from channels.layers import get_channel_layer  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import DatabaseError  # noqa: E402
 from django.utils import timezone  # noqa: E402
+from psycopg.conninfo import make_conninfo  # noqa: E402
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 
 from apps.decentrl import dispatch, hooks  # noqa: E402
@@ -102,8 +101,13 @@ class Probe:
             if self.pool is not None:
                 return
             size = int(os.environ.get("PROBE_POOL_SIZE", "8"))
+            db = settings.DATABASES["default"]
+            conninfo = make_conninfo(
+                dbname=db["NAME"], user=db.get("USER") or None, password=db.get("PASSWORD") or None,
+                host=db.get("HOST") or None, port=db.get("PORT") or None,
+            )  # fmt: skip
             pool = AsyncConnectionPool(
-                os.environ["DATABASE_URL"],
+                conninfo,
                 min_size=size,
                 max_size=size,
                 kwargs={"autocommit": True},
@@ -386,17 +390,27 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--interface", choices=["rsgi", "asgi"], default="rsgi")
+    ap.add_argument("--interface", choices=["rsgi", "asgi", "uvicorn"], default="rsgi",
+                    help="Granian's RSGI or ASGI; uvicorn: the same ASGI app on uvicorn (the lean reference's server)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--pool-size", type=int, default=8, help="PostgreSQL connections per worker")
     ap.add_argument("--no-push", action="store_true", help="ladder: skip the after-commit presence check")
     ap.add_argument("--no-observers", action="store_true", help="ladder: skip metering and metrics")
     ap.add_argument("--no-log", action="store_true", help="ladder: skip the per-command log call")
     args = ap.parse_args(argv)
-    # Read by every worker at import (Granian imports the target anew in each process).
+    # Read by every worker at import (Granian imports the target anew in each process). The tenant
+    # cache's rare miss is a sync ORM query on the loop (see the docstring): allowed in the server
+    # only, never in a process that merely imports this module (tests).
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     os.environ.update({"PROBE_POOL_SIZE": str(args.pool_size), "PROBE_PUSH": "0" if args.no_push else "1",
                        "PROBE_OBSERVERS": "0" if args.no_observers else "1", "PROBE_LOG": "0" if args.no_log else "1"})  # fmt: skip
     target = "bench.async_entry_probe:" + ("rsgi_app" if args.interface == "rsgi" else "asgi_app")
+    if args.interface == "uvicorn":
+        import uvicorn
+
+        uvicorn.run(target, host="127.0.0.1", port=args.port, workers=args.workers, loop="uvloop", http="httptools",
+                    ws="none", lifespan="off", access_log=False, log_level="warning")  # fmt: skip
+        return
     Granian(
         target, address="127.0.0.1", port=args.port, interface=Interfaces(args.interface), workers=args.workers,
         loop=Loops.uvloop, http=HTTPModes.http1, websockets=False, log_access=False,

@@ -9,7 +9,8 @@ With --probe the async entry probe (bench/async_entry_probe.py: the product's TW
 Granian RSGI/ASGI + psycopg's async pool, issue 14 §2) runs too ("probe", on --port + 30, clients
 straight to it like the lean reference, the production layout's environment); --probe-ladder adds
 the probe without the push (+31), without push and observers (+32), and without push, observers and
-the log call (+33), each its own server in every round.
+the log call (+33), each its own server in every round; --probe-also asgi uvicorn adds the full probe
+on other interfaces (+34, +35).
 
 With --variant-env a second production layout ("variant", on --port + 20, the same database and
 tenant) runs with those variables added, in every round beside the other two, so that a change
@@ -243,7 +244,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "variables in every round, to compare a change of the layout against it")  # fmt: skip
     ap.add_argument("--probe", action="store_true", help="also run bench/async_entry_probe.py (--port + 30)")
     ap.add_argument("--probe-ladder", action="store_true", help="and the probe without push/observers/log (+31..33)")
-    ap.add_argument("--probe-interface", choices=["rsgi", "asgi"], default="rsgi")
+    ap.add_argument("--probe-interface", choices=["rsgi", "asgi", "uvicorn"], default="rsgi")
+    ap.add_argument("--probe-also", choices=["rsgi", "asgi", "uvicorn"], nargs="*", default=[],
+                    help="the full probe on these interfaces too ('probe-<interface>', --port + 34…)")  # fmt: skip
     ap.add_argument("--probe-pool-size", type=int, default=8, help="PostgreSQL connections per probe worker")
     args = ap.parse_args(argv)
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -270,11 +273,15 @@ def main(argv: list[str] | None = None) -> dict:
                                               "env": [*args.env, *args.variant_env]})  # fmt: skip
             servers["variant"] = variant = Layout(variant_args)
             variant.host = layout.host  # the tenant is the one of --port
-        if args.probe or args.probe_ladder:
+        if args.probe or args.probe_ladder or args.probe_also:
             for name, offset, flags in PROBES if args.probe_ladder else PROBES[:1]:
                 servers[name] = ProbeServer(port=args.port + offset, layout_args=layout_args,
                                             interface=args.probe_interface, workers=args.lean_workers,
                                             pool_size=args.probe_pool_size, flags=flags)  # fmt: skip
+            for i, interface in enumerate(args.probe_also):
+                servers[f"probe-{interface}"] = ProbeServer(port=args.port + 34 + i, layout_args=layout_args,
+                                                            interface=interface, workers=args.lean_workers,
+                                                            pool_size=args.probe_pool_size, flags=[])  # fmt: skip
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         print(f"== world: {args.pairs} pairs", file=sys.stderr)
         for srv in servers.values():
@@ -282,7 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
                 loadgen.drive(srv.url, layout.host, loadgen.gen_two_way(world, 3000), args.clients, args.warmup)
         last: dict[str, float] = {}
         for rnd in range(1, args.alternations + 1):
-            order = [n for n in ("production", "variant", *(p[0] for p in PROBES), "lean") if n in servers]
+            order = [n for n in ("production", "variant", *(p[0] for p in PROBES), *(f"probe-{i}" for i in args.probe_also), "lean")
+                     if n in servers]  # fmt: skip
             order = order if rnd % 2 else order[::-1]
             for name in order:
                 srv = servers[name]
@@ -308,8 +316,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         if lean is not None:
             lean.stop()
-        for name in ("variant", *(p[0] for p in PROBES)):
-            if name in servers:
+        for name in list(servers):
+            if name not in ("production", "lean"):
                 servers[name].stop()
         layout.stop()
     report["summary"] = summarize(report["runs"])
