@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "variables in every round, to compare a change of the layout against it")  # fmt: skip
     ap.add_argument("--probe", action="store_true", help="also run bench/async_entry_probe.py (--port + 30)")
     ap.add_argument("--probe-ladder", action="store_true", help="and the probe without push/observers/log (+31..33)")
+    ap.add_argument("--probe-rungs", nargs="*", default=None, choices=[p[0] for p in PROBES],
+                    help="with --probe-ladder: only these rungs (each probe holds workers x pool-size connections)")  # fmt: skip
     ap.add_argument("--probe-interface", choices=["rsgi", "asgi", "uvicorn"], default="rsgi")
     ap.add_argument("--probe-also", choices=["rsgi", "asgi", "uvicorn"], nargs="*", default=[],
                     help="the full probe on these interfaces too ('probe-<interface>', --port + 34…)")  # fmt: skip
@@ -274,7 +276,8 @@ def main(argv: list[str] | None = None) -> dict:
             servers["variant"] = variant = Layout(variant_args)
             variant.host = layout.host  # the tenant is the one of --port
         if args.probe or args.probe_ladder or args.probe_also:
-            for name, offset, flags in PROBES if args.probe_ladder else PROBES[:1]:
+            rungs = [p for p in PROBES if args.probe_rungs is None or p[0] in args.probe_rungs]
+            for name, offset, flags in rungs if args.probe_ladder else PROBES[:1]:
                 servers[name] = ProbeServer(port=args.port + offset, layout_args=layout_args,
                                             interface=args.probe_interface, workers=args.lean_workers,
                                             pool_size=args.probe_pool_size, flags=flags)  # fmt: skip

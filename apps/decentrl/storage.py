@@ -19,6 +19,10 @@ and time-range filters put eventquery's page statement in the claim's statement 
 every other filter (and every filter on SQLite) runs the ORM query `services.events_query` after
 the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
 
+TWO_WAY_PRIVATE's statement, its parameters and the reading of its row are pure functions
+(`deliver_statement`, `delivered`), so that another driver runs the very same text
+(bench/async_entry_probe.py on psycopg's async connections; tests/decentrl/test_deliver_statement.py).
+
 `storage()` picks the backend once, from the database vendor, at first use. The dispatcher
 (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
