@@ -5,8 +5,8 @@ per command.
     DATABASE_URL=… REDIS_URL=… python -m bench.async_entry_probe --port 8510 --interface rsgi
     … --no-push --no-observers --no-log    # the ladder: what each extra costs on the async path
 
-Granian serves it (RSGI or ASGI, --interface; workers = cores by default, uvloop), Django is set
-up in every worker (DJANGO_SETTINGS_MODULE, the product's settings and AppConfig.ready wiring).
+Granian serves it (RSGI or ASGI, --interface; workers = cores by default, uvloop; or, to compare
+servers, the same ASGI app on uvicorn, `--interface uvicorn`), Django is set up in every worker (DJANGO_SETTINGS_MODULE, the product's settings and AppConfig.ready wiring).
 Per `POST /` it runs, in the order of apps/decentrl/wsgi.py CommandEntry and dispatch.handle:
 
 1. the product's own pure or cached pieces, called, not copied: `tenant_for_host` (its per-process
