@@ -5,6 +5,13 @@ TWO_WAY_PRIVATE at 16 clients, same database, same world, same load generator (i
     .venv/bin/python -m bench.lean_compare --alternations 5 --seconds 15
     .venv/bin/python -m bench.lean_compare --variant-env HTTP_THREADS=4   # a second production layout too
 
+With --probe the async entry probe (bench/async_entry_probe.py: the product's TWO_WAY_PRIVATE path on
+Granian RSGI/ASGI + psycopg's async pool, issue 14 §2) runs too ("probe", on --port + 30, clients
+straight to it like the lean reference, the production layout's environment); --probe-ladder adds
+the probe without the push (+31), without push and observers (+32), and without push, observers and
+the log call (+33), each its own server in every round; --probe-also asgi uvicorn adds the full probe
+on other interfaces (+34, +35).
+
 With --variant-env a second production layout ("variant", on --port + 20, the same database and
 tenant) runs with those variables added, in every round beside the other two, so that a change
 of the layout is measured against the current one in the same minutes.
@@ -43,7 +50,7 @@ import httpx
 from bench import loadgen
 from bench.cpu import CpuSampler
 from bench.pg import db_url
-from bench.run_standard import Layout, SessionServer, machine, prepare_database
+from bench.run_standard import Layout, SessionServer, machine, prepare_database, server_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -77,6 +84,45 @@ class LeanServer(SessionServer):
             self.stop()
             raise RuntimeError("the lean reference did not start:\n" + self.log_path.read_text(errors="replace"))
         time.sleep(1.0)  # every worker process up
+
+
+class ProbeServer(SessionServer):
+    """bench/async_entry_probe.py in its own session, with the production layout's environment."""
+
+    def __init__(self, *, port: int, layout_args, interface: str, workers: int, pool_size: int, flags: list[str]):
+        log_dir = ROOT / "var" / "bench"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"probe-{port}.log"
+        env = server_env(layout_args)
+        cmd = [sys.executable, "-m", "bench.async_entry_probe", "--port", str(port), "--interface", interface,
+               "--workers", str(workers), "--pool-size", str(pool_size), *flags]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log_path.read_text(errors="replace"))
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            self.stop()
+            raise RuntimeError("the probe did not start:\n" + self.log_path.read_text(errors="replace"))
+        time.sleep(1.0)
+
+
+# The probe's ladder: name, port offset from --port, flags.
+PROBES = (
+    ("probe", 30, []),
+    ("probe-nopush", 31, ["--no-push"]),
+    ("probe-noobs", 32, ["--no-push", "--no-observers"]),
+    ("probe-bare", 33, ["--no-push", "--no-observers", "--no-log"]),
+)
 
 
 def _row(name: str, r: dict) -> dict:
@@ -196,6 +242,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--variant-env", nargs="*", action="extend", default=[],
                     help="KEY=VALUE: also run a second production layout ('variant', on --port + 20) with these "
                          "variables in every round, to compare a change of the layout against it")  # fmt: skip
+    ap.add_argument("--probe", action="store_true", help="also run bench/async_entry_probe.py (--port + 30)")
+    ap.add_argument("--probe-ladder", action="store_true", help="and the probe without push/observers/log (+31..33)")
+    ap.add_argument("--probe-rungs", nargs="*", default=None, choices=[p[0] for p in PROBES],
+                    help="with --probe-ladder: only these rungs (each probe holds workers x pool-size connections)")  # fmt: skip
+    ap.add_argument("--probe-interface", choices=["rsgi", "asgi", "uvicorn"], default="rsgi")
+    ap.add_argument("--probe-also", choices=["rsgi", "asgi", "uvicorn"], nargs="*", default=[],
+                    help="the full probe on these interfaces too ('probe-<interface>', --port + 34…)")  # fmt: skip
+    ap.add_argument("--probe-pool-size", type=int, default=8, help="PostgreSQL connections per probe worker")
     args = ap.parse_args(argv)
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
@@ -221,6 +275,16 @@ def main(argv: list[str] | None = None) -> dict:
                                               "env": [*args.env, *args.variant_env]})  # fmt: skip
             servers["variant"] = variant = Layout(variant_args)
             variant.host = layout.host  # the tenant is the one of --port
+        if args.probe or args.probe_ladder or args.probe_also:
+            rungs = [p for p in PROBES if args.probe_rungs is None or p[0] in args.probe_rungs]
+            for name, offset, flags in rungs if args.probe_ladder else PROBES[:1]:
+                servers[name] = ProbeServer(port=args.port + offset, layout_args=layout_args,
+                                            interface=args.probe_interface, workers=args.lean_workers,
+                                            pool_size=args.probe_pool_size, flags=flags)  # fmt: skip
+            for i, interface in enumerate(args.probe_also):
+                servers[f"probe-{interface}"] = ProbeServer(port=args.port + 34 + i, layout_args=layout_args,
+                                                            interface=interface, workers=args.lean_workers,
+                                                            pool_size=args.probe_pool_size, flags=[])  # fmt: skip
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         print(f"== world: {args.pairs} pairs", file=sys.stderr)
         for srv in servers.values():
@@ -228,7 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
                 loadgen.drive(srv.url, layout.host, loadgen.gen_two_way(world, 3000), args.clients, args.warmup)
         last: dict[str, float] = {}
         for rnd in range(1, args.alternations + 1):
-            order = [n for n in ("production", "variant", "lean") if n in servers]
+            order = [n for n in ("production", "variant", *(p[0] for p in PROBES), *(f"probe-{i}" for i in args.probe_also), "lean")
+                     if n in servers]  # fmt: skip
             order = order if rnd % 2 else order[::-1]
             for name in order:
                 srv = servers[name]
@@ -254,8 +319,9 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         if lean is not None:
             lean.stop()
-        if "variant" in servers:
-            servers["variant"].stop()
+        for name in list(servers):
+            if name not in ("production", "lean"):
+                servers[name].stop()
         layout.stop()
     report["summary"] = summarize(report["runs"])
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,10 @@ and time-range filters put eventquery's page statement in the claim's statement 
 every other filter (and every filter on SQLite) runs the ORM query `services.events_query` after
 the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
 
+TWO_WAY_PRIVATE's statement, its parameters and the reading of its row are pure functions
+(`deliver_statement`, `delivered`), so that another driver runs the very same text
+(bench/async_entry_probe.py on psycopg's async connections; tests/decentrl/test_deliver_statement.py).
+
 `storage()` picks the backend once, from the database vendor, at first use. The dispatcher
 (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
@@ -246,26 +250,59 @@ class PostgresStorage:
     ) -> Found:
         """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
         public_id = uuid.uuid4()
-        cap = tenant.pending_queue_cap or 0
-        params = [
-            *nonce.params(),
-            checks_passed,
-            *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
-            checks_passed,
-            tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
-            # Race accepted as in services.pending_event_enqueue: concurrent senders may overshoot
-            # the cap by the number of in-flight sends; nothing is ever evicted.
-            checks_passed, cap, cap, tenant.pk, recipient_did,
-            public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
-        ]  # fmt: skip
-        fresh, registered, has_contract, queue_full, stored = self._claiming(nonce, _CLAIM_AND_DELIVER, params)
-        event_id = str(public_id) if stored else None
-        if event_id is not None:
+        sql, params = deliver_statement(
+            nonce,
+            tenant=tenant,
+            checks_passed=checks_passed,
+            sender_did=sender_did,
+            recipient_did=recipient_did,
+            payload=payload,
+            now_s=now_s,
+            public_id=public_id,
+        )
+        found = delivered(self._claiming(nonce, sql, params), public_id)
+        if found.event_id is not None:
             # Autocommit: the statement has committed, so the push leaves at once.
             notify.notify_pending_event(
-                tenant_id=tenant.pk, did=recipient_did, event_id=event_id, sender_did=sender_did, payload=payload
+                tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
             )
-        return Found(bool(fresh), bool(registered), bool(has_contract), bool(queue_full), event_id)
+        return found
+
+
+def deliver_statement(
+    nonce: NonceClaim,
+    *,
+    tenant: Tenant,
+    checks_passed: bool,
+    sender_did: str,
+    recipient_did: str,
+    payload: str,
+    now_s: int,
+    public_id: uuid.UUID,
+) -> tuple[str, list]:
+    """`PostgresStorage.claim_and_deliver`'s one statement and its parameters (pure: no I/O, so a
+    driver that is not Django's cursor runs the same text, bench/async_entry_probe.py)."""
+    cap = tenant.pending_queue_cap or 0
+    params = [
+        *nonce.params(),
+        checks_passed,
+        *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
+        checks_passed,
+        tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
+        # Race accepted as in services.pending_event_enqueue: concurrent senders may overshoot
+        # the cap by the number of in-flight sends; nothing is ever evicted.
+        checks_passed, cap, cap, tenant.pk, recipient_did,
+        public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
+    ]  # fmt: skip
+    return _CLAIM_AND_DELIVER, params
+
+
+def delivered(row: tuple, public_id: uuid.UUID) -> Found:
+    """What `deliver_statement`'s row says; `event_id` only when the event was stored."""
+    fresh, registered, has_contract, queue_full, stored = row
+    return Found(
+        bool(fresh), bool(registered), bool(has_contract), bool(queue_full), str(public_id) if stored else None
+    )
 
 
 class SqlStorage:

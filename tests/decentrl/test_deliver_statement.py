@@ -1,0 +1,87 @@
+"""`storage.deliver_statement` and `storage.delivered`: PostgresStorage.claim_and_deliver's statement,
+parameters and row as pure functions (bench/async_entry_probe.py runs the same text on another driver)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+
+from apps.decentrl import storage
+from apps.decentrl.storage import Found, NonceClaim, deliver_statement, delivered
+from apps.tenants.models import Tenant
+from tests.support.registration import contract_both_ways, register
+
+PUBLIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000007")
+
+
+def _statement(*, cap: int | None, checks_passed: bool = True) -> tuple[str, list]:
+    tenant = Tenant(pk=7, did="did:web:m.example", pending_queue_cap=cap)
+    nonce = NonceClaim(tenant_id=7, sender_did="did:s", nonce="n1", expires_at_ms=1_300_000, now_ms=1_000_000)
+    return deliver_statement(
+        nonce,
+        tenant=tenant,
+        checks_passed=checks_passed,
+        sender_did="did:s",
+        recipient_did="did:r",
+        payload="héllo",
+        now_s=1_000,
+        public_id=PUBLIC_ID,
+    )
+
+
+def test_the_statement_and_its_parameters_in_order():
+    sql, params = _statement(cap=50)
+    assert sql is storage._CLAIM_AND_DELIVER
+    assert sql.count("%s") == len(params) == 30
+    assert params == [
+        7, "did:s", "n1", 1_300_000, 1_000_000,  # the claim
+        True, 7, "did:r", "did:r", "did:web:m.example", 1_000,  # registered
+        True, 7, "did:r", 1_000, "did:s", "did:r", "did:r", "did:s",  # has_contract
+        True, 50, 50, 7, "did:r",  # queue cap
+        PUBLIC_ID, 7, "did:r", "did:s", "héllo", 6,  # the event (payload_bytes: UTF-8)
+    ]  # fmt: skip
+
+
+def test_no_cap_and_failed_checks_are_parameters_not_other_text():
+    sql, params = _statement(cap=None, checks_passed=False)
+    assert sql is storage._CLAIM_AND_DELIVER
+    assert [params[5], params[11], params[19], params[20], params[21]] == [False, False, False, 0, 0]
+
+
+def test_the_row_read():
+    assert delivered((True, True, True, False, True), PUBLIC_ID) == Found(
+        True, True, True, False, "00000000-0000-4000-8000-000000000007"
+    )
+    assert delivered((True, True, True, True, False), PUBLIC_ID) == Found(True, True, True, True, None)
+    assert delivered((False, False, False, False, False), PUBLIC_ID) == Found(False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_storage_runs_exactly_that_statement(post_a, tenant_a, alice, bob):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgresStorage")
+    register(post_a, alice, tenant_a)
+    register(post_a, bob, tenant_a)
+    contract_both_ways(post_a, alice, bob, tenant_a)
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        captured.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    nonce = NonceClaim(tenant_id=tenant_a.pk, sender_did=alice.did, nonce="n-stmt", expires_at_ms=2**40, now_ms=1)
+    with connection.execute_wrapper(capture):
+        found = storage.PostgresStorage().claim_and_deliver(
+            nonce, tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did,
+            payload="p", now_s=1,
+        )  # fmt: skip
+    assert found.nonce_fresh and found.registered and found.has_contract and not found.queue_full
+    [(sql, params)] = captured
+    public_id = params[24]
+    assert found == Found(True, True, True, False, str(public_id))
+    assert (sql, params) == deliver_statement(
+        nonce, tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did, payload="p",
+        now_s=1, public_id=public_id,
+    )  # fmt: skip
