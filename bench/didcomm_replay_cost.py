@@ -5,11 +5,13 @@ PostgreSQL), against a whole authcrypt trust ping through the one message path
 
     .venv/bin/python -m bench.didcomm_replay_cost [--messages 2000] [--rounds 5]
 
-Each round times the two alternately (order flipping every round): `--messages` pre-packed pings
-through `handle`, then as many bare claims with fresh ids; the medians per round, the median of the
-rounds and the claim's share of a ping are printed and written to bench/results/. Forwards do not
-claim (docs/didcomm.md), so the forward benchmarks are unaffected. Database: BENCH_REPLAY_DB
-(default mediator_bench_replay), dropped and recreated.
+Each round times three series alternately (order flipping every round): `--messages` pre-packed
+pings through `handle` (read-only: the claim is the one write), as many keylist-updates adding and
+removing one recipient in turn (a writing message: the claim and the handler's writes share one
+transaction, dispatch.claimed_run), then as many bare claims with fresh ids; the medians per round,
+the median of the rounds and the claim's share of a ping are printed and written to bench/results/
+(`--out`). Forwards do not claim (docs/didcomm.md), so the forward benchmarks are unaffected.
+Database: BENCH_REPLAY_DB (default mediator_bench_replay), dropped and recreated.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default="didcomm_replay_cost.json", help="file name under bench/results/")
     args = parser.parse_args()
     setup_django()
 
@@ -86,6 +89,21 @@ def main() -> None:
             assert handle(raw) == 200
         return (time.perf_counter() - started) / args.messages * 1e6
 
+    def updates() -> float:
+        # A writing admin message: keylist-update adding, then removing, one recipient (claim + a write).
+        update, rcpt = CM2 + "keylist-update", Agent().did
+        packed = [
+            wallet.pack(
+                wallet.message(update, {"updates": [{"recipient_did": rcpt, "action": ("add", "remove")[i % 2]}]}),
+                mediator,
+            )
+            for i in range(args.messages)
+        ]
+        started = time.perf_counter()
+        for raw in packed:
+            assert handle(raw) == 200
+        return (time.perf_counter() - started) / args.messages * 1e6
+
     def claims() -> float:
         ids = [str(uuid.uuid4()) for _ in range(args.messages)]
         now = int(time.time())
@@ -98,22 +116,30 @@ def main() -> None:
 
     rows = []
     for n in range(args.rounds):
-        order = [("ping", pings), ("claim", claims)]
+        order = [("ping", pings), ("update", updates), ("claim", claims)]
         if n % 2:
             order.reverse()
         row = {name: fn() for name, fn in order}
         row["load1"] = os.getloadavg()[0]
         rows.append(row)
         print(
-            f"round {n + 1}: ping {row['ping']:.0f} µs, claim {row['claim']:.0f} µs, load {row['load1']:.1f}",
+            f"round {n + 1}: ping {row['ping']:.0f} µs, update {row['update']:.0f} µs, claim {row['claim']:.0f} µs,"
+            f" load {row['load1']:.1f}",
             flush=True,
         )
     ping = statistics.median(r["ping"] for r in rows)
+    update = statistics.median(r["update"] for r in rows)
     claim = statistics.median(r["claim"] for r in rows)
     share = statistics.median(r["claim"] / r["ping"] for r in rows)
-    print(f"median: ping {ping:.0f} µs, claim {claim:.0f} µs, claim share of a ping {share:.1%}")
-    out = ROOT / "bench" / "results" / "didcomm_replay_cost.json"
-    out.write_text(json.dumps({"rounds": rows, "ping_us": ping, "claim_us": claim, "claim_share": share}, indent=1))
+    print(
+        f"median: ping {ping:.0f} µs, update {update:.0f} µs, claim {claim:.0f} µs, claim share of a ping {share:.1%}"
+    )
+    out = ROOT / "bench" / "results" / args.out
+    out.write_text(
+        json.dumps(
+            {"rounds": rows, "ping_us": ping, "update_us": update, "claim_us": claim, "claim_share": share}, indent=1
+        )
+    )
     print(f"written to {out.relative_to(ROOT)}")
 
 

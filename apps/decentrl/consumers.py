@@ -319,6 +319,9 @@ class SocketConsumer(AsyncWebsocketConsumer):
         )
         _observe("send_budget_exceeded", self.tenant)
         await self._send_json({"type": "ERROR", "code": SEND_BUDGET_ERROR})
+        # The ERROR frame is queued behind up to a budget of unsent bytes: close once they left
+        # (bounded), or Daphne's reset 1 s after the close would drop it (sendbudget.py).
+        await self.budget.drained()
         await self._close(SEND_BUDGET_CLOSE)
 
     async def _close(self, code: int) -> None:

@@ -293,8 +293,18 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             return
         # The client is not reading: a problem report (outside the budget, as /ws's ERROR frame,
         # for a client that starts reading late), then close; the messages stay queued.
+        self.closed = True  # at once: a push or a PING meanwhile is not queued behind the report
         log.warning("didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug)
-        await self._refuse(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", SEND_BUDGET_CLOSE)
+        await self._send(
+            json.dumps(
+                problem_message(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", pthid=None),
+                separators=(",", ":"),
+            )
+        )
+        # Closed once what is queued left (bounded), or Daphne's reset 1 s after the close would
+        # drop the report of a client that reads again late (apps/realtime/sendbudget.py).
+        await self.budget.drained()
+        await self._close(SEND_BUDGET_CLOSE)
 
     async def disconnect(self, code: int) -> None:
         self.closed = True

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.didcomm.core import jwe, jws
@@ -304,8 +304,9 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
                 settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER,
             )
         if ctx.caller_did and message.type != protocols.FORWARD:
-            claim_message_id(ctx, message)
-        outcome = handlers.run(ctx, message)
+            outcome = claimed_run(ctx, message)
+        else:
+            outcome = handlers.run(ctx, message)
     except Problem as problem:
         problem.message, problem.ctx = message, ctx
         raise
@@ -318,14 +319,50 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
     return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
 
 
-def claim_message_id(ctx: Context, message: PlainMessage) -> None:
+def claimed_run(ctx: Context, message: PlainMessage) -> handlers.Outcome:
     """Replay protection of an authcrypt message other than a forward (docs/didcomm.md "Replays"):
-    its timing headers first, then its id claimed for its sender, before anything is executed.
+    its id claimed, then the handler, in ONE transaction, so that the message pays one commit (one
+    WAL flush) whether its handler writes or only reads.
 
-    The id stays claimed whatever happens next, as a Decentrl nonce (DCTRL-0004 §5.4): a client
-    retries with a new message id. A record lives until the message itself would be refused: its
-    created_time out of the window, or its expires_time past, or (neither given) for the window.
+    The id stays claimed whatever the handler answers, as a Decentrl nonce (DCTRL-0004 §5.4): a
+    client retries with a new message id. A handler's problem report commits the claim with what
+    the handler did before it (each service is atomic at its boundary: a savepoint here), and a
+    database error, which rolls the whole transaction back, claims the id on its own before the
+    503, as apps/decentrl/storage.py does for its nonce. A replay or a timing header refused
+    writes nothing.
     """
+    failed: Problem | None = None
+    keep: tuple[int, int] | None = None
+    try:
+        with transaction.atomic():
+            keep = claim_message_id(ctx, message)
+            try:
+                outcome = handlers.run(ctx, message)
+            except Problem as problem:
+                failed = problem
+    except DatabaseError:
+        if keep is not None:  # the id was fresh: claim it again, on its own
+            try:
+                services.message_id_claim(
+                    tenant=ctx.tenant,
+                    sender_did=ctx.caller_did,
+                    message_id=message.id,
+                    keep_until=keep[0],
+                    now=keep[1],
+                )
+            except DatabaseError:
+                pass
+        raise
+    if failed is not None:
+        raise failed
+    return outcome
+
+
+def claim_message_id(ctx: Context, message: PlainMessage) -> tuple[int, int]:
+    """Its timing headers first, then the message's id claimed for its sender (in the caller's
+    transaction: `claimed_run`). A record lives until the message itself would be refused: its
+    created_time out of the window, or its expires_time past, or (neither given) for the window.
+    Returns the claim's (keep_until, now)."""
     now = int(time.time())
     window = settings.MEDIATOR_DIDCOMM_REPLAY_WINDOW_S
     if message.expires_time is not None and message.expires_time <= now:
@@ -340,6 +377,7 @@ def claim_message_id(ctx: Context, message: PlainMessage) -> None:
         tenant=ctx.tenant, sender_did=ctx.caller_did, message_id=message.id, keep_until=keep_until, now=now
     ):
         raise Problem(Code.REPLAY, "this message id was already used by its sender", 409)
+    return keep_until, now
 
 
 def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:

@@ -459,7 +459,8 @@ SEEN_CLAIM = (
 
 def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_until: int, now: int) -> bool:
     """Record that `sender_did` used `message_id` (compared case-insensitively, DIDComm v2 "Message
-    IDs") until `keep_until` (Unix s); False when it already did (a replay). Autocommits at once."""
+    IDs") until `keep_until` (Unix s); False when it already did (a replay). Commits with the
+    caller's transaction (dispatch.claimed_run), or at once outside one."""
     id_hash = hashlib.sha256(message_id.lower().encode("utf-8")).hexdigest()
     with connection.cursor() as cur:
         cur.execute(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now])

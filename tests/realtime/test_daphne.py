@@ -241,8 +241,10 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
     async def body():
         # Two of bob's devices stop reading right after AUTH_SUCCESS; his phone reads everything.
         # `never` has a larger kernel receive buffer, so `late` goes over budget first: the first
-        # budget close in the log is `late`'s, and reading it starts then. Daphne drops a peer that
-        # does not answer its close within 1 s, and that reset would lose what was still unread.
+        # budget close in the log is `late`'s, and reading it starts 1.5 s later. Daphne resets a
+        # peer that has not answered its close 1 s after the close was queued, so the server
+        # queues the close only once what it queued before (the ERROR frame last) has left
+        # (sendbudget.DRAIN_BEFORE_CLOSE_S); before, this client got a reset and no ERROR frame.
         never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate(), rcvbuf=1 << 20)
         late = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
         assert never.reply == late.reply == {"type": "AUTH_SUCCESS"}
@@ -252,6 +254,7 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
             deadline = time.monotonic() + 60
             while BUDGET_LOG not in d.servers[0].log() and time.monotonic() < deadline:
                 time.sleep(0.01)
+            time.sleep(1.5)  # longer than Daphne's close handshake timeout
             return late.read_to_close()
 
         reader = asyncio.create_task(asyncio.to_thread(read_late_once_closed))
@@ -272,7 +275,8 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
         assert frames[-2:] == [(1, b'{"code":"SEND_BUDGET_EXCEEDED","type":"ERROR"}'), (8, struct.pack("!H", 4509))]
         pushed = [json.loads(payload)["events"][0]["id"] for _, payload in frames[:-2]]
         assert pushed == sent[: len(pushed)] and len(pushed) < len(sent)
-        # The one that never reads is cut off (Daphne's 1 s close handshake timeout, then a reset).
+        # The one that never reads is cut off (the drain's 5 s, then Daphne's 1 s close handshake
+        # timeout and a reset).
         deadline = time.monotonic() + 10
         while not never.closed_by_server() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)

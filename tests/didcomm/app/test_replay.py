@@ -2,7 +2,9 @@
 message posted again gets a Report Problem `e.m.msg.replay` (409) and is not executed; its timing
 headers are honoured (`expires_time` past: `e.m.req.time.expired`; `created_time` outside the window:
 `e.m.req.time`); ids are per tenant and per sender, compared case-insensitively, remembered for a
-bounded time and pruned by a job; forwards (anoncrypt, from anyone) may be sent again."""
+bounded time and pruned by a job; forwards (anoncrypt, from anyone) may be sent again. The claim
+commits with the handler's writes (one transaction), and stays when the handler answers with a
+problem report or the database fails under it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from apps.didcomm import services
@@ -135,3 +138,72 @@ def test_an_expired_record_not_pruned_yet_is_taken_over(tenant_a):
     assert services.message_id_claim(**kw, keep_until=200, now=99) is False
     assert services.message_id_claim(**kw, keep_until=300, now=100) is True
     assert SeenMessage.objects.get().expires_at == 300
+
+
+class _Trigger:
+    """A plpgsql trigger on `table` for the length of a `with` block (a real database, no mocks)."""
+
+    def __init__(self, table: str, when: str, body: str):
+        self.table, self.when, self.body = table, when, body
+
+    def __enter__(self):
+        with connection.cursor() as cur:
+            cur.execute(f"CREATE FUNCTION test_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ {self.body} $$")
+            cur.execute(
+                f"CREATE TRIGGER test_trigger {self.when} ON {self.table} FOR EACH ROW EXECUTE FUNCTION test_trigger()"
+            )
+
+    def __exit__(self, *exc):
+        with connection.cursor() as cur:
+            cur.execute(f"DROP TRIGGER test_trigger ON {self.table}")
+            cur.execute("DROP FUNCTION test_trigger()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writing_message_commits_its_claim_and_its_writes_in_one_transaction(didcomm_a, wallet):
+    mediation = _grant(didcomm_a, wallet)
+    rcpt = Agent()
+    update = wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    # The recipient's row is refused unless its transaction (the top-level one: the service's own
+    # `atomic` is a savepoint in it) inserted the claim of a message id: nothing committed between.
+    same_transaction = (
+        "BEGIN IF NOT EXISTS (SELECT 1 FROM didcomm_seenmessage WHERE xmin::text = pg_current_xact_id()::text) "
+        "THEN RAISE EXCEPTION 'the claim committed on its own'; END IF; RETURN NEW; END"
+    )
+    with _Trigger("didcomm_recipientkey", "BEFORE INSERT", same_transaction):
+        status, answer, _ = didcomm_a.send(wallet, update)
+    assert (status, answer["body"]["updated"]) == (
+        200,
+        [{"recipient_did": rcpt.did, "action": "add", "result": "success"}],
+    )
+    assert RecipientKey.objects.get(mediation=mediation).recipient_did == rcpt.did
+    assert SeenMessage.objects.count() == 2  # the grant's and the update's
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_answered_with_a_problem_report_stays_claimed(didcomm_a, wallet):
+    query = wallet.pack(wallet.message(CM2 + "keylist-query"), didcomm_a.mediator_did)
+    assert _problem(wallet, didcomm_a.post(query))[:2] == (403, "e.p.req.not-granted")
+    _grant(didcomm_a, wallet)
+    bad = wallet.message(CM2 + "keylist-update", {"updates": "all of them"})
+    packed = wallet.pack(bad, didcomm_a.mediator_did)
+    assert _problem(wallet, didcomm_a.post(packed)) == (400, "e.p.msg.invalid-body", bad["id"])
+    # Both ids stay used: the same messages again are replays, now that one of them would succeed.
+    assert _problem(wallet, didcomm_a.post(query))[:2] == (409, "e.m.msg.replay")
+    assert _problem(wallet, didcomm_a.post(packed)) == (409, "e.m.msg.replay", bad["id"])
+    assert SeenMessage.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_whose_handler_the_database_fails_stays_claimed_and_wrote_nothing(didcomm_a, wallet):
+    mediation = _grant(didcomm_a, wallet)
+    rcpt = Agent()
+    update = wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+    packed = wallet.pack(update, didcomm_a.mediator_did)
+    # A real database error inside the handler's service: a trigger refuses the recipient's row.
+    with _Trigger("didcomm_recipientkey", "BEFORE INSERT", "BEGIN RAISE EXCEPTION 'refused by the test'; END"):
+        resp = didcomm_a.post(packed)
+    assert resp.status_code == 503
+    assert not RecipientKey.objects.filter(mediation=mediation).exists()
+    assert _problem(wallet, didcomm_a.post(packed)) == (409, "e.m.msg.replay", update["id"])
+    assert not RecipientKey.objects.filter(mediation=mediation).exists()
