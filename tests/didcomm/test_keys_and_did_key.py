@@ -113,3 +113,16 @@ def test_a_verkey_that_is_not_32_bytes_of_base58_is_rejected():
         verkey_to_did_key("0OIl")
     with pytest.raises(InvalidKey):
         verkey_to_did_key(b58encode(bytes(31)))
+
+
+def test_x25519_agreement_matches_rfc7748_and_refuses_low_order_points():
+    # RFC 7748 §6.1: Alice's private key, Bob's public key, their shared secret.
+    alice = PrivateKey.from_secret(
+        X25519, bytes.fromhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+    )
+    assert alice.public.raw.hex() == "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+    bob = PublicKey(X25519, bytes.fromhex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"))
+    assert alice.exchange(bob).hex() == "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742"
+    for low_order in (bytes(32), (1).to_bytes(32, "little")):
+        with pytest.raises(InvalidKey, match="X25519 key agreement failed"):
+            alice.exchange(PublicKey(X25519, low_order))

@@ -62,6 +62,32 @@ def test_b64decode_rejects_malformed_input(text):
         b64decode(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("YWJjZ", "bad base64 length"),
+        ("YWJj!", "not base64"),  # a foreign character is named before the length
+        ("+_/-AA", "mixed base64 alphabets"),
+        ("+_ -AA", "not base64"),  # ... and before the mix
+        ("Y=Q=", "not base64"),
+        ("YQ===", "not base64"),
+        ("=YQ=", "not base64"),
+    ],
+)
+def test_b64decode_says_which_rule_a_text_breaks(text, message):
+    with pytest.raises(EncodingError) as err:
+        b64decode(text)
+    assert str(err.value) == message
+
+
+def test_b64decode_of_a_large_text_matches_the_standard_decoder():
+    data = os.urandom(3501)  # a forward's ciphertext is a few KB
+    assert b64decode(b64url_nopad(data)) == data
+    assert b64decode(b64encode(data)) == data
+    with pytest.raises(EncodingError):
+        b64decode(b64url_nopad(data)[:-5] + "\n" + b64url_nopad(data)[-5:])
+
+
 @pytest.mark.parametrize("value", [None, 12, b"YWJj", ["YWJj"]])
 def test_b64decode_rejects_non_strings(value):
     with pytest.raises(EncodingError):

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cached_property
 
 from cryptography.exceptions import InvalidSignature as _CryptographyInvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nacl import bindings
 from nacl.exceptions import CryptoError
 
@@ -199,11 +198,6 @@ class PrivateKey:
     def __repr__(self) -> str:  # never print the secret
         return f"PrivateKey(crv={self.crv!r}, public={self.public.multibase!r})"
 
-    @cached_property
-    def _x25519(self) -> X25519PrivateKey:
-        """The X25519 key object, built once per key (a cached mediator key agrees on every message)."""
-        return X25519PrivateKey.from_private_bytes(self.secret)
-
     @classmethod
     def generate(cls, crv: str) -> PrivateKey:
         """A fresh random key on `crv`."""
@@ -257,9 +251,11 @@ class PrivateKey:
         if peer.crv != self.crv:
             raise InvalidKey("key agreement across curves")
         if self.crv == X25519:
+            # libsodium (RFC 7748 X25519, the same Z as OpenSSL's): no key objects per message, and
+            # the GIL is released while it multiplies (as for the Ed25519 checks of Decentrl commands).
             try:
-                shared = self._x25519.exchange(X25519PublicKey.from_public_bytes(peer.raw))
-            except ValueError as exc:  # low-order point: the output would be all zeros
+                shared = bindings.crypto_scalarmult(self.secret, peer.raw)
+            except (RuntimeError, CryptoError, TypeError) as exc:  # low-order point: all-zero output
                 raise InvalidKey("X25519 key agreement failed") from exc
             if shared == bytes(32):
                 raise InvalidKey("X25519 key agreement failed")
