@@ -13,10 +13,14 @@ hand-offs being most of the difference.
 
 Settings (environment):
 - HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
-- HTTP_WORKERS (cores): worker processes, forked from the master after it loaded the
-  application; a worker that dies is forked again by the master after 1 s (the other keeps
-  serving), the master itself is restarted by supervisord or systemd;
-- HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
+- HTTP_WORKERS (half the cores, at least 1): worker processes, forked from the master after it
+  loaded the application; a worker that dies is forked again by the master after 1 s (with
+  more than one, the others keep serving), the master itself is restarted by supervisord or
+  systemd. Half, because a command's CPU is about half the worker's Python (one GIL per worker)
+  and half PostgreSQL's and nginx's: on 2 cores one worker of 16 threads spent a median 14% less
+  Granian CPU per command than two of 8 (docs/benchmarks.md, "The Granian tier's size and its
+  GIL");
+- HTTP_THREADS (16): Python threads per worker that run the application (and hold a database
   connection each): more commands in flight share PostgreSQL's commit flushes.
 """
 
@@ -40,6 +44,10 @@ PORT_WAIT_SECONDS = 30.0
 
 def port() -> int:
     return int(os.environ.get("HTTP_PORT", "8000"))
+
+
+def workers() -> int:
+    return int(os.environ.get("HTTP_WORKERS") or max(1, (os.cpu_count() or 1) // 2))
 
 
 def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) -> bool:
@@ -70,8 +78,8 @@ def server() -> Granian:
         address=HOST,
         port=port(),
         interface=Interfaces.WSGI,
-        workers=int(os.environ.get("HTTP_WORKERS") or os.cpu_count() or 1),
-        blocking_threads=int(os.environ.get("HTTP_THREADS", "8")),
+        workers=workers(),
+        blocking_threads=int(os.environ.get("HTTP_THREADS") or "16"),
         # Threads (and their persistent database connections) are kept while the tier is idle up
         # to DB_CONN_MAX_AGE's 10 minutes.
         blocking_threads_idle_timeout=600,

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mediator_project import http_server as tier
 from tests.support import servers
 from tests.support.servers import ROOT, free_port
 
@@ -197,3 +198,18 @@ def test_a_starting_master_waits_for_its_port_instead_of_failing():
     started = time.monotonic()
     assert wait_for_port("127.0.0.1", number, timeout=10) is True
     assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_workers_default_to_half_the_cores_and_threads_to_16(monkeypatch):
+    """One worker per two cores (docs/benchmarks.md, "The Granian tier's size and its GIL")."""
+    monkeypatch.delenv("HTTP_WORKERS", raising=False)
+    monkeypatch.delenv("HTTP_THREADS", raising=False)
+    for cores, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (None, 1)):
+        monkeypatch.setattr(tier.os, "cpu_count", lambda cores=cores: cores)
+        assert tier.workers() == expected
+    server = tier.server()
+    assert (server.workers, server.blocking_threads) == (1, 16)
+    monkeypatch.setenv("HTTP_WORKERS", "3")
+    monkeypatch.setenv("HTTP_THREADS", "5")
+    server = tier.server()
+    assert (server.workers, server.blocking_threads) == (3, 5)
