@@ -5,8 +5,8 @@ TWO_WAY_PRIVATE): the real WSGI command handler driven with pre-signed commands.
     .venv/bin/python -m bench.query_events_cpu --profile             # + cProfile top (BENCH_PROFILE_SORT/TOP)
 
 Seeds `--stored` events over `--owners` owners with the bench seeder (bench/loadgen.py), 100 events
-per tag as in the standard set, and asks for page 0 of 10 by one tag: a full page, so the COUNT
-runs too. Reports per command `py_us` (this process's CPU), `pg_us` (every backend of its database) and
+per tag as in the standard set, and asks for page 0 of 10 by one tag: a full page, whose `total`
+comes from the same statement (a window count; no COUNT). Reports per command `py_us` (this process's CPU), `pg_us` (every backend of its database) and
 `wall_us`, with and without the command observers (usage metering, metrics).
 Uses its own database (BENCH_QE_DB, default mediator_bench_qecpu).
 """

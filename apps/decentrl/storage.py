@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, replace
+from functools import cache
 
 from django.db import DatabaseError, connection
 
@@ -83,6 +84,13 @@ _CLAIM_CHECKING_REGISTRATION_AND_READING = (
     " FROM chk LEFT JOIN (SELECT * FROM ({page}) q WHERE (SELECT registered FROM chk)) p ON true"
     " ORDER BY p.timestamp, p.event_id"
 )
+
+
+@cache
+def _claim_and_read_sql(page_sql: str) -> str:
+    """The claim, the check and the page as one text: built once per page text (eventquery builds
+    one page text per filter shape), so every query of a shape passes psycopg the same string."""
+    return _CLAIM_CHECKING_REGISTRATION_AND_READING.format(page=page_sql)
 
 
 def _by_statement(flt: EventFilter) -> bool:
@@ -222,10 +230,7 @@ class PostgresStorage:
         page_sql, page_params = eventquery.page_statement(**args, **limit)
         try:
             with prepared_cursor() as cur:
-                cur.execute(
-                    _CLAIM_CHECKING_REGISTRATION_AND_READING.format(page=page_sql),
-                    [*nonce.params(), *reg, *page_params],
-                )
+                cur.execute(_claim_and_read_sql(page_sql), [*nonce.params(), *reg, *page_params])
                 rows = cur.fetchall()
         except DatabaseError:
             self._claim_after_failure(nonce)

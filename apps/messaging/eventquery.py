@@ -17,6 +17,8 @@ not imply it) the COUNT run on `messaging_storedevent` through `event_owner_ts`.
 
 from __future__ import annotations
 
+from functools import cache
+
 from apps.tenants.models import Tenant
 
 from .models import EventTag, StoredEvent
@@ -26,40 +28,64 @@ _EVENTS = StoredEvent._meta.db_table
 _TAGS = EventTag._meta.db_table
 
 
-def _time_range(table: str, after: int | None, before: int | None) -> tuple[str, list]:
-    sql, params = "", []
-    if after is not None:
-        sql += f" AND {table}.timestamp > %s"
-        params.append(after)
-    if before is not None:
-        sql += f" AND {table}.timestamp < %s"
-        params.append(before)
-    return sql, params
+def _time_range(table: str, after: bool, before: bool) -> str:
+    return (f" AND {table}.timestamp > %s" if after else "") + (f" AND {table}.timestamp < %s" if before else "")
 
 
-def _events_where(*, tenant: Tenant, owner_did: str, after: int | None, before: int | None) -> tuple[str, list]:
-    """WHERE clause of QUERY_EVENTS without tags, on the events (event_owner_ts)."""
-    rng, rng_params = _time_range(_EVENTS, after, before)
-    return f"{_EVENTS}.tenant_id = %s AND {_EVENTS}.owner_did = %s{rng}", [tenant.pk, owner_did, *rng_params]
+def _range_params(after: int | None, before: int | None) -> list:
+    return [v for v in (after, before) if v is not None]
 
 
-def _tags_where(
-    *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str]
-) -> tuple[str, list]:
-    """WHERE clause of QUERY_EVENTS with tags, on the tag rows (tag_ts: every predicate is an index condition)."""
-    rng, rng_params = _time_range(_TAGS, after, before)
-    tags = list(dict.fromkeys(tags))
-    if len(tags) == 1:
-        # `= $n`, not `= ANY($n)`: the generic plan of ANY assumes a 10-element array, estimates
-        # 10x the rows of one tag and loses to the custom plan, so PostgreSQL re-planned the
-        # prepared statement on every execution (pg_prepared_statements: 0 generic, all custom;
-        # ~0.3 ms of planning). With `=` the estimates agree and the generic plan is kept.
-        tag_sql, tag_param = f"{_TAGS}.tag = %s", tags[0]
-    else:
-        tag_sql, tag_param = f"{_TAGS}.tag = ANY(%s)", list(tags)
+# The statement texts depend only on the filter's shape (tags or not, one tag or several, which
+# time bounds), so each shape's text is built once per process and reused: the same string
+# object every call (psycopg's prepared-statement lookup hashes it once).
+
+
+@cache
+def _events_where(after: bool, before: bool) -> str:
+    """WHERE clause of QUERY_EVENTS without tags, on the events (event_owner_ts); parameters
+    tenant, owner, then the bounds given."""
+    return f"{_EVENTS}.tenant_id = %s AND {_EVENTS}.owner_did = %s{_time_range(_EVENTS, after, before)}"
+
+
+@cache
+def _tags_where(one_tag: bool, after: bool, before: bool) -> str:
+    """WHERE clause of QUERY_EVENTS with tags, on the tag rows (tag_ts: every predicate is an index
+    condition); parameters tenant, owner, the tag (one tag) or the array of distinct tags, then the
+    bounds given."""
+    # `= $n`, not `= ANY($n)` for one tag: the generic plan of ANY assumes a 10-element array,
+    # estimates 10x the rows of one tag and loses to the custom plan, so PostgreSQL re-planned the
+    # prepared statement on every execution (pg_prepared_statements: 0 generic, all custom;
+    # ~0.3 ms of planning). With `=` the estimates agree and the generic plan is kept.
+    tag_sql = f"{_TAGS}.tag = %s" if one_tag else f"{_TAGS}.tag = ANY(%s)"
+    return f"{_TAGS}.tenant_id = %s AND {_TAGS}.owner_did = %s AND {tag_sql}{_time_range(_TAGS, after, before)}"
+
+
+def _tag_param(tags: list[str]) -> str | list[str]:
+    distinct = list(dict.fromkeys(tags))
+    return distinct[0] if len(distinct) == 1 else distinct
+
+
+@cache
+def page_sql(*, tagged: bool, one_tag: bool, after: bool, before: bool) -> str:
+    """The text of `page_statement` for one filter shape (built once per shape)."""
+    if tagged:
+        # One tag: its index entries are distinct events already, in (timestamp, event) order, so
+        # no DISTINCT (a hash of every match and a sort: 25-39% of the statement's PostgreSQL CPU).
+        distinct = "" if one_tag else "DISTINCT "
+        return (
+            f"SELECT e.public_id::text AS public_id, e.payload, e.encrypted_tags, e.timestamp, page.total,"
+            f" page.event_id FROM ("
+            f"SELECT event_id, timestamp, count(*) OVER () AS total FROM ("
+            f"SELECT {distinct}event_id, timestamp FROM {_TAGS} WHERE {_tags_where(one_tag, after, before)}) matched "
+            f"ORDER BY timestamp, event_id LIMIT %s OFFSET %s) page "
+            f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
+            f"ORDER BY page.timestamp, page.event_id"
+        )
     return (
-        f"{_TAGS}.tenant_id = %s AND {_TAGS}.owner_did = %s AND {tag_sql}{rng}",
-        [tenant.pk, owner_did, tag_param, *rng_params],
+        f"SELECT public_id::text AS public_id, payload, encrypted_tags, timestamp, NULL::bigint AS total,"
+        f" id AS event_id FROM {_EVENTS} WHERE {_events_where(after, before)} "
+        f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
     )
 
 
@@ -71,30 +97,16 @@ def page_statement(
 
     With tags, `total` is the number of matching events (a window count over the distinct matches,
     taken from the index before LIMIT); without tags it is NULL (`page_total` decides). The
-    command path embeds this text after its nonce claim (apps/decentrl/storage.py)."""
-    args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before}
-    if tags:
-        where, params = _tags_where(**args, tags=tags)
-        # One tag: its index entries are distinct events already, in (timestamp, event) order, so
-        # no DISTINCT (a hash of every match and a sort: 25-39% of the statement's PostgreSQL CPU).
-        distinct = "" if len(set(tags)) == 1 else "DISTINCT "
-        sql = (
-            f"SELECT e.public_id::text AS public_id, e.payload, e.encrypted_tags, e.timestamp, page.total,"
-            f" page.event_id FROM ("
-            f"SELECT event_id, timestamp, count(*) OVER () AS total FROM ("
-            f"SELECT {distinct}event_id, timestamp FROM {_TAGS} WHERE {where}) matched "
-            f"ORDER BY timestamp, event_id LIMIT %s OFFSET %s) page "
-            f"JOIN {_EVENTS} e ON e.id = page.event_id AND e.tenant_id = %s AND e.owner_did = %s "
-            f"ORDER BY page.timestamp, page.event_id"
-        )
-        return sql, [*params, limit, offset, tenant.pk, owner_did]
-    where, params = _events_where(**args)
-    sql = (
-        f"SELECT public_id::text AS public_id, payload, encrypted_tags, timestamp, NULL::bigint AS total,"
-        f" id AS event_id FROM {_EVENTS} WHERE {where} "
-        f"ORDER BY {_EVENTS}.timestamp ASC, {_EVENTS}.id ASC LIMIT %s OFFSET %s"
+    command path embeds this text after its nonce claim (apps/decentrl/storage.py). The text is
+    `page_sql` of the filter's shape: one string per shape, built once."""
+    rng = _range_params(after, before)
+    tag = _tag_param(tags) if tags else None
+    sql = page_sql(
+        tagged=bool(tags), one_tag=not isinstance(tag, list), after=after is not None, before=before is not None
     )
-    return sql, [*params, limit, offset]
+    if tags:
+        return sql, [tenant.pk, owner_did, tag, *rng, limit, offset, tenant.pk, owner_did]
+    return sql, [tenant.pk, owner_did, *rng, limit, offset]
 
 
 def page_total(
@@ -139,12 +151,16 @@ def stored_events_count(
     *, tenant: Tenant, owner_did: str, after: int | None, before: int | None, tags: list[str]
 ) -> int:
     """`total` of QUERY_EVENTS: distinct matching events."""
+    rng = _range_params(after, before)
     if tags:
-        where, params = _tags_where(tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags)
-        sql = f"SELECT count({'*' if len(set(tags)) == 1 else 'DISTINCT event_id'}) FROM {_TAGS} WHERE {where}"
+        tag = _tag_param(tags)
+        one_tag = not isinstance(tag, list)
+        where = _tags_where(one_tag, after is not None, before is not None)
+        sql = f"SELECT count({'*' if one_tag else 'DISTINCT event_id'}) FROM {_TAGS} WHERE {where}"
+        params = [tenant.pk, owner_did, tag, *rng]
     else:
-        where, params = _events_where(tenant=tenant, owner_did=owner_did, after=after, before=before)
-        sql = f"SELECT count(*) FROM {_EVENTS} WHERE {where}"
+        sql = f"SELECT count(*) FROM {_EVENTS} WHERE {_events_where(after is not None, before is not None)}"
+        params = [tenant.pk, owner_did, *rng]
     with prepared_cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchone()[0]

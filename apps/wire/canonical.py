@@ -132,7 +132,8 @@ def _slow_canonical_str(obj: Any) -> str:
 _plain_encode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
 ).encode
-_SCALARS = (str, int, bool, type(None))
+# Exact types only: a str subclass (RawJSON) or an int subclass takes `_encode`.
+_SCALARS = frozenset((str, int, bool, type(None)))
 
 
 def _plain(obj: Any, depth: int) -> bool:
@@ -142,15 +143,23 @@ def _plain(obj: Any, depth: int) -> bool:
     if depth >= MAX_DEPTH - 1:
         return False
     if t is dict:
-        for key, value in obj.items():
-            if type(key) is not str or not key.isascii():
+        # Every key a str and ASCII, checked in two C calls: join refuses a non-str key. (A str
+        # subclass key is printed by both encoders as its text, in the same place.)
+        try:
+            if not "".join(obj).isascii():
                 return False
-            if type(value) not in _SCALARS and not _plain(value, depth + 1):
-                return False
-        return True
-    if t is list or t is tuple:
-        return all(type(item) in _SCALARS or _plain(item, depth + 1) for item in obj)
-    return False
+        except TypeError:
+            return False
+        values = obj.values()
+    elif t is list or t is tuple:
+        values = obj
+    else:
+        return False
+    depth += 1
+    for value in values:
+        if type(value) not in _SCALARS and not _plain(value, depth):
+            return False
+    return True
 
 
 def _canonical(obj: Any) -> tuple[str, bytes]:
