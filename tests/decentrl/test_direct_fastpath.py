@@ -164,7 +164,8 @@ def test_a_failed_query_statement_still_leaves_the_nonce_consumed(post_a, tenant
         " SELECT chk.fresh,", " SELECT 1 / 0 = 1 OR chk.fresh,", 1
     )
     assert broken != storage._CLAIM_CHECKING_REGISTRATION_AND_READING
-    monkeypatch.setattr(storage, "_CLAIM_CHECKING_REGISTRATION_AND_READING", broken)
+    # The text is built once per page shape (storage._claim_and_read_sql): break the builder.
+    monkeypatch.setattr(storage, "_claim_and_read_sql", lambda page_sql: broken.format(page=page_sql))
     env = envelope(bob, QEV, recipient_did=tenant_a.did)
     assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
     monkeypatch.undo()
