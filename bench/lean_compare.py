@@ -38,14 +38,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
-
-import httpx
 
 from bench import loadgen
 from bench.cpu import CpuSampler
@@ -60,60 +57,19 @@ class LeanServer(SessionServer):
     """bench/lean_reference.py in its own session: its pid is the process group (CPU accounting)."""
 
     def __init__(self, *, port: int, database_url: str, workers: int, pool_size: int):
-        log_dir = ROOT / "var" / "bench"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"lean-{port}.log"
         env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "bench.lean_reference", "--port", str(port), "--workers", str(workers),
                "--pool-size", str(pool_size)]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log_path.read_text(errors="replace"))
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        else:
-            self.stop()
-            raise RuntimeError("the lean reference did not start:\n" + self.log_path.read_text(errors="replace"))
-        time.sleep(1.0)  # every worker process up
+        self.launch("the lean reference", cmd, env, f"lean-{port}.log", f"http://127.0.0.1:{port}")
 
 
 class ProbeServer(SessionServer):
     """bench/async_entry_probe.py in its own session, with the production layout's environment."""
 
     def __init__(self, *, port: int, layout_args, interface: str, workers: int, pool_size: int, flags: list[str]):
-        log_dir = ROOT / "var" / "bench"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"probe-{port}.log"
-        env = server_env(layout_args)
         cmd = [sys.executable, "-m", "bench.async_entry_probe", "--port", str(port), "--interface", interface,
                "--workers", str(workers), "--pool-size", str(pool_size), *flags]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log_path.read_text(errors="replace"))
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        else:
-            self.stop()
-            raise RuntimeError("the probe did not start:\n" + self.log_path.read_text(errors="replace"))
-        time.sleep(1.0)
+        self.launch("the probe", cmd, server_env(layout_args), f"probe-{port}.log", f"http://127.0.0.1:{port}")
 
 
 # The probe's ladder: name, port offset from --port, flags.

@@ -126,6 +126,32 @@ class SessionServer:
     def pgid(self) -> int:
         return self.proc.pid
 
+    def launch(self, what: str, cmd: list[str], env: dict, log_name: str, url: str, host: str | None = None) -> None:
+        """Start `cmd` in its own session (output to var/bench/`log_name`) and wait until `url`'s
+        /health answers 200 (with Host `host`), at most 60 s; then a second for every worker."""
+        log_dir = ROOT / "var" / "bench"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / log_name
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.url = url
+        headers = {"Host": host} if host else None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log_path.read_text(errors="replace"))
+            try:
+                if httpx.get(url + "/health", headers=headers, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            self.stop()
+            raise RuntimeError(f"{what} did not start:\n" + self.log_path.read_text(errors="replace"))
+        time.sleep(1.0)  # let every worker process finish booting
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.pgid, signal.SIGTERM)
@@ -142,9 +168,6 @@ class Layout(SessionServer):
 
     def __init__(self, args):
         self.args = args
-        log_dir = ROOT / "var" / "bench"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"production-{args.port}.log"
         env = server_env(args)
         if args.no_celery:
             env["NO_CELERY"] = "1"
@@ -155,30 +178,15 @@ class Layout(SessionServer):
             self.http_port = args.port + 1
         elif args.layout == "daphne":  # the embedded default's server: one Daphne for everything
             cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(args.port), "mediator_project.asgi:application"]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=env,
-            stdout=self.log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.url = f"http://127.0.0.1:{self.http_port}"
         self.host = f"localhost:{args.port}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log_path.read_text(errors="replace"))
-            try:
-                if httpx.get(self.url + "/health", headers={"Host": self.host}, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        else:
-            self.stop()
-            raise RuntimeError("the production layout did not start:\n" + self.log_path.read_text(errors="replace"))
-        time.sleep(1.0)  # let every Granian worker finish booting
+        self.launch(
+            "the production layout",
+            cmd,
+            env,
+            f"production-{args.port}.log",
+            f"http://127.0.0.1:{self.http_port}",
+            self.host,
+        )
 
 
 def run_http(args, layout: Layout) -> list[dict]:
