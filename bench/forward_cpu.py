@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 
-from bench.inprocess import measure, print_profile, registration_payload, setup_django, wsgi_poster
+from bench.inprocess import measure, print_profile, registered_pairs, setup_django, wsgi_poster
 
 DB = os.environ.get("BENCH_FORWARD_DB", "mediator_bench_forward_cpu")
 HOST = "forward.bench:80"
@@ -55,10 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.didcomm.core.agent import CM2, Agent, routed_did
     from apps.didcomm.core.resolver import resolve_did
     from apps.tenants.services import tenant_create
-    from apps.wire import contract as wc
     from apps.wire.canonical import canonical_bytes
-    from apps.wire.client import Identity
-    from apps.wire.did import parse_decentrl
     from bench.didcomm_bench import forwards, inner_for
     from mediator_project.wsgi import application
 
@@ -66,26 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
     post_root = wsgi_poster(application, HOST)
     post_didcomm = wsgi_poster(application, HOST, path="/didcomm", content_type=ENCRYPTED)
 
-    # Decentrl: registered pairs with contracts (as bench/hotpath_cpu.py).
-    def direct(who: Identity, payload: dict) -> dict:
-        status, data = post_root(canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=payload)))
-        assert status.startswith("200"), data
-        return json.loads(data)
-
-    senders = [Identity.create(f"s{i}", tenant.did) for i in range(args.pairs)]
-    recipients = [Identity.create(f"r{i}", tenant.did) for i in range(args.pairs)]
-    for who in senders + recipients:
-        direct(who, registration_payload(tenant, who))
-    for s, r in zip(senders, recipients, strict=True):
-        req = wc.build_request(
-            requestor_did=s.did,
-            recipient_did=r.did,
-            recipient_prekey=parse_decentrl(r.did).pre_key,
-            signing=s.signing,
-            expires_at=int(time.time()) + 86_400,
-        )
-        signed, _ = wc.accept_request(req.request, r.signing)
-        direct(r, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+    # Decentrl: registered pairs with contracts.
+    senders, recipients = registered_pairs(post_root, tenant, args.pairs)
 
     # DIDComm: wallets granted mediation through the protocol, one recipient DID each.
     status, data = wsgi_poster(application, HOST, path="/didcomm/invitation", method="GET")(b"")

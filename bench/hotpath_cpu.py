@@ -22,11 +22,16 @@ Needs PostgreSQL and Redis; uses its own database (BENCH_HOTPATH_DB, default med
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 
-from bench.inprocess import measure, print_profile, registration_payload, report, setup_django, wsgi_poster
+from bench.inprocess import (
+    measure,
+    print_profile,
+    registered_pairs,
+    report,
+    setup_django,
+    wsgi_poster,
+)
 
 DB = os.environ.get("BENCH_HOTPATH_DB", "mediator_bench_hotpath")
 HOST = "hotpath.bench:80"
@@ -52,10 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.decentrl.wsgi import CommandEntry
     from apps.messaging import notify
     from apps.tenants.services import tenant_create
-    from apps.wire import contract as wc
     from apps.wire.canonical import canonical_bytes
-    from apps.wire.client import Identity
-    from apps.wire.did import parse_decentrl
 
     tenant = tenant_create(
         slug="hotpath", domain=HOST, rate_limit_per_did=0, rate_limit_per_ip=0, pending_queue_cap=args.queue_cap
@@ -65,25 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     post = wsgi_poster(lambda environ, start_response: current["app"](environ, start_response), HOST)
 
-    def direct(who: Identity, payload: dict) -> dict:
-        status, data = post(canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=payload)))
-        assert status.startswith("200"), data
-        return json.loads(data)
-
-    senders = [Identity.create(f"s{i}", tenant.did) for i in range(args.pairs)]
-    recipients = [Identity.create(f"r{i}", tenant.did) for i in range(args.pairs)]
-    for who in senders + recipients:
-        direct(who, registration_payload(tenant, who))
-    for s, r in zip(senders, recipients, strict=True):
-        req = wc.build_request(
-            requestor_did=s.did,
-            recipient_did=r.did,
-            recipient_prekey=parse_decentrl(r.did).pre_key,
-            signing=s.signing,
-            expires_at=int(time.time()) + 86_400,
-        )
-        signed, _ = wc.accept_request(req.request, r.signing)
-        direct(r, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+    senders, recipients = registered_pairs(post, tenant, args.pairs)
 
     observers = list(hooks.OBSERVERS)
     receivers = list(notify.push_requested.receivers)

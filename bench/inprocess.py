@@ -139,6 +139,35 @@ def registration_payload(tenant, who) -> dict:
     }
 
 
+def registered_pairs(post, tenant, pairs: int) -> tuple[list, list]:
+    """`pairs` senders and recipients registered with `tenant` through `post` (a wsgi_poster of
+    `POST /`), each recipient holding a day-long contract with its sender: TWO_WAY_PRIVATE's world."""
+    from apps.wire import contract as wc
+    from apps.wire.canonical import canonical_bytes
+    from apps.wire.client import Identity
+    from apps.wire.did import parse_decentrl
+
+    def direct(who, payload: dict) -> None:
+        status, data = post(canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=payload)))
+        assert status.startswith("200"), data
+
+    senders = [Identity.create(f"s{i}", tenant.did) for i in range(pairs)]
+    recipients = [Identity.create(f"r{i}", tenant.did) for i in range(pairs)]
+    for who in senders + recipients:
+        direct(who, registration_payload(tenant, who))
+    for s, r in zip(senders, recipients, strict=True):
+        req = wc.build_request(
+            requestor_did=s.did,
+            recipient_did=r.did,
+            recipient_prekey=parse_decentrl(r.did).pre_key,
+            signing=s.signing,
+            expires_at=int(time.time()) + 86_400,
+        )
+        signed, _ = wc.accept_request(req.request, r.signing)
+        direct(r, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+    return senders, recipients
+
+
 def measure(post, batch: list[bytes], db: str, check) -> dict:
     """Send `batch` (the first 50 warm connection, prepared statements and caches); per command:
     this process's CPU, the database's backends' CPU and the wall time, in µs. `check(status,
