@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
 from django.utils import timezone
 
 from apps.messaging import services, sql
@@ -195,6 +195,38 @@ def test_db_prepared_statements_0_sends_the_same_statements_unprepared(settings,
     assert run() == ("_PreparedCursor", [42, "x"])
     settings.DB_PREPARED_STATEMENTS = False
     assert run() == ("Cursor", [42, "x"])  # Django's own (client-side binding)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="statements are prepared on PostgreSQL only")
+@pytest.mark.django_db(transaction=True)
+def test_the_prepared_cursor_is_kept_per_connection_and_acts_as_django_s_cursor():
+    first = sql.prepared_cursor()
+    with first as cur:
+        cur.execute("SELECT %s::int * 2", [21])
+        assert cur.fetchone() == (42,)
+    # The same cursor for the connection's next statement, none built per statement.
+    assert sql.prepared_cursor() is first
+    # Django's error translation: Django's exception classes, not psycopg's.
+    with pytest.raises(ProgrammingError) as raised, sql.prepared_cursor() as cur:
+        cur.execute("SELECT no_such_column FROM protocol_nonce", [])
+    assert isinstance(raised.value, DatabaseError)
+    # Execute wrappers see every statement, with the connection and the cursor in their context.
+    seen = []
+
+    def spy(execute, sql_text, params, many, context):
+        seen.append((sql_text, list(params), many, context["connection"] is connections["default"]))
+        return execute(sql_text, params, many, context)
+
+    with connection.execute_wrapper(spy), sql.prepared_cursor() as cur:
+        cur.execute("SELECT %s::text", ["w"])
+        assert cur.fetchall() == [("w",)]
+    assert seen == [("SELECT %s::text", ["w"], False, True)]
+    # A new connection gets a new cursor (the kept one belonged to the closed connection).
+    connection.close()
+    with sql.prepared_cursor() as cur:
+        cur.execute("SELECT 1", [])
+        assert cur.fetchone() == (1,)
+    assert cur is not first and cur.cursor.connection is connection.connection
 
 
 def test_the_setting_s_earlier_name_is_refused_at_startup():
