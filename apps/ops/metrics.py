@@ -70,11 +70,24 @@ RATE_LIMIT_ERRORS = Counter(
 WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}
 
 
+# (transport, command, code) → that series' counter and histogram children: `labels()` validates
+# and locks on every call (~10 µs of a command's worker CPU). The label values are closed sets
+# (two transports, the protocol's command types or "-", its codes), so this stays small; it is
+# emptied anyway past _CHILDREN_MAX.
+_children: dict[tuple[str, str, str], tuple] = {}
+_CHILDREN_MAX = 4096
+
+
 def observe_command(record) -> None:
     """hooks.OBSERVERS entry: count and time one finished command (metadata only)."""
-    command = record.command_type or "-"
-    COMMANDS.labels(record.transport, command, record.code).inc()
-    COMMAND_SECONDS.labels(record.transport, command).observe(record.duration_ms / 1000)
+    key = (record.transport, record.command_type or "-", record.code)
+    children = _children.get(key)
+    if children is None:
+        if len(_children) >= _CHILDREN_MAX:
+            _children.clear()
+        children = _children[key] = (COMMANDS.labels(*key), COMMAND_SECONDS.labels(*key[:2]))
+    children[0].inc()
+    children[1].observe(record.duration_ms / 1000)
     if record.channel == "TWO_WAY_PRIVATE" and record.code == "SUCCESS":
         PENDING_STORED.inc()
 

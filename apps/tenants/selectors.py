@@ -8,12 +8,12 @@ still be served from the entry it already read.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.base import ModelState
 
 from .models import Tenant, TenantDomain
 
@@ -42,8 +42,9 @@ def _clone(tenant: Tenant | None) -> Tenant | None:
         return None
     clone = Tenant.__new__(Tenant)
     clone.__dict__.update(tenant.__dict__)
-    clone._state = copy.copy(tenant._state)
-    clone._state.fields_cache = {}
+    state = clone._state = ModelState()
+    state.__dict__.update(tenant._state.__dict__)
+    state.fields_cache = {}
     return clone
 
 

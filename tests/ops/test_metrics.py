@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from apps.decentrl.hooks import CommandRecord
 from apps.ops import metrics
 from tests.conftest import HOST_A
 from tests.support.registration import contract_both_ways, register
@@ -134,3 +137,44 @@ def test_job_statistics_are_listed_read_only_in_the_operator_console(admin_clien
     assert resp.status_code == 200
     assert b"prune_nonces" in resp.content
     assert admin_client.get("/admin/ops/jobstat/add/", HTTP_HOST=HOST_A).status_code == 403
+
+
+def test_observing_a_command_counts_and_times_its_own_series_also_past_the_children_cap(monkeypatch):
+    def record(command: str | None, code: str, ms: float) -> CommandRecord:
+        return CommandRecord(
+            tenant_id=1, tenant_slug="t", at=datetime.now(UTC), transport="http", channel="DIRECT_AUTHENTICATED",
+            command_type=command, code=code, http_status=200, bytes_in=1, bytes_out=1, duration_ms=ms,
+            sender_did=None, remote_addr=None,
+        )  # fmt: skip
+
+    def count(command: str, code: str) -> float:
+        return (
+            metrics.OPS_REGISTRY.get_sample_value(
+                "mediator_commands_total", {"transport": "http", "command": command, "code": code}
+            )
+            or 0.0
+        )
+
+    def timed(command: str) -> float:
+        return (
+            metrics.OPS_REGISTRY.get_sample_value(
+                "mediator_command_duration_seconds_count", {"transport": "http", "command": command}
+            )
+            or 0.0
+        )
+
+    before = (count("SAVE_EVENTS", "SUCCESS"), count("SAVE_EVENTS", "RATE_LIMITED"), count("-", "INVALID_COMMAND"))
+    timed_before = (timed("SAVE_EVENTS"), timed("-"))
+    monkeypatch.setattr(metrics, "_CHILDREN_MAX", 2)
+    for rec in (
+        record("SAVE_EVENTS", "SUCCESS", 1.0),
+        record("SAVE_EVENTS", "SUCCESS", 2.0),
+        record("SAVE_EVENTS", "RATE_LIMITED", 1.0),
+        record(None, "INVALID_COMMAND", 1.0),  # a third series: the cache is emptied, nothing is lost
+        record("SAVE_EVENTS", "SUCCESS", 1.0),
+    ):
+        metrics.observe_command(rec)
+    after = (count("SAVE_EVENTS", "SUCCESS"), count("SAVE_EVENTS", "RATE_LIMITED"), count("-", "INVALID_COMMAND"))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [3.0, 1.0, 1.0]
+    assert [timed("SAVE_EVENTS") - timed_before[0], timed("-") - timed_before[1]] == [4.0, 1.0]
+    assert len(metrics._children) <= 2

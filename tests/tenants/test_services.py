@@ -118,6 +118,20 @@ def test_the_host_cache_answers_without_queries_and_forgets_on_save(tenant_a, ac
     assert tenant_for_host("late-alias.test").pk == tenant_a.pk
 
 
+@override_settings(MEDIATOR_TENANT_CACHE_SECONDS=60)
+def test_each_request_gets_its_own_copy_of_the_cached_tenant(tenant_a):
+    tenant_cache_clear()
+    first, second = tenant_for_host("a.mediator.test"), tenant_for_host("a.mediator.test")
+    assert first is not second and first._state is not second._state
+    assert (first.pk, first.did, first._state.db, first._state.adding) == (tenant_a.pk, tenant_a.did, "default", False)
+    # What one request sets on its copy (attributes, the related-object cache) never reaches another's.
+    first.max_body_bytes = 1
+    first._state.fields_cache["probe"] = object()
+    third = tenant_for_host("a.mediator.test")
+    assert third.max_body_bytes == tenant_a.max_body_bytes
+    assert "probe" not in third._state.fields_cache and "probe" not in second._state.fields_cache
+
+
 @override_settings(MEDIATOR_TENANT_CACHE_SECONDS=0)
 def test_without_the_cache_every_lookup_is_one_query(tenant_a):
     with CaptureQueriesContext(connection) as ctx:
