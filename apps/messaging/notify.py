@@ -13,6 +13,9 @@ from django.dispatch import Signal
 push_requested = Signal()
 # Sent after commit with tenant_id: int, count: int (events newly acknowledged; metrics count them).
 pending_events_acknowledged = Signal()
+# Sent by the realtime app with count: int when it drops pushes (its queue is full); metrics count
+# them. The events themselves are stored: a dropped push delays a wake-up, nothing is lost.
+pushes_dropped = Signal()
 
 
 def notify_on_commit(*, tenant_id: int, did: str, message: dict) -> None:

@@ -46,6 +46,11 @@ PENDING_DELIVERED = Counter(
     "Pending events acknowledged by their recipient (delivered; payload dropped).",
     registry=OPS_REGISTRY,
 )
+PUSHES_DROPPED = Counter(
+    "mediator_pushes_dropped_total",
+    "Real-time pushes dropped because a process's push queue was full (the events stay stored).",
+    registry=OPS_REGISTRY,
+)
 WS_CONNECTIONS = Gauge(
     "mediator_websocket_connections",
     "Open /ws sockets (all processes).",
@@ -107,6 +112,12 @@ def observe_acknowledged(sender=None, *, count: int = 0, **kwargs) -> None:
     """Receiver of messaging's pending_events_acknowledged signal."""
     if count > 0:
         PENDING_DELIVERED.inc(count)
+
+
+def observe_pushes_dropped(sender=None, *, count: int = 0, **kwargs) -> None:
+    """Receiver of messaging's pushes_dropped signal."""
+    if count > 0:
+        PUSHES_DROPPED.inc(count)
 
 
 # Row counts of stores owned by apps above ops, read at scrape time: (metric name, help, count()).

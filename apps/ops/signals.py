@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from apps.messaging.notify import pending_events_acknowledged
+from apps.messaging.notify import pending_events_acknowledged, pushes_dropped
 
 log = logging.getLogger("mediator.jobs")
 
@@ -51,6 +51,7 @@ def connect() -> None:
 
     task_success.connect(on_task_success, dispatch_uid="apps.ops.task_success", weak=False)
     task_failure.connect(on_task_failure, dispatch_uid="apps.ops.task_failure", weak=False)
-    from .metrics import observe_acknowledged
+    from .metrics import observe_acknowledged, observe_pushes_dropped
 
     pending_events_acknowledged.connect(observe_acknowledged, dispatch_uid="apps.ops.acknowledged", weak=False)
+    pushes_dropped.connect(observe_pushes_dropped, dispatch_uid="apps.ops.pushes_dropped", weak=False)

@@ -114,12 +114,22 @@ class SyncSender:
 
     def members(self, group: str) -> list[str]:
         """The group's live channels (joined within group_expiry), in one command."""
+        return self.members_of([group])[0]
+
+    def members_of(self, groups: list[str]) -> list[list[str]]:
+        """Each group's live channels (joined within group_expiry), in `groups`' order: one
+        pipeline, so one round trip, per Redis host."""
         layer = self.layer
-        live_since = int(time.time()) - layer.group_expiry
-        (members,) = self._round_trip(
-            layer.consistent_hash(group), [("ZRANGEBYSCORE", layer._group_key(group), f"({live_since}", "+inf")]
-        )
-        return [m.decode("utf8") for m in members]
+        live_since = f"({int(time.time()) - layer.group_expiry}"
+        by_host: dict[int, list[int]] = {}
+        for i, group in enumerate(groups):
+            by_host.setdefault(layer.consistent_hash(group), []).append(i)
+        found: list[list[str]] = [[] for _ in groups]
+        for index, positions in by_host.items():
+            commands = [("ZRANGEBYSCORE", layer._group_key(groups[i]), live_since, "+inf") for i in positions]
+            for i, members in zip(positions, self._round_trip(index, commands), strict=True):
+                found[i] = [m.decode("utf8") for m in members]
+        return found
 
     def send(self, group: str, channel_names: list[str], message: dict) -> None:
         """The rest of group_send: drop the group's stale members (channels_redis does that first;

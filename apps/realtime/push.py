@@ -6,12 +6,18 @@ How the send is made from that sync code:
 - the in-memory layer keeps asyncio queues that belong to the ASGI server's event loop, so
   `async_to_sync` must hand the call to that loop (it does, from a thread asgiref started);
 - channels_redis's `RedisChannelLayer` (hosts given as addresses, the deployment's setting) is
-  sent to synchronously by the version-pinned adapter `channels_redis_adapter.SyncSender`, on a
-  blocking redis-py connection, in one round trip when the group is empty and two when it has
-  sockets. It writes exactly what the layer's own `group_send` writes, so Daphne's consumers
-  receive it unchanged. The public `group_send` from sync code costs several times its worker
-  CPU per push (bench/push_adapter_bench.py, docs/benchmarks.md), most recipients having no
-  socket at all;
+  sent to by the version-pinned adapter `channels_redis_adapter.SyncSender`, on blocking redis-py
+  connections. The committing thread does not wait for Redis: it hands the push to this
+  process's `Pusher` (one thread), which collects the pushes that arrive within PUSH_LINGER_S
+  (2 ms), looks up every collected group's members in one pipeline (one round trip for the
+  batch; most recipients have no socket) and sends to the groups that have sockets (one more
+  round trip each). It writes exactly what the layer's own `group_send` writes, so Daphne's
+  consumers receive it unchanged. The public `group_send` from sync code costs several times its
+  worker CPU per push (bench/push_adapter_bench.py, docs/benchmarks.md), and a round trip per
+  push in the committing thread cost ~10 % of a TWO_WAY_PRIVATE's worker CPU. The queue holds at
+  most PUSH_QUEUE_MAX pushes: past that a push is dropped, counted (`Pusher.dropped`) and logged
+  (a push is a wake-up: the event is stored). Pushes still queued when the process exits are
+  sent by an atexit flush;
 - any other layer goes to one long-lived background loop per process. Without it,
   `async_to_sync` in a plain WSGI worker would make a new event loop, and so a new Redis
   connection, for every single push.
@@ -20,17 +26,21 @@ How the send is made from that sync code:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
+import time
+from collections import deque
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
+from apps.messaging.notify import pushes_dropped
 from apps.wire.canonical import canonical_str
 
-from .channels_redis_adapter import SEND_TIMEOUT_S, sync_sender
+from .channels_redis_adapter import SEND_TIMEOUT_S, SyncSender, sync_sender
 from .groups import group_name, tenant_group_name
 
 log = logging.getLogger("mediator.realtime")
@@ -102,16 +112,108 @@ def tenant_deleted(sender, instance, **kwargs) -> None:
     tenant_state_on_commit(tenant_id=instance.pk, state={"active": False, "deleted": True})
 
 
+# How long the pusher collects pushes before it looks their groups up (one round trip per batch),
+# and how many pushes may wait for it.
+PUSH_LINGER_S = 0.002
+PUSH_QUEUE_MAX = 10_000
+
+
+class Pusher:
+    """This process's pushes to channels_redis (see the module docstring): `put` queues one and
+    returns at once; the pusher's thread sends them, oldest first."""
+
+    def __init__(self, sender: SyncSender) -> None:
+        self.sender = sender
+        self.pid = os.getpid()
+        self.queue: deque[tuple] = deque()
+        self.wake = threading.Event()
+        self.dropped = 0  # pushes refused because the queue was full (also on /metrics)
+        self.counting = threading.Lock()
+        # Held for a whole drain and send, so that `flush()` returns only once every push queued
+        # before it was sent (the pusher thread's batch in flight included).
+        self.flushing = threading.Lock()
+        threading.Thread(target=self._run, name="realtime-pusher", daemon=True).start()
+        atexit.register(self._flush_at_exit)
+
+    def put(self, group: str, build, tenant_id: int, what) -> None:
+        """Queue a push of `build()` to `group` (built only if the group has sockets)."""
+        if len(self.queue) >= PUSH_QUEUE_MAX:
+            with self.counting:
+                self.dropped += 1
+                dropped = self.dropped
+            pushes_dropped.send(sender=None, count=1)
+            if dropped % 1000 == 1:
+                log.warning("push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what)
+            return
+        self.queue.append((group, build, tenant_id, what))
+        if not self.wake.is_set():
+            self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            # The commands in flight commit within this: their pushes share the lookup.
+            time.sleep(PUSH_LINGER_S)
+            self.wake.clear()
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the pusher outlives any failure (flush logs its own)
+                log.exception("realtime pusher failed")
+
+    def _flush_at_exit(self) -> None:
+        # A forked child inherits this registration but not the thread: only the owner flushes.
+        if self.pid == os.getpid():
+            self.flush()
+
+    def flush(self) -> None:
+        """Send every queued push now, in the calling thread; returns once every push queued before
+        the call has been sent (or failed and been logged)."""
+        with self.flushing:
+            batch = []
+            while True:
+                try:
+                    batch.append(self.queue.popleft())
+                except IndexError:
+                    break
+            if batch:
+                self._send(batch)
+
+    def _send(self, batch: list[tuple]) -> None:
+        try:
+            found = self.sender.members_of([push[0] for push in batch])
+        except Exception:  # noqa: BLE001 - see push_to_sockets; never log a message (it carries payloads)
+            log.exception("push to channel layer failed: %s pushes not sent", len(batch))
+            return
+        for (group, build, tenant_id, what), channel_names in zip(batch, found, strict=True):
+            if not channel_names:
+                continue
+            try:
+                self.sender.send(group, channel_names, build())
+            except Exception:  # noqa: BLE001 - idem
+                log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
+
+
+_pushers_lock = threading.Lock()
+
+
+def pusher(sender: SyncSender) -> Pusher:
+    """The sender's pusher in this process (a new one after a fork: threads do not survive it)."""
+    current = sender.__dict__.get("pusher")
+    if current is None or current.pid != os.getpid():
+        with _pushers_lock:
+            current = sender.__dict__.get("pusher")
+            if current is None or current.pid != os.getpid():
+                current = sender.__dict__["pusher"] = Pusher(sender)
+    return current
+
+
 def _group_send(group: str, build, tenant_id: int, what) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
         if (sync := sync_sender(layer)) is not None:
-            # Most recipients have no socket: find out before serialising anything.
-            channel_names = sync.members(group)
-            if channel_names:
-                sync.send(group, channel_names, build())
+            pusher(sync).put(group, build, tenant_id, what)
             return
         group_message = build()
         if isinstance(layer, InMemoryChannelLayer):

@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from apps.realtime import channels_redis_adapter as adapter
 from apps.realtime.groups import group_name
-from apps.realtime.push import PUSH_TYPE, push_to_sockets
+from apps.realtime.push import PUSH_TYPE, push_to_sockets, pusher
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import open_authenticated
 from tests.support.layers import redis_channel_layers
@@ -188,6 +188,7 @@ def test_the_adapter_writes_under_the_layers_key_prefix(layer):
     did = f"did:test:{uuid.uuid4()}"
     (channel,) = _join(layer, group_name(7, did), 1)
     push_to_sockets(None, tenant_id=7, did=did, message={"type": "CONTRACTS_UPDATED"})
+    pusher(adapter.sync_sender(layer)).flush()  # the pusher thread's send has been made
     keys = sorted(k.decode() for k in raw.scan_iter(match=f"*{group_name(7, did)}*")) + sorted(
         k.decode() for k in raw.scan_iter(match=f"*{layer.non_local_name(channel)}*")
     )

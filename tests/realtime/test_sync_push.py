@@ -11,9 +11,11 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from apps.ops.metrics import OPS_REGISTRY
+from apps.realtime import push
 from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
-from apps.realtime.push import PUSH_TYPE, push_to_sockets
+from apps.realtime.push import PUSH_TYPE, push_to_sockets, pusher
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 
@@ -60,6 +62,7 @@ def test_every_socket_of_the_group_gets_the_push_the_async_layer_would_give(laye
     # The blocking connections keep their own short timeouts, not the consumer's 30 s read timeout.
     assert sync.pools[0].connection_kwargs["socket_timeout"] == 2.0
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "PENDING_EVENTS", "events": []})
+    pusher(sync).flush()  # sent before the direct send below
     assert sorted(sync.members(group_name(3, did))) == sorted(channels)
     sync.send(group_name(3, did), sync.members(group_name(3, did)), {"type": PUSH_TYPE, "text": "second"})
 
@@ -76,6 +79,7 @@ def test_every_socket_of_the_group_gets_the_push_the_async_layer_would_give(laye
 
 def test_a_group_without_sockets_writes_nothing(layer):
     push_to_sockets(None, tenant_id=3, did="did:test:nobody", message={"type": "CONTRACTS_UPDATED"})
+    pusher(sync_sender(layer)).flush()
     assert sync_sender(layer).members(group_name(3, "did:test:nobody")) == []
     assert _keys(layer) == []
 
@@ -88,10 +92,12 @@ def test_members_older_than_group_expiry_are_not_sent_to_and_are_dropped_by_the_
     sync = sync_sender(layer)
     assert sync.members(group_name(3, did)) == []
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
+    pusher(sync).flush()
     assert _keys(layer) == [group_key]  # nothing was sent, nothing else written
 
     (channel,) = join(layer, did)
     push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
+    pusher(sync).flush()
     assert raw.zrange(group_key, 0, -1) == [channel.encode()]
     assert async_to_sync(layer.receive)(channel) == {
         "type": PUSH_TYPE,
@@ -148,3 +154,71 @@ def test_a_broken_connection_is_replaced_on_the_next_push(layer):
         "group": group_name(3, did),
         "text": '{"type":"CONTRACTS_UPDATED"}',
     }
+
+
+def test_the_pushes_of_commands_in_flight_share_one_lookup_and_go_out_in_order(layer, monkeypatch):
+    """The committing thread only queues; the pusher looks every queued group up in one round
+    trip, then sends to the groups that have sockets, oldest push first."""
+    monkeypatch.setattr(push, "PUSH_LINGER_S", 0.5)  # the test's flush takes the batch, not the thread
+    did = f"did:test:{uuid.uuid4()}"
+    (channel,) = join(layer, did)
+    sync = sync_sender(layer)
+    trips = []
+    real = sync._round_trip
+    monkeypatch.setattr(
+        sync, "_round_trip", lambda index, commands: trips.append([c[0] for c in commands]) or real(index, commands)
+    )
+    for i in range(3):
+        push_to_sockets(None, tenant_id=3, did=f"did:test:nobody-{i}", message={"type": "CONTRACTS_UPDATED"})
+        push_to_sockets(None, tenant_id=3, did=did, message={"type": "PENDING_EVENTS", "events": [str(i)]})
+    assert trips == []  # nothing sent by the committing thread
+    pusher(sync).flush()
+    # One lookup of the six groups, then one pipeline per push to the live group.
+    assert trips == [["ZRANGEBYSCORE"] * 6] + [["ZREMRANGEBYSCORE", "ZREMRANGEBYSCORE", "EVAL"]] * 3
+
+    async def drain():
+        return [await layer.receive(channel) for _ in range(2)]
+
+    # capacity 2: the first two, in order (the third was refused by the layer's capacity script)
+    assert [m["text"] for m in async_to_sync(drain)()] == [
+        '{"events":["0"],"type":"PENDING_EVENTS"}',
+        '{"events":["1"],"type":"PENDING_EVENTS"}',
+    ]
+
+
+def test_past_the_queue_cap_a_push_is_dropped_and_counted(layer, monkeypatch, caplog):
+    monkeypatch.setattr(push, "PUSH_LINGER_S", 0.5)
+    monkeypatch.setattr(push, "PUSH_QUEUE_MAX", 2)
+    did = f"did:test:{uuid.uuid4()}"
+    (channel,) = join(layer, did)
+    sync = sync_sender(layer)
+    queue = pusher(sync)
+    before = queue.dropped
+    counted = OPS_REGISTRY.get_sample_value("mediator_pushes_dropped_total")
+    for i in range(4):
+        push_to_sockets(None, tenant_id=3, did=did, message={"type": "PENDING_EVENTS", "events": [str(i)]})
+    assert queue.dropped - before == 2
+    assert OPS_REGISTRY.get_sample_value("mediator_pushes_dropped_total") - counted == 2
+    assert "push queue full" in caplog.text and "PENDING_EVENTS" in caplog.text and did not in caplog.text
+    queue.flush()
+
+    async def drain():
+        return [await layer.receive(channel) for _ in range(2)]
+
+    assert [m["text"] for m in async_to_sync(drain)()] == [
+        '{"events":["0"],"type":"PENDING_EVENTS"}',
+        '{"events":["1"],"type":"PENDING_EVENTS"}',
+    ]
+
+
+def test_a_forked_process_gets_its_own_pusher(layer):
+    sync = sync_sender(layer)
+    first = pusher(sync)
+    assert pusher(sync) is first
+    first.pid = -1  # as the parent's pusher looks from a child after fork: its thread is not there
+    child = pusher(sync)
+    assert child is not first and child.pid > 0 and pusher(sync) is child
+    did = f"did:test:{uuid.uuid4()}"
+    (channel,) = join(layer, did)
+    push_to_sockets(None, tenant_id=3, did=did, message={"type": "CONTRACTS_UPDATED"})
+    assert async_to_sync(layer.receive)(channel)["text"] == '{"type":"CONTRACTS_UPDATED"}'

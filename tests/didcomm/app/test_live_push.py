@@ -15,7 +15,8 @@ from websockets.asyncio.client import connect
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
 from apps.realtime.groups import group_name
-from apps.realtime.push import PUSH_TYPE
+from apps.realtime.channels_redis_adapter import sync_sender
+from apps.realtime.push import PUSH_TYPE, pusher
 from tests.support.layers import redis_channel_layers
 
 from .test_e2e_daphne import REDIS_DB_URL, Deployment
@@ -77,9 +78,11 @@ async def _nothing(ws, seconds: float = 1.5) -> None:
 
 
 async def _wake(deploy, did: str, wake: dict, *, with_group: bool = True) -> None:
-    """A wake straight onto the channel layer, as apps.realtime.push sends it."""
+    """A wake straight onto the channel layer, as apps.realtime.push sends it, after the pushes this
+    process queued before it (an operator's revoke or rotate) have been sent."""
     from channels.layers import get_channel_layer
 
+    await asyncio.to_thread(pusher(sync_sender(get_channel_layer())).flush)
     group = group_name(deploy.tenant.pk, did)
     event = {"type": PUSH_TYPE, "text": json.dumps(wake)}
     if with_group:
