@@ -186,7 +186,7 @@ def measure(post, batch: list[bytes], db: str, check) -> dict:
 
 
 def report(results: dict[str, list[dict]], n: int, rounds: int) -> dict:
-    """Medians per variant, printed as JSON and as the Markdown table docs/benchmarks.md quotes."""
+    """Medians per variant, printed as JSON and as the Markdown table docs/benchmark-history.md quotes."""
     table = {
         name: {k: round(statistics.median(r[k] for r in rows), 1) for k in ("py_us", "pg_us", "wall_us")}
         for name, rows in results.items()

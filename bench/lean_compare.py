@@ -27,7 +27,7 @@ of the layout is measured against the current one in the same minutes.
    for every run, and where the CPU went (bench/cpu.py): each server's process group, the
    PostgreSQL backends of the database, the load generator, the rest of the machine;
 5. per run and as medians: req/s, p50/p99, CPU ms per command of each server and of PostgreSQL,
-   nginx µs per request (how fast the VM ran, docs/benchmarks.md "Third round"), the server's
+   nginx µs per request (how fast the VM ran, docs/benchmark-history.md "Third round"), the server's
    context switches per command (bench/cpu.py), and the ratio
    production / lean (per round, and its median). JSON and Markdown under bench/results/.
 """

@@ -24,7 +24,7 @@ does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `h
    fails, the nonce is claimed on its own and the answer is 503 MEDIATOR_UNAVAILABLE, as in the
    product.
 
-What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmarks.md "Lean
+What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmark-history.md "Lean
 reference"): usage metering and metrics (the command observers), the after-commit push to
 `/ws` sockets (the Redis presence check), the per-command log line, rate limits and CORS.
 Other channels are answered INVALID_COMMAND (the reference serves TWO_WAY_PRIVATE only), and only

@@ -78,7 +78,7 @@ class RawHTTP:
     """A minimal keep-alive HTTP/1.1 client for the load: request bytes built once per body, one
     `sendall`, and a response parser that reads the status line, Content-Length (or chunks) and the
     body. `http.client` cost ~0.36 ms of client CPU per request, a sixth of the box at 480 req/s,
-    CPU the server under test then lacks; this costs a fraction of it (docs/benchmarks.md)."""
+    CPU the server under test then lacks; this costs a fraction of it (docs/benchmark-history.md)."""
 
     def __init__(
         self,
@@ -326,7 +326,7 @@ def _bulk_seed_sql(
     """Store `total` events spread over `owners` straight into PostgreSQL, with the rows exactly as
     SAVE_EVENTS stores them (one StoredEvent + one EventTag per event, the tag carrying the event's
     timestamp, real encrypted tags), then VACUUM ANALYZE. ~20x faster than seeding through the
-    protocol; docs/benchmarks.md says so."""
+    protocol; docs/benchmark-history.md says so."""
     import psycopg
 
     per_owner = total // len(owners)
@@ -448,7 +448,7 @@ MD_HEADER = (
 def nginx_us(cpu: dict | None):
     """nginx's CPU per request in µs: the same work for every request of every run, so it reads how
     fast the VM ran during the run (throughput × this stays within ~10% across runs whose
-    throughput moves by 60%; docs/benchmarks.md, "How noisy one number is")."""
+    throughput moves by 60%; docs/benchmark-history.md, "How noisy one number is")."""
     ms = ((cpu or {}).get("server_cpu_ms_per_req_by_process") or {}).get("nginx")
     return round(ms * 1000) if ms else "-"
 

@@ -19,8 +19,8 @@ writes them with every round to bench/results/nonce_key_ab-<stored>-<UTC>.json. 
 - `digest_id`: the same digest under a unique index beside a bigserial id.
 
 tenant_id references a tenant table in every shape (a deferred foreign key, as Django makes).
-Sender DIDs are `--did-len` characters (147 as in the earlier measurement, docs/benchmarks.md),
-nonces UUIDs. docs/benchmarks.md, "A hashed nonce key, measured before building it".
+Sender DIDs are `--did-len` characters (147 as in the earlier measurement, docs/benchmark-history.md),
+nonces UUIDs. docs/benchmark-history.md, "A hashed nonce key, measured before building it".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 PostgreSQL runs on the same box, so the default is its Unix socket when there is one: measured
 against loopback TCP, about 5% less gunicorn CPU and 3% less PostgreSQL CPU per TWO_WAY_PRIVATE
-(docs/benchmarks.md). BENCH_PG_ADMIN_URL overrides it.
+(docs/benchmark-history.md). BENCH_PG_ADMIN_URL overrides it.
 """
 
 import os

@@ -4,7 +4,7 @@ command's canonical bytes (what the signature check hashes) and the page stateme
 
     .venv/bin/python -m bench.query_events_pieces [LABEL]     # best of 7 x 5,000 each, in µs
 
-Run it from two trees in turn to compare them (docs/benchmarks.md, "QUERY_EVENTS by tag: the
+Run it from two trees in turn to compare them (docs/benchmark-history.md, "QUERY_EVENTS by tag: the
 worker's own work per query").
 """
 

@@ -6,7 +6,7 @@
 3. the HTTP scenarios through the protocol (bench/loadgen.py), each `--runs` times:
    TWO_WAY_PRIVATE at 16 clients, QUERY_PENDING_EVENTS + ACKNOWLEDGE, SAVE_EVENTS, QUERY_EVENTS
    by tag over `--stored` events (seeded with a bulk INSERT shaped exactly like SAVE_EVENTS rows,
-   see docs/benchmarks.md; `--seed protocol` seeds through SAVE_EVENTS instead);
+   see docs/benchmark-history.md; `--seed protocol` seeds through SAVE_EVENTS instead);
 4. push latency through the layout with 1,000 sockets (bench/push_production.py), then the
    realtime benchmarks if present: bench/ws_push_latency.py (Daphne alone, Redis layer) and
    bench/ws_idle_capacity.py (10,000 idle authenticated sockets, RSS);
@@ -80,7 +80,7 @@ def server_env(args) -> dict:
             "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
             "DATABASE_URL": db_url(args.db),
             "REDIS_URL": args.redis_url,
-            # Development mode with DEBUG off, as in every earlier run (docs/benchmarks.md);
+            # Development mode with DEBUG off, as in every earlier run (docs/benchmark-history.md);
             # run_production.sh would otherwise default to production and need its secrets.
             "MEDIATOR_ENV": "development",
             "DJANGO_DEBUG": "0",

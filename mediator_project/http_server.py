@@ -7,7 +7,7 @@ mediator_project/wsgi.py (`POST /` on the command entry, everything else on Djan
 Granian parses HTTP in Rust (hyper) on its own runtime thread and calls the application in a
 pool of Python threads, one database connection each (DB_CONN_MAX_AGE, set by
 scripts/run_production.sh and the systemd unit). Measured against gunicorn's threaded worker
-through the same layout (docs/benchmarks.md, "Production against the lean reference"): about a
+through the same layout (docs/benchmark-history.md, "Production against the lean reference"): about a
 third less server CPU per TWO_WAY_PRIVATE, gunicorn's pure-Python parser and its poller/thread
 hand-offs being most of the difference.
 
@@ -18,10 +18,12 @@ Settings (environment):
   more than one, the others keep serving), the master itself is restarted by supervisord or
   systemd. Half, because a command's CPU is about half the worker's Python (one GIL per worker)
   and half PostgreSQL's and nginx's: on 2 cores one worker of 16 threads spent a median 14% less
-  Granian CPU per command than two of 8 (docs/benchmarks.md, "The Granian tier's size and its
+  Granian CPU per command than two of 8 (docs/benchmark-history.md, "The Granian tier's size and its
   GIL");
-- HTTP_THREADS (16): Python threads per worker that run the application (and hold a database
-  connection each): more commands in flight share PostgreSQL's commit flushes.
+- HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
+  connection each). Against 16 at 16 clients, same runs: ~10 % less CPU per TWO_WAY_PRIVATE
+  (Granian and PostgreSQL both: fewer commands contend for the GIL and for PostgreSQL's locks)
+  and a lower p99; 4 threads left commits waiting (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def server() -> Granian:
         port=port(),
         interface=Interfaces.WSGI,
         workers=workers(),
-        blocking_threads=int(os.environ.get("HTTP_THREADS") or "16"),
+        blocking_threads=int(os.environ.get("HTTP_THREADS") or "8"),
         # Threads (and their persistent database connections) are kept while the tier is idle up
         # to DB_CONN_MAX_AGE's 10 minutes.
         blocking_threads_idle_timeout=600,

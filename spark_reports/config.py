@@ -57,7 +57,7 @@ def database_from_url(url: str) -> Database:
         # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
         # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
         # rows on disk instead: 2.5 s against 0.6 s for 250 000 rows, 13 s against 6 s for 1.25M
-        # (docs/benchmarks.md). So the job's own sessions hash: more work_mem, and no sort (none of
+        # (docs/benchmark-history.md). So the job's own sessions hash: more work_mem, and no sort (none of
         # the extract's queries needs one). The GROUPING SETS of the metering ranges hash BOTH sets in
         # one scan only when the planner's estimate of both tables (one group per row, ~33 MB used
         # for 9 000 + 24 000 real groups) fits work_mem x hash_mem_multiplier: at 64MB it hashed one

@@ -31,7 +31,7 @@ Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY ov
 rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
 rank (exact when n <= accuracy).
 
-Cost (docs/benchmarks.md, issue 17): the database scans each range of metering rows once (both
+Cost (docs/benchmark-history.md, issue 17): the database scans each range of metering rows once (both
 partial aggregates in one query); Spark merges both in one aggregation (`merge_meters`) and only
 reshapes aggregates after it.
 """

@@ -97,7 +97,7 @@ def settle(meters: DataFrame, date_from: date, date_to: date, partitions: int) -
     """Merge both partial aggregates of the metering rows in ONE Spark job (one JDBC query per id
     range, one aggregation) and keep the result (small) on the engine, in `partitions` partitions,
     so that the four tables read it instead of the metering rows (measured at 1M rows,
-    docs/benchmarks.md: 15.6-22.6 s + 4.0-5.3 s for the tables, against 1.1-1.9 s + 30.7-40.4 s with
+    docs/benchmark-history.md: 15.6-22.6 s + 4.0-5.3 s for the tables, against 1.1-1.9 s + 30.7-40.4 s with
     a lazily cached `command_counts`). Returns the merged counts and the latency percentiles."""
     merged = merge_meters(meters, date_from, date_to).coalesce(partitions).localCheckpoint()
     return merged_counts(merged), latency_percentiles(merged_histogram(merged))

@@ -154,7 +154,7 @@ def _store_rows(rows: list[tuple]) -> int:
 class CopyWriter:
     """PostgreSQL: one COPY per batch. A portable INSERT cost the writer thread 4-10x the CPU per
     row (executemany, a multi-row INSERT, bulk_create: bench/metering_insert.py), and bulk_create
-    as much CPU as the commands it metered (docs/benchmarks.md, issue 8 profile)."""
+    as much CPU as the commands it metered (docs/benchmark-history.md, issue 8 profile)."""
 
     def insert(self, rows: list[tuple]) -> None:
         sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN"

@@ -200,15 +200,15 @@ def test_a_starting_master_waits_for_its_port_instead_of_failing():
     assert 0.5 <= time.monotonic() - started < 5
 
 
-def test_workers_default_to_half_the_cores_and_threads_to_16(monkeypatch):
-    """One worker per two cores (docs/benchmarks.md, "The Granian tier's size and its GIL")."""
+def test_workers_default_to_half_the_cores_and_threads_to_8(monkeypatch):
+    """One worker per two cores (docs/benchmark-history.md, "The Granian tier's size and its GIL")."""
     monkeypatch.delenv("HTTP_WORKERS", raising=False)
     monkeypatch.delenv("HTTP_THREADS", raising=False)
     for cores, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (None, 1)):
         monkeypatch.setattr(tier.os, "cpu_count", lambda cores=cores: cores)
         assert tier.workers() == expected
     server = tier.server()
-    assert (server.workers, server.blocking_threads) == (1, 16)
+    assert (server.workers, server.blocking_threads) == (1, 8)
     monkeypatch.setenv("HTTP_WORKERS", "3")
     monkeypatch.setenv("HTTP_THREADS", "5")
     server = tier.server()

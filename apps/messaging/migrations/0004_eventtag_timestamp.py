@@ -6,7 +6,7 @@ column becomes NOT NULL; `tag_ts` replaces `tag_lookup`, whose (tenant, owner_di
 it shares, and is built after the fill.
 
 One transaction that locks messaging_eventtag throughout (57 s for 1M tag rows on the 2-core
-bench box, docs/benchmarks.md): SAVE_EVENTS, UPDATE_EVENT_TAGS and tag queries wait meanwhile.
+bench box, docs/benchmark-history.md): SAVE_EVENTS, UPDATE_EVENT_TAGS and tag queries wait meanwhile.
 Every filled row leaves a dead version behind: `VACUUM ANALYZE messaging_eventtag` afterwards
 (or let autovacuum) so that the tag queries' index-only scans skip the heap again.
 """
