@@ -159,7 +159,7 @@ def test_a_broken_connection_is_replaced_on_the_next_push(layer):
 def test_the_pushes_of_commands_in_flight_share_one_lookup_and_go_out_in_order(layer, monkeypatch):
     """The committing thread only queues; the pusher looks every queued group up in one round
     trip, then sends to the groups that have sockets, oldest push first."""
-    monkeypatch.setattr(push, "PUSH_LINGER_S", 0.5)  # the test's flush takes the batch, not the thread
+    monkeypatch.setattr(push, "PUSH_LINGER_S", 5.0)  # the test's flush takes the batch, not the thread
     did = f"did:test:{uuid.uuid4()}"
     (channel,) = join(layer, did)
     sync = sync_sender(layer)
@@ -187,7 +187,7 @@ def test_the_pushes_of_commands_in_flight_share_one_lookup_and_go_out_in_order(l
 
 
 def test_past_the_queue_cap_a_push_is_dropped_and_counted(layer, monkeypatch, caplog):
-    monkeypatch.setattr(push, "PUSH_LINGER_S", 0.5)
+    monkeypatch.setattr(push, "PUSH_LINGER_S", 5.0)
     monkeypatch.setattr(push, "PUSH_QUEUE_MAX", 2)
     did = f"did:test:{uuid.uuid4()}"
     (channel,) = join(layer, did)
