@@ -428,6 +428,12 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
 Row = tuple[str, dict, datetime]
 
 
+def _backlog(mediation_id: int, ids: list[str] | None) -> list[Row]:
+    return services.messages_rows(
+        mediation=Mediation(pk=mediation_id), recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
+    )
+
+
 @dataclass(slots=True)
 class LiveTarget:
     """What a live socket keeps per client to push a Pickup 3.0 `delivery` without the database:
@@ -442,9 +448,7 @@ class LiveTarget:
 
     def backlog(self, ids: list[str] | None) -> list[Row]:
         """The listed messages still queued, or the oldest ones (ids None); database."""
-        return services.messages_rows(
-            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=handlers.MAX_DELIVERY_LIMIT, ids=ids
-        )
+        return _backlog(self.mediation_id, ids)
 
     def frame(self, rows: list[Row]) -> str:
         """The packed `delivery` of `rows` (they stay queued until messages-received); no database."""
@@ -480,9 +484,12 @@ def live_start(
     mediation = services.mediation_for(tenant=tenant, client_did=client_did)
     if mediation is None:
         return None, []
+    # The backlog before the identity: a rotation commits the new identity and its announcement to
+    # the client together, so an announcement in the backlog is never packed from the identity it
+    # retired (read the other way round, a rotation committing between the two reads did that).
+    rows = _backlog(mediation.pk, None) if backlog else []
     identity = shared_identity(tenant=tenant, identity=services.identity_current(tenant=tenant))
     identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
     kid, key = services.agreement_key_for(client_kid)
     target = LiveTarget(mediation.pk, client_did, identity, (client_kid if kid == client_kid else kid, key))
-    rows = target.backlog(None) if backlog else []
     return target, rows
