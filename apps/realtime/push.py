@@ -143,7 +143,9 @@ class Pusher:
                 dropped = self.dropped
             pushes_dropped.send(sender=None, count=1)
             if dropped % 1000 == 1:
-                log.warning("push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what)
+                log.warning(
+                    "push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what
+                )
             return
         self.queue.append((group, build, tenant_id, what))
         if not self.wake.is_set():

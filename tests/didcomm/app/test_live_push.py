@@ -14,8 +14,8 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
-from apps.realtime.groups import group_name
 from apps.realtime.channels_redis_adapter import sync_sender
+from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE, pusher
 from tests.support.layers import redis_channel_layers
 
