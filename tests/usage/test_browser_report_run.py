@@ -181,7 +181,9 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         steps = [s["step"] for s in working]
         assert len(set(steps)) >= 2, steps  # the step moved on while the page watched
         numbers = [int(s["stepno"].split()[1]) for s in working if s["stepno"]]
-        assert numbers == sorted(numbers) and numbers[-1] > numbers[0], working
+        # Never backwards. (Steps 1, 2 and 4 of a 173-row report on a warm engine can each end
+        # between two of the page's one-second polls, so only step 3 is sure to be seen numbered.)
+        assert numbers == sorted(numbers) and 3 in numbers, working
         assert {s["stepno"].split(" of ")[-1] for s in working if s["stepno"]} == {f"{len(STEPS)})"}
         tasks = [tuple(int(x) for x in s["tasks"].split(" of ")) for s in working]
         assert any(total > 0 for _, total in tasks) and all(done <= total for done, total in tasks), tasks
