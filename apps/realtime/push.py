@@ -171,12 +171,8 @@ class Pusher:
         """Send every queued push now, in the calling thread; returns once every push queued before
         the call has been sent (or failed and been logged)."""
         with self.flushing:
-            batch = []
-            while True:
-                try:
-                    batch.append(self.queue.popleft())
-                except IndexError:
-                    break
+            # Only this lock's holder takes from the queue; producers only append meanwhile.
+            batch = [self.queue.popleft() for _ in range(len(self.queue))]
             if batch:
                 self._send(batch)
 
