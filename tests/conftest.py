@@ -3,6 +3,7 @@ a signed-command poster through the production WSGI entry, and real Daphne serve
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -12,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 
+from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
 
@@ -76,18 +78,29 @@ def wsgi_call(app, body: bytes = b"", *, method: str = "POST", path: str = "/", 
     def start_response(status, headers, exc_info=None):
         got["status"], got["headers"] = status, sorted(headers)
 
-    # As Django's test client does: the test transaction's connection must survive the request.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
+    with keep_test_connection():
         response = app(environ, start_response)
         data = b"".join(response)
         if hasattr(response, "close"):  # as a WSGI server does (PEP 3333)
             response.close()
+    return got["status"], got["headers"], data
+
+
+@contextlib.contextmanager
+def keep_test_connection():
+    """As Django's test client does (it disconnects `close_old_connections` from the request
+    signals): the test transaction's connection must survive the request. The command entry
+    does that work itself (apps.ops.dbconn.request_begins/request_ends): those are no-ops too."""
+    begins, ends = dbconn.request_begins, dbconn.request_ends
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    dbconn.request_begins = dbconn.request_ends = lambda: None
+    try:
+        yield
     finally:
+        dbconn.request_begins, dbconn.request_ends = begins, ends
         request_started.connect(close_old_connections)
         request_finished.connect(close_old_connections)
-    return got["status"], got["headers"], data
 
 
 class Poster:

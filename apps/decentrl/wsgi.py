@@ -5,16 +5,18 @@ WSGIHandler.
 `CommandEntry` is the one HTTP entry of the command path in production. It does what the
 middlewares and the view would do for `POST /`, without building Django request and response
 objects (issue 8 measured the full request cycle at about a third of a TWO_WAY_PRIVATE's worker
-CPU): the `request_started`/`request_finished` signals (database connections are handled as for
-any request), tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which
-the Django view `views.command` also calls, so Daphne and `make run` serve the same code), and
-the headers of `response_headers` (CORS and the security headers, from the same code the
-middlewares run).
+CPU): the database connections' handling of Django's request signals (`ops.dbconn.request_begins`
+and `request_ends`, called directly: the signals' dispatch and the receivers that never concern a
+command cost ~16 µs of a command's ~35 µs entry), tenant resolution (as TenantMiddleware), the
+body cap, `dispatch.http_reply` (which the Django view `views.command` also calls, so Daphne and
+`make run` serve the same code), and the headers of `response_headers` (CORS and the security
+headers, from the same code the middlewares run).
 
 What it does not replicate it hands to Django: an insecure request under SECURE_SSL_REDIRECT
 (Django redirects it), and every request when PREPEND_WWW or DISALLOWED_USER_AGENTS is set. A
 middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
-(ImproperlyConfigured), so a new middleware cannot silently miss the command path.
+(ImproperlyConfigured), so a new middleware cannot silently miss the command path; so does a
+receiver of `request_started` or `request_finished` it does not know (`check_request_signals`).
 tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
 
 Another front door may hand its own POST path to a CommandEntry of its own (`routes`, composed in
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import traceback
+import weakref
 from http.client import responses
 
 from django.conf import settings
@@ -38,6 +41,7 @@ from django.db import DatabaseError
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from apps.ops import dbconn
 from apps.ops.clientip import forwarded_client
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_bytes
@@ -69,6 +73,22 @@ IRRELEVANT = frozenset(
         "django.contrib.messages.middleware.MessageMiddleware",
     }
 )
+# The receivers of Django's request signals, and what CommandEntry does for each (by name: module
+# and qualified name). Django 5.2's own: `close_old_connections` (both ends) and `reset_queries`
+# (start, the DEBUG query log), from django.db; `close_caches` and `reset_urlconf` (end); ours:
+# the dead-connection poll (apps/ops/dbconn.py).
+SIGNAL_RECEIVERS = {
+    "request_started": {
+        "django.db.close_old_connections": "dbconn.request_begins",
+        "django.db.reset_queries": "dbconn.request_begins, under DEBUG (the only time queries are logged)",
+        "apps.ops.dbconn.close_dead_idle_connections": "dbconn.request_begins",
+    },
+    "request_finished": {
+        "django.db.close_old_connections": "dbconn.request_ends",
+        "django.core.cache.close_caches": "nothing: no command touches Django's cache",
+        "django.core.handlers.base.reset_urlconf": "nothing: no command sets a urlconf",
+    },
+}
 _JSON = ("Content-Type", "application/json")
 
 
@@ -133,8 +153,8 @@ class CommandEntry:
         self.reply, self.unavailable = reply, unavailable
 
     def __call__(self, environ, start_response):
-        signals.request_started.send(sender=CommandEntry, environ=environ)
         try:
+            dbconn.request_begins()
             status, headers, body = self._reply(environ)
         except Exception as exc:  # noqa: BLE001 - never a 500 (dispatch.handle itself never raises)
             log.error(
@@ -151,9 +171,9 @@ class CommandEntry:
         # Granian never closes a list (it writes its bytes at once). Nothing here may turn the
         # reply into a 500.
         try:
-            signals.request_finished.send(sender=CommandEntry)
+            dbconn.request_ends()
         except Exception as exc:  # noqa: BLE001
-            log.error("request_finished failed after a command: %s", type(exc).__name__)
+            log.error("closing database connections failed after a command: %s", type(exc).__name__)
         return [body]
 
     def _reply(self, environ) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -189,12 +209,36 @@ def check_middleware() -> None:
         )
 
 
+def _receiver_names(signal) -> list[str]:
+    """`module.qualname` of each live receiver of `signal`, from Django 5.2's `Signal.receivers`
+    entries ((lookup key, receiver or its weak reference, is_async); tests/decentrl/test_entry.py
+    checks that Django's own receivers are found, so a Django that changes them fails there)."""
+    names = []
+    for _key, ref, _is_async in signal.receivers:
+        fn = ref() if isinstance(ref, weakref.ReferenceType) else ref
+        if fn is not None:
+            names.append(f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}")
+    return names
+
+
+def check_request_signals() -> None:
+    """Refuse to start when a request signal has a receiver CommandEntry would silently skip."""
+    for name, signal in (("request_started", signals.request_started), ("request_finished", signals.request_finished)):
+        unknown = [r for r in _receiver_names(signal) if r not in SIGNAL_RECEIVERS[name]]
+        if unknown:
+            raise ImproperlyConfigured(
+                f"POST / does not send {name}, so {', '.join(unknown)} would not run for commands: "
+                "do what it does in apps/decentrl/wsgi.py (CommandEntry) and list it in SIGNAL_RECEIVERS"
+            )
+
+
 class ProtocolWSGIApplication:
     """`POST /` to CommandEntry (and each of `routes`, path → CommandEntry, to its own), everything
     else (and what it does not replicate) to Django."""
 
     def __init__(self, routes: dict[str, CommandEntry] | None = None) -> None:
         check_middleware()
+        check_request_signals()
         self.django = WSGIHandler()
         self.commands = CommandEntry()
         self.routes = dict(routes or {})

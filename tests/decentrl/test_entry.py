@@ -4,6 +4,7 @@ dispatch.http_reply, behind every middleware): same status, same headers, same b
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -11,7 +12,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 
+from apps.decentrl import wsgi
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
+from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
 from tests.conftest import HOST_A
 from tests.conftest import wsgi_call as call
@@ -143,59 +146,103 @@ def test_a_middleware_the_entry_does_not_know_stops_it_from_starting(settings):
         ProtocolWSGIApplication()
 
 
-def test_the_entry_ends_the_request_like_django(tenant_a):
-    """request_started and request_finished fire once each (they return database connections)."""
+def test_the_entry_handles_database_connections_once_at_each_end(tenant_a, monkeypatch):
+    """What Django's request signals do for connections, the entry does itself, once at each end;
+    it sends neither signal (their receivers are checked at start: check_request_signals)."""
     seen = []
-    request_started.connect(started := lambda **kw: seen.append("started"), weak=False)
-    request_finished.connect(finished := lambda **kw: seen.append("finished"), weak=False)
+    monkeypatch.setattr(dbconn, "request_begins", lambda: seen.append("begins"))
+    monkeypatch.setattr(dbconn, "request_ends", lambda: seen.append("ends"))
+    request_started.connect(started := lambda **kw: seen.append("request_started"), weak=False)
+    request_finished.connect(finished := lambda **kw: seen.append("request_finished"), weak=False)
     try:
-        call(CommandEntry(), b"{")
+        CommandEntry()(_environ(b"{"), lambda status, headers, exc_info=None: seen.append(status))
     finally:
         request_started.disconnect(started)
         request_finished.disconnect(finished)
-    assert seen == ["started", "finished"]
+    assert seen == ["begins", "400 Bad Request", "ends"]
 
 
-def test_the_request_ends_before_the_body_is_returned_and_a_failing_receiver_keeps_the_reply(tenant_a):
-    """Granian writes a list body at once and never closes it: request_finished has fired when
-    the entry returns, with no close() from the server. A receiver that raises there is logged,
-    and the reply stays the protocol's (never a 500)."""
-    import io
+def _environ(body: bytes) -> dict:
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_HOST": HOST_A,
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+    }
 
-    from django.db import close_old_connections
 
+def test_the_request_ends_before_the_body_is_returned_and_a_failing_end_keeps_the_reply(tenant_a, monkeypatch, caplog):
+    """Granian writes a list body at once and never closes it: the connections are handled when
+    the entry returns, with no close() from the server. A failure there is logged, and the reply
+    stays the protocol's (never a 500)."""
     seen = []
 
-    def finished(**kw):
-        seen.append("finished")
-        raise RuntimeError("a receiver failed")
+    def ends():
+        seen.append("ends")
+        raise RuntimeError("closing failed")
 
-    # As tests.conftest.wsgi_call: the test transaction's connection must survive the request.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    request_finished.connect(finished, weak=False)
+    monkeypatch.setattr(dbconn, "request_begins", lambda: None)  # keep the test transaction
+    monkeypatch.setattr(dbconn, "request_ends", ends)
     got = {}
-    try:
-        environ = {
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/",
-            "CONTENT_LENGTH": "1",
-            "HTTP_HOST": HOST_A,
-            "REMOTE_ADDR": "127.0.0.1",
-            "wsgi.input": io.BytesIO(b"{"),
-            "wsgi.url_scheme": "http",
-        }
-        body = CommandEntry()(environ, lambda status, headers, exc_info=None: got.update(status=status))
-        assert seen == ["finished"]  # before anything closed the body
-    finally:
-        request_finished.disconnect(finished)
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
+    body = CommandEntry()(_environ(b"{"), lambda status, headers, exc_info=None: got.update(status=status))
+    assert seen == ["ends"]  # before anything closed the body
     assert (got["status"], type(body), json.loads(b"".join(body))) == (
         "400 Bad Request",
         list,
         {"type": "ERROR", "code": "INVALID_COMMAND"},
     )
+    assert "closing database connections failed after a command: RuntimeError" in caplog.text
+
+
+def test_a_failing_start_is_a_protocol_503(tenant_a, monkeypatch):
+    def begins():
+        raise RuntimeError("no connection")
+
+    monkeypatch.setattr(dbconn, "request_begins", begins)
+    monkeypatch.setattr(dbconn, "request_ends", lambda: None)
+    got = {}
+    body = CommandEntry()(_environ(b"{"), lambda status, headers, exc_info=None: got.update(status=status))
+    assert (got["status"], json.loads(b"".join(body))) == (
+        "503 Service Unavailable",
+        {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"},
+    )
+
+
+def test_django_own_request_signal_receivers_are_found_and_known():
+    """The adapter over Django 5.2's Signal.receivers sees Django's receivers (a Django that stores
+    them differently fails here), and every one is in SIGNAL_RECEIVERS."""
+    started = set(wsgi._receiver_names(request_started))
+    finished = set(wsgi._receiver_names(request_finished))
+    assert {
+        "django.db.close_old_connections",
+        "django.db.reset_queries",
+        "apps.ops.dbconn.close_dead_idle_connections",
+    } <= started
+    assert {
+        "django.db.close_old_connections",
+        "django.core.cache.close_caches",
+        "django.core.handlers.base.reset_urlconf",
+    } <= finished
+    assert started <= set(wsgi.SIGNAL_RECEIVERS["request_started"])
+    assert finished <= set(wsgi.SIGNAL_RECEIVERS["request_finished"])
+
+
+@pytest.mark.parametrize("signal", [request_started, request_finished])
+def test_a_request_signal_receiver_the_entry_does_not_know_stops_it_from_starting(signal):
+    def audit(**kwargs):
+        pass
+
+    signal.connect(audit, weak=False)
+    try:
+        with pytest.raises(
+            ImproperlyConfigured, match=r"so tests\.decentrl\.test_entry\.test_a_request_signal_.*audit would not run"
+        ):
+            ProtocolWSGIApplication()
+    finally:
+        signal.disconnect(audit)
 
 
 def test_an_unexpected_error_is_a_protocol_shaped_503(tenant_a, monkeypatch):

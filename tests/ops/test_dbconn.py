@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import connection
 
-from apps.ops.dbconn import close_dead_idle_connections
+from apps.ops.dbconn import close_dead_idle_connections, request_begins, request_ends
 from tests.support import servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,3 +44,52 @@ def test_a_connection_psycopg_already_closed_is_dropped_without_an_error():
     connection.connection.close()  # as psycopg does after a fatal error
     assert close_dead_idle_connections() == 1
     assert _select_one() == 1
+
+
+# request_begins / request_ends: what the command entry does instead of the request signals.
+
+
+def test_a_command_keeps_a_live_connection_within_its_age():
+    assert _select_one() == 1
+    raw = connection.connection
+    connection.close_at = time.monotonic() + 60
+    request_begins()
+    request_ends()
+    assert connection.connection is raw
+
+
+def test_a_command_begins_on_a_fresh_connection_when_the_server_ended_the_old_one():
+    assert _select_one() == 1
+    pid = connection.connection.info.backend_pid
+    servers.terminate_backends([pid])
+    time.sleep(0.05)
+    request_begins()
+    assert connection.connection is None
+    assert _select_one() == 1
+    assert connection.connection.info.backend_pid != pid
+
+
+@pytest.mark.parametrize("end", [request_begins, request_ends])
+def test_either_end_closes_a_connection_past_its_max_age(end):
+    assert _select_one() == 1
+    connection.close_at = time.monotonic() - 1
+    end()
+    assert connection.connection is None
+
+
+@pytest.mark.parametrize("end", [request_begins, request_ends])
+def test_either_end_closes_a_connection_left_outside_autocommit(end):
+    assert _select_one() == 1
+    connection.set_autocommit(False)
+    end()
+    assert connection.connection is None
+    assert _select_one() == 1
+    assert connection.get_autocommit() is True
+
+
+def test_the_query_log_starts_afresh_under_debug(settings):
+    settings.DEBUG = True
+    _select_one()
+    assert len(connection.queries) >= 1
+    request_begins()
+    assert connection.queries == []
