@@ -172,10 +172,10 @@ def test_a_batch_with_bad_rows_writes_the_good_rows_and_drops_and_counts_the_bad
     rejected = metering.rejected
     batch = [
         meter_record(tenant_a, code="GOOD_0"),
-        meter_record(tenant_a, code="BAD_NUL", sender_did="did:x\x00"),  # psycopg refuses it before sending
+        meter_record(tenant_a, code="BAD_NUL", sender_did="did:x\x00"),  # PostgreSQL refuses it (no NUL in text)
         meter_record(tenant_a, code="GOOD_1"),
         meter_record(tenant_a, code="GOOD_2"),
-        meter_record(tenant_a, code="BAD_RANGE", bytes_in=2**40),  # PostgreSQL refuses it: integer out of range
+        meter_record(tenant_a, code="BAD_RANGE", bytes_in=2**40),  # integer out of range: refused before the COPY
         meter_record(tenant_a, code="GOOD_3"),
         meter_record(tenant_a, code="BAD_TYPE", duration_ms="slow"),  # cannot even be made into a row
         meter_record(tenant_a, code="GOOD_4"),
@@ -351,3 +351,25 @@ def test_the_protocol_of_a_row_follows_its_channel(tenant_a):
         )
     )
     assert got == {"DECENTRL_ROW": "decentrl", "DIDCOMM_ROW": "didcomm"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kept"),
+    [
+        ("http_status", 2**15 - 1, True),
+        ("http_status", 2**15, False),
+        ("bytes_in", 2**31 - 1, True),
+        ("bytes_in", 2**31, False),
+        ("bytes_out", 2**31, False),
+        ("bytes_out", -5, True),  # a negative size is stored as 0
+    ],
+)
+def test_a_number_its_column_cannot_hold_is_refused_before_the_copy(tenant_a, field, value, kept):
+    """The binary COPY would wrap it silently: the row is refused (and counted) instead."""
+    record = meter_record(tenant_a, **{field: value})
+    if kept:
+        row = metering._values(record)
+        assert row[metering._COLUMNS.index(field)] == max(0, value)
+    else:
+        with pytest.raises(OverflowError):
+            metering._values(record)

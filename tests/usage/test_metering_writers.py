@@ -48,3 +48,19 @@ def test_the_writer_is_chosen_once_for_the_database():
     assert type(metering.writer()) is (
         metering.CopyWriter if connection.vendor == "postgresql" else metering.BulkWriter
     )
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the binary COPY's types are PostgreSQL's")
+@pytest.mark.django_db
+def test_the_binary_copy_types_are_the_table_columns_types():
+    """The COPY sends each value in binary as the type `_COPY_TYPES` names: it must be the column's
+    (text for a varchar), or PostgreSQL would read the bytes as another type."""
+    names = {"bigint": "int8", "timestamp with time zone": "timestamptz", "character varying": "text",
+             "smallint": "int2", "integer": "int4", "double precision": "float8"}  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s",
+            [CommandMeter._meta.db_table],
+        )
+        table = {column: names[data_type] for column, data_type in cur.fetchall()}
+    assert [table[c] for c in metering._COLUMNS] == list(metering._COPY_TYPES)
