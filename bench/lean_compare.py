@@ -23,7 +23,8 @@ of the layout is measured against the current one in the same minutes.
 3. the world built once through the production layout (bench/loadgen.py: 64 registered
    sender/recipient pairs, each recipient holding a contract with its sender);
 4. a short unmeasured warm-up of each, then `--alternations` rounds of one run of each (the order
-   flips every round, so that a drift in the VM's speed falls on both), with fresh signed bodies
+   reverses every round and rotates every two, so that each server runs in every place of a round
+   equally often and a drift in the VM's speed falls on all), with fresh signed bodies
    for every run, and where the CPU went (bench/cpu.py): each server's process group, the
    PostgreSQL backends of the database, the load generator, the rest of the machine;
 5. per run and as medians: req/s, p50/p99, CPU ms per command of each server and of PostgreSQL,
@@ -250,6 +251,11 @@ def main(argv: list[str] | None = None) -> dict:
         for rnd in range(1, args.alternations + 1):
             order = [n for n in ("production", "variant", *(p[0] for p in PROBES), *(f"probe-{i}" for i in args.probe_also), "lean")
                      if n in servers]  # fmt: skip
+            # Each server takes every place in the round equally often (a round's later runs can find
+            # the VM slower: measured ±15-25 %, docs/benchmark-history.md): rotated every two rounds,
+            # reversed every other round; with three servers, 6 rounds put each in each place twice.
+            shift = (rnd - 1) // 2 % len(order)
+            order = order[shift:] + order[:shift]
             order = order if rnd % 2 else order[::-1]
             for name in order:
                 srv = servers[name]
