@@ -8,10 +8,9 @@ objects (issue 8 measured the full request cycle at about a third of a TWO_WAY_P
 CPU): the database connections' handling of Django's request signals (`ops.dbconn.request_begins`
 and `request_ends`, called directly: the signals' dispatch and the receivers that never concern a
 command were half of the entry's own CPU, 30.0 against 14.3 µs with a reply that does nothing),
-tenant resolution (as TenantMiddleware), the
-body cap, `dispatch.http_reply` (which the Django view `views.command` also calls, so Daphne and
-`make run` serve the same code), and the headers of `response_headers` (CORS and the security
-headers, from the same code the middlewares run).
+tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which the Django
+view `views.command` also calls, so Daphne and `make run` serve the same code), and the headers
+of `response_headers` (CORS and the security headers, from the same code the middlewares run).
 
 What it does not replicate it hands to Django: an insecure request under SECURE_SSL_REDIRECT
 (Django redirects it), and every request when PREPEND_WWW or DISALLOWED_USER_AGENTS is set. A

@@ -22,7 +22,7 @@ import logging
 import select
 
 from django.conf import settings
-from django.db import connections, reset_queries
+from django.db import close_old_connections, connections, reset_queries
 
 log = logging.getLogger("mediator.db")
 
@@ -72,5 +72,4 @@ def request_begins() -> None:
 
 def request_ends() -> None:
     """A command ends: Django's `close_old_connections`."""
-    for conn in connections.all(initialized_only=True):
-        conn.close_if_unusable_or_obsolete()
+    close_old_connections()

@@ -4,6 +4,7 @@ layout test terminates every HTTP-tier backend and checks the requests that foll
 
 from __future__ import annotations
 
+import select
 import time
 
 import pytest
@@ -28,11 +29,18 @@ def test_a_live_idle_connection_is_kept():
     assert connection.connection is raw
 
 
+def _wait_until_readable(timeout: float = 5.0) -> None:
+    """Until the FATAL message and the close of a terminated backend reach our socket."""
+    poller = select.poll()
+    poller.register(connection.connection.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+    poller.poll(timeout * 1000)
+
+
 def test_a_connection_the_server_ended_is_replaced():
     assert _select_one() == 1
     pid = connection.connection.info.backend_pid
     servers.terminate_backends([pid])
-    time.sleep(0.05)  # the FATAL message and the close reach our socket
+    _wait_until_readable()
     assert close_dead_idle_connections() == 1
     assert connection.connection is None
     assert _select_one() == 1
@@ -62,7 +70,7 @@ def test_a_command_begins_on_a_fresh_connection_when_the_server_ended_the_old_on
     assert _select_one() == 1
     pid = connection.connection.info.backend_pid
     servers.terminate_backends([pid])
-    time.sleep(0.05)
+    _wait_until_readable()
     request_begins()
     assert connection.connection is None
     assert _select_one() == 1
