@@ -85,6 +85,10 @@ def test_is_v1_tells_an_rfc_0019_envelope_from_a_didcomm_v2_jwe():
     v2 = {"protected": b64url_nopad(b'{"alg":"ECDH-ES+A256KW","enc":"XC20P"}'), "ciphertext": "x", "recipients": []}
     assert not envelope_v1.is_v1(v2)
     assert not envelope_v1.is_v1({"protected": "%%%", "ciphertext": "x"})
+    # Without top-level recipients the protected header decides ...
+    assert not envelope_v1.is_v1({k: v for k, v in v2.items() if k != "recipients"})
+    # ... and with them the envelope is a v2 JWE whatever its header says (RFC 0019 has none there).
+    assert not envelope_v1.is_v1({**FIXTURE["askar"]["anoncrypt_to_bob"], "recipients": []})
 
 
 def test_a_24_byte_iv_is_opened_as_xchacha20():

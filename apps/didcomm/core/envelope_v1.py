@@ -131,7 +131,13 @@ def protected_header(envelope: Mapping) -> dict | None:
 
 
 def is_v1(envelope: Mapping) -> bool:
-    """True when `envelope` is DIDComm v1 (RFC 0019) rather than a DIDComm v2 JWE."""
+    """True when `envelope` is DIDComm v1 (RFC 0019) rather than a DIDComm v2 JWE.
+
+    A v2 JWE (General JSON serialization) lists its recipients at the top; an RFC 0019 envelope
+    lists them inside its protected header and has no top-level `recipients`. Checking that first
+    spares every v2 message a decoding of its protected header that only the v2 path needs."""
+    if not isinstance(envelope, Mapping) or "recipients" in envelope:
+        return False
     return protected_header(envelope) is not None
 
 
