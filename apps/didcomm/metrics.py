@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from apps.ops.metrics import OPS_REGISTRY
+from apps.ops.metrics import OPS_REGISTRY, LabelledChildren
 
 FORWARDED = Counter(
     "mediator_messages_forwarded_total", "DIDComm routing/2.0 forwards accepted.", registry=OPS_REGISTRY
@@ -38,6 +38,9 @@ MESSAGES = Counter(
 )
 
 
+_message_children = LabelledChildren(lambda key: MESSAGES.labels(*key))
+
+
 def observe_message(record) -> None:
     """hooks.OBSERVERS entry: count one finished message (metadata only)."""
-    MESSAGES.labels(record.transport, record.command_type or "-", record.code).inc()
+    _message_children.get((record.transport, record.command_type or "-", record.code)).inc()

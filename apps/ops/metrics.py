@@ -75,24 +75,35 @@ RATE_LIMIT_ERRORS = Counter(
 WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}
 
 
-# (transport, command, code) → that series' counter and histogram children: `labels()` validates
-# and locks on every call (~10 µs of a command's worker CPU). The label values are closed sets
-# (two transports, the protocol's command types or "-", its codes), so this stays small; it is
-# emptied anyway past _CHILDREN_MAX.
-_children: dict[tuple[str, str, str], tuple] = {}
-_CHILDREN_MAX = 4096
+class LabelledChildren:
+    """A labelled metric's children kept per label tuple: `labels()` validates and locks on every
+    call (~10 µs of a command's worker CPU). For label values from closed sets (transports,
+    protocol message types or "-", result codes), so this stays small; it is emptied anyway past
+    `limit` entries."""
+
+    def __init__(self, build: Callable[[tuple], object], limit: int = 4096) -> None:
+        self.build = build
+        self.limit = limit
+        self.kept: dict[tuple, object] = {}
+
+    def get(self, key: tuple):
+        child = self.kept.get(key)
+        if child is None:
+            if len(self.kept) >= self.limit:
+                self.kept.clear()
+            child = self.kept[key] = self.build(key)
+        return child
+
+
+# (transport, command, code) → that series' counter and histogram children.
+_command_children = LabelledChildren(lambda key: (COMMANDS.labels(*key), COMMAND_SECONDS.labels(*key[:2])))
 
 
 def observe_command(record) -> None:
     """hooks.OBSERVERS entry: count and time one finished command (metadata only)."""
-    key = (record.transport, record.command_type or "-", record.code)
-    children = _children.get(key)
-    if children is None:
-        if len(_children) >= _CHILDREN_MAX:
-            _children.clear()
-        children = _children[key] = (COMMANDS.labels(*key), COMMAND_SECONDS.labels(*key[:2]))
-    children[0].inc()
-    children[1].observe(record.duration_ms / 1000)
+    counter, seconds = _command_children.get((record.transport, record.command_type or "-", record.code))
+    counter.inc()
+    seconds.observe(record.duration_ms / 1000)
     if record.channel == "TWO_WAY_PRIVATE" and record.code == "SUCCESS":
         PENDING_STORED.inc()
 

@@ -165,7 +165,7 @@ def test_observing_a_command_counts_and_times_its_own_series_also_past_the_child
 
     before = (count("SAVE_EVENTS", "SUCCESS"), count("SAVE_EVENTS", "RATE_LIMITED"), count("-", "INVALID_COMMAND"))
     timed_before = (timed("SAVE_EVENTS"), timed("-"))
-    monkeypatch.setattr(metrics, "_CHILDREN_MAX", 2)
+    monkeypatch.setattr(metrics._command_children, "limit", 2)
     for rec in (
         record("SAVE_EVENTS", "SUCCESS", 1.0),
         record("SAVE_EVENTS", "SUCCESS", 2.0),
@@ -177,4 +177,4 @@ def test_observing_a_command_counts_and_times_its_own_series_also_past_the_child
     after = (count("SAVE_EVENTS", "SUCCESS"), count("SAVE_EVENTS", "RATE_LIMITED"), count("-", "INVALID_COMMAND"))
     assert [a - b for a, b in zip(after, before, strict=True)] == [3.0, 1.0, 1.0]
     assert [timed("SAVE_EVENTS") - timed_before[0], timed("-") - timed_before[1]] == [4.0, 1.0]
-    assert len(metrics._children) <= 2
+    assert len(metrics._command_children.kept) <= 2
