@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
+from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, resolve_did, verify_signer
 from apps.wire.canonical import canonical_bytes
@@ -211,7 +211,7 @@ def handle(
             "%s while handling a command: %s at %s",
             "database error" if isinstance(exc, DatabaseError) else "unexpected error",
             type(exc).__name__,
-            " <- ".join(f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__))),
+            code_path(exc),
         )
         outcome = Outcome(
             503,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import traceback
 import weakref
 from http.client import responses
 
@@ -43,6 +42,7 @@ from django.http import HttpRequest, HttpResponse
 
 from apps.ops import dbconn
 from apps.ops.clientip import forwarded_client
+from apps.ops.logconfig import code_path
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, error_body
@@ -160,9 +160,7 @@ class CommandEntry:
             log.error(
                 "unexpected error in the command entry: %s at %s",
                 type(exc).__name__,
-                " <- ".join(
-                    f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__))
-                ),
+                code_path(exc),
             )
             status, headers, body = self.unavailable()
         headers = [*headers, ("Content-Length", str(len(body))), *response_headers(environ)]

@@ -41,7 +41,7 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
 from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, live_start, problem_message
+from .dispatch import LiveTarget, Row, live_start, log_failure, problem_message
 from .dispatch_v1 import LiveTargetV1
 from .models import did_hash
 from .problems import Problem
@@ -172,7 +172,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             reply, close_code = await database_sync_to_async(_frame)(
                 raw, host=self.host, tenant_id=self.tenant.pk, remote_addr=self.ip, live=bool(self.live)
             )
-        except DatabaseError:  # the host lookup (the handler answers its own database errors)
+        except Exception as exc:  # noqa: BLE001 - the host lookup (the handler answers its own errors)
+            log_failure(exc, self.tenant)
             problem = problem_message(Code.UNAVAILABLE, "mediator unavailable", pthid=None)
             await self._send(json.dumps(problem, separators=(",", ":")))
             return

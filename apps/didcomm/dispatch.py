@@ -28,6 +28,7 @@ from apps.didcomm.core.keys import PublicKey
 from apps.didcomm.core.message import ENCRYPTED, SIGNED, PlainMessage, envelope_kind, parse_plaintext
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
+from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
 from apps.wire.errors import ProtocolError
 
@@ -171,8 +172,8 @@ def handle(
         code = problem.code
         message, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, message=message, ctx=ctx)
-    except DatabaseError:
-        log.warning("didcomm: database unreachable tenant=%s", tenant.slug if tenant else "-")
+    except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
+        log_failure(exc, tenant)
         code = Code.UNAVAILABLE
         reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), None)
     reply.caller_did = ctx.caller_did if ctx else None
@@ -191,6 +192,18 @@ def handle(
         extra=ctx.extra if ctx else {},
     )
     return reply
+
+
+def log_failure(exc: Exception, tenant: Tenant | None) -> None:
+    """The log line of a message answered `e.p.me.unavailable` (v1 and v2): the database is
+    unreachable, or an exception no handler answered (a defect of ours: client input is refused
+    with its own problem code), logged by its type and code path only, as Decentrl's dispatch
+    does: its message may quote input."""
+    slug = tenant.slug if tenant else "-"
+    if isinstance(exc, DatabaseError):
+        log.warning("didcomm: database unreachable tenant=%s", slug)
+    else:
+        log.error("didcomm: unexpected error tenant=%s: %s at %s", slug, type(exc).__name__, code_path(exc))
 
 
 def observe(

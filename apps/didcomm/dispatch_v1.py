@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError
 
 from apps.didcomm.core import envelope_v1, message_v1
 from apps.didcomm.core.errors import DidcommError, MalformedEnvelope
@@ -26,7 +25,18 @@ from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
 
 from . import dispatch, handlers_v1, hooks, protocols, services, services_v1
-from .dispatch import ENCRYPTED_MEDIA, PLAIN_MEDIA, Reply, Row, admit, decrypting, limit, observe, shared_identity
+from .dispatch import (
+    ENCRYPTED_MEDIA,
+    PLAIN_MEDIA,
+    Reply,
+    Row,
+    admit,
+    decrypting,
+    limit,
+    log_failure,
+    observe,
+    shared_identity,
+)
 from .handlers_v1 import ContextV1, attachments_v1
 from .models import Mediation, MediatorIdentity
 from .problems import Problem
@@ -73,7 +83,8 @@ def handle(
         code = problem.code
         msg, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, msg, ctx)
-    except DatabaseError:
+    except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
+        log_failure(exc, tenant)
         code = Code.UNAVAILABLE
         reply = Reply(503, _body(problem_v1(code, "mediator unavailable", None)), PLAIN_MEDIA)
     reply.protocol = "v1"

@@ -2,6 +2,9 @@
 
 - JsonFormatter: one JSON object per line (LOG_FORMAT=json). Command lines carry the structured
   fields dispatch passes as `extra` (tenant, transport, command, code, status, duration_ms).
+- code_path: where an unexpected exception was raised, for the log line of a request that
+  answered a protocol error instead of a 500 (the exception's message may quote input, so it is
+  not logged).
 - RedactSqlFilter: Django's SQL debug log (django.db.backends at DEBUG) prints each statement
   with its parameters inlined, which would put payloads, ciphertexts, tags and signatures in the
   log. The filter rewrites those records to "(seconds) VERB table" and drops the `sql`/`params`
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import traceback
 from datetime import UTC, datetime
 
 # Attributes of a LogRecord that are not user-supplied `extra`.
@@ -37,6 +41,12 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def code_path(exc: BaseException) -> str:
+    """`file:line function <- …` from where `exc` was raised outward: the code path only, never
+    the exception's message or a local value."""
+    return " <- ".join(f"{f.filename}:{f.lineno} {f.name}" for f in reversed(traceback.extract_tb(exc.__traceback__)))
 
 
 _SQL_SHAPE = re.compile(

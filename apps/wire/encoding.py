@@ -63,14 +63,29 @@ def b58encode(data: bytes) -> str:
     return "1" * pad + "".join(reversed(out))
 
 
-def b58decode(text: str) -> bytes:
-    """Bitcoin base58 decoding."""
+# Base58 carries keys here (a multikey, a verkey: < 100 characters); decoding costs time quadratic
+# in the length, so longer text is refused before it unless the caller allows more (a did:peer:4's
+# long form carries its whole document).
+B58_MAX_CHARS = 128
+_B58_CHUNK = 10  # digits folded per big-integer step (58**10 < 2**64)
+
+
+def b58decode(text: str, *, max_chars: int = B58_MAX_CHARS) -> bytes:
+    """Bitcoin base58 decoding of at most `max_chars` characters."""
+    if not isinstance(text, str):
+        raise EncodingError("not base58btc")
+    if len(text) > max_chars:
+        raise EncodingError("base58 text too long")
     n = 0
-    for ch in text:
-        try:
-            n = n * 58 + _B58_INDEX[ch]
-        except KeyError as exc:
-            raise EncodingError("not base58btc") from exc
+    for start in range(0, len(text), _B58_CHUNK):
+        chunk = text[start : start + _B58_CHUNK]
+        value = 0
+        for ch in chunk:
+            try:
+                value = value * 58 + _B58_INDEX[ch]
+            except KeyError as exc:
+                raise EncodingError("not base58btc") from exc
+        n = n * 58 ** len(chunk) + value
     body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
     pad = len(text) - len(text.lstrip("1"))
     return b"\0" * pad + body

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
+from . import untrusted
 from .diddoc import DidDocument, document_from_json
 from .errors import InvalidDid, InvalidKey
 from .keys import PublicKey, multibase_decode, multibase_encode, varint_decode, varint_encode
@@ -82,13 +83,16 @@ def mediator_peer_did(
 
 def _decode_service_segment(body: str) -> list[dict]:
     try:
-        value = json.loads(b64decode(body).decode("utf-8"))
+        value = untrusted.loads(b64decode(body).decode("utf-8"))
     except (EncodingError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidDid("did:peer:2 service segment is not base64url JSON") from exc
     items = value if isinstance(value, list) else [value]
     if not all(isinstance(item, dict) for item in items):
         raise InvalidDid("did:peer:2 service is not a JSON object")
-    return [_abbreviate(item, expand=True) for item in items]  # type: ignore[misc]
+    try:
+        return [_abbreviate(item, expand=True) for item in items]  # type: ignore[misc]
+    except RecursionError as exc:  # parsed just under the limit, nested too deeply to walk
+        raise InvalidDid("did:peer:2 service nested too deeply") from exc
 
 
 def peer2_document_json(did: str) -> dict:
@@ -159,17 +163,19 @@ def peer4_document_json(did: str) -> dict:
     if _peer4_hash(encoded) != hash_part:
         raise InvalidDid("did:peer:4 hash does not match its document")
     try:
-        raw = multibase_decode(encoded)
+        raw = multibase_decode(encoded, max_chars=MAX_PEER_DID_LENGTH)
         code, used = varint_decode(raw)
         if code != _JSON_CODEC:
             raise InvalidDid("did:peer:4 document is not multicodec JSON")
-        doc = json.loads(raw[used:].decode("utf-8"))
+        doc = untrusted.loads(raw[used:].decode("utf-8"))
     except (InvalidKey, UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, InvalidDid):
             raise
         raise InvalidDid("did:peer:4 document does not decode") from exc
     if not isinstance(doc, dict) or "id" in doc:
         raise InvalidDid("did:peer:4 input document must be an object without id")
+    if not isinstance(doc.get("alsoKnownAs", []), list) or not isinstance(doc.get("verificationMethod", []), list):
+        raise InvalidDid("did:peer:4 alsoKnownAs and verificationMethod must be lists")
     short = f"{PEER4}{hash_part}"
     doc["id"] = did
     doc["alsoKnownAs"] = [*doc.get("alsoKnownAs", []), short]

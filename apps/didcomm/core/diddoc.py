@@ -124,6 +124,8 @@ def verification_method_key(vm: Mapping) -> PublicKey:
             return PublicKey(_BARE_KEY_TYPES[vm_type], multibase_decode(value))
         return PublicKey.from_multibase(value)
     if "publicKeyBase58" in vm and vm_type in _BARE_KEY_TYPES:
+        if not isinstance(vm["publicKeyBase58"], str):
+            raise InvalidKey("publicKeyBase58 is not a string")
         try:
             return PublicKey(_BARE_KEY_TYPES[vm_type], b58decode(vm["publicKeyBase58"]))
         except EncodingError as exc:

@@ -20,6 +20,7 @@ from nacl.exceptions import CryptoError
 
 from apps.wire.encoding import EncodingError, b58decode, b58encode, b64decode, b64url_nopad
 
+from . import untrusted
 from .errors import (
     InvalidKey,
     MalformedEnvelope,
@@ -122,7 +123,7 @@ def protected_header(envelope: Mapping) -> dict | None:
     if not isinstance(protected, str) or "ciphertext" not in envelope:
         return None
     try:
-        header = json.loads(b64decode(protected))
+        header = untrusted.loads(b64decode(protected))
     except (EncodingError, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(header, dict) or header.get("enc") != ENC:

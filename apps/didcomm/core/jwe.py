@@ -27,6 +27,7 @@ from nacl.exceptions import CryptoError
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
+from . import untrusted
 from .errors import (
     InvalidKey,
     MalformedEnvelope,
@@ -185,7 +186,7 @@ def parse_envelope(data: bytes | str | Mapping) -> dict:
     if isinstance(data, Mapping):
         return dict(data)
     try:
-        value = json.loads(data)
+        value = untrusted.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("envelope is not JSON") from exc
     if not isinstance(value, dict):
@@ -200,8 +201,9 @@ def _recipients(jwe: Mapping) -> list[tuple[str, bytes]]:
     out = []
     for r in recipients:
         kid = r.get("header", {}).get("kid") if isinstance(r, dict) and isinstance(r.get("header"), dict) else None
-        if not isinstance(kid, str) or not kid:
-            raise MalformedEnvelope("every recipient needs header.kid")
+        # A DID URL is ASCII (RFC 3986; anything else percent-encoded): apv hashes the kids' bytes.
+        if not isinstance(kid, str) or not kid or not kid.isascii():
+            raise MalformedEnvelope("every recipient needs header.kid, a DID URL")
         out.append((kid, _b64(r.get("encrypted_key"), "encrypted_key")))
     return out
 
@@ -222,7 +224,7 @@ def decrypt(
         raise MalformedEnvelope("protected header missing")
     protected_raw = _b64(protected_b64, "protected")
     try:
-        header = json.loads(protected_raw)
+        header = untrusted.loads(protected_raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("protected header is not JSON") from exc
     if not isinstance(header, dict):
@@ -230,7 +232,7 @@ def decrypt(
     alg, enc = header.get("alg"), header.get("enc")
     if alg not in (ANONCRYPT, AUTHCRYPT):
         raise UnsupportedAlgorithm("unsupported alg")
-    if enc not in _ENC or (alg == AUTHCRYPT and enc not in _AUTHCRYPT_ENCS):
+    if not isinstance(enc, str) or enc not in _ENC or (alg == AUTHCRYPT and enc not in _AUTHCRYPT_ENCS):
         raise UnsupportedAlgorithm("unsupported enc")
     try:
         epk = PublicKey.from_jwk(header.get("epk"))
@@ -253,15 +255,19 @@ def decrypt(
         raise UndecryptableEnvelope("apv does not match the recipient kids")
     apv = b64decode(header["apv"])
     apu = _b64(header["apu"], "apu") if "apu" in header else b""
+    # Our own keys first: a message for no key of ours costs no resolution of its sender's DID.
+    held = [(kid, wrapped, key) for kid, wrapped in recipients if (key := private_key_for(kid)) is not None]
+    if not held:
+        raise UnknownRecipientKey("no recipient key of ours")
     sender_kid = None
     sender_key = None
     if alg == AUTHCRYPT:
         sender_kid = header.get("skid")
         if sender_kid is None and apu:
             sender_kid = apu.decode("utf-8", "replace")
-        if not isinstance(sender_kid, str) or not sender_kid:
-            raise MalformedEnvelope("authcrypt needs skid")
-        if apu != sender_kid.encode("utf-8"):
+        if not isinstance(sender_kid, str) or not sender_kid or not sender_kid.isascii():
+            raise MalformedEnvelope("authcrypt needs skid, a DID URL")
+        if apu != sender_kid.encode("ascii"):
             raise UndecryptableEnvelope("apu does not match skid")
         sender_key = sender_key_for(sender_kid) if sender_key_for else None
         if sender_key is None:
@@ -272,9 +278,6 @@ def decrypt(
     if "aad" in jwe:
         _b64(jwe["aad"], "aad")
         aad += b"." + str(jwe["aad"]).encode("ascii")
-    held = [(kid, wrapped, key) for kid, wrapped in recipients if (key := private_key_for(kid)) is not None]
-    if not held:
-        raise UnknownRecipientKey("no recipient key of ours")
     for kid, wrapped, key in held:
         if key.crv != epk.crv:
             continue

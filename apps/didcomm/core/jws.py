@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
+from . import untrusted
 from .errors import InvalidKey, InvalidSignature, MalformedEnvelope, UnsupportedAlgorithm
 from .keys import ED25519, PrivateKey, PublicKey
 
@@ -39,12 +40,17 @@ def verify(data: Mapping, *, public_key_for: PublicKeyLookup) -> Verified:
     payload_b64, signatures = data.get("payload"), data.get("signatures")
     if not isinstance(payload_b64, str) or not isinstance(signatures, list) or not signatures:
         raise MalformedEnvelope("JWS needs payload and signatures")
+    # Decoded first: the signing input below is the payload's base64url text as ASCII bytes.
+    try:
+        payload = b64decode(payload_b64)
+    except EncodingError as exc:
+        raise MalformedEnvelope("JWS payload is not base64url") from exc
     kids = []
     for entry in signatures:
         if not isinstance(entry, dict) or not isinstance(entry.get("protected"), str):
             raise MalformedEnvelope("JWS signature needs a protected header")
         try:
-            header = json.loads(b64decode(entry["protected"]))
+            header = untrusted.loads(b64decode(entry["protected"]))
             signature = b64decode(entry.get("signature"))  # type: ignore[arg-type]
         except (EncodingError, ValueError, UnicodeDecodeError) as exc:
             raise MalformedEnvelope("JWS signature does not decode") from exc
@@ -66,8 +72,4 @@ def verify(data: Mapping, *, public_key_for: PublicKeyLookup) -> Verified:
         if not ok:
             raise InvalidSignature("signature does not verify")
         kids.append(kid)
-    try:
-        payload = b64decode(payload_b64)
-    except EncodingError as exc:
-        raise MalformedEnvelope("JWS payload is not base64url") from exc
     return Verified(payload, tuple(kids))

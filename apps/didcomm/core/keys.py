@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nacl import bindings
 from nacl.exceptions import CryptoError
 
-from apps.wire.encoding import EncodingError, b58decode, b58encode, b64decode, b64url_nopad
+from apps.wire.encoding import B58_MAX_CHARS, EncodingError, b58decode, b58encode, b64decode, b64url_nopad
 
 from .errors import InvalidKey
 
@@ -58,12 +58,13 @@ def varint_decode(data: bytes) -> tuple[int, int]:
     raise InvalidKey("bad multicodec varint")
 
 
-def multibase_decode(text: str) -> bytes:
-    """Bytes of a base58btc multibase string (`z…`), the only base DIDComm keys use."""
+def multibase_decode(text: str, *, max_chars: int = B58_MAX_CHARS) -> bytes:
+    """Bytes of a base58btc multibase string (`z…`), the only base DIDComm keys use; `max_chars`
+    bounds the base58 text (a key's by default)."""
     if not isinstance(text, str) or not text.startswith("z") or len(text) < 2:
         raise InvalidKey("not a base58btc multibase value")
     try:
-        return b58decode(text[1:])
+        return b58decode(text[1:], max_chars=max_chars)
     except EncodingError as exc:
         raise InvalidKey("not a base58btc multibase value") from exc
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from . import untrusted
 from .errors import MalformedEnvelope, MalformedMessage
 
 TYP_PLAIN = "application/didcomm-plain+json"
@@ -24,7 +24,7 @@ def envelope_kind(obj: Mapping) -> str:
 def parse_json_object(data: bytes | str) -> dict:
     """A JSON object from bytes; MalformedEnvelope otherwise."""
     try:
-        value = json.loads(data)
+        value = untrusted.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("not JSON") from exc
     if not isinstance(value, dict):
