@@ -112,6 +112,8 @@ def verification_method_key(vm: Mapping) -> PublicKey:
     if "publicKeyJwk" in vm:
         return PublicKey.from_jwk(vm["publicKeyJwk"])
     vm_type = vm.get("type")
+    if vm_type is not None and not isinstance(vm_type, str):
+        raise InvalidKey("verification method type is not a string")
     if "publicKeyMultibase" in vm:
         value = vm["publicKeyMultibase"]
         if vm_type in _BARE_KEY_TYPES:  # the 2020 suites: try multicodec first, then bare bytes

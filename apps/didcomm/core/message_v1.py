@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
+from . import untrusted
 from .did_key import did_key_to_verkey, verkey_to_did_key
 from .errors import DidcommError, InvalidKey, InvalidSignature, MalformedMessage
 from .keys import ED25519, PrivateKey, PublicKey
@@ -39,7 +40,7 @@ def parse(data: bytes | str | Mapping) -> V1Message:
         obj = dict(data)
     else:
         try:
-            obj = json.loads(data)
+            obj = untrusted.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedMessage("not JSON") from exc
     if not isinstance(obj, dict):
@@ -117,7 +118,7 @@ def verify_attachment(attachment: Mapping) -> tuple[bytes, PublicKey]:
         raise MalformedMessage("attachment needs data.base64 and data.jws")
     try:
         payload = b64decode(data["base64"])  # type: ignore[index]
-        protected = json.loads(b64decode(jws["protected"]))
+        protected = untrusted.loads(b64decode(jws["protected"]))
         signature = b64decode(jws["signature"])
         key = PublicKey.from_jwk(protected["jwk"])
     except (EncodingError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
