@@ -472,12 +472,21 @@ if LOG_FORMAT not in ("plain", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact_sql": {"()": "apps.ops.logconfig.RedactSqlFilter"}},
+    "filters": {
+        "redact_sql": {"()": "apps.ops.logconfig.RedactSqlFilter"},
+        "client_fault": {"()": "apps.ops.logconfig.ClientFaultFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "apps.ops.logconfig.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["redact_sql"]}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["redact_sql", "client_fault"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # Django's default config pins "django" at INFO with its own handler; naming it here drops

@@ -15,3 +15,5 @@ urlpatterns = [
     path("", include("apps.didcomm.urls")),
     path("", include("apps.decentrl.urls")),
 ]
+
+handler400 = "mediator_project.errors.bad_request"

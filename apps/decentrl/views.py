@@ -6,15 +6,14 @@ from __future__ import annotations
 import hashlib
 import re
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods
 
 from apps.messaging.public import public_events_list
 from apps.ops.clientip import forwarded_client
+from apps.ops.http import allow_methods
 from apps.realtime.health import channel_layer_reachable
 from apps.wire.canonical import canonical_str
 from apps.wire.envelope import Pagination, parse_pagination
@@ -34,8 +33,14 @@ def _error(code: ErrorCode) -> HttpResponse:
     return protocol_json(error_body(code), code.http_status)
 
 
-@csrf_exempt
-@require_http_methods(["GET", "POST", "HEAD"])
+def _wrong_method() -> HttpResponse:
+    return protocol_json(error_body(ErrorCode.INVALID_COMMAND), 405)
+
+
+READ_ONLY = ("GET", "HEAD")
+
+
+@allow_methods(("GET", "HEAD", "POST"), _wrong_method)
 def root(request: HttpRequest) -> HttpResponse:
     """GET / → DID document; POST / → a command."""
     if request.method == "POST":
@@ -43,6 +48,7 @@ def root(request: HttpRequest) -> HttpResponse:
     return did_document(request)
 
 
+@allow_methods(READ_ONLY, _wrong_method)
 def did_document(request: HttpRequest) -> HttpResponse:
     """The tenant's DID document exactly as DCTRL-0004 §3.2."""
     tenant = request.tenant
@@ -72,7 +78,7 @@ def client_ip(request: HttpRequest) -> str | None:
     return forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
 
 
-@require_http_methods(["GET", "HEAD"])
+@allow_methods(READ_ONLY, lambda: JsonResponse({"status": "error", "detail": "method not allowed"}))
 def health(request: HttpRequest) -> HttpResponse:
     """200 {"status":"ok"} or 503 {"status":"error","detail":...} (DCTRL-0004 §3.3)."""
     try:
@@ -118,7 +124,7 @@ def _etag_matches(header: str, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
 
 
-@require_http_methods(["GET", "HEAD"])
+@allow_methods(READ_ONLY, _wrong_method)
 def public_events(request: HttpRequest, did: str) -> HttpResponse:
     """A publisher's public events, newest first, no authentication; cacheable by ETag."""
     tenant = request.tenant
@@ -127,7 +133,11 @@ def public_events(request: HttpRequest, did: str) -> HttpResponse:
     if not tenant.is_active:
         return _error(ErrorCode.MEDIATOR_UNAVAILABLE)
     try:
-        channel_id, page = _public_query(request.GET)
+        try:
+            query = request.GET
+        except TooManyFieldsSent as exc:  # Django's 400 would be its HTML page
+            raise ProtocolError(ErrorCode.INVALID_COMMAND, "too many query parameters") from exc
+        channel_id, page = _public_query(query)
         if "\x00" in (channel_id or ""):
             raise ProtocolError(ErrorCode.INVALID_COMMAND, "NUL in channel_id")
         result = public_events_list(tenant=tenant, did=did, channel_id=channel_id, page=page)

@@ -47,6 +47,7 @@ class Code:
     NOT_GRANTED = "e.p.req.not-granted"  # mediation or pickup without a granted mediation
     UNAUTHENTICATED = "e.p.trust.unauthenticated"  # an admin message that was not authcrypt
     SENDER_MISMATCH = "e.p.trust.sender-mismatch"  # `from` is not the authcrypt sender's DID
+    MALFORMED = "e.p.msg"  # not a message at all (also DidcommError's default problem code)
     UNSUPPORTED_TYPE = "e.p.msg.unsupported-type"
     BAD_BODY = "e.p.msg.invalid-body"
     LIVE_NOT_SUPPORTED = "e.m.live-mode-not-supported"  # Pickup 3.0: live mode over HTTP

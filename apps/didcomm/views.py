@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods
 
 from apps.ops.clientip import forwarded_client
+from apps.ops.http import allow_methods
 
 from . import dispatch_v1
 from .dispatch import Reply, problem_message
@@ -38,8 +37,11 @@ def _problem(code: str, comment: str, status: int) -> HttpResponse:
     return JsonResponse(problem_message(code, comment, pthid=None), status=status)
 
 
-@csrf_exempt
-@require_http_methods(["GET", "HEAD", "POST"])
+def _wrong_method() -> HttpResponse:
+    return _problem(Code.MALFORMED, "method not allowed", 405)
+
+
+@allow_methods(("GET", "HEAD", "POST"), _wrong_method)
 def endpoint(request: HttpRequest) -> HttpResponse:
     """POST: one DIDComm message. GET: the invitation (what an `?_oob=` URL opens)."""
     if request.method != "POST":
@@ -97,7 +99,7 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     return _reply_triple(reply)
 
 
-@require_http_methods(["GET", "HEAD"])
+@allow_methods(("GET", "HEAD"), _wrong_method)
 def invitation(request: HttpRequest) -> HttpResponse:
     """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text.
     `?version=1`: the Out-of-Band 1.1 invitation for DIDComm v1 agents (its URL form uses `?oob=`)."""
@@ -107,12 +109,16 @@ def invitation(request: HttpRequest) -> HttpResponse:
     if not tenant.is_active:
         return _problem(Code.UNAVAILABLE, "mediator suspended", 503)
     try:
+        query = request.GET
+    except TooManyFieldsSent:  # Django's 400 would be its HTML page
+        return _problem(Code.MALFORMED, "too many query parameters", 400)
+    try:
         if not policy_for(tenant=tenant).enabled:
             return _problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
-        v1 = request.GET.get("version") == "1" or "oob" in request.GET
+        v1 = query.get("version") == "1" or "oob" in query
         message, url = (invitation_v1_for if v1 else invitation_for)(tenant=tenant)
     except DatabaseError:
         return _problem(Code.UNAVAILABLE, "mediator unavailable", 503)
-    if request.GET.get("form") == "url":
+    if query.get("form") == "url":
         return HttpResponse(url, content_type="text/plain; charset=utf-8")
     return HttpResponse(json.dumps(message, separators=(",", ":")), content_type="application/json")

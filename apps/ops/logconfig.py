@@ -5,6 +5,9 @@
 - code_path: where an unexpected exception was raised, for the log line of a request that
   answered a protocol error instead of a 500 (the exception's message may quote input, so it is
   not logged).
+- ClientFaultFilter: Django logs a request it refuses as suspicious (a Host header that is not a
+  host name, too many query parameters) at ERROR with a traceback; those are a client's faults,
+  answered 400 (mediator_project/errors.py): the filter keeps the line at WARNING without it.
 - RedactSqlFilter: Django's SQL debug log (django.db.backends at DEBUG) prints each statement
   with its parameters inlined, which would put payloads, ciphertexts, tags and signatures in the
   log. The filter rewrites those records to "(seconds) VERB table" and drops the `sql`/`params`
@@ -41,6 +44,19 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class ClientFaultFilter(logging.Filter):
+    """See the module docstring."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("django.security."):
+            return True
+        record.exc_info = None
+        record.exc_text = None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 def code_path(exc: BaseException) -> str:

@@ -8,9 +8,9 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_http_methods
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from .http import allow_methods
 from .metrics import exposition
 
 
@@ -50,7 +50,7 @@ def metrics_allowed(request: HttpRequest) -> bool:
     return all(_internal(a) for a in chain)
 
 
-@require_http_methods(["GET"])
+@allow_methods(("GET",), lambda: HttpResponse("method not allowed\n", content_type="text/plain"))
 def metrics(request: HttpRequest) -> HttpResponse:
     if not metrics_allowed(request):
         return HttpResponse("forbidden\n", status=403, content_type="text/plain")

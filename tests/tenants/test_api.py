@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
 from tests.support.registration import register
@@ -294,3 +295,18 @@ def test_a_logged_in_operator_can_call_the_api_with_the_session_and_its_csrf_tok
     resp = browser.post("/api/v1/tenants/tenant-a/suspend/", content_type="application/json", HTTP_X_CSRFTOKEN=token)
     assert (resp.status_code, resp.json()["status"]) == (200, "suspended")
     assert AuditEntry.objects.get().via == "api"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/docs/?format=xml", "/api/v1/docs/", "/api/v1/redoc/"])
+def test_the_docs_pages_never_500_on_a_token_header_or_another_method(operator, path):
+    from rest_framework.authtoken.models import Token
+
+    client = Client(raise_request_exception=False)
+    refused, shown = (404, 404) if "format=xml" in path else (403, 200)  # no such format: 404 first
+    for header in ("Token a b", "Token nope", f"Token {Token.objects.get_or_create(user=operator)[0].key}"):
+        # The pages authenticate by the admin session only: a token header is not a login there.
+        assert client.get(path, HTTP_AUTHORIZATION=header).status_code == refused, header
+    client.force_login(operator)
+    assert client.get(path).status_code == shown
+    assert client.options(path).status_code == (refused if refused == 404 else 405)
+    assert client.post(path).status_code == (refused if refused == 404 else 405)
