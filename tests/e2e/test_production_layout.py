@@ -419,6 +419,114 @@ def test_every_error_nginx_produces_is_the_protocols_json(layout):
     expect(ErrorCode.MEDIATOR_UNAVAILABLE, ws)
 
 
+def test_request_lines_nginx_cannot_parse_are_the_protocols_json(layout, tmp_path):
+    """A request line nginx refuses before it has a URI (too long, %00, a bad escape, a path above
+    the root, `*`, an unknown HTTP version, garbage) gets the same JSON as nginx's other 400s, never
+    nginx's HTML 500 ("empty URI in redirect to named location"): the error pages are URIs, not
+    named locations (deploy/nginx.conf.template). Under /didcomm, when the request line says so, a
+    problem report."""
+    port, host = layout["port"], f"127.0.0.1:{layout['port']}".encode()
+
+    def get(target: bytes, version: bytes = b"HTTP/1.1", method: bytes = b"GET") -> tuple[int, dict[str, str], bytes]:
+        return _raw(port, method + b" " + target + b" " + version + b"\r\nHost: " + host + b"\r\n\r\n")
+
+    def expect(reply: tuple[int, dict[str, str], bytes], didcomm: bool = False) -> None:
+        status, headers, body = reply
+        assert (status, headers["content-type"], headers.get("access-control-allow-origin")) == (
+            400,
+            "application/json",
+            "*",
+        ), body
+        if not didcomm:
+            assert body == b'{"code":"INVALID_COMMAND","type":"ERROR"}'
+            return
+        report = json.loads(body)
+        assert len(report["id"]) == 32 and int(report["id"], 16) >= 0  # nginx's $request_id
+        assert report == {
+            "id": report["id"],
+            "type": PROBLEM,
+            "body": {"code": "e.p.msg", "comment": "malformed request"},
+        }
+
+    long = b"a" * 10_000  # over nginx's header buffers: its 414
+    for target in (b"/" + long, b"/public/%00", b"/%", b"/%zz", b"/../", b"/%2e%2e/", b"/x/../../ws", b"*"):
+        expect(get(target))
+    expect(get(b"/", b"HTTP/9.9"))
+    expect(get(b"/../invalid_command"))  # the error page's own URI is out of a client's reach
+    expect(_raw(port, b"\x01\x02 garbage\r\n\r\n"))
+    for target in (b"/didcomm/" + long, b"/didcomm/%zz", b"/didcomm/../../", b"/didcomm/%00"):
+        expect(get(target, method=b"POST"), didcomm=True)
+    expect(get(b"/didcomm", b"HTTP/9.9", b"POST"), didcomm=True)
+    expect(get(b"/didcommx/%zz"))
+    errors = (tmp_path / "run" / "nginx-error.log").read_text()
+    assert "named location" not in errors and "[crit]" not in errors and "[alert]" not in errors
+
+
+def _ws_frame(data: bytes) -> tuple[int, bytes, bytes] | None:
+    """The first frame of `data` from a server (unmasked, a 7- or 16-bit length): (opcode, payload,
+    the rest), None until it is complete."""
+    import struct
+
+    if len(data) < 2:
+        return None
+    size, start = data[1] & 0x7F, 2
+    if size == 126:
+        if len(data) < 4:
+            return None
+        size, start = struct.unpack("!H", data[2:4])[0], 4
+    if len(data) < start + size:
+        return None
+    return data[0] & 0x0F, data[start : start + size], data[start + size :]
+
+
+def _ws_refusal(port: int, path: bytes) -> tuple[int, str, int]:
+    """A WebSocket upgrade to `path` as raw bytes (sent as is, not normalised): the handshake's
+    status, the first text frame and the close code."""
+    import base64
+    import socket
+    import struct
+
+    key = base64.b64encode(os.urandom(16))
+    head = b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n" % port
+    head += b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        status_line, _, data = data.partition(b"\r\n")
+        data = data.partition(b"\r\n\r\n")[2]
+        frames: list[tuple[int, bytes]] = []
+        while not frames or frames[-1][0] != 0x8:
+            if parsed := _ws_frame(data):
+                opcode, payload, data = parsed
+                frames.append((opcode, payload))
+            elif chunk := sock.recv(65536):
+                data += chunk
+            else:
+                break
+    texts = [payload.decode() for opcode, payload in frames if opcode == 0x1]
+    closes = [struct.unpack("!H", payload[:2])[0] for opcode, payload in frames if opcode == 0x8]
+    return int(status_line.split()[1]), texts[0] if texts else "", closes[0] if closes else 0
+
+
+def test_websocket_paths_nginx_normalises_onto_ws_are_refused_by_daphne_without_a_traceback(layout):
+    """nginx picks its /ws and /didcomm/ws location on the normalised path but passes the URI as
+    sent, so Daphne gets `//ws` or `/x/../ws`, which no route serves: the catch-all route of
+    mediator_project/asgi.py refuses it like a host no mediator serves (ERROR UNKNOWN_MEDIATOR, or
+    the problem report under /didcomm, then close 4404), never a 500 with a traceback in the log."""
+    port = layout["port"]
+    unknown = '{"type":"ERROR","code":"UNKNOWN_MEDIATOR"}'
+    for path in (b"//ws", b"/./ws", b"/x/../ws"):
+        assert _ws_refusal(port, path) == (101, unknown, 4404), path
+    for path in (b"/didcomm//ws", b"/didcomm/./ws", b"/didcomm/../ws"):
+        status, text, code = _ws_refusal(port, path)
+        assert (status, json.loads(text)["body"]["code"], code) == (101, "e.p.xfer.unknown-mediator", 4404), path
+    time.sleep(1.5)  # Daphne reaps finished applications once a second, logging their exceptions
+    assert "Exception inside application" not in layout["log"]()
+    assert "No route found" not in layout["log"]()
+
+
 def test_production_mode_headers_through_the_layout(layout):
     """Issue 13 item 8: run_production.sh runs in production mode (MEDIATOR_ENV defaults to
     production, so MEDIATOR_PUBLIC_SCHEME is https behind nginx): the admin's login page gets the
