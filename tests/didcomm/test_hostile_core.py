@@ -3,8 +3,6 @@ TypeError or UnicodeError, which the front doors could only answer as a defect o
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from apps.didcomm.core import did_peer, diddoc, message, message_v1
@@ -44,12 +42,11 @@ def test_a_verification_method_whose_type_is_not_a_string_has_no_key():
 
 
 def test_base58_longer_than_a_key_is_refused_before_decoding_unless_allowed():
-    started = time.process_time()
     with pytest.raises(EncodingError, match="too long"):
         b58decode("2" * 1_000_000)
-    with pytest.raises(InvalidKey):
+    with pytest.raises(InvalidKey, match="not a base58btc multibase value") as refused:
         multibase_decode("z" + "2" * 1_000_000)
-    assert time.process_time() - started < 0.5
+    assert str(refused.value.__cause__) == "base58 text too long"
     assert b58decode("2" * 128) == b58decode("2" * 128, max_chars=10**6)
     with pytest.raises(EncodingError, match="too long"):
         b58decode("2" * 129)
