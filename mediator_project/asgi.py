@@ -18,6 +18,7 @@ from apps.didcomm.dispatch import problem_message  # noqa: E402
 from apps.didcomm.protocols import Code  # noqa: E402
 from apps.didcomm.routing import websocket_urlpatterns as didcomm_ws  # noqa: E402
 from apps.wire.errors import ErrorCode, error_body  # noqa: E402
+from mediator_project.errors import under_didcomm  # noqa: E402
 
 
 async def no_route(scope, receive, send) -> None:
@@ -28,8 +29,7 @@ async def no_route(scope, receive, send) -> None:
     URLRouter raises "No route found", which Daphne logs with a traceback and answers 500."""
     if (await receive())["type"] != "websocket.connect":
         return  # the client left before the handshake
-    path = scope.get("path", "")
-    if path == "/didcomm" or path.startswith("/didcomm/"):
+    if under_didcomm(scope.get("path", "")):
         refusal = problem_message(Code.UNKNOWN_MEDIATOR, "no WebSocket endpoint at this path", pthid=None)
     else:
         refusal = error_body(ErrorCode.UNKNOWN_MEDIATOR)

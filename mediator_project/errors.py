@@ -16,6 +16,11 @@ from apps.wire.errors import ErrorCode, error_body
 HTML_SURFACES = ("/admin/", "/dashboard/")
 
 
+def under_didcomm(path: str) -> bool:
+    """Whether `path` belongs to the DIDComm front door (its errors are problem reports)."""
+    return path == "/didcomm" or path.startswith("/didcomm/")
+
+
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     path = request.path_info
     if path.startswith(HTML_SURFACES):
@@ -26,6 +31,6 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         return HttpResponse("bad request\n", status=400, content_type="text/plain")
     if path == "/health":
         return JsonResponse({"status": "error", "detail": "bad request"}, status=400)
-    if path == "/didcomm" or path.startswith("/didcomm/"):
+    if under_didcomm(path):
         return JsonResponse(problem_message(Code.MALFORMED, "bad request", pthid=None), status=400)
     return protocol_json(error_body(ErrorCode.INVALID_COMMAND), 400)

@@ -353,21 +353,27 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
     assert httpx.get(f"http://127.0.0.1:{layout['ws_port']}/health", timeout=5).status_code == 200
 
 
+def _read_head(sock) -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, what came after the head) of a reply read off `sock`."""
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, rest
+
+
 def _raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """One request as raw bytes over a socket (framing httpx refuses to send); the reply parsed."""
     import socket
 
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        status, headers, body = _read_head(sock)
         while len(body) < int(headers.get("content-length", 0)) and (chunk := sock.recv(65536)):
             body += chunk
-    return int(lines[0].split()[1]), headers, body
+    return status, headers, body
 
 
 CAP = 65_536
@@ -491,11 +497,7 @@ def _ws_refusal(port: int, path: bytes) -> tuple[int, str, int]:
     head += b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + b"\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(head)
-        data = b""
-        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
-            data += chunk
-        status_line, _, data = data.partition(b"\r\n")
-        data = data.partition(b"\r\n\r\n")[2]
+        status, _, data = _read_head(sock)
         frames: list[tuple[int, bytes]] = []
         while not frames or frames[-1][0] != 0x8:
             if parsed := _ws_frame(data):
@@ -507,7 +509,7 @@ def _ws_refusal(port: int, path: bytes) -> tuple[int, str, int]:
                 break
     texts = [payload.decode() for opcode, payload in frames if opcode == 0x1]
     closes = [struct.unpack("!H", payload[:2])[0] for opcode, payload in frames if opcode == 0x8]
-    return int(status_line.split()[1]), texts[0] if texts else "", closes[0] if closes else 0
+    return status, texts[0] if texts else "", closes[0] if closes else 0
 
 
 def test_websocket_paths_nginx_normalises_onto_ws_are_refused_by_daphne_without_a_traceback(layout):
