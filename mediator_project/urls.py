@@ -17,3 +17,5 @@ urlpatterns = [
 ]
 
 handler400 = "mediator_project.errors.bad_request"
+handler404 = "mediator_project.errors.not_found"
+handler500 = "mediator_project.errors.server_error"

@@ -1,7 +1,11 @@
 """Requests Django refuses around the machine-facing endpoints get those endpoints' own error
 shapes, never Django's HTML pages: another method (405 with Allow, not the CSRF 403 page of a
 real client), a Host header that is not a host name (400, a warning without a traceback), more
-query parameters than Django parses (400)."""
+query parameters than Django parses (400), a path no route serves (404), an exception no view
+answered (mediator_project/errors.py).
+
+This module is also the URL map of the 500 tests (`pytest.mark.urls`): views that raise, at paths
+of every surface, before the project's map and with the project's own error handlers."""
 
 from __future__ import annotations
 
@@ -9,16 +13,20 @@ import json
 import logging
 
 import pytest
+from django.http import HttpRequest
 from django.test import Client
+from django.urls import path as route
 
+from mediator_project import urls as project_urls
+from mediator_project.urls import handler400, handler404, handler500  # noqa: F401 - this map's handlers
 from tests.conftest import HOST_A
 
 DECENTRL_405 = (405, "application/json", {"type": "ERROR", "code": "INVALID_COMMAND"})
 DECENTRL_400 = (400, "application/json", {"type": "ERROR", "code": "INVALID_COMMAND"})
 
 
-def _didcomm(status: int, comment: str):
-    return (status, "application/json", ("https://didcomm.org/report-problem/2.0/problem-report", "e.p.msg", comment))
+def _didcomm(status: int, comment: str, code: str = "e.p.msg"):
+    return (status, "application/json", ("https://didcomm.org/report-problem/2.0/problem-report", code, comment))
 
 
 def _shape(response):
@@ -88,3 +96,70 @@ def test_the_operator_api_answers_a_bad_host_in_json(db, settings):
 def test_more_query_parameters_than_django_parses_is_a_protocol_400(tenant_a, path, expected):
     response = Client().get(path + "?" + "a=1&" * 2000, HTTP_HOST=HOST_A)
     assert _shape(response) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/nonexistent", (404, "application/json", {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"})),
+        ("/public/", (404, "application/json", {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"})),
+        ("/.well-known/other.json", (404, "application/json", {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"})),
+        ("/didcomm/nonexistent", _didcomm(404, "no DIDComm endpoint at this path", "e.p.xfer.unknown-mediator")),
+        ("/api/v1/nonexistent/", (404, "application/json", {"detail": "Not found."})),
+    ],
+)
+def test_a_path_no_route_serves_is_a_404_in_the_surfaces_shape(tenant_a, settings, path, expected):
+    settings.MEDIATOR_OPERATOR_HOSTS = ["*"]
+    for method in ("get", "post"):
+        response = getattr(Client(enforce_csrf_checks=True), method)(path, HTTP_HOST=HOST_A)
+        assert _shape(response) == expected, (path, method)
+
+
+def test_the_console_keeps_djangos_404_page(tenant_a):
+    status, content_type, page = _shape(Client().get("/dashboard/nonexistent", HTTP_HOST=HOST_A))
+    assert (status, content_type, "<h1>Not Found</h1>" in page) == (404, "text/html", True)
+
+
+def _raises(request: HttpRequest):
+    raise RuntimeError("a defect")
+
+
+urlpatterns = [
+    route("boom", _raises),
+    route("didcomm/boom", _raises),
+    route("api/v1/boom", _raises),
+    route("health", _raises),
+    route("metrics", _raises),
+    route("dashboard/boom", _raises),
+    *project_urls.urlpatterns,
+]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/boom", (503, "application/json", {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"})),
+        ("/didcomm/boom", _didcomm(503, "mediator unavailable", "e.p.me.unavailable")),
+        ("/api/v1/boom", (500, "application/json", {"detail": "A server error occurred."})),
+        ("/health", (500, "application/json", {"status": "error", "detail": "a server error occurred"})),
+        ("/metrics", (500, "text/plain", "a server error occurred\n")),
+    ],
+)
+def test_an_exception_no_view_answered_gets_the_surfaces_error(tenant_a, path, expected):
+    response = Client(raise_request_exception=False).get(path, HTTP_HOST=HOST_A)
+    assert _shape(response) == expected
+
+
+@pytest.mark.urls(__name__)
+def test_the_console_keeps_djangos_500_page(tenant_a):
+    status, content_type, page = _shape(Client(raise_request_exception=False).get("/dashboard/boom", HTTP_HOST=HOST_A))
+    assert (status, content_type, "<h1>Server Error (500)</h1>" in page) == (500, "text/html", True)
+
+
+def test_the_project_map_names_the_error_handlers():
+    assert (project_urls.handler400, project_urls.handler404, project_urls.handler500) == (
+        "mediator_project.errors.bad_request",
+        "mediator_project.errors.not_found",
+        "mediator_project.errors.server_error",
+    )

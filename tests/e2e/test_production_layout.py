@@ -546,9 +546,11 @@ def test_production_mode_headers_through_the_layout(layout):
     assert command.json() == {"type": "ERROR", "code": "INVALID_COMMAND"}
     assert command.headers["strict-transport-security"] == "max-age=31536000"
     assert "content-security-policy" not in command.headers
-    # A debug 404 would list the URL map; production answers the plain page.
+    # A debug 404 would list the URL map; production answers in the surface's shape.
     missing = httpx.get(url + "/no-such-page", timeout=10)
-    assert missing.status_code == 404 and "URLconf" not in missing.text
+    assert (missing.status_code, missing.json()) == (404, {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"})
+    missing_didcomm = httpx.get(url + "/didcomm/no-such-page", timeout=10)
+    assert (missing_didcomm.status_code, missing_didcomm.json()["body"]["code"]) == (404, "e.p.xfer.unknown-mediator")
     assert {login.headers["server"], command.headers["server"], missing.headers["server"]} == {"nginx"}
     for direct in (layout["http_port"], layout["ws_port"]):
         server = httpx.get(f"http://127.0.0.1:{direct}/health", headers={"Host": f"127.0.0.1:{port}"}, timeout=10)
