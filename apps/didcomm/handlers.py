@@ -61,9 +61,16 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
     data = msg.attachments[0]["data"]
     if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
         raise _problem(Code.BAD_BODY, "forward attachment data must be json or base64")
-    kept = {k: data[k] for k in ("json", "base64") if k in data}
+    store_forward(ctx, next_did, {k: data[k] for k in ("json", "base64") if k in data})
+    return Outcome(202)
+
+
+def store_forward(ctx, next_did: str, data: dict) -> None:
+    """A forward's store, v1 and v2: the attachment `data` queued for the granted recipient
+    `next_did` names, counted and noted for the log line; the problem report when nobody here
+    mediates it or its queue is full under the `reject` policy."""
     try:
-        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=kept)
+        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=data)
     except services.QueueFull:
         raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
     if stored is None:
@@ -74,7 +81,6 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
         metrics.EVICTED.inc(stored.evicted)
         ctx.code = "EVICTED"
     ctx.extra.update(message_id=stored.message_id, evicted=stored.evicted)
-    return Outcome(202)
 
 
 # --- coordinate-mediation 2.0 and 3.0 (one store) -----------------------------------------------

@@ -22,7 +22,7 @@ from apps.didcomm.core.resolver import resolve_did
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import metrics, protocols, services, services_v1
-from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate
+from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate, store_forward
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import (
@@ -305,18 +305,7 @@ def forward(ctx: ContextV1, msg: V1Message) -> Outcome:
         target = message_v1.key_to_did_key(to)
     except DidcommError:
         target = to  # a DID names a recipient registered as that DID
-    try:
-        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=target, data={"json": inner})
-    except services.QueueFull:
-        raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
-    if stored is None:
-        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
-    metrics.FORWARDED.inc()
-    metrics.STORED.inc()
-    if stored.evicted:
-        metrics.EVICTED.inc(stored.evicted)
-        ctx.code = "EVICTED"
-    ctx.extra.update(message_id=stored.message_id, evicted=stored.evicted)
+    store_forward(ctx, target, {"json": inner})
     return Outcome()
 
 
