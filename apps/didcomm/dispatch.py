@@ -34,7 +34,7 @@ from apps.wire.errors import ProtocolError
 
 from . import handlers, hooks, protocols, services
 from .models import DidcommPolicy, Mediation, MediatorIdentity
-from .problems import Problem
+from .problems import Problem, Unanswered, concerning
 from .protocols import Code
 
 log = logging.getLogger("mediator.didcomm")
@@ -172,6 +172,11 @@ def handle(
         code = problem.code
         message, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, message=message, ctx=ctx)
+    except Unanswered as unanswered:  # as below, once the message was known: metered under its type
+        log_failure(unanswered.cause, tenant)
+        code = Code.UNAVAILABLE
+        message, ctx = unanswered.message, unanswered.ctx
+        reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
@@ -307,7 +312,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
         transport=transport,
         live=live,
     )
-    try:
+    with concerning(message, ctx):
         if ctx.caller_did:
             limit(
                 "didcomm_sender",
@@ -320,16 +325,13 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
             outcome = claimed_run(ctx, message)
         else:
             outcome = handlers.run(ctx, message)
-    except Problem as problem:
-        problem.message, problem.ctx = message, ctx
-        raise
-    if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
-        # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
-        return Reply(202, live=outcome.live), message, ctx
-    response = _stamp(outcome.response, ctx, message)
-    envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
-    body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
-    return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
+        if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
+            # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
+            return Reply(202, live=outcome.live), message, ctx
+        response = _stamp(outcome.response, ctx, message)
+        envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
+        body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+        return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
 
 
 def claimed_run(ctx: Context, message: PlainMessage) -> handlers.Outcome:

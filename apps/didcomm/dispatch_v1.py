@@ -39,7 +39,7 @@ from .dispatch import (
 )
 from .handlers_v1 import ContextV1, attachments_v1
 from .models import Mediation, MediatorIdentity
-from .problems import Problem
+from .problems import Problem, Unanswered, concerning
 from .protocols import Code
 
 ENVELOPE_MEDIA = "application/didcomm-envelope-enc"
@@ -83,6 +83,11 @@ def handle(
         code = problem.code
         msg, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, msg, ctx)
+    except Unanswered as unanswered:  # as below, once the message was known: metered under its type
+        log_failure(unanswered.cause, tenant)
+        code = Code.UNAVAILABLE
+        msg, ctx = unanswered.message, unanswered.ctx
+        reply = Reply(503, _body(problem_v1(code, "mediator unavailable", msg)), PLAIN_MEDIA)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
@@ -134,7 +139,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
         transport=transport,
         live=live,
     )
-    try:
+    with concerning(msg, ctx):
         if sender:
             limit(
                 "didcomm_sender",
@@ -144,24 +149,23 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
                 settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER,
             )
         outcome = handlers_v1.run(ctx, msg)
-    except Problem as problem:
-        problem.message, problem.ctx = msg, ctx
-        raise
-    if outcome.connection is not None:
-        ctx.connection = outcome.connection
-    if outcome.response is None or sender is None:
+        if outcome.connection is not None:
+            ctx.connection = outcome.connection
+        if outcome.response is None or sender is None:
+            return Reply(200, live=outcome.live), msg, ctx
+        conn = ctx.connection
+        inline = msg.return_route in ("all", "thread") or conn is None or not conn.endpoint
+        if inline:
+            envelope = services_v1.pack_reply(
+                outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[]
+            )
+            return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live), msg, ctx
+        envelope = services_v1.pack_reply(
+            outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=list(conn.routing_keys)
+        )
+        services_v1.outbound_reply(connection=conn, envelope=envelope, policy=policy)
+        ctx.extra["outbound"] = 1
         return Reply(200, live=outcome.live), msg, ctx
-    conn = ctx.connection
-    inline = msg.return_route in ("all", "thread") or conn is None or not conn.endpoint
-    if inline:
-        envelope = services_v1.pack_reply(outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[])
-        return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live), msg, ctx
-    envelope = services_v1.pack_reply(
-        outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=list(conn.routing_keys)
-    )
-    services_v1.outbound_reply(connection=conn, envelope=envelope, policy=policy)
-    ctx.extra["outbound"] = 1
-    return Reply(200, live=outcome.live), msg, ctx
 
 
 def _key(keys: dict, kid: str):

@@ -1,7 +1,10 @@
-"""The exception a handler raises for a client-caused error (answered as Report Problem 2.0)."""
+"""The exception a handler raises for a client-caused error (answered as Report Problem 2.0), and
+how dispatch learns which message any exception of a handler concerns."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -14,3 +17,26 @@ class Problem(Exception):
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.
         self.message: Any = None
         self.ctx: Any = None
+
+
+class Unanswered(Exception):
+    """An exception no handler answered (the database is down, or a defect of ours), raised once
+    the message it concerns was known: dispatch answers it `e.p.me.unavailable` and meters it under
+    that message's type and sender. `cause` is the exception itself."""
+
+    def __init__(self, cause: Exception, message: Any, ctx: Any):
+        super().__init__(type(cause).__name__)
+        self.cause, self.message, self.ctx = cause, message, ctx
+
+
+@contextmanager
+def concerning(message: Any, ctx: Any) -> Iterator[None]:
+    """Within it, a Problem learns the message and the sender's context it concerns, and any other
+    exception becomes Unanswered with them."""
+    try:
+        yield
+    except Problem as problem:
+        problem.message, problem.ctx = message, ctx
+        raise
+    except Exception as exc:  # noqa: BLE001 - handed on, with what it concerns, to dispatch's backstop
+        raise Unanswered(exc, message, ctx) from exc

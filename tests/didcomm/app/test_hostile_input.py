@@ -16,6 +16,7 @@ from nacl import bindings
 
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.didcomm import dispatch, handlers
+from apps.didcomm import hooks as didcomm_hooks
 from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
 from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from apps.didcomm.core.keys import ED25519, PrivateKey
@@ -157,6 +158,8 @@ def test_an_exception_no_handler_answers_is_a_503_problem_report_logged_without_
         raise RuntimeError("secret-payload-bytes")
 
     monkeypatch.setitem(handlers.HANDLERS, "https://didcomm.org/trust-ping/2.0/ping", broken)
+    records = []
+    monkeypatch.setattr(didcomm_hooks, "OBSERVERS", [*didcomm_hooks.OBSERVERS, records.append])
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
     entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})
     with caplog.at_level(logging.INFO, logger="mediator"):
@@ -166,11 +169,16 @@ def test_an_exception_no_handler_answers_is_a_503_problem_report_logged_without_
         )
     for code, content in ((view.status_code, view.content), (int(status.split()[0]), body)):
         problem = json.loads(content)
-        assert (code, problem["type"], problem["body"]["code"]) == (
+        assert (code, problem["type"], problem["body"]["code"], problem["pthid"]) == (
             503,
             "https://didcomm.org/report-problem/2.0/problem-report",
             "e.p.me.unavailable",
+            ping["id"],
         )
+    # Metered under the message's type and its authenticated sender, as any other answer.
+    assert [(r.command_type, r.code, r.http_status, r.sender_did) for r in records] == [
+        ("trust-ping/2.0/ping", "e.p.me.unavailable", 503, wallet.did)
+    ] * 2
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "mediator.didcomm"]
     assert len(errors) == 2 and all(m.startswith("didcomm: unexpected error tenant=") for m in errors)
     assert all("RuntimeError at " in m and "broken" in m for m in errors)

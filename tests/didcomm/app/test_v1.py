@@ -12,7 +12,8 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from apps.didcomm import outbound
+from apps.didcomm import handlers_v1, outbound
+from apps.didcomm import hooks as didcomm_hooks
 from apps.didcomm.core.message_v1 import key_to_verkey, verify_attachment
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
@@ -247,6 +248,31 @@ def test_trust_ping_discover_features_and_a_problem_report(door):
     assert disclose["protocols"] == [{"pid": BASE + "coordinate-mediation/1.0", "roles": ["mediator"]}]
     report = agent.message(BASE + "report-problem/1.0/problem-report", description={"code": "x", "en": "y"})
     assert door.send(agent, report)[:2] == (200, None)
+
+
+def test_an_exception_no_handler_answers_is_a_503_about_the_message_metered_under_its_type(door, monkeypatch):
+    agent = AgentV1()
+    door.connect(agent)
+
+    def broken(ctx, msg):
+        raise RuntimeError("a defect")
+
+    monkeypatch.setitem(handlers_v1.HANDLERS, BASE + "trust_ping/1.0/ping", broken)
+    records = []
+    monkeypatch.setattr(didcomm_hooks, "OBSERVERS", [*didcomm_hooks.OBSERVERS, records.append])
+    ping = agent.message(BASE + "trust_ping/1.0/ping", response_requested=True)
+    status, _, resp = door.send(agent, ping)
+    report = json.loads(resp.content)
+    assert (status, report["@type"], report["description"]["code"], report["~thread"]) == (
+        503,
+        BASE + "report-problem/1.0/problem-report",
+        "e.p.me.unavailable",
+        {"thid": ping["@id"]},
+    )
+    connection = Connection.objects.get(their_verkey=agent.verkey)
+    assert [(r.command_type, r.code, r.http_status, r.sender_did) for r in records] == [
+        ("trust_ping/1.0/ping", "e.p.me.unavailable", 503, connection.their_did)
+    ]
 
 
 # --- the ACA-Py story: no return route, outbound POSTs ------------------------------------------
