@@ -31,11 +31,23 @@ def under_didcomm(path: str) -> bool:
     return path == "/didcomm" or path.startswith("/didcomm/")
 
 
-def _machine_error(
-    path: str, status: int, *, detail: str, didcomm: tuple[str, str, int], decentrl: ErrorCode
-) -> HttpResponse:
-    """The error of a machine-facing `path`: DRF's shape under /api/, text on /metrics, the health
-    shape on /health, a problem report under /didcomm, and Decentrl's shape everywhere else."""
+# Per status: the detail (JSON under /api/, /health, text on /metrics), the DIDComm problem report
+# (code, comment, HTTP status) and the Decentrl error (its own HTTP status).
+_SHAPES = {
+    400: ("bad request", (Code.MALFORMED, "bad request", 400), ErrorCode.INVALID_COMMAND),
+    404: ("not found", (Code.UNKNOWN_MEDIATOR, "no DIDComm endpoint at this path", 404), ErrorCode.UNKNOWN_MEDIATOR),
+    500: ("a server error occurred", (Code.UNAVAILABLE, "mediator unavailable", 503), ErrorCode.MEDIATOR_UNAVAILABLE),
+}
+
+
+def _error(request: HttpRequest, status: int, html) -> HttpResponse:
+    """`html()` (Django's page) on the console; elsewhere the shape of the path's surface: DRF's
+    under /api/, text on /metrics, the health shape on /health, a problem report under /didcomm,
+    and Decentrl's everywhere else."""
+    path = request.path_info
+    if path.startswith(HTML_SURFACES):
+        return html()
+    detail, (code, comment, problem_status), decentrl = _SHAPES[status]
     if path.startswith("/api/"):
         return JsonResponse({"detail": detail.capitalize() + "."}, status=status)
     if path == "/metrics":
@@ -43,45 +55,17 @@ def _machine_error(
     if path == "/health":
         return JsonResponse({"status": "error", "detail": detail}, status=status)
     if under_didcomm(path):
-        code, comment, problem_status = didcomm
         return JsonResponse(problem_message(code, comment, pthid=None), status=problem_status)
     return protocol_json(error_body(decentrl), decentrl.http_status)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
-    path = request.path_info
-    if path.startswith(HTML_SURFACES):
-        return defaults.bad_request(request, exception)
-    return _machine_error(
-        path,
-        400,
-        detail="bad request",
-        didcomm=(Code.MALFORMED, "bad request", 400),
-        decentrl=ErrorCode.INVALID_COMMAND,
-    )
+    return _error(request, 400, lambda: defaults.bad_request(request, exception))
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    path = request.path_info
-    if path.startswith(HTML_SURFACES):
-        return defaults.page_not_found(request, exception)
-    return _machine_error(
-        path,
-        404,
-        detail="not found",
-        didcomm=(Code.UNKNOWN_MEDIATOR, "no DIDComm endpoint at this path", 404),
-        decentrl=ErrorCode.UNKNOWN_MEDIATOR,
-    )
+    return _error(request, 404, lambda: defaults.page_not_found(request, exception))
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    path = request.path_info
-    if path.startswith(HTML_SURFACES):
-        return defaults.server_error(request)
-    return _machine_error(
-        path,
-        500,
-        detail="a server error occurred",
-        didcomm=(Code.UNAVAILABLE, "mediator unavailable", 503),
-        decentrl=ErrorCode.MEDIATOR_UNAVAILABLE,
-    )
+    return _error(request, 500, lambda: defaults.server_error(request))
