@@ -172,15 +172,12 @@ def handle(
         code = problem.code
         message, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, message=message, ctx=ctx)
-    except Unanswered as unanswered:  # as below, once the message was known: metered under its type
-        log_failure(unanswered.cause, tenant)
-        code = Code.UNAVAILABLE
-        message, ctx = unanswered.message, unanswered.ctx
-        reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
+        if isinstance(exc, Unanswered):  # raised once the message was known: answered and metered as it
+            exc, message, ctx = exc.cause, exc.message, exc.ctx
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
-        reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), None)
+        reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message)
     reply.caller_did = ctx.caller_did if ctx else None
     reply.caller_kid = ctx.caller_kid if ctx else None
     observe(

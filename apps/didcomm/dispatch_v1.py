@@ -83,15 +83,12 @@ def handle(
         code = problem.code
         msg, ctx = problem.message, problem.ctx
         reply = _problem_reply(problem, msg, ctx)
-    except Unanswered as unanswered:  # as below, once the message was known: metered under its type
-        log_failure(unanswered.cause, tenant)
-        code = Code.UNAVAILABLE
-        msg, ctx = unanswered.message, unanswered.ctx
-        reply = Reply(503, _body(problem_v1(code, "mediator unavailable", msg)), PLAIN_MEDIA)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
+        if isinstance(exc, Unanswered):  # raised once the message was known: answered and metered as it
+            exc, msg, ctx = exc.cause, exc.message, exc.ctx
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
-        reply = Reply(503, _body(problem_v1(code, "mediator unavailable", None)), PLAIN_MEDIA)
+        reply = Reply(503, _body(problem_v1(code, "mediator unavailable", msg)), PLAIN_MEDIA)
     reply.protocol = "v1"
     mediation_did = ctx.connection.their_did if ctx is not None and ctx.connection is not None else None
     reply.caller_did = mediation_did
