@@ -115,9 +115,13 @@ def flush() -> int:
     global lost
     written = 0
     with _flush_lock:
-        while _buffer:
+        # Only what is buffered now: under load records keep arriving while a batch is written, and
+        # chasing them wrote a string of small COPYs, each its own transaction, per wake-up.
+        waiting = len(_buffer)
+        while waiting:
             records = []
-            while _buffer and len(records) < settings.USAGE_METERING_BATCH:
+            while waiting and len(records) < settings.USAGE_METERING_BATCH:
+                waiting -= 1
                 record = _buffer.popleft()
                 if record.tenant_id is not None:
                     records.append(record)

@@ -195,6 +195,42 @@ def test_a_batch_with_bad_rows_writes_the_good_rows_and_drops_and_counts_the_bad
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_flush_writes_what_was_buffered_when_it_began_one_copy_per_batch(tenant_a, settings, monkeypatch):
+    """Under load commands keep being metered while a batch is written. A flush that chased them
+    wrote a string of small COPYs per wake-up, each its own transaction: the writer thread cost
+    ~4x the CPU per command (docs/benchmark-history.md). What arrives during a flush waits for the next."""
+    metering.flush()
+    flush = metering.flush
+    # The writer thread (started by an earlier test) leaves the buffer to this test.
+    monkeypatch.setattr(metering, "flush", lambda: 0)
+    settings.USAGE_METERING_BATCH = 2
+    copies: list[list[str]] = []
+    arriving = True
+
+    class Recording:
+        def insert(self, rows: list[tuple]) -> None:
+            copies.append([row[metering._COLUMNS.index("code")] for row in rows])
+            if arriving and len(copies) <= 2:  # a command finishes while each of two batches is written
+                metering._buffer.append(meter_record(tenant_a, code=f"DURING_{len(copies)}"))
+            real.insert(rows)
+
+    real = metering.writer()
+    monkeypatch.setattr(metering, "_chosen", [Recording()])
+    metering._buffer.extend(meter_record(tenant_a, code=code) for code in ("A", "B", "C"))
+    try:
+        assert flush() == 3
+        assert copies == [["A", "B"], ["C"]]
+        assert stored_codes(tenant_a) == ["A", "B", "C"]
+        assert metering.pending() == 2
+        arriving = False
+        assert flush() == 2
+        assert copies[2:] == [["DURING_1", "DURING_2"]]
+        assert stored_codes(tenant_a) == ["A", "B", "C", "DURING_1", "DURING_2"]
+    finally:
+        metering._buffer.clear()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_writer_thread_survives_a_bad_row_and_keeps_writing(tenant_a, settings):
     settings.USAGE_METERING_MODE = "buffered"
     metering.flush()
