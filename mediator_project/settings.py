@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from apps.wire.display import UTC_FORMAT
 
-from .env import env, env_bool, env_int
+from .env import celery_broker_url, env, env_bool, env_int
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("MEDIATOR_VAR_DIR", str(BASE_DIR / "var")))
@@ -189,7 +189,7 @@ else:
 # --- Celery -------------------------------------------------------------------------------------
 # The filesystem broker names a host it ignores: without one kombu warns "No hostname was supplied"
 # on every connection (twice per `make run` start).
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "filesystem://localhost/")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", celery_broker_url(REDIS_URL) if REDIS_URL else "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
     for _sub in ("in", "processed", "control"):

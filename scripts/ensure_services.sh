@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bring up what the test suite needs when it is absent: PostgreSQL (trust on 127.0.0.1:5432) and
-# Redis (127.0.0.1:6379). Debian packages via apt; safe to run repeatedly.
+# Bring up what the test suite needs when it is absent: PostgreSQL (trust on 127.0.0.1:5432),
+# Redis (127.0.0.1:6379) and a Redis on the Unix socket var/redis/redis.sock. Debian packages via apt; safe to run repeatedly.
 set -euo pipefail
 
 log() { echo "[ensure_services] $*"; }
@@ -38,6 +38,21 @@ if ! redis_up; then
   for _ in $(seq 1 20); do redis_up && break; sleep 0.5; done
 fi
 redis_up || { log "Redis did not come up"; exit 1; }
+
+# A second Redis, on a Unix socket only, for the tests that run the product over a socket (the
+# form docs/serving.md advises when Redis is on the same machine) and for the benchmarks.
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+REDIS_SOCKET="$ROOT/var/redis/redis.sock"
+socket_up() { redis-cli -s "$REDIS_SOCKET" ping 2>/dev/null | grep -q PONG; }
+if ! socket_up; then
+  log "starting Redis on $REDIS_SOCKET"
+  mkdir -p "$ROOT/var/redis"
+  redis-server --daemonize yes --port 0 --unixsocket "$REDIS_SOCKET" --unixsocketperm 700 --save "" \
+    --appendonly no --dir "$ROOT/var/redis" --logfile "$ROOT/var/redis/redis.log" \
+    --pidfile "$ROOT/var/redis/redis.pid"
+  for _ in $(seq 1 20); do socket_up && break; sleep 0.5; done
+fi
+socket_up || { log "Redis on $REDIS_SOCKET did not come up"; exit 1; }
 
 # Optional extra needs (Java, JDBC, Chromium) are added by scripts/ensure_*.sh hooks.
 for extra in scripts/ensure_extra_*.sh; do

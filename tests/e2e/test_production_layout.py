@@ -24,11 +24,16 @@ import pytest
 from apps.wire.client import Identity, MediatorClient, agree_contract
 from apps.wire.ws import open_authenticated
 from tests.support import servers
-from tests.support.servers import ROOT, free_port, server_env
+from tests.support.servers import ROOT, free_port, redis_socket_url, server_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 REDIS_DB = 10  # dedicated to this module: no other test or benchmark uses it
+# The same tests over Redis's Unix socket (docs/serving.md): the channel layer between Granian's
+# push and Daphne, and the Celery broker URL derived from it.
+OVER_TCP_AND_UNIX_SOCKET = pytest.mark.parametrize(
+    "layout", [{}, {"env": {"REDIS_URL": "socket"}}], indirect=True, ids=["redis-tcp", "redis-unix-socket"]
+)
 DAY = 86_400
 
 
@@ -66,7 +71,9 @@ def layout(request, transactional_db, tmp_path):
     subprocess.run([str(ROOT / "scripts" / "ensure_extra_nginx.sh")], check=True, capture_output=True)
     port, http_port, ws_port = free_port(), free_port(), free_port()
     param = dict(getattr(request, "param", {}))
-    extra_env = param.pop("env", {})
+    extra_env = dict(param.pop("env", {}))
+    if extra_env.get("REDIS_URL") == "socket":
+        extra_env["REDIS_URL"] = redis_socket_url(REDIS_DB)
     tenant = tenant_create(
         slug="prod-layout",
         domain=f"127.0.0.1:{port}",
@@ -135,6 +142,7 @@ def layout(request, transactional_db, tmp_path):
                 proc.wait(timeout=5)
 
 
+@OVER_TCP_AND_UNIX_SOCKET
 def test_a_send_through_nginx_and_granian_is_pushed_to_a_socket_through_nginx_and_daphne(layout):
     from apps.messaging.models import PendingEvent
 
@@ -586,6 +594,7 @@ def test_the_layout_refuses_to_start_in_debug(transactional_db, tmp_path):
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 
 
+@OVER_TCP_AND_UNIX_SOCKET
 def test_didcomm_through_nginx_granian_and_daphne_mediation_forward_and_live_push(layout):
     """POST /didcomm goes nginx → Granian (its own lean CommandEntry, as POST /: no CSRF, no
     cookie, both media types), /didcomm/ws nginx → Daphne; a forward stored by a Granian

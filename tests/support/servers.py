@@ -16,6 +16,14 @@ import httpx
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
+# The Redis scripts/ensure_services.sh starts on a Unix socket only (make test runs it first).
+REDIS_SOCKET = ROOT / "var" / "redis" / "redis.sock"
+
+
+def redis_socket_url(db: int) -> str:
+    """REDIS_URL of that Redis, database `db`, in redis-py's form (docs/serving.md)."""
+    assert REDIS_SOCKET.is_socket(), f"no Redis on {REDIS_SOCKET}: run scripts/ensure_services.sh"
+    return f"unix://{REDIS_SOCKET}?db={db}"
 
 
 def free_port() -> int:
