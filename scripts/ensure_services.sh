@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring up what the test suite needs when it is absent: PostgreSQL (trust on 127.0.0.1:5432),
-# Redis (127.0.0.1:6379) and a Redis on the Unix socket var/redis/redis.sock. Debian packages via apt; safe to run repeatedly.
+# Redis (127.0.0.1:6379) and a Redis on the Unix socket var/redis/redis.sock. Debian packages via
+# apt; safe to run repeatedly.
 set -euo pipefail
 
 log() { echo "[ensure_services] $*"; }
@@ -39,12 +40,18 @@ if ! redis_up; then
 fi
 redis_up || { log "Redis did not come up"; exit 1; }
 
-# A second Redis, on a Unix socket only, for the tests that run the product over a socket (the
-# form docs/serving.md advises when Redis is on the same machine) and for the benchmarks.
+# A second Redis, on a Unix socket only, for the tests that run the product over a socket (a
+# unix:// REDIS_URL, docs/serving.md); tests/support/servers.py knows the same path.
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 REDIS_SOCKET="$ROOT/var/redis/redis.sock"
-socket_up() { redis-cli -s "$REDIS_SOCKET" ping 2>/dev/null | grep -q PONG; }
+if [ "${#REDIS_SOCKET}" -gt 100 ]; then
+  log "$REDIS_SOCKET is longer than a Unix socket path may be (100 characters here): use a shorter checkout path"
+  exit 1
+fi
+socket_up() { (command -v redis-cli >/dev/null && redis-cli -s "$REDIS_SOCKET" ping 2>/dev/null | grep -q PONG); }
 if ! socket_up; then
+  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
+    || { log "installing Redis"; apt_install redis-server redis-tools; }
   log "starting Redis on $REDIS_SOCKET"
   mkdir -p "$ROOT/var/redis"
   redis-server --daemonize yes --port 0 --unixsocket "$REDIS_SOCKET" --unixsocketperm 700 --save "" \
