@@ -35,7 +35,7 @@ operator: install
 SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py tests/decentrl/test_errors.py \
 	tests/decentrl/test_eventquery.py tests/decentrl/test_messaging_backend.py tests/ops/test_job_locks.py \
 	tests/usage/test_metering_writers.py tests/public/test_concurrency.py \
-	tests/didcomm/app/test_forward_storage.py
+	tests/didcomm/app/test_forward_storage.py tests/decentrl/test_presence.py
 
 test: install
 	scripts/ensure_services.sh

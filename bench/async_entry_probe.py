@@ -184,7 +184,7 @@ class Probe:
             except psycopg.Error:
                 pass
             raise
-        if found.event_id is not None and PUSH:
+        if found.event_id is not None and found.may_have_socket and PUSH:
             await self.push(
                 tenant.pk,
                 h.recipient_did,

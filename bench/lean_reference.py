@@ -16,8 +16,9 @@ does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `h
 3. the CPU checks, remembered and not answered: sender DID, signing key id, Ed25519 signature over
    the canonical JSON of the received header and payload (PyNaCl, `wire.crypto`), recipient DID;
 4. ONE statement, the product's own text (`STATEMENT`, held equal to what the product executes by
-   tests/test_bench_lean_reference.py): nonce claim, registration, contract and queue-cap checks
-   and the insert, prepared per connection (asyncpg's statement cache);
+   tests/test_bench_lean_reference.py): nonce claim, registration, contract and queue-cap checks,
+   the insert and the recipient's presence read under its lock, prepared per connection
+   (asyncpg's statement cache);
 5. the error in protocol order (DUPLICATE_NONCE, the remembered CPU error,
    RECIPIENT_NOT_REGISTERED, COMMUNICATION_CONTRACT_NOT_FOUND, RECIPIENT_QUEUE_FULL) or
    `{"type":"SUCCESS","pendingEventId":…}`, as the product's canonical JSON bytes. If the statement
@@ -26,7 +27,8 @@ does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `h
 
 What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmark-history.md "Lean
 reference"): usage metering and metrics (the command observers), the after-commit push to
-`/ws` sockets (the Redis presence check), the per-command log line, rate limits and CORS.
+`/ws` sockets (which the product leaves out too when the statement says the recipient has none,
+as in the benchmark), the per-command log line, rate limits and CORS.
 Other channels are answered INVALID_COMMAND (the reference serves TWO_WAY_PRIVATE only), and only
 did:decentrl DIDs resolve: a did:web sender or recipient (a tenant itself) is SENDER_NOT_FOUND or
 RECIPIENT_NOT_FOUND here, where the product looks it up. Bench only: not part of the product, and
@@ -68,7 +70,7 @@ STATEMENT = """WITH claim AS (INSERT INTO protocol_nonce (tenant_id, sender_did,
     RETURNING id
 )
 SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
-    EXISTS(SELECT 1 FROM ins)
+    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN (SELECT live > 0 AND live_until > $31 FROM messaging_pendingqueuedepth WHERE tenant_id = $32 AND recipient_did = $33 FOR UPDATE) END
 FROM chk
 """
 # The claim alone (apps/decentrl/storage.py, the claim alone), for the 503 after a failed statement.
@@ -94,7 +96,7 @@ class Tenant:
 def statement_params(
     *, tenant: Tenant, cmd: Command, checks_passed: bool, now_ms: int, window_ms: int, public_id: uuid.UUID
 ) -> list:
-    """The 30 parameters of STATEMENT, in the order apps/decentrl/storage.py passes them."""
+    """The 33 parameters of STATEMENT, in the order apps/decentrl/storage.py passes them."""
     h = cmd.header
     now_s = now_ms // 1000
     cap = tenant.pending_queue_cap or 0
@@ -105,6 +107,7 @@ def statement_params(
         checks_passed, tenant.id, recipient, now_s, sender, recipient, recipient, sender,  # has_contract
         checks_passed, cap, cap, tenant.id, recipient,  # queue_full
         public_id, tenant.id, recipient, sender, payload, len(payload.encode("utf-8")),  # ins
+        now_s, tenant.id, recipient,  # the recipient's presence (read, locked; the reference pushes nothing)
     ]  # fmt: skip
 
 
@@ -227,7 +230,7 @@ class Reference:
             public_id=public_id,
         )
         try:
-            fresh, registered, has_contract, queue_full, stored = await conn.fetchrow(STATEMENT, *params)
+            fresh, registered, has_contract, queue_full, stored, _live = await conn.fetchrow(STATEMENT, *params)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             # Nothing of the failed statement committed: claim the nonce on its own before the 503.
             try:

@@ -312,6 +312,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
 # allowed, so tests can shorten them).
 MEDIATOR_WS_AUTH_TIMEOUT_S = float(env("MEDIATOR_WS_AUTH_TIMEOUT_S", "10") or "10")
 MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or "30")
+# How long an open socket vouches for its DID's presence (apps/messaging/presence.py): a stored
+# event is pushed only to a DID with a socket open, renewed every third of this; a socket tier that
+# died without closing its sockets stops vouching this long after (its DIDs are pushed to meanwhile).
+MEDIATOR_WS_PRESENCE_LEASE_S = env_int("MEDIATOR_WS_PRESENCE_LEASE_S", 1800)
+if MEDIATOR_WS_PRESENCE_LEASE_S < 3:
+    raise ImproperlyConfigured("MEDIATOR_WS_PRESENCE_LEASE_S must be 3 seconds or more")
 # Bytes a socket may have queued and not yet taken by its peer before a push closes it (4509);
 # the backlog waits for room instead (apps/realtime/sendbudget.py, docs/realtime.md).
 MEDIATOR_WS_SEND_BUDGET_BYTES = env_int("MEDIATOR_WS_SEND_BUDGET_BYTES", 4 * 1024 * 1024)

@@ -36,7 +36,7 @@ from functools import cache
 
 from django.db import DatabaseError, connection
 
-from apps.messaging import eventquery, notify
+from apps.messaging import eventquery, notify, presence
 from apps.messaging.models import Contract, PendingEvent, PendingQueueDepth
 from apps.messaging.services import Page, events_query, pending_event_enqueue
 from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params
@@ -114,7 +114,9 @@ def _items(rows: list[tuple]) -> list[dict]:
 # Uncorrelated EXISTS sub-selects become InitPlans that PostgreSQL runs lazily, so inside a CASE
 # they cost nothing when the nonce was a replay or a CPU check (signature…) already failed. The
 # queue cap reads the recipient's counter row (queue_depth_recipient), which triggers on
-# messaging_pendingevent keep equal to its unacknowledged count.
+# messaging_pendingevent keep equal to its unacknowledged count. When the event was stored, the
+# last column reads the same row's presence under its lock (messaging/presence.py): False when
+# no socket of the recipient is open, and then no push leaves.
 _CLAIM_AND_DELIVER = f"""WITH claim AS ({CLAIM})
 , chk AS (
     SELECT c.fresh,
@@ -131,7 +133,7 @@ _CLAIM_AND_DELIVER = f"""WITH claim AS ({CLAIM})
     RETURNING id
 )
 SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
-    EXISTS(SELECT 1 FROM ins)
+    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN {presence.LIVE_UNDER_LOCK} END
 FROM chk
 """
 
@@ -173,6 +175,7 @@ class Found:
     queue_full: bool = False
     event_id: str | None = None
     page: Page | None = None
+    may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
 
 
 class PostgresStorage:
@@ -266,7 +269,7 @@ class PostgresStorage:
             public_id=public_id,
         )
         found = delivered(self._claiming(nonce, sql, params), public_id)
-        if found.event_id is not None:
+        if found.event_id is not None and found.may_have_socket:
             # Autocommit: the statement has committed, so the push leaves at once.
             notify.notify_pending_event(
                 tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
@@ -298,15 +301,21 @@ def deliver_statement(
         # the cap by the number of in-flight sends; nothing is ever evicted.
         checks_passed, cap, cap, tenant.pk, recipient_did,
         public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
+        *presence.live_params(tenant_id=tenant.pk, did=recipient_did, now_s=now_s),
     ]  # fmt: skip
     return _CLAIM_AND_DELIVER, params
 
 
 def delivered(row: tuple, public_id: uuid.UUID) -> Found:
     """What `deliver_statement`'s row says; `event_id` only when the event was stored."""
-    fresh, registered, has_contract, queue_full, stored = row
+    fresh, registered, has_contract, queue_full, stored, live = row
     return Found(
-        bool(fresh), bool(registered), bool(has_contract), bool(queue_full), str(public_id) if stored else None
+        bool(fresh),
+        bool(registered),
+        bool(has_contract),
+        bool(queue_full),
+        str(public_id) if stored else None,
+        may_have_socket=presence.may_have_socket(live),
     )
 
 

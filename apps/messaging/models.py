@@ -137,11 +137,19 @@ class PendingQueueDepth(models.Model):
     check and QUERY_PENDING_EVENTS totals read this one row instead of walking the recipient's
     queue, which cost one heap fetch per queued event on every send. SQLite (the embedded
     default) has no such triggers and keeps counting the queue (`sql.SqliteBackend.queue_depth`).
+
+    The same row holds the recipient's `/ws` presence (presence.py): how many of its sockets are
+    open (`live`) and until when the youngest of them vouches for it (`live_until`, epoch
+    seconds, renewed while a socket stays open). A stored event is pushed unless this row, read
+    under its lock in the storing transaction, says no socket is open.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
     recipient_did = models.CharField(max_length=2048)
     depth = models.IntegerField(default=0)
+    # Database defaults: the queue triggers create rows naming only (tenant_id, recipient_did, depth).
+    live = models.IntegerField(db_default=0)
+    live_until = models.BigIntegerField(db_default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "recipient_did"], name="queue_depth_recipient")]

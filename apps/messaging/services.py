@@ -23,7 +23,7 @@ from apps.wire.encoding import b64encode
 from apps.wire.envelope import ContractFilter, EventFilter, EventToSave, Pagination, TagUpdate
 from apps.wire.errors import ErrorCode, ProtocolError
 
-from . import notify
+from . import notify, presence
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
 from .sql import REGISTERED, backend, registered_params
 
@@ -265,7 +265,8 @@ def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagi
 
 @transaction.atomic
 def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
-    """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2)."""
+    """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2) unless the
+    recipient has no socket open (presence.py, read under its row's lock in this transaction)."""
     cap = tenant.pending_queue_cap
     # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
     # the number of in-flight sends; nothing is ever evicted.
@@ -278,9 +279,14 @@ def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str
         payload=payload,
         payload_bytes=len(payload.encode("utf-8")),
     )
-    notify.notify_pending_event(
-        tenant_id=tenant.pk, did=recipient_did, event_id=str(event.public_id), sender_did=sender_did, payload=payload
-    )
+    if presence.may_have_socket(presence.live_under_lock(tenant_id=tenant.pk, did=recipient_did, now_s=_now_s())):
+        notify.notify_pending_event(
+            tenant_id=tenant.pk,
+            did=recipient_did,
+            event_id=str(event.public_id),
+            sender_did=sender_did,
+            payload=payload,
+        )
     return event
 
 

@@ -34,13 +34,14 @@ def _statement(*, cap: int | None, checks_passed: bool = True) -> tuple[str, lis
 def test_the_statement_and_its_parameters_in_order():
     sql, params = _statement(cap=50)
     assert sql is storage._CLAIM_AND_DELIVER
-    assert sql.count("%s") == len(params) == 30
+    assert sql.count("%s") == len(params) == 33
     assert params == [
         7, "did:s", "n1", 1_300_000, 1_000_000,  # the claim
         True, 7, "did:r", "did:r", "did:web:m.example", 1_000,  # registered
         True, 7, "did:r", 1_000, "did:s", "did:r", "did:r", "did:s",  # has_contract
         True, 50, 50, 7, "did:r",  # queue cap
         PUBLIC_ID, 7, "did:r", "did:s", "héllo", 6,  # the event (payload_bytes: UTF-8)
+        1_000, 7, "did:r",  # the recipient's presence
     ]  # fmt: skip
 
 
@@ -51,11 +52,16 @@ def test_no_cap_and_failed_checks_are_parameters_not_other_text():
 
 
 def test_the_row_read():
-    assert delivered((True, True, True, False, True), PUBLIC_ID) == Found(
+    assert delivered((True, True, True, False, True, None), PUBLIC_ID) == Found(
         True, True, True, False, "00000000-0000-4000-8000-000000000007"
     )
-    assert delivered((True, True, True, True, False), PUBLIC_ID) == Found(True, True, True, True, None)
-    assert delivered((False, False, False, False, False), PUBLIC_ID) == Found(False)
+    # The presence column: NULL (no row: unknown) and True push, False does not.
+    assert delivered((True, True, True, False, True, True), PUBLIC_ID).may_have_socket is True
+    assert delivered((True, True, True, False, True, False), PUBLIC_ID) == Found(
+        True, True, True, False, "00000000-0000-4000-8000-000000000007", may_have_socket=False
+    )
+    assert delivered((True, True, True, True, False, None), PUBLIC_ID) == Found(True, True, True, True, None)
+    assert delivered((False, False, False, False, False, None), PUBLIC_ID) == Found(False)
 
 
 @pytest.mark.django_db(transaction=True)

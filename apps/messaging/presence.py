@@ -1,0 +1,104 @@
+"""A recipient's `/ws` presence, kept on its queue-depth row: whether a stored event needs a push.
+
+The rule (one text for both backends, `may_have_socket`): a stored pending event is pushed unless
+the recipient's `PendingQueueDepth` row, read under that row's lock in the transaction that
+stores the event, says that none of its sockets is open (`live` = 0) or that none has vouched
+for it lately (`live_until` passed). No row: pushed (nothing is known).
+
+Why it is exact. A socket joins its channel-layer group first, then marks itself present here
+(`socket_entered`, which writes the row), then reads its backlog. The storing transaction locks
+the row until it commits:
+- if the socket's write came first, the storing transaction's locked read returns it (PostgreSQL
+  re-reads a row that changed under a lock, even after the statement began), so the event is
+  pushed, to a socket already in the group;
+- if the storing transaction came first, the socket's write waits for its commit, so the
+  backlog read that follows sees the event.
+On SQLite the same holds because a transaction that writes holds the one write lock.
+
+Why two fields. `live` counts the open sockets, so the push stops the moment the last one
+closes. A socket tier that dies without closing its sockets leaves `live` too high; `live_until`
+bounds that: every open socket renews it (`socket_renewed`, every third of the lease), so a
+count nobody renews stops vouching one lease (MEDIATOR_WS_PRESENCE_LEASE_S, 30 minutes by
+default) after its sockets died. Until then such a recipient is pushed to as before (the push
+finds no socket in the group): the error is only ever on the side of pushing. A socket that
+cannot renew before its lease runs out closes itself (apps/decentrl/consumers.py), so an open
+socket is always vouched for.
+
+Times are epoch seconds from the application's clock (the command statement's `now_s`).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connection
+
+from .models import PendingQueueDepth
+
+_DEPTH = PendingQueueDepth._meta.db_table
+
+# A socket opens: one more, vouched for until the later of the row's time and ours.
+_ENTER = (
+    f"INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth, live, live_until) VALUES (%s, %s, 0, 1, %s)"
+    f" ON CONFLICT (tenant_id, recipient_did) DO UPDATE SET live = {_DEPTH}.live + 1,"
+    f" live_until = CASE WHEN {_DEPTH}.live_until > EXCLUDED.live_until THEN {_DEPTH}.live_until"
+    " ELSE EXCLUDED.live_until END"
+)
+# An open socket renews its lease. The row may have gone (a purge) or lost its count: at least
+# this socket is open.
+_RENEW = (
+    f"INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth, live, live_until) VALUES (%s, %s, 0, 1, %s)"
+    f" ON CONFLICT (tenant_id, recipient_did) DO UPDATE SET"
+    f" live = CASE WHEN {_DEPTH}.live > 0 THEN {_DEPTH}.live ELSE 1 END,"
+    f" live_until = CASE WHEN {_DEPTH}.live_until > EXCLUDED.live_until THEN {_DEPTH}.live_until"
+    " ELSE EXCLUDED.live_until END"
+)
+# A socket closes (never below zero).
+_LEAVE = f"UPDATE {_DEPTH} SET live = CASE WHEN live > 0 THEN live - 1 ELSE 0 END WHERE tenant_id = %s AND recipient_did = %s"
+
+# Whether the recipient may have an open socket (NULL when there is no row). Parameters: `live_params`.
+_LIVE = f"SELECT live > 0 AND live_until > %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s"
+# The same under the row's lock, as a sub-select for a PostgreSQL statement that stores an event.
+LIVE_UNDER_LOCK = f"({_LIVE} FOR UPDATE)"
+
+
+def lease_s() -> int:
+    """How long one socket's renewal vouches for its recipient (settings.MEDIATOR_WS_PRESENCE_LEASE_S)."""
+    return settings.MEDIATOR_WS_PRESENCE_LEASE_S
+
+
+def live_params(*, tenant_id: int, did: str, now_s: int) -> list:
+    """The parameters of LIVE_UNDER_LOCK."""
+    return [now_s, tenant_id, did]
+
+
+def may_have_socket(found: bool | None) -> bool:
+    """The push rule on what LIVE_UNDER_LOCK (or `live_under_lock`) returned: push unless it is False."""
+    return found is not False
+
+
+def live_under_lock(*, tenant_id: int, did: str, now_s: int) -> bool | None:
+    """LIVE_UNDER_LOCK on its own, inside the caller's transaction (the ORM path of a stored event)."""
+    # SQLite has no FOR UPDATE: a transaction that writes already holds its one write lock.
+    sql = _LIVE + (" FOR UPDATE" if connection.features.has_select_for_update else "")
+    with connection.cursor() as cur:
+        cur.execute(sql, live_params(tenant_id=tenant_id, did=did, now_s=now_s))
+        row = cur.fetchone()
+    return None if row is None else bool(row[0])
+
+
+def socket_entered(*, tenant_id: int, did: str, now_s: int) -> None:
+    """One more open socket for (tenant, did); call it after joining the group, before the backlog."""
+    with connection.cursor() as cur:
+        cur.execute(_ENTER, [tenant_id, did, now_s + lease_s()])
+
+
+def socket_renewed(*, tenant_id: int, did: str, now_s: int) -> None:
+    """An open socket of (tenant, did) vouches for it for another lease."""
+    with connection.cursor() as cur:
+        cur.execute(_RENEW, [tenant_id, did, now_s + lease_s()])
+
+
+def socket_left(*, tenant_id: int, did: str) -> None:
+    """One open socket fewer for (tenant, did); call it before leaving the group."""
+    with connection.cursor() as cur:
+        cur.execute(_LEAVE, [tenant_id, did])
