@@ -36,10 +36,10 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from apps.messaging import presence
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
+from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
 from apps.realtime.sendbudget import SendBudget, frame_bytes
@@ -178,11 +178,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         self.did: str | None = None
         self.group: str | None = None
         self.tenant_group: str | None = None
-        # While the DID is marked present (presence.py): the monotonic time its lease runs out,
-        # the renewal's timer (no task while idle), the renewal in flight.
-        self.present_until: float | None = None
-        self.renewal_timer: asyncio.TimerHandle | None = None
-        self.renewal: asyncio.Task | None = None
+        self.presence: Presence | None = None  # the DID's presence mark, once authenticated
         self.observed = False
         self.tasks: list[asyncio.Task] = []
         # The tenant's group from here, the DID's after AUTHENTICATE; re-joined while open.
@@ -257,12 +253,12 @@ class SocketConsumer(AsyncWebsocketConsumer):
                 ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
             )
             return
-        # Present after joining and before the backlog (presence.py says why this order is exact).
-        # A socket that cannot be marked present would miss pushes: refused like one without a group.
+        # Present after joining and before the backlog (messaging/presence.py says why this order
+        # is exact). A socket that cannot be marked present would miss pushes: refused like one
+        # without a group. Renewed while open; if it cannot be, the socket closes (4503).
+        self.presence = Presence(self.tenant.pk, on_lapse=lambda: self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE))
         try:
-            await database_sync_to_async(presence.socket_entered)(
-                tenant_id=self.tenant.pk, did=did, now_s=int(time.time())
-            )
+            await self.presence.enter(did)
         except DatabaseError:
             log.warning("database unreachable while marking a websocket present")
             await self.memberships.discard(self.group)
@@ -271,8 +267,6 @@ class SocketConsumer(AsyncWebsocketConsumer):
                 ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
             )
             return
-        self.present_until = time.monotonic() + presence.lease_s()
-        self._schedule_renewal()
         self.state = AUTHENTICATED
         await self._send_json({"type": "AUTH_SUCCESS"})
         _observe("authenticated", self.tenant)
@@ -304,56 +298,14 @@ class SocketConsumer(AsyncWebsocketConsumer):
             self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
-        await self._leave_presence()
+        if getattr(self, "presence", None) is not None:
+            await self.presence.close()
         if getattr(self, "memberships", None) is not None:
             await self.memberships.close()
         if getattr(self, "observed", False):
             _observe("disconnect", self.tenant)
 
     # -- internals --
-
-    def _schedule_renewal(self) -> None:
-        self.renewal_timer = asyncio.get_running_loop().call_later(presence.lease_s() / 3, self._renewal_due)
-
-    def _renewal_due(self) -> None:
-        self.renewal_timer = None
-        if self.state == AUTHENTICATED:
-            self.renewal = asyncio.get_running_loop().create_task(self._renew())
-
-    async def _renew(self) -> None:
-        """Vouch for the DID for another lease. If the database stays away until the lease would
-        run out, the socket closes (4503): an open socket the push rule thinks absent would miss
-        pushes; reconnecting, the client gets the backlog."""
-        started = time.monotonic()
-        try:
-            await database_sync_to_async(presence.socket_renewed)(
-                tenant_id=self.tenant.pk, did=self.did, now_s=int(time.time())
-            )
-            self.present_until = started + presence.lease_s()
-        except DatabaseError:
-            log.warning("database unreachable while renewing a websocket's presence")
-            if time.monotonic() + presence.lease_s() / 3 >= self.present_until:
-                self.renewal = None
-                if self.state == AUTHENTICATED:
-                    await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
-                return
-        self.renewal = None
-        if self.state == AUTHENTICATED:
-            self._schedule_renewal()
-
-    async def _leave_presence(self) -> None:
-        """One socket fewer for the DID, after any renewal in flight (which would count it again)."""
-        if getattr(self, "present_until", None) is None:
-            return
-        if self.renewal_timer is not None:
-            self.renewal_timer.cancel()
-        if self.renewal is not None and not self.renewal.done():
-            await asyncio.wait([self.renewal])
-        self.present_until = None
-        try:
-            await database_sync_to_async(presence.socket_left)(tenant_id=self.tenant.pk, did=self.did)
-        except DatabaseError:  # counted too high until the lease runs out: pushes that find nobody
-            log.warning("database unreachable while releasing a websocket's presence")
 
     async def _send_json(self, message: dict) -> None:
         await self._send_text(canonical_str(message))

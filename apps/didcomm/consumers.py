@@ -3,8 +3,9 @@
 Frames in are packed DIDComm messages (text or binary), handled exactly as `POST /didcomm`;
 answers (return_route) and problem reports go back on the socket as text frames. A
 live-delivery-change from an authcrypt client puts the socket in that client's channel-layer
-group (per (tenant, DID), any number of sockets across processes); each stored message then
-wakes it, and it pushes a packed Pickup 3.0 `delivery` within the socket's send budget
+group (per (tenant, DID), any number of sockets across processes) and marks the client present
+(apps/messaging/presence.py: a forward wakes only a client that may be live; the mark is renewed
+while the socket is open, apps/realtime/presence.py); each stored message then wakes it, and it pushes a packed Pickup 3.0 `delivery` within the socket's send budget
 (apps/realtime/sendbudget.py; over it the socket closes with 4509). A push is never the only
 copy: messages leave the queue only on messages-received, TTL or eviction.
 
@@ -36,6 +37,7 @@ from django.utils import timezone
 from apps.didcomm.core.errors import DidcommError
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
+from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
@@ -138,6 +140,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.live: dict[str, Live] = {}  # did hash -> the client in live mode
         # The tenant's group and each live client's; re-joined while the socket is open.
         self.memberships = Memberships(self.channel_layer, self.channel_name)
+        # Each live client's presence mark (a forward is pushed only to a client that may be live).
+        self.presence: Presence | None = None
         headers = dict(self.scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
         client = self.scope.get("client")
@@ -154,6 +158,9 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
             return
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
+        self.presence = Presence(
+            self.tenant.pk, on_lapse=lambda: self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+        )
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
         # The tenant's group: suspended, deleted or DIDComm off, the socket closes (realtime_tenant_state).
@@ -198,6 +205,14 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         except Exception:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
             log.warning("didcomm: channel layer unreachable while going live")
             return
+        # Present after joining and before the backlog (apps/messaging/presence.py).
+        try:
+            await self.presence.enter(did)
+        except DatabaseError:
+            log.warning("didcomm: database unreachable while going live")
+            if key not in self.live:
+                await self.memberships.discard(group)
+            return
         live = self.live[key] = Live(did, kid, group, protocol)
         # What was queued before live mode started goes out now, once (then each new message).
         await self._load(key, live, backlog=True)
@@ -206,6 +221,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         live = self.live.pop(key, None)
         if live is None:
             return
+        await self.presence.leave(live.did)
         # A failure is logged and the membership expires by itself; wakes for it are ignored.
         await self.memberships.discard(live.group)
 
@@ -311,6 +327,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = True
         if getattr(self, "budget", None):
             self.budget.release()
+        if getattr(self, "presence", None) is not None:
+            await self.presence.close()
         if getattr(self, "memberships", None) is not None:
             await self.memberships.close()
         if getattr(self, "observed", False):

@@ -517,7 +517,8 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
 
     One round trip on PostgreSQL (apps/didcomm/storage.py). When the recipient's client is a DIDComm
     v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
-    POST of `data.json` unchanged. The wake and the outbound task leave after commit.
+    POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
+    outbound task leave after commit.
     """
     try:
         form = lookup_form(next_did)
@@ -544,7 +545,8 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     if done.outcome == storage.FULL:
         raise QueueFull()
     mid = str(message_id)
-    notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
+    if done.may_have_socket:  # most clients have no live socket: then no wake leaves
+        notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
     if done.outbound_id is not None:
         _outbound_send_on_commit(done.outbound_id)
     return Stored(mid, done.evicted)

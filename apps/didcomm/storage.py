@@ -4,7 +4,8 @@ The rule (UC-021 steps 6-8, AF-4): the recipient registered under `lookup_hash` 
 whose mediation is granted, is locked; if its queue holds `cap` messages or more, `reject` refuses
 (nothing stored) and otherwise the oldest are evicted down to `cap - 1`; the message is inserted
 with its TTL; for a DIDComm v1 connection with an HTTP endpoint (and a JSON envelope), an outbound
-POST row for it as well. Two backends give the same answers (tests/didcomm/app/test_forward_storage.py
+POST row for it as well; then the client's presence is read under its row's lock
+(apps/messaging/presence.py): whether the wake should leave. Two backends give the same answers (tests/didcomm/app/test_forward_storage.py
 checks both against one model of the rule):
 
 - `PostgresForwardStore`: ONE prepared statement, `SELECT * FROM didcomm_forward_store(…)`, a
@@ -27,11 +28,15 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
+from apps.messaging import presence
 from apps.messaging.sql import prepared_cursor
 
 from .models import Mediation, Outbound, QueuedMessage, RecipientKey
 
-FORWARD = "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id FROM didcomm_forward_store(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+FORWARD = (
+    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_live"
+    " FROM didcomm_forward_store(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
 
 STORED, UNKNOWN, FULL = "stored", "unknown", "full"
 
@@ -44,6 +49,9 @@ class ForwardStored:
     evicted: int = 0
     client_did: str | None = None  # the recipient's client (whose sockets get the wake)
     outbound_id: int | None = None  # the v1 outbound row to POST, if one was made
+    # Whether the client may have a live socket (its presence, messaging/presence.py, read under
+    # its row's lock in the storing transaction): the wake leaves only if so.
+    may_have_socket: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,8 @@ class PostgresForwardStore:
         ]  # fmt: skip
         with prepared_cursor() as cur:
             cur.execute(FORWARD, params)
-            outcome, evicted, client_did, outbound_id = cur.fetchone()
-        return ForwardStored(outcome, evicted, client_did, outbound_id)
+            outcome, evicted, client_did, outbound_id, live = cur.fetchone()
+        return ForwardStored(outcome, evicted, client_did, outbound_id, presence.may_have_socket(live))
 
 
 class SqlForwardStore:
@@ -120,7 +128,10 @@ class SqlForwardStore:
                 expires_at=req.expires_at,
                 created_at=req.now,
             ).pk
-        return ForwardStored(STORED, evicted, mediation.client_did, outbound_id)
+        live = presence.live_under_lock(
+            tenant_id=req.tenant_id, did=mediation.client_did, now_s=int(req.now.timestamp())
+        )
+        return ForwardStored(STORED, evicted, mediation.client_did, outbound_id, presence.may_have_socket(live))
 
 
 _chosen: list[PostgresForwardStore | SqlForwardStore] = []

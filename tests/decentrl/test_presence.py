@@ -16,6 +16,7 @@ from apps.messaging import presence
 from apps.messaging.models import PendingEvent, PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.messaging.services import pending_events_unacked
+from tests.support.pglocks import another_session_waits_for_a_lock
 from tests.support.registration import contract_both_ways, register
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,21 +163,6 @@ def _in_thread(fn):
     return thread, box
 
 
-def _waiting_for_a_lock(timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with connection.cursor() as cur:
-            # Inside a transaction pg_stat_activity is read once and kept: ask for a fresh view.
-            cur.execute("SELECT pg_stat_clear_snapshot()")
-            cur.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            if cur.fetchone()[0]:
-                return True
-        time.sleep(0.02)
-    return False
-
-
 def _deliver(tenant, alice, bob, nonce: str):
     return storage.PostgresStorage().claim_and_deliver(
         NonceClaim(tenant_id=tenant.pk, sender_did=alice.did, nonce=nonce, expires_at_ms=2**40, now_ms=1),
@@ -204,7 +190,7 @@ def test_a_socket_that_joined_during_the_statement_is_seen(on_postgres, post_a, 
     with transaction.atomic():
         presence.socket_entered(tenant_id=tenant_a.pk, did=bob.did, now_s=_now())
         thread, box = _in_thread(lambda: _deliver(tenant_a, alice, bob, "n-race-1"))
-        assert _waiting_for_a_lock(), "the statement did not wait for the presence row"
+        assert another_session_waits_for_a_lock(), "the statement did not wait for the presence row"
     thread.join(10)
     assert "error" not in box, box
     assert box["value"].event_id is not None and box["value"].may_have_socket is True
@@ -228,7 +214,9 @@ def test_a_socket_joining_while_an_event_is_stored_finds_it_in_its_backlog(
             return [r["id"] for r in pending_events_unacked(tenant=tenant_a, did=bob.did)]
 
         thread, box = _in_thread(socket_enters_then_reads_its_backlog)
-        assert _waiting_for_a_lock(), "the socket's presence write did not wait for the storing transaction"
+        assert another_session_waits_for_a_lock(), (
+            "the socket's presence write did not wait for the storing transaction"
+        )
         assert thread.is_alive()
     thread.join(10)
     assert "error" not in box, box

@@ -16,7 +16,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
@@ -32,8 +32,11 @@ from apps.didcomm.models import (
     RecipientKey,
     did_hash,
 )
+from apps.messaging import presence
+from apps.messaging.models import PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.tenants.services import Actor
+from tests.support.pglocks import another_session_waits_for_a_lock
 
 BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
 RECIPIENT = "did:example:recipient"
@@ -353,6 +356,8 @@ def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
         )
         MigrationExecutor(connection).migrate(after)
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
+        # The forward of today's code calls today's function (0008's result columns).
+        MigrationExecutor(connection).migrate(leaves)
         assert storage.PostgresForwardStore().forward(_request(tenant_a.pk, cap=3)).evicted == 1
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
     finally:
@@ -454,3 +459,83 @@ def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
         assert services.forward_store(tenant=tenant_a, policy=policy, next_did="did:example:nobody", data={}) is None
         assert services.forward_store(tenant=tenant_a, policy=policy, next_did="not a did", data={}) is None
     assert len(callbacks) == 1 and pushes == []
+
+
+# --- the wake only for a client that may be live (apps/messaging/presence.py) -------------------
+
+
+def _now_s() -> int:
+    return int(timezone.now().timestamp())
+
+
+@pytest.mark.django_db
+def test_the_wake_leaves_only_for_a_client_that_may_be_live(
+    backend, tenant_a, pushes, django_capture_on_commit_callbacks
+):
+    _grant(tenant_a)
+    policy = services.policy_for(tenant=tenant_a)
+
+    def forward() -> list[str]:
+        pushes.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        return [p["did"] for p in pushes]
+
+    client = "did:example:client"
+    assert forward() == [client]  # no presence row: nothing known, woken
+    presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
+    assert forward() == [client]
+    presence.socket_left(tenant_id=tenant_a.pk, did=client)
+    assert forward() == []  # nobody live
+    PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=client).delete()
+    presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s() - presence.lease_s() - 1)
+    assert forward() == []  # a count nobody renewed
+    presence.socket_entered(tenant_id=tenant_a.pk, did="did:example:recipient", now_s=_now_s())
+    assert forward() == []  # the recipient's own presence is not its client's
+    assert QueuedMessage.objects.filter(tenant=tenant_a).count() == 5  # stored whatever was woken
+
+
+@POSTGRES_ONLY
+@pytest.mark.django_db(transaction=True)
+def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog(tenant_a):
+    """The function reads the client's presence row under a share lock after storing: a socket's
+    presence write that is not committed yet is waited for and read; one that comes after the
+    forward waits for the forward's commit (so the backlog read that follows sees the message)."""
+    client = "did:example:client"
+    _grant(tenant_a)
+    presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
+    presence.socket_left(tenant_id=tenant_a.pk, did=client)  # the row exists, nobody live
+    box: dict = {}
+
+    def forward_in_thread():
+        try:
+            box["stored"] = storage.PostgresForwardStore().forward(_request(tenant_a.pk))
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
+        thread = threading.Thread(target=forward_in_thread)
+        thread.start()
+        assert another_session_waits_for_a_lock(), "the forward did not wait for the presence row"
+    thread.join(10)
+    assert box["stored"].outcome == storage.STORED and box["stored"].may_have_socket is True
+
+    presence.socket_left(tenant_id=tenant_a.pk, did=client)
+    with transaction.atomic():
+        request = _request(tenant_a.pk)
+        stored = storage.PostgresForwardStore().forward(request)
+        assert stored.may_have_socket is False
+
+        def going_live():
+            try:
+                presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
+                box["backlog"] = set(QueuedMessage.objects.filter(tenant=tenant_a).values_list("message_id", flat=True))
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=going_live)
+        thread.start()
+        assert another_session_waits_for_a_lock(), "going live did not wait for the forward's commit"
+    thread.join(10)
+    assert request.message_id in box["backlog"] and len(box["backlog"]) == 2

@@ -278,3 +278,52 @@ def test_a_tenant_that_stops_serving_didcomm_closes_its_live_sockets_at_once(dep
         code,
         close,
     )
+
+
+# --- presence (apps/messaging/presence.py): a forward wakes only a client that may be live ---------
+
+
+def _live_count(deploy, did: str) -> int | None:
+    from apps.messaging.models import PendingQueueDepth
+
+    rows = PendingQueueDepth.objects.filter(tenant=deploy.tenant, recipient_did=did).values_list("live", flat=True)
+    return next(iter(rows), None)
+
+
+async def _live_becomes(deploy, did: str, expected: int, seconds: float = 5.0) -> None:
+    """The socket's presence write lands after its reply (disconnect: after the close): poll briefly."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while (found := await asyncio.to_thread(_live_count, deploy, did)) != expected:
+        assert asyncio.get_running_loop().time() < deadline, (found, expected)
+        await asyncio.sleep(0.05)
+
+
+def test_live_mode_marks_its_client_present_until_it_ends(deploy):
+    wallet, rcpt = _grant(deploy)
+
+    async def body():
+        assert await asyncio.to_thread(_live_count, deploy, wallet.did) is None
+        ws = await _live(deploy, wallet)
+        await _live_becomes(deploy, wallet.did, 1)
+        # The same client asking for live mode again on the same socket counts once.
+        await ws.send(wallet.pack(wallet.message(PICKUP + "live-delivery-change", LIVE), deploy.mediator_did).decode())
+        wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
+        second = await _live(deploy, wallet)
+        await _live_becomes(deploy, wallet.did, 2)
+        # A forward while live is pushed; live mode switched off on one socket, one is left.
+        assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
+        assert (await _pushed(ws, wallet))[0]["type"] == PICKUP + "delivery"
+        assert (await _pushed(second, wallet))[0]["type"] == PICKUP + "delivery"
+        off = wallet.message(PICKUP + "live-delivery-change", {"live_delivery": False})
+        await second.send(wallet.pack(off, deploy.mediator_did).decode())
+        wallet.unpack(await asyncio.wait_for(second.recv(), 10))
+        await _live_becomes(deploy, wallet.did, 1)
+        await ws.close()
+        await _live_becomes(deploy, wallet.did, 0)
+        # Nobody live: the forward is stored and no wake leaves; the socket that is not live hears nothing.
+        assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
+        await _nothing(second, 1.0)
+        await second.close()
+
+    asyncio.run(body())
+    assert len(_queued(deploy, wallet)) == 2
