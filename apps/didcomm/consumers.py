@@ -45,7 +45,7 @@ from apps.tenants.selectors import tenant_for_host
 from . import dispatch_v1, metrics, services
 from .dispatch import LiveTarget, Row, live_start, log_failure, problem_message
 from .dispatch_v1 import LiveTargetV1
-from .models import did_hash
+from .models import did_hash, presence_key
 from .problems import Problem
 from .protocols import Code
 
@@ -207,7 +207,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             return
         # Present after joining and before the backlog (apps/messaging/presence.py).
         try:
-            await self.presence.enter(did)
+            await self.presence.enter(presence_key(key))
         except DatabaseError:
             log.warning("didcomm: database unreachable while going live")
             if key not in self.live:
@@ -221,7 +221,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         live = self.live.pop(key, None)
         if live is None:
             return
-        await self.presence.leave(live.did)
+        await self.presence.leave(presence_key(key))
         # A failure is logged and the membership expires by itself; wakes for it are ignored.
         await self.memberships.discard(live.group)
 

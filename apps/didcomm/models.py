@@ -24,6 +24,13 @@ def did_hash(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
+def presence_key(client_hash: str) -> str:
+    """The presence row's key of a client in live mode (apps/messaging/presence.py), from its
+    `did_hash`: a client DID may be far longer than that table's DIDs (did:peer, up to 16 KiB).
+    The forward's function (migration 0008) builds the same text from `Mediation.client_hash`."""
+    return f"didcomm:{client_hash}"
+
+
 def _bounds(lo: int, hi: int) -> list:
     """The policy bounds, one rule for the admin form and the operator API (full_clean)."""
     return [MinValueValidator(lo), MaxValueValidator(hi)]

@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from apps.messaging import presence
 from apps.messaging.sql import prepared_cursor
 
-from .models import Mediation, Outbound, QueuedMessage, RecipientKey
+from .models import Mediation, Outbound, QueuedMessage, RecipientKey, presence_key
 
 FORWARD = (
     "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_live"
@@ -49,9 +49,9 @@ class ForwardStored:
     evicted: int = 0
     client_did: str | None = None  # the recipient's client (whose sockets get the wake)
     outbound_id: int | None = None  # the v1 outbound row to POST, if one was made
-    # Whether the client may have a live socket (its presence, messaging/presence.py, read under
-    # its row's lock in the storing transaction): the wake leaves only if so.
-    may_have_socket: bool = True
+    # When stored: whether the client may have a live socket (its presence, messaging/presence.py,
+    # read under its row's lock in the storing transaction); the wake leaves only if so.
+    may_have_socket: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ class PostgresForwardStore:
         with prepared_cursor() as cur:
             cur.execute(FORWARD, params)
             outcome, evicted, client_did, outbound_id, live = cur.fetchone()
-        return ForwardStored(outcome, evicted, client_did, outbound_id, presence.may_have_socket(live))
+        woken = outcome == STORED and presence.may_have_socket(live)
+        return ForwardStored(outcome, evicted, client_did, outbound_id, woken)
 
 
 class SqlForwardStore:
@@ -129,7 +130,7 @@ class SqlForwardStore:
                 created_at=req.now,
             ).pk
         live = presence.live_under_lock(
-            tenant_id=req.tenant_id, did=mediation.client_did, now_s=int(req.now.timestamp())
+            tenant_id=req.tenant_id, did=presence_key(mediation.client_hash), now_s=int(req.now.timestamp())
         )
         return ForwardStored(STORED, evicted, mediation.client_did, outbound_id, presence.may_have_socket(live))
 

@@ -64,13 +64,16 @@ def _now() -> int:
 def test_a_did_that_never_had_a_socket(post_a, tenant_a, contracted, pushes, both_storage_backends):
     """No row before the event. PostgreSQL's one statement reads the row before its queue trigger
     creates it (the trigger runs at the statement's end): nothing known, pushed. The ORM backend
-    reads after its INSERT: on PostgreSQL the trigger has made the row (`live` 0; a socket's write
-    would wait for that row's insert to commit), not pushed; SQLite keeps no counter rows, pushed."""
+    reads in its transaction after the INSERT, making the row if it is missing (on PostgreSQL the
+    trigger already has), with nobody live: not pushed, and a socket's write waits for that row."""
     alice, bob = contracted
     assert not PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=bob.did).exists()
     _send(post_a, alice, bob)
-    pushed = both_storage_backends == "postgres" or connection.vendor != "postgresql"
+    pushed = both_storage_backends == "postgres"
     assert pushes == ([(tenant_a.pk, bob.did, "PENDING_EVENTS")] if pushed else [])
+    assert _row(tenant_a, bob.did)[1] == 0
+    _send(post_a, alice, bob)  # the row exists now: on every backend, nobody live
+    assert len(pushes) == (1 if pushed else 0)
 
 
 def test_an_open_socket_gets_the_push_and_after_it_closed_nothing_is_pushed(

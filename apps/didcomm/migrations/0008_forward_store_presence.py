@@ -1,10 +1,11 @@
 """The forward's function also returns whether the recipient's client may have a live socket (`o_live`).
 
 A forward is pushed only to a client that may be live (apps/messaging/presence.py): the function
-reads the client's presence row (`messaging_pendingqueuedepth` for (tenant, client DID), which
-`/didcomm/ws` sockets in live mode mark) under a share lock after storing the message, so that a
+reads the client's presence row (`messaging_pendingqueuedepth` for (tenant, `didcomm:<client_hash>`),
+apps.didcomm.models.presence_key, which `/didcomm/ws` sockets in live mode mark) under a share lock after storing the message, so that a
 socket going live while the message is stored either waits for its commit and finds it in its
-backlog, or is read here. NULL when there is no row (nothing known: pushed). A function's result
+backlog, or is read here. A missing row is made first, with nobody live (a socket's write then
+waits for this commit as well), so a client without a live socket is never woken. A function's result
 type cannot change in place: it is dropped and created again, inside this migration's transaction.
 """
 
@@ -29,10 +30,11 @@ DECLARE
     v_evicted integer := 0;
     v_queued bigint;
     v_outbound bigint;
+    v_presence text;
     v_live boolean;
 BEGIN
-    SELECT r.id, r.mediation_id, m.client_did, m.connection_id, c.endpoint
-      INTO v_recipient, v_mediation, v_client, v_connection, v_endpoint
+    SELECT r.id, r.mediation_id, m.client_did, 'didcomm:' || m.client_hash, m.connection_id, c.endpoint
+      INTO v_recipient, v_mediation, v_client, v_presence, v_connection, v_endpoint
       FROM didcomm_recipientkey r
       JOIN didcomm_mediation m ON m.id = r.mediation_id
       LEFT JOIN didcomm_connection c ON c.id = m.connection_id
@@ -72,8 +74,15 @@ BEGIN
     END IF;
     -- The client's presence (apps/messaging/presence.py), read under its row's share lock: a socket
     -- marking the client present waits for this commit, and one that marked it first is read here.
+    -- A missing row is made with nobody live (a socket's write then waits for this commit too).
     SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
-      FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_client FOR SHARE;
+      FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
+    IF NOT FOUND THEN
+        INSERT INTO messaging_pendingqueuedepth (tenant_id, recipient_did, depth) VALUES (p_tenant, v_presence, 0)
+            ON CONFLICT (tenant_id, recipient_did) DO NOTHING;
+        SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
+          FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
+    END IF;
     RETURN QUERY SELECT 'stored'::text, v_evicted, v_client, v_outbound, v_live;
 END $$;
 """

@@ -31,6 +31,7 @@ from apps.didcomm.models import (
     QueuedMessage,
     RecipientKey,
     did_hash,
+    presence_key,
 )
 from apps.messaging import presence
 from apps.messaging.models import PendingQueueDepth
@@ -413,9 +414,15 @@ def pushes():
     push_requested.disconnect(dispatch_uid="test-forward-storage")
 
 
+def _client_live(tenant, client="did:example:client") -> None:
+    """A socket of the client in live mode (apps/messaging/presence.py): forwards to it wake it."""
+    presence.socket_entered(tenant_id=tenant.pk, did=presence_key(did_hash(client)), now_s=_now_s())
+
+
 @pytest.mark.django_db
 def test_the_wake_carries_the_stored_text_up_to_64_kib(backend, tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
+    _client_live(tenant_a)
     policy = services.policy_for(tenant=tenant_a)
     small = {"json": {"protected": "x" * 100}}
     with django_capture_on_commit_callbacks(execute=True):
@@ -448,6 +455,7 @@ def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
     backend, tenant_a, pushes, django_capture_on_commit_callbacks
 ):
     _grant(tenant_a)
+    _client_live(tenant_a)
     DidcommPolicy.objects.filter(tenant=tenant_a).delete()
     policy = services.policy_for(tenant=tenant_a)
     policy.queue_cap, policy.overflow = 1, DidcommPolicy.Overflow.REJECT
@@ -482,16 +490,23 @@ def test_the_wake_leaves_only_for_a_client_that_may_be_live(
         return [p["did"] for p in pushes]
 
     client = "did:example:client"
-    assert forward() == [client]  # no presence row: nothing known, woken
-    presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
+    key = presence_key(did_hash(client))
+    assert not PendingQueueDepth.objects.filter(recipient_did=key).exists()
+    assert forward() == []  # no presence row: the store makes it, with nobody live
+    assert PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=key).values_list("live", "depth").get() == (
+        0,
+        0,
+    )
+    presence.socket_entered(tenant_id=tenant_a.pk, did=key, now_s=_now_s())
     assert forward() == [client]
-    presence.socket_left(tenant_id=tenant_a.pk, did=client)
+    presence.socket_left(tenant_id=tenant_a.pk, did=key)
     assert forward() == []  # nobody live
-    PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=client).delete()
-    presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s() - presence.lease_s() - 1)
+    PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=key).delete()
+    presence.socket_entered(tenant_id=tenant_a.pk, did=key, now_s=_now_s() - presence.lease_s() - 1)
     assert forward() == []  # a count nobody renewed
-    presence.socket_entered(tenant_id=tenant_a.pk, did="did:example:recipient", now_s=_now_s())
-    assert forward() == []  # the recipient's own presence is not its client's
+    for other in (client, presence_key(did_hash(RECIPIENT))):  # the client's DID itself, the recipient's key
+        presence.socket_entered(tenant_id=tenant_a.pk, did=other, now_s=_now_s())
+    assert forward() == []
     assert QueuedMessage.objects.filter(tenant=tenant_a).count() == 5  # stored whatever was woken
 
 
@@ -501,7 +516,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
     """The function reads the client's presence row under a share lock after storing: a socket's
     presence write that is not committed yet is waited for and read; one that comes after the
     forward waits for the forward's commit (so the backlog read that follows sees the message)."""
-    client = "did:example:client"
+    client = presence_key(did_hash("did:example:client"))
     _grant(tenant_a)
     presence.socket_entered(tenant_id=tenant_a.pk, did=client, now_s=_now_s())
     presence.socket_left(tenant_id=tenant_a.pk, did=client)  # the row exists, nobody live

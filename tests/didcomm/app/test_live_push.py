@@ -14,6 +14,8 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.didcomm.models import did_hash, presence_key
+from apps.messaging.models import PendingQueueDepth
 from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE, pusher
@@ -284,9 +286,8 @@ def test_a_tenant_that_stops_serving_didcomm_closes_its_live_sockets_at_once(dep
 
 
 def _live_count(deploy, did: str) -> int | None:
-    from apps.messaging.models import PendingQueueDepth
-
-    rows = PendingQueueDepth.objects.filter(tenant=deploy.tenant, recipient_did=did).values_list("live", flat=True)
+    key = presence_key(did_hash(did))
+    rows = PendingQueueDepth.objects.filter(tenant=deploy.tenant, recipient_did=key).values_list("live", flat=True)
     return next(iter(rows), None)
 
 
