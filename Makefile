@@ -28,14 +28,15 @@ operator: install
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py createsuperuser $(if $(OPERATOR),--username $(OPERATOR))
 
-# The messaging commands and every database seam's oracle tests again on SQLite, the embedded
+# The messaging commands, every database seam's oracle tests and the /ws pushes again on SQLite, the embedded
 # default's database, configured as it runs (a file, WAL, IMMEDIATE: mediator_project/settings_test.py;
 # the rest of the suite needs PostgreSQL). Metering writes within the request there, so that no
 # flush thread writes while pytest-django sets up and tears down tests on the other connection.
 SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py tests/decentrl/test_errors.py \
 	tests/decentrl/test_eventquery.py tests/decentrl/test_messaging_backend.py tests/ops/test_job_locks.py \
 	tests/usage/test_metering_writers.py tests/public/test_concurrency.py \
-	tests/didcomm/app/test_forward_storage.py tests/decentrl/test_presence.py
+	tests/didcomm/app/test_forward_storage.py tests/decentrl/test_presence.py tests/realtime/test_push.py \
+	tests/realtime/test_ws_presence.py
 
 test: install
 	scripts/ensure_services.sh
