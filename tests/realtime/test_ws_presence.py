@@ -4,6 +4,7 @@ marked or renewed in time is closed with MEDIATOR_UNAVAILABLE rather than left t
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -117,3 +118,36 @@ def test_a_socket_that_cannot_renew_before_its_lease_runs_out_closes(monkeypatch
         assert (await _row(tenant_a, bob.did))[0] == 0
 
     run(body)
+
+
+def test_one_socket_marks_several_dids_once_each_and_renews_them_together(settings, tenant_a):
+    """apps/realtime/presence.Presence as a /didcomm/ws socket live for two clients uses it."""
+    from apps.realtime.presence import Presence
+
+    settings.MEDIATOR_WS_PRESENCE_LEASE_S = 3  # renewed every second
+    lapsed = []
+
+    async def on_lapse():
+        lapsed.append(True)
+
+    async def body():
+        marks = Presence(tenant_a.pk, on_lapse=on_lapse)
+        await marks.enter("did:example:one")
+        await marks.enter("did:example:two")
+        await marks.enter("did:example:one")  # again: still one mark
+        one, two = await _row(tenant_a, "did:example:one"), await _row(tenant_a, "did:example:two")
+        assert one[0] == two[0] == 1
+        await asyncio.sleep(1.6)
+        renewed_one, renewed_two = await _row(tenant_a, "did:example:one"), await _row(tenant_a, "did:example:two")
+        assert renewed_one[1] > one[1] and renewed_two[1] > two[1]
+        await marks.leave("did:example:two")
+        await marks.leave("did:example:nobody")  # never marked: nothing to release
+        assert (await _row(tenant_a, "did:example:two"))[0] == 0
+        assert await _row(tenant_a, "did:example:nobody") is None
+        await marks.close()
+        assert (await _row(tenant_a, "did:example:one"))[0] == 0
+        await marks.enter("did:example:one")  # closed: marks nothing more
+        assert (await _row(tenant_a, "did:example:one"))[0] == 0
+
+    run(body)
+    assert lapsed == []
