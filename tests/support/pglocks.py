@@ -7,7 +7,7 @@ import time
 from django.db import connection
 
 
-def another_session_waits_for_a_lock(timeout: float = 5.0) -> bool:
+def another_session_waits_for_a_lock(timeout: float = 15.0) -> bool:
     """True once a session of this database waits for a lock (within `timeout` seconds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

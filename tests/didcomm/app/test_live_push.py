@@ -291,7 +291,7 @@ def _live_count(deploy, did: str) -> int | None:
     return next(iter(rows), None)
 
 
-async def _live_becomes(deploy, did: str, expected: int, seconds: float = 5.0) -> None:
+async def _live_becomes(deploy, did: str, expected: int, seconds: float = 10.0) -> None:
     """The socket's presence write lands after its reply (disconnect: after the close): poll briefly."""
     deadline = asyncio.get_running_loop().time() + seconds
     while (found := await asyncio.to_thread(_live_count, deploy, did)) != expected:
