@@ -132,7 +132,7 @@ class SqlForwardStore:
         live = presence.live_under_lock(
             tenant_id=req.tenant_id, did=presence_key(mediation.client_hash), now_s=int(req.now.timestamp())
         )
-        return ForwardStored(STORED, evicted, mediation.client_did, outbound_id, presence.may_have_socket(live))
+        return ForwardStored(STORED, evicted, mediation.client_did, outbound_id, live)
 
 
 _chosen: list[PostgresForwardStore | SqlForwardStore] = []

@@ -39,22 +39,19 @@ from .models import PendingQueueDepth
 
 _DEPTH = PendingQueueDepth._meta.db_table
 
-# A socket opens: one more, vouched for until the later of the row's time and ours.
-_ENTER = (
+# A socket's write: the row with one socket vouched for until %s, or, when it exists, `live` set by
+# the given expression and `live_until` the later of the row's time and ours.
+_MARK = (
     f"INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth, live, live_until) VALUES (%s, %s, 0, 1, %s)"
-    f" ON CONFLICT (tenant_id, recipient_did) DO UPDATE SET live = {_DEPTH}.live + 1,"
+    f" ON CONFLICT (tenant_id, recipient_did) DO UPDATE SET live = {{live}},"
     f" live_until = CASE WHEN {_DEPTH}.live_until > EXCLUDED.live_until THEN {_DEPTH}.live_until"
     " ELSE EXCLUDED.live_until END"
 )
+# A socket opens: one more.
+_ENTER = _MARK.format(live=f"{_DEPTH}.live + 1")
 # An open socket renews its lease. The row may have gone (a purge) or lost its count: at least
 # this socket is open.
-_RENEW = (
-    f"INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth, live, live_until) VALUES (%s, %s, 0, 1, %s)"
-    f" ON CONFLICT (tenant_id, recipient_did) DO UPDATE SET"
-    f" live = CASE WHEN {_DEPTH}.live > 0 THEN {_DEPTH}.live ELSE 1 END,"
-    f" live_until = CASE WHEN {_DEPTH}.live_until > EXCLUDED.live_until THEN {_DEPTH}.live_until"
-    " ELSE EXCLUDED.live_until END"
-)
+_RENEW = _MARK.format(live=f"CASE WHEN {_DEPTH}.live > 0 THEN {_DEPTH}.live ELSE 1 END")
 # A socket closes (never below zero).
 _LEAVE = f"UPDATE {_DEPTH} SET live = CASE WHEN live > 0 THEN live - 1 ELSE 0 END WHERE tenant_id = %s AND recipient_did = %s"
 
@@ -80,7 +77,8 @@ def live_params(*, tenant_id: int, did: str, now_s: int) -> list:
 
 
 def may_have_socket(found: bool | None) -> bool:
-    """The push rule on what LIVE_UNDER_LOCK (or `live_under_lock`) returned: push unless it is False."""
+    """The push rule on what LIVE_UNDER_LOCK returned inside a statement: push unless it is False
+    (NULL: no row yet). `live_under_lock` answers the rule itself."""
     return found is not False
 
 

@@ -279,7 +279,7 @@ def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str
         payload=payload,
         payload_bytes=len(payload.encode("utf-8")),
     )
-    if presence.may_have_socket(presence.live_under_lock(tenant_id=tenant.pk, did=recipient_did, now_s=_now_s())):
+    if presence.live_under_lock(tenant_id=tenant.pk, did=recipient_did, now_s=_now_s()):
         notify.notify_pending_event(
             tenant_id=tenant.pk,
             did=recipient_did,

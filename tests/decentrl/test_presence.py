@@ -17,7 +17,7 @@ from apps.messaging.models import PendingEvent, PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.messaging.services import pending_events_unacked
 from tests.support.pglocks import another_session_waits_for_a_lock
-from tests.support.registration import contract_both_ways, register
+from tests.support.registration import contract_both_ways
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,9 +36,7 @@ def pushes():
 
 
 @pytest.fixture
-def contracted(post_a, tenant_a, alice, bob):
-    register(post_a, alice, tenant_a)
-    register(post_a, bob, tenant_a)
+def contracted(post_a, tenant_a, alice, bob, registered):
     contract_both_ways(post_a, alice, bob, tenant_a)
     return alice, bob
 
