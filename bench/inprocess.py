@@ -201,11 +201,11 @@ def report(results: dict[str, list[dict]], n: int, rounds: int) -> dict:
 
 
 def print_profile(post, batch: list[bytes]) -> None:
-    """cProfile of `batch` by CPU time (the box may be shared); BENCH_PROFILE_SORT/TOP pick the view."""
+    """cProfile of `batch` by this thread's CPU time (the box may be shared); BENCH_PROFILE_SORT/TOP pick the view."""
     import cProfile
     import pstats
 
-    prof = cProfile.Profile(time.process_time)
+    prof = cProfile.Profile(time.thread_time)  # this thread only: not the metering writer's
     prof.enable()
     for b in batch:
         post(b)

@@ -1,8 +1,10 @@
 """The production layout against the lean reference (bench/lean_reference.py), side by side in one run:
-TWO_WAY_PRIVATE at 16 clients, same database, same world, same load generator (issue 14).
+TWO_WAY_PRIVATE (or QUERY_EVENTS by one tag) at 16 clients, same database, same world, same load
+generator (issue 14).
 
     .venv/bin/python -m bench.lean_compare                          # 3 alternations x 10 s
     .venv/bin/python -m bench.lean_compare --alternations 5 --seconds 15
+    .venv/bin/python -m bench.lean_compare --scenario query_events_by_tag --stored 1000000
     .venv/bin/python -m bench.lean_compare --variant-env HTTP_THREADS=4   # a second production layout too
 
 With --probe the async entry probe (bench/async_entry_probe.py: the product's TWO_WAY_PRIVATE path on
@@ -21,7 +23,10 @@ of the layout is measured against the current one in the same minutes.
    and the lean reference (uvicorn + asyncpg, one process per core, clients straight to it) both
    started and kept running; only the one under load does any work;
 3. the world built once through the production layout (bench/loadgen.py: 64 registered
-   sender/recipient pairs, each recipient holding a contract with its sender);
+   sender/recipient pairs, each recipient holding a contract with its sender); for
+   `--scenario query_events_by_tag`, `--stored` events seeded straight into PostgreSQL over 10
+   owners as bench/run_standard.py seeds them (100 events per tag), each query asking for page 0
+   of 10 by one tag;
 4. a short unmeasured warm-up of each, then `--alternations` rounds of one run of each (the order
    reverses every round and rotates every two, so that each server runs in every place of a round
    equally often and a drift in the VM's speed falls on all), with fresh signed bodies
@@ -181,6 +186,21 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _bodies(args, world, database_url: str):
+    """n -> n fresh signed bodies of the scenario (seeding its events first, for queries)."""
+    if args.scenario == "two_way_private":
+        return lambda n: loadgen.gen_two_way(world, n)
+    ns = SimpleNamespace(stored=args.stored, seed="sql", tag_owners=10, database_url=database_url,
+                         clients=args.clients, url=None, host=None)  # fmt: skip
+    state = loadgen.setup_query_events_by_tag(world, ns)
+    print(f"== seeded {args.stored} events in {state['seed_s']} s", file=sys.stderr)
+
+    def make(n: int) -> list[bytes]:
+        return loadgen.bodies_query_events_by_tag(world, SimpleNamespace(**vars(ns), requests=n), state)[0]
+
+    return make
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--alternations", type=int, default=3, help="rounds of one production and one lean run")
@@ -188,6 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=float, default=3, help="unmeasured seconds of load on each server first")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--scenario", choices=("two_way_private", "query_events_by_tag"), default="two_way_private")
+    ap.add_argument("--stored", type=int, default=1_000_000, help="events seeded for query_events_by_tag")
     ap.add_argument("--requests", type=int, default=25_000, help="bodies signed for a server's first run")
     ap.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench_lean"))
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
@@ -215,6 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {
         "started": started,
         "command": "python -m bench.lean_compare " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "scenario": args.scenario,
         "machine": machine(),
         "runs": [],
     }
@@ -244,9 +267,10 @@ def main(argv: list[str] | None = None) -> dict:
                                                             pool_size=args.probe_pool_size, flags=[])  # fmt: skip
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         print(f"== world: {args.pairs} pairs", file=sys.stderr)
+        make_bodies = _bodies(args, world, db_url(args.db))
         for srv in servers.values():
             if args.warmup > 0:
-                loadgen.drive(srv.url, layout.host, loadgen.gen_two_way(world, 3000), args.clients, args.warmup)
+                loadgen.drive(srv.url, layout.host, make_bodies(3000), args.clients, args.warmup)
         last: dict[str, float] = {}
         for rnd in range(1, args.alternations + 1):
             order = [n for n in ("production", "variant", *(p[0] for p in PROBES), *(f"probe-{i}" for i in args.probe_also), "lean")
@@ -264,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
                     if name not in last
                     else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
                 )
-                bodies = loadgen.gen_two_way(world, n)
+                bodies = make_bodies(n)
                 time.sleep(2.0)  # let the other server's buffers (metering flush) settle
                 cpu = CpuSampler(server_pgid=srv.pgid, database=args.db)
                 res = loadgen.drive(srv.url, layout.host, bodies, args.clients, args.seconds, cpu)

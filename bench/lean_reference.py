@@ -1,5 +1,6 @@
-"""A framework-free reference server for TWO_WAY_PRIVATE (issue 14): what plain Python does for the
-same command on the same PostgreSQL schema, to measure the production layout against.
+"""A framework-free reference server for TWO_WAY_PRIVATE and QUERY_EVENTS by one tag (issue 14): what
+plain Python does for the same commands on the same PostgreSQL schema, to measure the production
+layout against.
 
     DATABASE_URL=postgresql://… python -m bench.lean_reference --port 8310 --workers 2
 
@@ -25,11 +26,20 @@ does the work the product does for TWO_WAY_PRIVATE (apps/decentrl/dispatch.py `h
    fails, the nonce is claimed on its own and the answer is 503 MEDIATOR_UNAVAILABLE, as in the
    product.
 
+QUERY_EVENTS (DIRECT_AUTHENTICATED) by exactly one tag, without time bounds, within the tenant's page
+cap, goes the same way: the sender's signature (deferred as above), the recipient must be the
+tenant's DID (UNAUTHORIZED_COMMAND), then ONE statement, the product's text again (`QE_STATEMENT`:
+the claim, the sender's registration and the page with its window count), the error in protocol
+order (DUPLICATE_NONCE, the remembered CPU error, UNAUTHORIZED_COMMAND for an unregistered sender),
+then `{"type":"SUCCESS","payload":{"events":[…],"pagination":{…}}}` in canonical JSON; an empty
+page past the end takes the product's COUNT. Any other filter shape or command is INVALID_COMMAND
+before the nonce (the reference does not serve it).
+
 What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmark-history.md "Lean
 reference"): usage metering and metrics (the command observers), the after-commit push to
 `/ws` sockets (which the product leaves out too when the statement says the recipient has none,
 as in the benchmark), the per-command log line, rate limits and CORS.
-Other channels are answered INVALID_COMMAND (the reference serves TWO_WAY_PRIVATE only), and only
+Other channels and commands are answered INVALID_COMMAND, and only
 did:decentrl DIDs resolve: a did:web sender or recipient (a tenant itself) is SENDER_NOT_FOUND or
 RECIPIENT_NOT_FOUND here, where the product looks it up. Bench only: not part of the product, and
 its dependencies (uvicorn, uvloop, httptools, asyncpg) are in requirements-dev.txt.
@@ -39,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import time
 import uuid
@@ -49,7 +60,7 @@ import asyncpg
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import verify_json_object
 from apps.wire.did import DidError, ResolvedDid, parse_decentrl
-from apps.wire.envelope import TWO_WAY_PRIVATE, Command, parse_command
+from apps.wire.envelope import DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, Command, QueryEvents, parse_command
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
 # apps/decentrl/storage.py CLAIM as the first CTE, then the TWO_WAY_PRIVATE body,
@@ -76,7 +87,29 @@ FROM chk
 # The claim alone (apps/decentrl/storage.py, the claim alone), for the 503 after a failed statement.
 CLAIM = STATEMENT[len("WITH claim AS (") : STATEMENT.index(")\n, chk AS")]
 
-_TENANT_COLUMNS = "t.id, t.did, t.status, t.pending_queue_cap, t.max_body_bytes"
+# QUERY_EVENTS by one tag: apps/decentrl/storage.py's claim, the sender's registration and
+# apps/messaging/eventquery.py's page for that shape in one statement, numbered $1…$17 (the test
+# compares it with what the product runs).
+QE_STATEMENT = (
+    f"WITH claim AS ({CLAIM}), chk AS MATERIALIZED (SELECT c.fresh, CASE WHEN c.fresh THEN EXISTS(SELECT 1"
+    " FROM messaging_contract WHERE tenant_id = $6 AND owner_did = $7 AND requestor_did = $8 AND recipient_did = $9"
+    " AND expires_at > $10) ELSE false END AS registered FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c)"
+    " SELECT chk.fresh, chk.registered, p.public_id, p.payload, p.encrypted_tags, p.timestamp, p.total FROM chk"
+    " LEFT JOIN (SELECT * FROM (SELECT e.public_id::text AS public_id, e.payload, e.encrypted_tags, e.timestamp,"
+    " page.total, page.event_id FROM (SELECT event_id, timestamp, count(*) OVER () AS total FROM (SELECT event_id,"
+    " timestamp FROM messaging_eventtag WHERE messaging_eventtag.tenant_id = $11 AND messaging_eventtag.owner_did ="
+    " $12 AND messaging_eventtag.tag = $13) matched ORDER BY timestamp, event_id LIMIT $14 OFFSET $15) page JOIN"
+    " messaging_storedevent e ON e.id = page.event_id AND e.tenant_id = $16 AND e.owner_did = $17 ORDER BY"
+    " page.timestamp, page.event_id) q WHERE (SELECT registered FROM chk)) p ON true ORDER BY p.timestamp, p.event_id"
+)
+# The product's `total` of an empty page past the end (eventquery.stored_events_count, one tag).
+QE_COUNT = (
+    "SELECT count(*) FROM messaging_eventtag WHERE messaging_eventtag.tenant_id = $1"
+    " AND messaging_eventtag.owner_did = $2 AND messaging_eventtag.tag = $3"
+)
+MAX_PAGE_SIZE = 100
+
+_TENANT_COLUMNS = "t.id, t.did, t.status, t.pending_queue_cap, t.max_body_bytes, t.max_page_size"
 _TENANT_BY_DOMAIN = f"SELECT {_TENANT_COLUMNS} FROM tenants_tenant t WHERE t.domain = $1"
 _TENANT_BY_ALIAS = (
     f"SELECT {_TENANT_COLUMNS} FROM tenants_tenantdomain d JOIN tenants_tenant t ON t.id = d.tenant_id "
@@ -91,6 +124,7 @@ class Tenant:
     active: bool
     pending_queue_cap: int
     max_body_bytes: int
+    max_page_size: int | None = None
 
 
 def statement_params(
@@ -111,14 +145,39 @@ def statement_params(
     ]  # fmt: skip
 
 
+def query_events_params(*, tenant: Tenant, cmd: Command, now_ms: int, window_ms: int) -> list:
+    """The 17 parameters of QE_STATEMENT, in the order apps/decentrl/storage.py passes them."""
+    h, body = cmd.header, cmd.body
+    sender = h.sender_did
+    return [
+        tenant.id, sender, h.nonce, h.timestamp + window_ms, now_ms,  # claim
+        tenant.id, sender, sender, tenant.did, now_ms // 1000,  # the sender's registration
+        tenant.id, sender, body.filter.encrypted_tags[0], body.page.page_size, body.page.offset,  # the page
+        tenant.id, sender,
+    ]  # fmt: skip
+
+
+def served_query(tenant: Tenant, cmd: Command) -> bool:
+    """Whether the reference serves this QUERY_EVENTS: one distinct tag, no other filter, a page
+    within the tenant's cap (what the product reads in its one statement)."""
+    body = cmd.body
+    if not isinstance(body, QueryEvents):
+        return False
+    f = body.filter
+    one_tag = len(set(f.encrypted_tags)) == 1
+    plain = f.after_timestamp is None and f.before_timestamp is None and f.participant_did is None
+    cap = min(tenant.max_page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+    return one_tag and plain and not f.unprocessed_only and body.page.page_size <= cap
+
+
 @functools.lru_cache(maxsize=8192)
 def _resolve(did: str) -> ResolvedDid:
     """did:decentrl parses, cached as dispatch._resolve caches them; anything else DidError."""
     return parse_decentrl(did)
 
 
-def cpu_checks(cmd: Command) -> None:
-    """DCTRL-0004 §7.2 steps 1-4 on the CPU, as dispatch.execute checks them on the CPU."""
+def sender_checks(cmd: Command) -> None:
+    """DCTRL-0004 §6.2 steps 1-3 on the CPU: the sender's DID, key and signature."""
     h = cmd.header
     try:
         sender = _resolve(h.sender_did)
@@ -129,6 +188,12 @@ def cpu_checks(cmd: Command) -> None:
         raise ProtocolError(ErrorCode.SENDER_SIGNING_KEY_NOT_FOUND)
     if not verify_json_object(cmd.signable, cmd.signature, key):
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE)
+
+
+def cpu_checks(cmd: Command) -> None:
+    """DCTRL-0004 §7.2 steps 1-4 on the CPU, as dispatch.execute checks them on the CPU."""
+    sender_checks(cmd)
+    h = cmd.header
     try:
         _resolve(h.recipient_did)
     except DidError as exc:
@@ -172,7 +237,7 @@ class Reference:
         row = await conn.fetchrow(_TENANT_BY_DOMAIN, host) or await conn.fetchrow(_TENANT_BY_ALIAS, host)
         if row is None:
             return None
-        return Tenant(row[0], row[1], row[2] == "active", row[3], row[4])
+        return Tenant(row[0], row[1], row[2] == "active", row[3], row[4], row[5])
 
     async def tenant_for_host(self, conn, host: str) -> Tenant | None:
         host = host.lower()
@@ -203,9 +268,12 @@ class Reference:
                 if len(raw) > min(self.max_body, tenant.max_body_bytes):
                     raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
                 cmd = parse_command(raw)
-                if cmd.header.channel != TWO_WAY_PRIVATE:
-                    raise ProtocolError(ErrorCode.INVALID_COMMAND, "the lean reference serves TWO_WAY_PRIVATE only")
-                return 200, await self.two_way_private(conn, tenant, cmd, int(time.time() * 1000))
+                now_ms = int(time.time() * 1000)
+                if cmd.header.channel == TWO_WAY_PRIVATE:
+                    return 200, await self.two_way_private(conn, tenant, cmd, now_ms)
+                if cmd.header.channel == DIRECT_AUTHENTICATED and served_query(tenant, cmd):
+                    return 200, await self.query_events(conn, tenant, cmd, now_ms)
+                raise ProtocolError(ErrorCode.INVALID_COMMAND, "the lean reference does not serve this command")
             except ProtocolError as err:
                 return err.status, err.body()
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
@@ -250,6 +318,48 @@ class Reference:
             raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
         assert stored
         return {"type": "SUCCESS", "pendingEventId": str(public_id)}
+
+    async def query_events(self, conn, tenant: Tenant, cmd: Command, now_ms: int) -> dict:
+        h = cmd.header
+        if abs(now_ms - h.timestamp) > self.window_ms:
+            raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
+        deferred: ProtocolError | None = None
+        try:
+            sender_checks(cmd)
+            if h.recipient_did != tenant.did:
+                raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+        except ProtocolError as err:
+            deferred = err
+        params = query_events_params(tenant=tenant, cmd=cmd, now_ms=now_ms, window_ms=self.window_ms)
+        try:
+            if deferred is not None:  # the product claims the nonce alone after a failed CPU check
+                rows = [(await conn.fetchrow(CLAIM, *params[:5])) is not None, False]
+                rows = [(*rows, None, None, None, None, None)]
+            else:
+                rows = await conn.fetch(QE_STATEMENT, *params)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            try:
+                await conn.fetchrow(CLAIM, *params[:5])
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                pass
+            raise
+        fresh, registered = rows[0][0], rows[0][1]
+        if not fresh:
+            raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
+        if deferred is not None:
+            raise deferred
+        if not registered:
+            raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+        page = [r for r in rows if r[2] is not None]
+        body = cmd.body
+        if page:
+            total = page[0][6]
+        elif body.page.offset == 0:
+            total = 0
+        else:
+            total = await conn.fetchval(QE_COUNT, tenant.id, h.sender_did, body.filter.encrypted_tags[0])
+        events = [{"id": r[2], "payload": r[3], "encrypted_tags": json.loads(r[4]), "timestamp": r[5]} for r in page]
+        return {"type": "SUCCESS", "payload": {"events": events, "pagination": body.page.reply(total)}}
 
 
 # What the product's SecurityMiddleware and XFrameOptionsMiddleware put on every reply (with the

@@ -235,3 +235,137 @@ def test_a_failed_statement_is_503_with_the_nonce_consumed(lean, product, pair):
         with connection.cursor() as cur:
             cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT test_lean_refuse")
     assert not PendingEvent.objects.filter(payload="refused").exists()
+
+
+# --- QUERY_EVENTS by one tag ----------------------------------------------------------------------
+
+
+def _query(who: Identity, tenant, tag: str, *, page: int = 0, page_size: int = 10, **header) -> dict:
+    payload = {
+        "type": "QUERY_EVENTS",
+        "filter": {"encrypted_tags": [tag]},
+        "pagination": {"page": page, "page_size": page_size},
+    }
+    return _envelope(who, payload, recipient_did=tenant.did, channel="DIRECT_AUTHENTICATED", **header)
+
+
+@pytest.fixture
+def archive(poster, pair, tenant_a):
+    """alice's archive: 12 events tagged "t" (timestamps 1000…1011), 3 tagged "u"; bob's one "t"."""
+    alice, bob = pair
+    events = [
+        {"sender_did": alice.did, "recipient_did": bob.did, "timestamp": 1000 + i, "payload": f"p{i}",
+         "encrypted_tags": ["t"] if i < 12 else ["u", "t2"]}
+        for i in range(15)
+    ]  # fmt: skip
+    status, reply = poster.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)
+    assert (status, reply) == (200, {"type": "SUCCESS"})
+    mine = [
+        {"sender_did": bob.did, "recipient_did": alice.did, "timestamp": 5, "payload": "b", "encrypted_tags": ["t"]}
+    ]
+    status, reply = poster.command(bob, {"type": "SAVE_EVENTS", "events": mine}, recipient_did=tenant_a.did)
+    assert (status, reply) == (200, {"type": "SUCCESS"})
+    return alice, bob
+
+
+def test_the_reference_runs_the_products_query_statement_with_the_same_parameters(product, archive, tenant_a):
+    alice, _ = archive
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        if "protocol_nonce" in sql:
+            captured.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    env = _query(alice, tenant_a, "t", page=1, page_size=5)
+    with connection.execute_wrapper(capture):
+        status, _ = product(canonical_bytes(env))
+    assert status == 200
+    assert len(captured) == 1
+    sql, params = captured[0]
+    numbered = iter(range(1, 100))
+    assert re.sub("%s", lambda _m: f"${next(numbered)}", sql) == lean_reference.QE_STATEMENT
+    tenant = lean_reference.Tenant(tenant_a.pk, tenant_a.did, True, tenant_a.pending_queue_cap, 0)
+    ours = lean_reference.query_events_params(
+        tenant=tenant, cmd=parse_command(canonical_bytes(env)), now_ms=params[4], window_ms=300_000
+    )
+    assert ours == params
+    assert params[12:15] == ["t", 5, 5]  # the tag, the page size, the offset
+
+
+def test_a_query_is_answered_as_the_product_does(lean, product, archive, tenant_a):
+    alice, bob = archive
+    cases = {
+        "first page": dict(tag="t", page=0, page_size=5),
+        "last, partial page": dict(tag="t", page=2, page_size=5),
+        "page past the end (its total is a COUNT)": dict(tag="t", page=7, page_size=5),
+        "a tag nobody used": dict(tag="nothing", page=0, page_size=10),
+        "another tag": dict(tag="u", page=0, page_size=100),
+    }
+    for name, case in cases.items():
+        answers = [
+            post(canonical_bytes(_query(alice, tenant_a, case["tag"], page=case["page"], page_size=case["page_size"])))
+            for post in (product, lean)
+        ]
+        assert answers[0] == answers[1], name
+    status, reply = answers[0]
+    assert status == 200
+    assert httpx.Response(200, content=reply).json()["payload"]["pagination"] == {
+        "page": 0,
+        "page_size": 100,
+        "total": 3,
+    }
+    # The exact items: ids, payloads, tags and timestamps in (timestamp, arrival) order.
+    status, reply = lean(canonical_bytes(_query(alice, tenant_a, "t", page=2, page_size=5)))
+    body = httpx.Response(200, content=reply).json()
+    assert [(e["payload"], e["encrypted_tags"], e["timestamp"]) for e in body["payload"]["events"]] == [
+        ("p10", ["t"], 1010),
+        ("p11", ["t"], 1011),
+    ]
+    assert body["payload"]["pagination"] == {"page": 2, "page_size": 5, "total": 12}
+    # bob's query sees bob's archive only.
+    status, reply = lean(canonical_bytes(_query(bob, tenant_a, "t")))
+    assert [e["payload"] for e in httpx.Response(200, content=reply).json()["payload"]["events"]] == ["b"]
+
+
+def test_every_query_error_is_the_products_in_the_same_order(lean, product, archive, tenant_a, tenant_b):
+    alice, bob = archive
+    stranger = Identity.create("stranger", tenant_a.did)  # not registered
+
+    def tampered():
+        env = _query(alice, tenant_a, "t")
+        env["payload"]["pagination"]["page_size"] = 9
+        return env
+
+    def to_another_mediator():
+        return _envelope(
+            alice,
+            {"type": "QUERY_EVENTS", "filter": {"encrypted_tags": ["t"]}, "pagination": {"page": 0, "page_size": 1}},
+            recipient_did=tenant_b.did,
+            channel="DIRECT_AUTHENTICATED",
+        )
+
+    cases = {
+        "INVALID_SIGNATURE": (401, tampered),
+        "UNAUTHORIZED_COMMAND": (401, lambda: _query(stranger, tenant_a, "t")),
+        "TIMESTAMP_OUT_OF_RANGE": (401, lambda: _query(alice, tenant_a, "t", timestamp=1)),
+    }
+    cases["UNAUTHORIZED_COMMAND (another mediator's DID)"] = (401, to_another_mediator)
+    for name, (status, make) in cases.items():
+        code = name.split(" ")[0]
+        for post in (product, lean):
+            env = make()
+            assert post(canonical_bytes(env)) == (status, _error(code)), (post, name)
+            if code != "TIMESTAMP_OUT_OF_RANGE":
+                # Checked after the nonce: the pair is consumed all the same.
+                assert post(canonical_bytes(env)) == (401, _error("DUPLICATE_NONCE")), (post, name)
+    # One nonce store for queries too.
+    env = _query(alice, tenant_a, "t")
+    assert product(canonical_bytes(env))[0] == 200
+    assert lean(canonical_bytes(env)) == (401, _error("DUPLICATE_NONCE"))
+    # What the reference does not serve is refused before the nonce: two tags, a time bound.
+    for flt in ({"encrypted_tags": ["t", "u"]}, {"encrypted_tags": ["t"], "after_timestamp": 1}):
+        payload = {"type": "QUERY_EVENTS", "filter": flt, "pagination": {"page": 0, "page_size": 1}}
+        env = _envelope(alice, payload, recipient_did=tenant_a.did, channel="DIRECT_AUTHENTICATED")
+        assert lean(canonical_bytes(env)) == (400, _error("INVALID_COMMAND"))
+        assert not Nonce.objects.filter(nonce=env["header"]["nonce"]).exists()
