@@ -200,6 +200,29 @@ def cpu_checks(cmd: Command) -> None:
         raise ProtocolError(ErrorCode.RECIPIENT_NOT_FOUND) from exc
 
 
+def direct_checks(tenant: Tenant, cmd: Command) -> None:
+    """DCTRL-0004 §6.2 steps 1-4 on the CPU for a command to the mediator itself."""
+    sender_checks(cmd)
+    if cmd.header.recipient_did != tenant.did:
+        raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
+
+
+_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+async def _claiming(conn, params: list, statement):
+    """What the awaitable `statement` returns; when it fails, nothing of it committed: the nonce
+    (`params[:5]`, the claim's) is claimed on its own before the 503, as the product does."""
+    try:
+        return await statement
+    except _DB_ERRORS:
+        try:
+            await conn.fetchrow(CLAIM, *params[:5])
+        except _DB_ERRORS:
+            pass
+        raise
+
+
 async def _keep_session(conn) -> None:
     """Nothing to reset: the reference never changes session state or leaves a transaction open."""
 
@@ -276,18 +299,22 @@ class Reference:
                 raise ProtocolError(ErrorCode.INVALID_COMMAND, "the lean reference does not serve this command")
             except ProtocolError as err:
                 return err.status, err.body()
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            except _DB_ERRORS:
                 return 503, error_body(ErrorCode.MEDIATOR_UNAVAILABLE)
 
-    async def two_way_private(self, conn, tenant: Tenant, cmd: Command, now_ms: int) -> dict:
-        h = cmd.header
-        if abs(now_ms - h.timestamp) > self.window_ms:
+    def _checked(self, cmd: Command, now_ms: int, checks) -> ProtocolError | None:
+        """The timestamp window (answered at once), then `checks(cmd)` on the CPU: their error is
+        remembered, to be answered after the nonce (DCTRL-0004 §5.4, as dispatch.execute does)."""
+        if abs(now_ms - cmd.header.timestamp) > self.window_ms:
             raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
-        deferred: ProtocolError | None = None
         try:
-            cpu_checks(cmd)
+            checks(cmd)
         except ProtocolError as err:
-            deferred = err
+            return err
+        return None
+
+    async def two_way_private(self, conn, tenant: Tenant, cmd: Command, now_ms: int) -> dict:
+        deferred = self._checked(cmd, now_ms, cpu_checks)
         public_id = uuid.uuid4()
         params = statement_params(
             tenant=tenant,
@@ -297,15 +324,8 @@ class Reference:
             window_ms=self.window_ms,
             public_id=public_id,
         )
-        try:
-            fresh, registered, has_contract, queue_full, stored, _live = await conn.fetchrow(STATEMENT, *params)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            # Nothing of the failed statement committed: claim the nonce on its own before the 503.
-            try:
-                await conn.fetchrow(CLAIM, *params[:5])
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                pass
-            raise
+        row = await _claiming(conn, params, conn.fetchrow(STATEMENT, *params))
+        fresh, registered, has_contract, queue_full, stored, _live = row
         if not fresh:
             raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
         if deferred is not None:
@@ -321,28 +341,13 @@ class Reference:
 
     async def query_events(self, conn, tenant: Tenant, cmd: Command, now_ms: int) -> dict:
         h = cmd.header
-        if abs(now_ms - h.timestamp) > self.window_ms:
-            raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
-        deferred: ProtocolError | None = None
-        try:
-            sender_checks(cmd)
-            if h.recipient_did != tenant.did:
-                raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND)
-        except ProtocolError as err:
-            deferred = err
+        deferred = self._checked(cmd, now_ms, functools.partial(direct_checks, tenant))
         params = query_events_params(tenant=tenant, cmd=cmd, now_ms=now_ms, window_ms=self.window_ms)
-        try:
-            if deferred is not None:  # the product claims the nonce alone after a failed CPU check
-                rows = [(await conn.fetchrow(CLAIM, *params[:5])) is not None, False]
-                rows = [(*rows, None, None, None, None, None)]
-            else:
-                rows = await conn.fetch(QE_STATEMENT, *params)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            try:
-                await conn.fetchrow(CLAIM, *params[:5])
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                pass
-            raise
+        if deferred is not None:  # the product claims the nonce alone after a failed CPU check
+            claimed = await conn.fetchrow(CLAIM, *params[:5])
+            rows = [(claimed is not None, False, None)]
+        else:
+            rows = await _claiming(conn, params, conn.fetch(QE_STATEMENT, *params))
         fresh, registered = rows[0][0], rows[0][1]
         if not fresh:
             raise ProtocolError(ErrorCode.DUPLICATE_NONCE)

@@ -114,8 +114,9 @@ def _error(code: str) -> bytes:
     return canonical_bytes({"type": "ERROR", "code": code})
 
 
-def test_the_reference_runs_the_products_statement_with_the_same_parameters(product, pair, tenant_a):
-    alice, bob = pair
+def _the_products_statement(product, env: dict) -> tuple[str, list]:
+    """The one statement the product ran for `env` (its claim's), with psycopg's %s numbered $1…,
+    and its parameters; the command must succeed."""
     captured = []
 
     def capture(execute, sql, params, many, context):
@@ -123,14 +124,20 @@ def test_the_reference_runs_the_products_statement_with_the_same_parameters(prod
             captured.append((sql, list(params)))
         return execute(sql, params, many, context)
 
-    env = _envelope(alice, "hello", recipient_did=bob.did)
     with connection.execute_wrapper(capture):
         status, _ = product(canonical_bytes(env))
     assert status == 200
     assert len(captured) == 1
     sql, params = captured[0]
     numbered = iter(range(1, 100))
-    assert re.sub("%s", lambda _m: f"${next(numbered)}", sql) == lean_reference.STATEMENT
+    return re.sub("%s", lambda _m: f"${next(numbered)}", sql), params
+
+
+def test_the_reference_runs_the_products_statement_with_the_same_parameters(product, pair, tenant_a):
+    alice, bob = pair
+    env = _envelope(alice, "hello", recipient_did=bob.did)
+    sql, params = _the_products_statement(product, env)
+    assert sql == lean_reference.STATEMENT
     tenant = lean_reference.Tenant(tenant_a.pk, tenant_a.did, True, tenant_a.pending_queue_cap, 0)
     ours = lean_reference.statement_params(
         tenant=tenant,
@@ -270,21 +277,9 @@ def archive(poster, pair, tenant_a):
 
 def test_the_reference_runs_the_products_query_statement_with_the_same_parameters(product, archive, tenant_a):
     alice, _ = archive
-    captured = []
-
-    def capture(execute, sql, params, many, context):
-        if "protocol_nonce" in sql:
-            captured.append((sql, list(params)))
-        return execute(sql, params, many, context)
-
     env = _query(alice, tenant_a, "t", page=1, page_size=5)
-    with connection.execute_wrapper(capture):
-        status, _ = product(canonical_bytes(env))
-    assert status == 200
-    assert len(captured) == 1
-    sql, params = captured[0]
-    numbered = iter(range(1, 100))
-    assert re.sub("%s", lambda _m: f"${next(numbered)}", sql) == lean_reference.QE_STATEMENT
+    sql, params = _the_products_statement(product, env)
+    assert sql == lean_reference.QE_STATEMENT
     tenant = lean_reference.Tenant(tenant_a.pk, tenant_a.did, True, tenant_a.pending_queue_cap, 0)
     ours = lean_reference.query_events_params(
         tenant=tenant, cmd=parse_command(canonical_bytes(env)), now_ms=params[4], window_ms=300_000
