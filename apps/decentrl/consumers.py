@@ -233,9 +233,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
             return
         except DatabaseError:
             log.warning("database unreachable during websocket authentication")
-            await self._auth_failed(
-                ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
-            )
+            await self._auth_unavailable()
             return
         if self.state == CLOSED:  # the client left while we were checking
             return
@@ -249,9 +247,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
         except Exception:  # noqa: BLE001 - e.g. Redis down: a socket that cannot get pushes is refused
             log.warning("channel layer unreachable while joining a websocket group")
             self.group = None
-            await self._auth_failed(
-                ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
-            )
+            await self._auth_unavailable()
             return
         # Present after joining and before the backlog (messaging/presence.py says why this order
         # is exact). A socket that cannot be marked present would miss pushes: refused like one
@@ -263,9 +259,7 @@ class SocketConsumer(AsyncWebsocketConsumer):
             log.warning("database unreachable while marking a websocket present")
             await self.memberships.discard(self.group)
             self.group = None
-            await self._auth_failed(
-                ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE]
-            )
+            await self._auth_unavailable()
             return
         self.state = AUTHENTICATED
         await self._send_json({"type": "AUTH_SUCCESS"})
@@ -356,6 +350,11 @@ class SocketConsumer(AsyncWebsocketConsumer):
     async def _auth_failed(self, code: str, close_code: int) -> None:
         await self._send_json({"type": "AUTH_FAILED", "code": code})
         await self._close(close_code)
+
+    async def _auth_unavailable(self) -> None:
+        """AUTH_FAILED MEDIATOR_UNAVAILABLE and its close code (4503): what the socket needs to take
+        pushes (the database, the channel layer) is not there."""
+        await self._auth_failed(ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE])
 
     async def _auth_timer(self) -> None:
         """§10.1: AUTHENTICATE must arrive within the timeout, else AUTH_TIMEOUT and close 4001."""
