@@ -63,6 +63,8 @@ LIVE_REFRESH = "DIDCOMM_LIVE_REFRESH"
 PURGE_BATCH = 5_000
 # The Celery task that POSTs a DIDComm v1 outbound row (apps/didcomm/tasks.py), sent by name.
 OUTBOUND_TASK = "apps.didcomm.tasks.deliver_outbound"
+# A stored attachment's text: compact JSON of what a client sent (parsed JSON: never circular).
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 class QueueFull(Exception):
@@ -177,12 +179,17 @@ class Accepting:
     identities: tuple[MediatorIdentity, ...]
     documents: dict[str, DidDocument]  # did -> its resolved did:peer:2 document
     grace: timedelta
-    uris: tuple[str, str]  # the service URIs the current identity was made for
+    grace_hours: int  # the tenant's prekey_grace_hours it was made for
+    # The tenant's public URL it was made for, when the current identity's service URIs are that
+    # URL's (service_uris); None otherwise, so that it is never used.
+    public_url: str | None
     expires: float  # time.monotonic() deadline; 0 = not cached
     fresh: bool  # read from the database for this call (a reload would find nothing newer)
 
     def identities_now(self, now: datetime | None = None) -> list[MediatorIdentity]:
         """The current identity, then the retired ones still within their grace period now."""
+        if all(i.retired_at is None for i in self.identities):  # no rotation in the grace period
+            return list(self.identities)
         cutoff = (now or timezone.now()) - self.grace
         return [i for i in self.identities if i.retired_at is None or i.retired_at > cutoff]
 
@@ -216,7 +223,10 @@ def _load_accepting(tenant: Tenant, ttl: float) -> Accepting:
         identities=tuple(identities),
         documents={i.did: resolve_peer2(i.did) for i in identities},
         grace=timedelta(hours=tenant.prekey_grace_hours),
-        uris=(identities[0].http_uri, identities[0].ws_uri),
+        grace_hours=tenant.prekey_grace_hours,
+        public_url=(
+            tenant.public_url if (identities[0].http_uri, identities[0].ws_uri) == service_uris(tenant) else None
+        ),
         expires=time.monotonic() + ttl if ttl > 0 else 0.0,
         fresh=True,
     )
@@ -231,8 +241,8 @@ def accepting_for(*, tenant: Tenant, reload: bool = False) -> Accepting:
         if (
             hit is not None
             and hit.expires > time.monotonic()
-            and hit.uris == service_uris(tenant)
-            and hit.grace == timedelta(hours=tenant.prekey_grace_hours)
+            and hit.public_url == tenant.public_url
+            and hit.grace_hours == tenant.prekey_grace_hours
         ):
             return hit
     generation = _accepting_generation[0]
@@ -524,7 +534,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
         form = lookup_form(next_did)
     except DidcommError:
         return None
-    text = json.dumps(data, separators=(",", ":"))
+    text = _compact_json(data)
     now = timezone.now()
     message_id = uuid.uuid4()
     done = storage.store().forward(

@@ -211,3 +211,38 @@ def test_a_low_order_x25519_epk_is_undecryptable_not_a_crash(parties):
     zero = reprotect(env, epk={"kty": "OKP", "crv": "X25519", "x": b64url_nopad(bytes(32))})
     with pytest.raises(errors.UndecryptableEnvelope):
         jwe.decrypt(zero, private_key_for=lookup(parties, "b"))
+
+
+class _BadPadder:
+    """A padder that ends the A256CBC-HS512 plaintext with `tail` instead of PKCS #7 padding."""
+
+    def __init__(self, tail: bytes):
+        self.tail, self.data = tail, b""
+
+    def update(self, data: bytes) -> bytes:
+        self.data += data
+        return b""
+
+    def finalize(self) -> bytes:
+        body = self.data + b"x" * (-(len(self.data) + len(self.tail)) % 16)
+        return body + self.tail
+
+
+@pytest.mark.parametrize(
+    "tail", [b"\x00", b"\x11", b"\x01" * 15 + b"\x02", b"\x03\x04\x03"], ids=["zero", "17", "mixed", "short"]
+)
+def test_a_tagged_a256cbc_content_with_bad_padding_is_undecryptable(parties, monkeypatch, tail):
+    # The sender holds the CEK, so a valid tag over badly padded content is possible: refused
+    # after the tag verified, with the same error as any content that does not decrypt.
+    monkeypatch.setattr(jwe.padding.PKCS7, "padder", lambda self: _BadPadder(tail))
+    env = jwe.encrypt(b"message", to=[("did:example:b#k", parties["b"].public)], enc="A256CBC-HS512")
+    monkeypatch.undo()
+    with pytest.raises(errors.UndecryptableEnvelope, match="content does not decrypt"):
+        jwe.decrypt(env, private_key_for=lookup(parties, "b"))
+
+
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 32])
+def test_a256cbc_removes_exactly_its_padding(parties, size):
+    plaintext = bytes(range(size))
+    env = jwe.encrypt(plaintext, to=[("did:example:b#k", parties["b"].public)], enc="A256CBC-HS512")
+    assert jwe.decrypt(env, private_key_for=lookup(parties, "b")).plaintext == plaintext

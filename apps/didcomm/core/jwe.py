@@ -110,15 +110,21 @@ def _content_encrypt(enc: str, cek: bytes, iv: bytes, plaintext: bytes, aad: byt
     return out[:-16], out[-16:]
 
 
+def _pkcs7_unpad(padded: bytes) -> bytes:
+    """PKCS #7 padding removed (RFC 7518 §5.2.2.2: after the tag verified, so no padding oracle)."""
+    n = padded[-1] if padded else 0
+    if not 0 < n <= 16 or padded[-n:] != bytes((n,)) * n:
+        raise UndecryptableEnvelope("content does not decrypt")
+    return padded[:-n]
+
+
 def _content_decrypt(enc: str, cek: bytes, iv: bytes, ciphertext: bytes, tag: bytes, aad: bytes) -> bytes:
     try:
         if enc == A256CBC_HS512:
             if not hmac.compare_digest(_cbc_hs512_tag(cek[:32], aad, iv, ciphertext), tag):
                 raise UndecryptableEnvelope("authentication tag does not verify")
             decryptor = Cipher(algorithms.AES(cek[32:]), modes.CBC(iv)).decryptor()
-            padded = decryptor.update(ciphertext) + decryptor.finalize()
-            unpadder = padding.PKCS7(128).unpadder()
-            return unpadder.update(padded) + unpadder.finalize()
+            return _pkcs7_unpad(decryptor.update(ciphertext) + decryptor.finalize())
         if enc == A256GCM:
             return AESGCM(cek).decrypt(iv, ciphertext + tag, aad)
         return bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(ciphertext + tag, aad, iv, cek)
@@ -183,7 +189,7 @@ def encrypt(
 
 def parse_envelope(data: bytes | str | Mapping) -> dict:
     """The JWE as a dict; MalformedEnvelope if it is not a JSON object."""
-    if isinstance(data, Mapping):
+    if type(data) is dict or isinstance(data, Mapping):  # a dict skips the ABC's check
         return dict(data)
     try:
         value = untrusted.loads(data)

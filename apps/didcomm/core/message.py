@@ -62,7 +62,7 @@ def _opt(obj: Mapping, name: str, kind: type | tuple[type, ...]) -> object:
 
 def parse_plaintext(data: bytes | str | Mapping) -> PlainMessage:
     """Validate a plaintext message's headers (DIDComm v2 §"Plaintext Message Structure")."""
-    obj = dict(data) if isinstance(data, Mapping) else parse_json_object(data)
+    obj = dict(data) if type(data) is dict or isinstance(data, Mapping) else parse_json_object(data)
     if "typ" in obj and obj["typ"] != TYP_PLAIN:
         raise MalformedMessage("typ is not application/didcomm-plain+json")
     msg_id, msg_type, body = obj.get("id"), obj.get("type"), obj.get("body")

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy, MediatorIdentity, QueuedMessage
+from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_cache_on")]
@@ -105,3 +106,29 @@ def test_identity_and_policy_saves_clear_the_cache(tenant_a):
     services.accepting_for(tenant=tenant_a)
     tenant_a.save()
     assert services._accepting == {}
+
+
+def test_a_tenant_whose_url_or_grace_changed_elsewhere_is_not_served_from_the_cache(tenant_a):
+    # Another process saved the tenant: this one reads the new row, its own cache was never cleared.
+    services.accepting_for(tenant=tenant_a)  # creates the policy and identity: a save, not kept
+    services.accepting_for(tenant=tenant_a)
+    warm = services.accepting_for(tenant=tenant_a)
+    assert warm.fresh is False and warm.grace_hours == tenant_a.prekey_grace_hours
+    old_did = warm.identities[0].did
+
+    Tenant.objects.filter(pk=tenant_a.pk).update(public_url="https://moved.example")  # no signal here
+    tenant_a.public_url = "https://moved.example"
+    moved = services.accepting_for(tenant=tenant_a)
+    assert moved.fresh is True
+    assert (moved.identities[0].http_uri, moved.identities[0].ws_uri) == (
+        "https://moved.example/didcomm",
+        "wss://moved.example/didcomm/ws",
+    )
+    assert [i.did for i in moved.identities] == [moved.identities[0].did, old_did] and old_did != moved.identities[0].did
+
+    services.accepting_for(tenant=tenant_a)
+    Tenant.objects.filter(pk=tenant_a.pk).update(prekey_grace_hours=tenant_a.prekey_grace_hours + 5)
+    tenant_a.prekey_grace_hours += 5
+    longer = services.accepting_for(tenant=tenant_a)
+    assert longer.fresh is True and longer.grace_hours == tenant_a.prekey_grace_hours
+    assert longer.grace.total_seconds() == tenant_a.prekey_grace_hours * 3600
