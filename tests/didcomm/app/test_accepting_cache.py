@@ -124,7 +124,9 @@ def test_a_tenant_whose_url_or_grace_changed_elsewhere_is_not_served_from_the_ca
         "https://moved.example/didcomm",
         "wss://moved.example/didcomm/ws",
     )
-    assert [i.did for i in moved.identities] == [moved.identities[0].did, old_did] and old_did != moved.identities[0].did
+    assert [i.did for i in moved.identities] == [moved.identities[0].did, old_did] and old_did != moved.identities[
+        0
+    ].did
 
     services.accepting_for(tenant=tenant_a)
     Tenant.objects.filter(pk=tenant_a.pk).update(prekey_grace_hours=tenant_a.prekey_grace_hours + 5)
