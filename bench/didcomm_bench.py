@@ -2,6 +2,7 @@
 production layout, forward-to-live-push latency with 1,000 live recipients, RSS per idle socket.
 
     .venv/bin/python -m bench.didcomm_bench forwards --alternations 3 --seconds 10   # ~4 min
+    .venv/bin/python -m bench.didcomm_bench forwards --lean --alternations 4          # ~8 min
     .venv/bin/python -m bench.didcomm_bench push --live 1000 --sends 200               # ~3 min
     .venv/bin/python -m bench.didcomm_bench idle --steps 1000 5000 [--redis]           # ~3 min
 
@@ -14,7 +15,10 @@ recipient, ~256-byte body as in TWO_WAY_PRIVATE), so the load generator only sen
 `--alternations` rounds of one run of each at `--clients` (the order flips every round), the same
 load generator (raw keep-alive sockets; POST /didcomm, 202 = success) and CPU accounting
 (bench/cpu.py): req/s, p50/p99, server and PostgreSQL CPU ms per request, DIDComm / Decentrl
-ratios per round and their medians.
+ratios per round and their medians. With `--lean` the lean reference (bench/lean_reference.py: no
+framework, the product's JWE code and statements, clients straight to it) runs too, started in the
+layout's environment once the worlds exist, and its forwards and TWO_WAY_PRIVATE take their turns in
+every round: the same forward / TWO_WAY_PRIVATE ratios for it, and production / lean per kind.
 
 `push`: the production layout again; `--live` wallets each granted, each with a recipient DID
 and one socket on /didcomm/ws through nginx in live mode (Pickup 3.0 live-delivery-change). One
@@ -55,7 +59,9 @@ from apps.didcomm.core.agent import CM2, ENCRYPTED, FORWARD, PICKUP, Agent, rout
 from apps.didcomm.core.resolver import resolve_did
 from bench import loadgen
 from bench.cpu import CpuSampler
-from bench.run_standard import Layout, machine, prepare_database
+from bench.lean_compare import LeanServer
+from bench.pg import db_url
+from bench.run_standard import Layout, machine, prepare_database, server_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -166,8 +172,14 @@ def _med(rows: list[dict], key: str):
 def alternate(layout, args, kinds: dict, target: dict, report: dict) -> None:
     """An unmeasured warm-up of each kind, then `args.alternations` rounds of one measured run of each
     (the order flipping every round; bodies built before each run, sized from the previous rate)."""
+
+    def where(name: str):  # the server a kind runs on (`target[name]["server"]`, default the layout), its options
+        opts = dict(target[name])
+        return opts.pop("server", layout), opts
+
     for name, make in kinds.items():  # unmeasured warm-up
-        loadgen.drive(layout.url, layout.host, make(2000), args.clients, args.warmup, **target[name])
+        srv, opts = where(name)
+        loadgen.drive(srv.url, layout.host, make(2000), args.clients, args.warmup, **opts)
     last: dict[str, float] = {}
     for rnd in range(1, args.alternations + 1):
         order = list(kinds) if rnd % 2 else list(reversed(kinds))
@@ -175,9 +187,10 @@ def alternate(layout, args, kinds: dict, target: dict, report: dict) -> None:
             n = args.requests if name not in last else min(args.requests, int(last[name] * args.seconds * 1.5) + 500)
             bodies = kinds[name](n)
             time.sleep(2.0)  # the metering flush of the previous run settles
-            cpu = CpuSampler(server_pgid=layout.pgid, database=args.db)
+            srv, opts = where(name)
+            cpu = CpuSampler(server_pgid=srv.pgid, database=args.db)
             t0 = time.time()
-            res = loadgen.drive(layout.url, layout.host, bodies, args.clients, args.seconds, cpu, **target[name])
+            res = loadgen.drive(srv.url, layout.host, bodies, args.clients, args.seconds, cpu, **opts)
             last[name] = res["throughput_rps"]
             row = _row(rnd, name, res) | {"t0": round(t0, 1), "t1": round(time.time(), 1)}  # for bench.pg_waits
             report["runs"].append(row)
@@ -187,18 +200,18 @@ def alternate(layout, args, kinds: dict, target: dict, report: dict) -> None:
                   f"{row['codes']}", file=sys.stderr)  # fmt: skip
 
 
-def forwards_summary(runs: list[dict], kind: str) -> dict:
-    """Medians per kind, and `kind` / TWO_WAY_PRIVATE per round: req/s, and CPU per request (server +
-    PostgreSQL) TWO_WAY_PRIVATE / `kind` (> 1 = `kind` cheaper), with their medians."""
+def forwards_summary(runs: list[dict], kind: str, base: str = "two_way_private") -> dict:
+    """Medians per kind, and `kind` / `base` per round: req/s, and CPU per request (server +
+    PostgreSQL) `base` / `kind` (> 1 = `kind` cheaper), with their medians."""
     summary: dict = {}
-    for name in (kind, "two_way_private"):
+    for name in (kind, base):
         rows = [r for r in runs if r["kind"] == name]
         summary[name] = {k: _med(rows, k) for k in ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req",
                                                     "postgres_cpu_ms_per_req", "other_cpu_share")}  # fmt: skip
     rate, cpu = [], []
     for rnd in sorted({r["round"] for r in runs}):
         by = {r["kind"]: r for r in runs if r["round"] == rnd}
-        d, t = by.get(kind), by.get("two_way_private")
+        d, t = by.get(kind), by.get(base)
         if d and t and t["throughput_rps"]:
             rate.append(round(d["throughput_rps"] / t["throughput_rps"], 3))
             dc = (d["server_cpu_ms_per_req"] or 0) + (d["postgres_cpu_ms_per_req"] or 0)
@@ -220,6 +233,7 @@ def run_forwards(args) -> dict:
     print(f"== fresh database {args.db}", file=sys.stderr)
     prepare_database(la)
     layout = Layout(la)
+    lean = None
     try:
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         med = Mediator(layout.url, layout.host)
@@ -230,15 +244,26 @@ def run_forwards(args) -> dict:
             "didcomm_forward": lambda n: forwards(med, targets, n),
             "two_way_private": lambda n: loadgen.gen_two_way(world, n),
         }
-        target = {
-            "didcomm_forward": {"path": "/didcomm", "content_type": ENCRYPTED, "ok_status": 202},
-            "two_way_private": {},
-        }
+        forward_target = {"path": "/didcomm", "content_type": ENCRYPTED, "ok_status": 202}
+        target: dict = {"didcomm_forward": forward_target, "two_way_private": {}}
+        if args.lean:  # started once the mediator DID exists (it reads it at its first forward)
+            lean = LeanServer(port=args.port + 10, database_url=db_url(args.db), workers=os.cpu_count() or 1,
+                              pool_size=8, env=server_env(la))  # fmt: skip
+            kinds |= {"lean_forward": kinds["didcomm_forward"], "lean_two_way_private": kinds["two_way_private"]}
+            target |= {"lean_forward": {**forward_target, "server": lean}, "lean_two_way_private": {"server": lean}}
         alternate(layout, args, kinds, target, report)
     finally:
+        if lean is not None:
+            lean.stop()
         layout.stop()
     runs = report["runs"]
     summary = report["summary"] = forwards_summary(runs, "didcomm_forward")
+    if args.lean:
+        summary["lean"] = forwards_summary(runs, "lean_forward", base="lean_two_way_private")
+        summary["production_over_lean"] = {
+            kind: forwards_summary(runs, kind, base="lean_" + kind.removeprefix("didcomm_"))
+            for kind in ("didcomm_forward", "two_way_private")
+        }
     rate, cpu = summary["rate_ratio_per_round"], summary["cpu_ratio_per_round"]
     md = [f"# didcomm forwards — {started}", "", "Command: `" + report["command"] + "`", "",
           "| round | kind | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req | client share "
@@ -250,7 +275,17 @@ def run_forwards(args) -> dict:
                   f"| {r['other_cpu_share']} | {r['codes']} |")  # fmt: skip
     md += ["", f"DIDComm / TWO_WAY_PRIVATE req/s per round {rate}, median **{summary['rate_ratio_median']}**; "
            f"CPU per request (server + PostgreSQL) TWO_WAY_PRIVATE / DIDComm per round {cpu}, median "
-           f"**{summary['cpu_ratio_median']}**", "", "```", json.dumps(summary, indent=1), "```"]  # fmt: skip
+           f"**{summary['cpu_ratio_median']}**"]  # fmt: skip
+    if args.lean:
+        lean_s, over = summary["lean"], summary["production_over_lean"]
+        md += ["", f"The lean reference: forward / TWO_WAY_PRIVATE req/s per round {lean_s['rate_ratio_per_round']}, "
+               f"median **{lean_s['rate_ratio_median']}**; CPU TWO_WAY_PRIVATE / forward median "
+               f"{lean_s['cpu_ratio_median']}. Production / lean req/s: forwards median "
+               f"**{over['didcomm_forward']['rate_ratio_median']}** (per round "
+               f"{over['didcomm_forward']['rate_ratio_per_round']}), TWO_WAY_PRIVATE median "
+               f"**{over['two_way_private']['rate_ratio_median']}** (per round "
+               f"{over['two_way_private']['rate_ratio_per_round']})"]  # fmt: skip
+    md += ["", "```", json.dumps(summary, indent=1), "```"]
     _save("forwards", report, "\n".join(md) + "\n")
     return report
 
@@ -524,6 +559,12 @@ def parts_parser(doc: str, *, db: str, port: int, live: int, live_help: str):
 def main(argv: list[str] | None = None) -> None:
     ap, sub = parts_parser(
         __doc__, db="mediator_bench_didcomm", port=8340, live=1000, live_help="live recipients, one socket each"
+    )
+    sub.choices["forwards"].add_argument(
+        "--lean",
+        action="store_true",
+        help="also the lean reference (bench/lean_reference.py, --port + 10): its forwards and TWO_WAY_PRIVATE "
+        "in every round beside production's",
     )
     i = sub.add_parser("idle")
     i.add_argument("--steps", type=int, nargs="+", default=[1000, 5000])

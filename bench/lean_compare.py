@@ -62,8 +62,10 @@ RESULTS = ROOT / "bench" / "results"
 class LeanServer(SessionServer):
     """bench/lean_reference.py in its own session: its pid is the process group (CPU accounting)."""
 
-    def __init__(self, *, port: int, database_url: str, workers: int, pool_size: int):
-        env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    def __init__(self, *, port: int, database_url: str, workers: int, pool_size: int, env: dict | None = None):
+        """`env`: the environment to start it in (default this process's; for forwards, the production
+        layout's, whose settings hold the deployment key the mediator DID's key is sealed with)."""
+        env = {**(os.environ if env is None else env), "DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "bench.lean_reference", "--port", str(port), "--workers", str(workers),
                "--pool-size", str(pool_size)]  # fmt: skip
         self.launch("the lean reference", cmd, env, f"lean-{port}.log", f"http://127.0.0.1:{port}")

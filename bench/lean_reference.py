@@ -1,6 +1,6 @@
-"""A framework-free reference server for TWO_WAY_PRIVATE and QUERY_EVENTS by one tag (issue 14): what
-plain Python does for the same commands on the same PostgreSQL schema, to measure the production
-layout against.
+"""A framework-free reference server for TWO_WAY_PRIVATE and QUERY_EVENTS by one tag (issue 14), and for
+DIDComm v2 forwards (issue 15): what plain Python does for the same messages on the same PostgreSQL
+schema, to measure the production layout against.
 
     DATABASE_URL=postgresql://… python -m bench.lean_reference --port 8310 --workers 2
 
@@ -35,10 +35,24 @@ then `{"type":"SUCCESS","payload":{"events":[…],"pagination":{…}}}` in canon
 page past the end takes the product's COUNT. Any other filter shape or command is INVALID_COMMAND
 before the nonce (the reference does not serve it).
 
+`POST /didcomm` serves DIDComm v2 routing/2.0 forwards (issue 15 §7), anoncrypt to the tenant's
+current mediator DID, as apps/didcomm/dispatch.py and services.forward_store do them: the tenant,
+its DIDComm policy (enabled), the size and media type, the envelope parsed once and decrypted with
+the mediator DID's X25519 key (apps/didcomm/core, the product's own JWE code; the key unsealed
+once per process with the deployment key, apps/tenants/keystore.py), the plaintext message and the
+forward's body checks, then ONE statement, the product's text again (`FORWARD_STATEMENT`: the
+recipient found and locked, the queue cap, the insert, the presence read), and 202 with no body;
+the problem reports (plaintext, as the product answers an anonymous sender) carry the product's
+codes, comments, statuses and `pthid`. It does not serve what the benchmark does not send: an
+authcrypt, nested or signed forward, a kid other than the mediator DID's `#key-2`, a retired DID
+in its grace period, any other message type, or a tenant whose DIDComm policy and identity the
+product has not made yet (they are made on first use): those are refused with a problem report.
+
 What it leaves out, on purpose (so the comparison shows what they cost, docs/benchmark-history.md "Lean
 reference"): usage metering and metrics (the command observers), the after-commit push to
 `/ws` sockets (which the product leaves out too when the statement says the recipient has none,
-as in the benchmark), the per-command log line, rate limits and CORS.
+as in the benchmark), the per-command log line, rate limits and CORS (for forwards too: metering, the forward counters,
+the wake of a live recipient, the per-IP limit).
 Other channels and commands are answered INVALID_COMMAND, and only
 did:decentrl DIDs resolve: a did:web sender or recipient (a tenant itself) is SENDER_NOT_FOUND or
 RECIPIENT_NOT_FOUND here, where the product looks it up. Bench only: not part of the product, and
@@ -49,14 +63,23 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from apps.didcomm.core import jwe
+from apps.didcomm.core.errors import DidcommError
+from apps.didcomm.core.keys import X25519, PrivateKey
+from apps.didcomm.core.message import ENCRYPTED, PLAINTEXT, PlainMessage, envelope_kind, parse_plaintext
+from apps.didcomm.protocols import FORWARD, PROBLEM_REPORT, Code
+from apps.didcomm.recipients import lookup_form
+from apps.tenants import keystore
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import verify_json_object
 from apps.wire.did import DidError, ResolvedDid, parse_decentrl
@@ -125,6 +148,101 @@ class Tenant:
     pending_queue_cap: int
     max_body_bytes: int
     max_page_size: int | None = None
+
+
+# apps/didcomm/storage.py FORWARD, with psycopg's %s numbered $1…$9 (the test compares it with what
+# the product runs): the recipient found and locked, the queue cap, the insert, the presence read.
+FORWARD_STATEMENT = (
+    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_live"
+    " FROM didcomm_forward_store($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+)
+# The tenant's DIDComm policy and current mediator identity (made by the product on first use).
+_MEDIATOR = (
+    "SELECT p.enabled, p.queue_cap, p.overflow, p.message_ttl_hours, i.did, i.key_ref::text,"
+    " i.agreement_private_sealed, t.slug FROM didcomm_didcommpolicy p JOIN tenants_tenant t ON t.id = p.tenant_id"
+    " JOIN didcomm_mediatoridentity i ON i.tenant_id = p.tenant_id AND i.retired_at IS NULL WHERE p.tenant_id = $1"
+)
+ENCRYPTED_MEDIA = "application/didcomm-encrypted+json"
+_DIDCOMM_MEDIA = (ENCRYPTED_MEDIA, "application/json")
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+@dataclass(frozen=True)
+class Mediator:
+    """A tenant's DIDComm policy and its current mediator DID's key-agreement key, unsealed."""
+
+    enabled: bool
+    queue_cap: int
+    reject: bool
+    ttl: timedelta
+    kid: str
+    key: PrivateKey
+
+    @classmethod
+    def from_row(cls, row) -> Mediator:
+        enabled, cap, overflow, ttl_hours, did, key_ref, sealed, slug = row
+        secret = keystore.unseal(sealed, context=f"{slug}:didcomm-agreement:{key_ref}")
+        return cls(enabled, cap, overflow == "reject", timedelta(hours=ttl_hours), f"{did}#key-2",
+                   PrivateKey.from_secret(X25519, secret))  # fmt: skip
+
+
+class DidcommProblem(Exception):
+    """A Report Problem 2.0 answer (apps/didcomm/problems.Problem), with the message it concerns."""
+
+    def __init__(self, code: str, comment: str, status: int = 400, message: PlainMessage | None = None):
+        super().__init__(code)
+        self.code, self.comment, self.status, self.message = code, comment, status, message
+
+    def body(self) -> bytes:
+        """apps/didcomm/dispatch's plaintext problem report (sender unknown: not encrypted)."""
+        report: dict = {
+            "id": str(uuid.uuid4()),
+            "typ": "application/didcomm-plain+json",
+            "type": PROBLEM_REPORT,
+            "body": {"code": self.code, "comment": self.comment},
+        }
+        pthid = (self.message.thid or self.message.id) if self.message is not None else None
+        if pthid:
+            report["pthid"] = pthid
+        return json.dumps(report, separators=(",", ":")).encode("utf-8")
+
+
+def unpack_forward(med: Mediator, raw: bytes) -> tuple[PlainMessage, str, dict]:
+    """The CPU work of one anoncrypt routing/2.0 forward, in apps/didcomm/dispatch.py's order and
+    with its answers: the envelope, its decryption with the mediator DID's key, the plaintext
+    message, handlers.forward's body checks. Returns (message, `body.next`, the attachment data)."""
+    try:
+        obj = jwe.parse_envelope(raw)
+        if envelope_kind(obj) != ENCRYPTED:
+            raise DidcommProblem(Code.UNAUTHENTICATED, "messages to this mediator must be encrypted (JWE)")
+        decrypted = jwe.decrypt(obj, private_key_for=lambda kid: med.key if kid == med.kid else None)
+        inner = jwe.parse_envelope(decrypted.plaintext)
+        if decrypted.sender_kid is not None or envelope_kind(inner) != PLAINTEXT:
+            raise DidcommProblem(Code.MALFORMED, "the lean reference serves one anoncrypt layer only")
+        message = parse_plaintext(inner)
+    except DidcommError as exc:
+        raise DidcommProblem(exc.problem_code, str(exc)) from exc
+    if message.type != FORWARD:
+        raise DidcommProblem(Code.UNSUPPORTED_TYPE, "the lean reference serves forwards only", message=message)
+    next_did = message.body.get("next")
+    if not isinstance(next_did, str) or not next_did:
+        raise DidcommProblem(Code.BAD_BODY, "forward needs body.next", message=message)
+    if not message.attachments or not isinstance(message.attachments[0].get("data"), dict):
+        raise DidcommProblem(Code.BAD_BODY, "forward needs one attachment with data", message=message)
+    data = message.attachments[0]["data"]
+    if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
+        raise DidcommProblem(Code.BAD_BODY, "forward attachment data must be json or base64", message=message)
+    return message, next_did, {k: data[k] for k in ("json", "base64") if k in data}
+
+
+def forward_params(
+    *, tenant_id: int, med: Mediator, lookup: str, data: dict, message_id: uuid.UUID, now: datetime
+) -> list:
+    """FORWARD_STATEMENT's parameters, as services.forward_store and storage.ForwardRequest make them."""
+    return [
+        tenant_id, hashlib.sha256(lookup.encode("utf-8")).hexdigest(), med.queue_cap, med.reject, message_id,
+        _compact_json(data), now, now + med.ttl, isinstance(data.get("json"), dict),
+    ]  # fmt: skip
 
 
 def statement_params(
@@ -238,6 +356,7 @@ class Reference:
         self.max_body = int(os.environ.get("MEDIATOR_MAX_BODY_BYTES", str(6 * 1024 * 1024)))
         self.tenant_ttl = float(os.environ.get("MEDIATOR_TENANT_CACHE_SECONDS", "5"))
         self._tenants: dict[str, tuple[Tenant | None, float]] = {}
+        self._mediators: dict[int, tuple[Mediator | None, float]] = {}
 
     async def start(self) -> None:
         # A fixed set of persistent connections, as the HTTP tier's threads keep theirs: no reset
@@ -301,6 +420,53 @@ class Reference:
                 return err.status, err.body()
             except _DB_ERRORS:
                 return 503, error_body(ErrorCode.MEDIATOR_UNAVAILABLE)
+
+    async def mediator_for(self, conn, tenant: Tenant) -> Mediator | None:
+        now = time.monotonic()
+        hit = self._mediators.get(tenant.id)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        row = await conn.fetchrow(_MEDIATOR, tenant.id)
+        med = Mediator.from_row(row) if row is not None else None
+        if self.tenant_ttl > 0:
+            self._mediators[tenant.id] = (med, now + self.tenant_ttl)
+        return med
+
+    async def didcomm(self, host: str, raw: bytes, content_type: str) -> tuple[int, bytes]:
+        """(status, reply body) for one `POST /didcomm`: 202 and no body for a stored forward."""
+        message = None
+        async with self.pool.acquire() as conn:
+            try:
+                tenant = await self.tenant_for_host(conn, host)
+                if tenant is None:
+                    raise DidcommProblem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
+                if not tenant.active:
+                    raise DidcommProblem(Code.UNAVAILABLE, "mediator suspended", 503)
+                med = await self.mediator_for(conn, tenant)
+                if med is None or not med.enabled:
+                    raise DidcommProblem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
+                if len(raw) > tenant.max_body_bytes:
+                    raise DidcommProblem(Code.TOO_BIG, "message too large", 413)
+                if content_type.split(";", 1)[0].strip().lower() not in _DIDCOMM_MEDIA:
+                    raise DidcommProblem(Code.UNSUPPORTED_MEDIA, f"use {ENCRYPTED_MEDIA}", 415)
+                message, next_did, data = unpack_forward(med, raw)
+                try:
+                    lookup = lookup_form(next_did)
+                except DidcommError:
+                    lookup = None
+                if lookup is not None:
+                    params = forward_params(tenant_id=tenant.id, med=med, lookup=lookup, data=data,
+                                            message_id=uuid.uuid4(), now=datetime.now(UTC))  # fmt: skip
+                    outcome = (await conn.fetchrow(FORWARD_STATEMENT, *params))[0]
+                if lookup is None or outcome == "unknown":
+                    raise DidcommProblem(Code.NOT_FOUND, "Recipient not registered with this mediator", message=message)
+                if outcome == "full":
+                    raise DidcommProblem(Code.STORAGE_FULL, "recipient queue is full", 507, message=message)
+                return 202, b""
+            except DidcommProblem as problem:
+                return problem.status, problem.body()
+            except _DB_ERRORS:
+                return 503, DidcommProblem(Code.UNAVAILABLE, "mediator unavailable", 503, message=message).body()
 
     def _checked(self, cmd: Command, now_ms: int, checks) -> ProtocolError | None:
         """The timestamp window (answered at once), then `checks(cmd)` on the CPU: their error is
@@ -428,6 +594,15 @@ def make_app(dsn: str, pool_size: int):
                 host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
                 status, body = await ref.command(host, raw)
             await _reply(send, status, canonical_bytes(body))
+        elif scope["method"] == "POST" and scope["path"] == "/didcomm":
+            headers = dict(scope["headers"])
+            raw = await _read_body(receive, ref.max_body)
+            if raw is None:
+                status, body = 413, DidcommProblem(Code.TOO_BIG, "message too large", 413).body()
+            else:
+                host = headers.get(b"host", b"").decode("latin-1")
+                status, body = await ref.didcomm(host, raw, headers.get(b"content-type", b"").decode("latin-1"))
+            await _reply(send, status, body, _STATIC_HEADERS if body else _STATIC_HEADERS[1:])
         elif scope["method"] == "GET" and scope["path"] == "/health":
             await _reply(send, 200, b'{"status":"ok"}')
         else:

@@ -9,17 +9,25 @@ same row, and share the nonce store (a pair one of them consumed is DUPLICATE_NO
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from django.db import connection
 
 from apps.decentrl.models import Nonce
+from apps.didcomm import services
+from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
+from apps.didcomm.models import DidcommPolicy, QueuedMessage
+from apps.didcomm.protocols import FORWARD, PROBLEM_REPORT, TRUST_PING, Code
+from apps.didcomm.recipients import lookup_form
 from apps.messaging.models import PendingEvent, PendingQueueDepth
 from apps.tenants.models import Tenant
 from apps.wire.canonical import canonical_bytes
@@ -28,6 +36,7 @@ from apps.wire.crypto import sign_json_object
 from apps.wire.envelope import parse_command
 from bench import lean_reference
 from tests.conftest import HOST_A, Poster
+from tests.didcomm.app.conftest import DidcommPoster
 from tests.support import servers
 from tests.support.registration import contract_both_ways, register
 from tests.support.servers import ROOT, free_port, server_env
@@ -35,6 +44,7 @@ from tests.support.servers import ROOT, free_port, server_env
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TWO_WAY = "TWO_WAY_PRIVATE"
+JSON = "application/json"
 
 
 def _envelope(who: Identity, payload, *, recipient_did: str, **header) -> dict:
@@ -52,8 +62,9 @@ def _envelope(who: Identity, payload, *, recipient_did: str, **header) -> dict:
 
 
 @pytest.fixture
-def lean(tmp_path, tenant_a):
-    """The reference, one process, resolving the tenant on every request (tests change tenants)."""
+def lean_http(tmp_path, tenant_a):
+    """The reference, one process, resolving the tenant on every request (tests change tenants): an
+    HTTP client for it."""
     port = free_port()
     log = tmp_path / "lean.log"
     env = server_env({"DATABASE_URL": servers.test_database_url(), "MEDIATOR_TENANT_CACHE_SECONDS": "0"})
@@ -76,15 +87,19 @@ def lean(tmp_path, tenant_a):
         assert time.time() < deadline, log.read_text()
         time.sleep(0.1)
     with httpx.Client(base_url=url) as http:
-
-        def post(body: bytes, host: str = HOST_A) -> tuple[int, bytes]:
-            resp = http.post("/", content=body, headers={"Host": host, "Content-Type": "application/json"})
-            assert resp.headers["content-type"] == "application/json"
-            return resp.status_code, resp.content
-
-        yield post
+        yield http
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def lean(lean_http):
+    def post(body: bytes, host: str = HOST_A) -> tuple[int, bytes]:
+        resp = lean_http.post("/", content=body, headers={"Host": host, "Content-Type": "application/json"})
+        assert resp.headers["content-type"] == "application/json"
+        return resp.status_code, resp.content
+
+    return post
 
 
 @pytest.fixture
@@ -364,3 +379,136 @@ def test_every_query_error_is_the_products_in_the_same_order(lean, product, arch
         env = _envelope(alice, payload, recipient_did=tenant_a.did, channel="DIRECT_AUTHENTICATED")
         assert lean(canonical_bytes(env)) == (400, _error("INVALID_COMMAND"))
         assert not Nonce.objects.filter(nonce=env["header"]["nonce"]).exists()
+
+
+# --- DIDComm v2 forwards (issue 15 §7) --------------------------------------------------------------
+
+
+@pytest.fixture
+def mediated(client, tenant_a):
+    """Tenant A's mediator DID and a recipient DID granted mediation there, through the product."""
+    didcomm = DidcommPoster(client, HOST_A)
+    med = didcomm.mediator_did
+    wallet = Agent()
+    assert didcomm.send(wallet, wallet.message(CM2 + "mediate-request"))[0] == 200
+    rcpt = routed_did(med)
+    update = {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}
+    assert didcomm.send(wallet, wallet.message(CM2 + "keylist-update", update))[1]["body"]["updated"][0]["result"] == (
+        "success"
+    )
+    return SimpleNamespace(didcomm=didcomm, med=med, rcpt=rcpt)
+
+
+@pytest.fixture
+def forward_to(client, lean_http):
+    """POST /didcomm to the product (Django's test client) or the reference: (status, content type, body)."""
+
+    def post(server: str, body: bytes, host: str = HOST_A, content_type: str = ENCRYPTED):
+        if server == "product":
+            resp = client.post("/didcomm", data=body, content_type=content_type, HTTP_HOST=host)
+            return resp.status_code, resp.get("Content-Type"), resp.content
+        resp = lean_http.post("/didcomm", content=body, headers={"Host": host, "Content-Type": content_type})
+        return resp.status_code, resp.headers.get("content-type"), resp.content
+
+    return post
+
+
+def _mediator(tenant) -> lean_reference.Mediator:
+    """The reference's view of the tenant (its own query and unsealing), read through Django's connection."""
+    with connection.cursor() as cur:
+        cur.execute(lean_reference._MEDIATOR.replace("$1", "%s"), [tenant.pk])
+        return lean_reference.Mediator.from_row(cur.fetchone())
+
+
+def _queued(rcpt_did: str) -> list[tuple]:
+    return [
+        (q.tenant_id, q.data, q.size, q.expires_at - q.received_at)
+        for q in QueuedMessage.objects.filter(recipient__recipient_did=rcpt_did).order_by("id")
+    ]
+
+
+def test_the_reference_stores_a_forward_with_the_products_statement_and_parameters(client, mediated, tenant_a):
+    raw = forward_for(mediated.rcpt, mediated.med)
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        if "didcomm_forward_store" in sql:
+            captured.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        assert mediated.didcomm.post(raw).status_code == 202
+    assert len(captured) == 1
+    sql, params = captured[0]
+    numbered = iter(range(1, 100))
+    assert re.sub("%s", lambda _m: f"${next(numbered)}", sql) == lean_reference.FORWARD_STATEMENT
+    med = _mediator(tenant_a)
+    assert med.kid == mediated.med + "#key-2" and (med.queue_cap, med.reject) == (1000, False)
+    message, next_did, data = lean_reference.unpack_forward(med, raw)
+    assert (message.type, next_did) == (FORWARD, mediated.rcpt.did)
+    ours = lean_reference.forward_params(
+        tenant_id=tenant_a.pk, med=med, lookup=lookup_form(next_did), data=data, message_id=params[4], now=params[6]
+    )
+    assert ours == params
+
+
+def test_a_forward_is_stored_and_answered_as_the_product_does(forward_to, mediated, tenant_a):
+    inner = json.loads(Agent().pack({"id": "m-1", "type": "https://example.org/hello", "body": {}}, mediated.rcpt.did))
+    for server in ("product", "lean"):
+        assert forward_to(server, forward_for(mediated.rcpt, mediated.med, inner)) == (202, None, b"")
+    text = json.dumps({"json": inner}, separators=(",", ":"))
+    assert _queued(mediated.rcpt.did) == [(tenant_a.pk, text, len(text), timedelta(hours=72))] * 2
+
+
+def _problem(reply: tuple) -> tuple:
+    status, content_type, body = reply
+    report = json.loads(body)
+    assert (report["type"], report["typ"], content_type) == (PROBLEM_REPORT, "application/didcomm-plain+json", JSON)
+    return status, report["body"], report.get("pthid")
+
+
+def test_every_forward_error_is_the_products(forward_to, mediated, tenant_a):
+    rcpt, med = mediated.rcpt, mediated.med
+    stranger = routed_did(med)  # never added: nobody mediates it
+    no_next = Agent().pack(
+        {"id": "fwd-1", "type": FORWARD, "body": {}, "attachments": [{"data": {"json": {}}}]}, med, anon=True
+    )
+    bad_data = Agent().pack(
+        {"id": "fwd-2", "type": FORWARD, "body": {"next": rcpt.did}, "attachments": [{"data": {"links": []}}]},
+        med,
+        anon=True,
+    )
+    ping = Agent().pack({"id": "ping-1", "type": TRUST_PING + "ping", "body": {}}, med, anon=True)
+    cases = {
+        "unknown recipient": (forward_for(stranger, med), {}, (400, Code.NOT_FOUND)),
+        "next not a DID": (forward_for(rcpt, med, next_="nobody"), {}, (400, Code.NOT_FOUND)),
+        "for another mediator": (forward_for(rcpt, Agent().did), {}, (400, "e.p.trust.crypto.unknown-key")),
+        "not JSON": (b"not json", {}, (400, Code.MALFORMED)),
+        "not encrypted": (json.dumps({"id": "p", "type": FORWARD}).encode(), {}, (400, Code.UNAUTHENTICATED)),
+        "no body.next": (no_next, {}, (400, Code.BAD_BODY)),
+        "attachment neither json nor base64": (bad_data, {}, (400, Code.BAD_BODY)),
+        "wrong media type": (forward_for(rcpt, med), {"content_type": "text/plain"}, (415, Code.UNSUPPORTED_MEDIA)),
+        "unknown host": (forward_for(rcpt, med), {"host": "nobody.test"}, (404, Code.UNKNOWN_MEDIATOR)),
+    }
+    for name, (raw, kw, (status, code)) in cases.items():
+        product, lean = _problem(forward_to("product", raw, **kw)), _problem(forward_to("lean", raw, **kw))
+        assert product == lean, name
+        assert (product[0], product[1]["code"]) == (status, code), name
+    # A message the product serves and the reference does not is refused by it, never stored.
+    assert _problem(forward_to("lean", ping))[:2] == (
+        400,
+        {"code": Code.UNSUPPORTED_TYPE, "comment": "the lean reference serves forwards only"},
+    )
+    assert _queued(rcpt.did) == [] and _queued(stranger.did) == []
+    assert _problem(forward_to("lean", forward_for(stranger, med)))[2] is not None  # pthid: the forward's id
+
+    # The `reject` overflow policy: both refuse the forward past the cap with 507, and store nothing.
+    DidcommPolicy.objects.filter(tenant=tenant_a).update(queue_cap=1, overflow=DidcommPolicy.Overflow.REJECT)
+    services.accepting_cache_clear()
+    assert forward_to("product", forward_for(rcpt, med))[0] == 202
+    for server in ("product", "lean"):
+        assert _problem(forward_to(server, forward_for(rcpt, med)))[:2] == (
+            507,
+            {"code": Code.STORAGE_FULL, "comment": "recipient queue is full"},
+        )
+    assert len(_queued(rcpt.did)) == 1
