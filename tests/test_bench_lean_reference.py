@@ -129,23 +129,32 @@ def _error(code: str) -> bytes:
     return canonical_bytes({"type": "ERROR", "code": code})
 
 
-def _the_products_statement(product, env: dict) -> tuple[str, list]:
-    """The one statement the product ran for `env` (its claim's), with psycopg's %s numbered $1…,
-    and its parameters; the command must succeed."""
+def _the_one_statement(marker: str, run) -> tuple[str, list]:
+    """The one statement naming `marker` that the product ran during `run()`, with psycopg's %s
+    numbered $1…, and its parameters."""
     captured = []
 
     def capture(execute, sql, params, many, context):
-        if "protocol_nonce" in sql:
+        if marker in sql:
             captured.append((sql, list(params)))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(capture):
-        status, _ = product(canonical_bytes(env))
-    assert status == 200
+        run()
     assert len(captured) == 1
     sql, params = captured[0]
     numbered = iter(range(1, 100))
     return re.sub("%s", lambda _m: f"${next(numbered)}", sql), params
+
+
+def _the_products_statement(product, env: dict) -> tuple[str, list]:
+    """The one statement the product ran for `env` (its claim's) and its parameters; the command
+    must succeed."""
+
+    def run():
+        assert product(canonical_bytes(env))[0] == 200
+
+    return _the_one_statement("protocol_nonce", run)
 
 
 def test_the_reference_runs_the_products_statement_with_the_same_parameters(product, pair, tenant_a):
@@ -429,19 +438,12 @@ def _queued(rcpt_did: str) -> list[tuple]:
 
 def test_the_reference_stores_a_forward_with_the_products_statement_and_parameters(client, mediated, tenant_a):
     raw = forward_for(mediated.rcpt, mediated.med)
-    captured = []
 
-    def capture(execute, sql, params, many, context):
-        if "didcomm_forward_store" in sql:
-            captured.append((sql, list(params)))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(capture):
+    def run():
         assert mediated.didcomm.post(raw).status_code == 202
-    assert len(captured) == 1
-    sql, params = captured[0]
-    numbered = iter(range(1, 100))
-    assert re.sub("%s", lambda _m: f"${next(numbered)}", sql) == lean_reference.FORWARD_STATEMENT
+
+    sql, params = _the_one_statement("didcomm_forward_store", run)
+    assert sql == lean_reference.FORWARD_STATEMENT
     med = _mediator(tenant_a)
     assert med.kid == mediated.med + "#key-2" and (med.queue_cap, med.reject) == (1000, False)
     message, next_did, data = lean_reference.unpack_forward(med, raw)
