@@ -88,6 +88,11 @@ class AcaPyAgent:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the agent's log without its admin API's access lines (the tests poll that API
+        every 0.2 s: a failure's tail would show nothing else)."""
+        return "".join(line for line in self.log().splitlines(keepends=True) if "aiohttp.access" not in line)[-chars:]
+
     def get(self, path: str, **params) -> dict:
         resp = self.admin.get(path, params=params)
         assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text}"
@@ -103,11 +108,11 @@ class AcaPyAgent:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.label} exited while waiting for {what}:\n{self.log()[-4000:]}")
+                raise RuntimeError(f"{self.label} exited while waiting for {what}:\n{self.log_tail()}")
             if result := probe():
                 return result
             time.sleep(0.2)
-        raise AssertionError(f"{self.label}: no {what} after {timeout} s; log tail:\n{self.log()[-4000:]}")
+        raise AssertionError(f"{self.label}: no {what} after {timeout} s; log tail:\n{self.log_tail()}")
 
     def stop(self) -> None:
         self.admin.close()
