@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import os
 import time
@@ -77,8 +76,9 @@ from apps.didcomm.core import jwe
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import X25519, PrivateKey
 from apps.didcomm.core.message import ENCRYPTED, PLAINTEXT, PlainMessage, envelope_kind, parse_plaintext
-from apps.didcomm.protocols import FORWARD, PROBLEM_REPORT, Code
-from apps.didcomm.recipients import lookup_form
+from apps.didcomm.problems import problem_message, pthid_of
+from apps.didcomm.protocols import FORWARD, Code
+from apps.didcomm.recipients import did_hash, lookup_form
 from apps.tenants import keystore
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import verify_json_object
@@ -195,15 +195,7 @@ class DidcommProblem(Exception):
 
     def body(self) -> bytes:
         """apps/didcomm/dispatch's plaintext problem report (sender unknown: not encrypted)."""
-        report: dict = {
-            "id": str(uuid.uuid4()),
-            "typ": "application/didcomm-plain+json",
-            "type": PROBLEM_REPORT,
-            "body": {"code": self.code, "comment": self.comment},
-        }
-        pthid = (self.message.thid or self.message.id) if self.message is not None else None
-        if pthid:
-            report["pthid"] = pthid
+        report = problem_message(self.code, self.comment, pthid=pthid_of(self.message))
         return json.dumps(report, separators=(",", ":")).encode("utf-8")
 
 
@@ -240,7 +232,7 @@ def forward_params(
 ) -> list:
     """FORWARD_STATEMENT's parameters, as services.forward_store and storage.ForwardRequest make them."""
     return [
-        tenant_id, hashlib.sha256(lookup.encode("utf-8")).hexdigest(), med.queue_cap, med.reject, message_id,
+        tenant_id, did_hash(lookup), med.queue_cap, med.reject, message_id,
         _compact_json(data), now, now + med.ttl, isinstance(data.get("json"), dict),
     ]  # fmt: skip
 
@@ -454,11 +446,12 @@ class Reference:
                     lookup = lookup_form(next_did)
                 except DidcommError:
                     lookup = None
+                outcome = "unknown"
                 if lookup is not None:
                     params = forward_params(tenant_id=tenant.id, med=med, lookup=lookup, data=data,
                                             message_id=uuid.uuid4(), now=datetime.now(UTC))  # fmt: skip
                     outcome = (await conn.fetchrow(FORWARD_STATEMENT, *params))[0]
-                if lookup is None or outcome == "unknown":
+                if outcome == "unknown":  # as services.forward_store: not a DID, or nobody mediates it
                     raise DidcommProblem(Code.NOT_FOUND, "Recipient not registered with this mediator", message=message)
                 if outcome == "full":
                     raise DidcommProblem(Code.STORAGE_FULL, "recipient queue is full", 507, message=message)

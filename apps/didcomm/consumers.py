@@ -43,11 +43,12 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 
 from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, live_start, log_failure, problem_message
+from .dispatch import LiveTarget, Row, live_start, log_failure
 from .dispatch_v1 import LiveTargetV1
-from .models import did_hash, presence_key
-from .problems import Problem
+from .models import presence_key
+from .problems import Problem, problem_message
 from .protocols import Code
+from .recipients import did_hash
 
 log = logging.getLogger("mediator.didcomm")
 

@@ -34,7 +34,7 @@ from apps.wire.errors import ProtocolError
 
 from . import handlers, hooks, protocols, services
 from .models import DidcommPolicy, Mediation, MediatorIdentity
-from .problems import Problem, Unanswered, concerning
+from .problems import Problem, Unanswered, concerning, problem_message, pthid_of
 from .protocols import Code
 
 log = logging.getLogger("mediator.didcomm")
@@ -70,23 +70,6 @@ class Context:
     live: bool | None  # None on HTTP; on a socket, whether live delivery is on
     code: str = "SUCCESS"
     extra: dict = field(default_factory=dict)
-
-
-def problem_message(code: str, comment: str, *, pthid: str | None, identity=None, to: str | None = None) -> dict:
-    """A Report Problem 2.0 plaintext message."""
-    msg: dict = {
-        "id": str(uuid.uuid4()),
-        "typ": "application/didcomm-plain+json",
-        "type": protocols.PROBLEM_REPORT,
-        "body": {"code": code, "comment": comment},
-    }
-    if pthid:
-        msg["pthid"] = pthid
-    if identity is not None:
-        msg["from"] = identity.did
-    if to:
-        msg["to"] = [to]
-    return msg
 
 
 @dataclass
@@ -141,12 +124,6 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             problem.message = message
             raise problem
     return _Unpacked(message, used[0], sender_kid)
-
-
-def _pthid(message: PlainMessage | None) -> str | None:
-    if message is None:
-        return None
-    return message.thid or message.id
 
 
 def handle(
@@ -418,7 +395,7 @@ def _stamp(response: dict, ctx: Context, request: PlainMessage | None) -> dict:
 
 
 def _plain_problem(problem: Problem, message: PlainMessage | None) -> Reply:
-    body = json.dumps(problem_message(problem.code, problem.comment, pthid=_pthid(message)), separators=(",", ":"))
+    body = json.dumps(problem_message(problem.code, problem.comment, pthid=pthid_of(message)), separators=(",", ":"))
     return Reply(problem.status, body.encode("utf-8"), PLAIN_MEDIA, retry_after=problem.retry_after)
 
 
@@ -427,7 +404,7 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
     if ctx is None or ctx.caller_kid is None:
         return _plain_problem(problem, message)
     report = problem_message(
-        problem.code, problem.comment, pthid=_pthid(message), identity=ctx.identity, to=ctx.caller_did
+        problem.code, problem.comment, pthid=pthid_of(message), identity=ctx.identity, to=ctx.caller_did
     )
     report["created_time"] = int(time.time())
     try:

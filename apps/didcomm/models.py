@@ -6,7 +6,6 @@ uniqueness and lookups go through a SHA-256 of the normalised form (`*_hash`), n
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from functools import cached_property
 
@@ -19,14 +18,9 @@ from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
 from apps.tenants import keystore
 
 
-def did_hash(value: str) -> str:
-    """The lookup key of a (normalised) DID: hex SHA-256."""
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
-
-
 def presence_key(client_hash: str) -> str:
     """The presence row's key of a client in live mode (apps/messaging/presence.py), from its
-    `did_hash`: a client DID may be far longer than that table's DIDs (did:peer, up to 16 KiB).
+    `did_hash` (recipients.py): a client DID may be far longer than that table's DIDs (did:peer, up to 16 KiB).
     The forward's function (migration 0008) builds the same text from `Mediation.client_hash`."""
     return f"didcomm:{client_hash}"
 

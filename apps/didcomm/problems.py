@@ -3,9 +3,12 @@ how dispatch learns which message any exception of a handler concerns."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from .protocols import PROBLEM_REPORT
 
 
 class Problem(Exception):
@@ -17,6 +20,30 @@ class Problem(Exception):
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.
         self.message: Any = None
         self.ctx: Any = None
+
+
+def problem_message(code: str, comment: str, *, pthid: str | None, identity=None, to: str | None = None) -> dict:
+    """A Report Problem 2.0 plaintext message."""
+    msg: dict = {
+        "id": str(uuid.uuid4()),
+        "typ": "application/didcomm-plain+json",
+        "type": PROBLEM_REPORT,
+        "body": {"code": code, "comment": comment},
+    }
+    if pthid:
+        msg["pthid"] = pthid
+    if identity is not None:
+        msg["from"] = identity.did
+    if to:
+        msg["to"] = [to]
+    return msg
+
+
+def pthid_of(message: Any) -> str | None:
+    """The thread a problem report about `message` (a PlainMessage, or None) belongs to."""
+    if message is None:
+        return None
+    return message.thid or message.id
 
 
 class Unanswered(Exception):

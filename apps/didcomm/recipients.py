@@ -7,6 +7,7 @@ key, and some name that as the forward's `next`), so both normalise to the X2551
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from apps.didcomm.core.did_key import did_key_from_key, key_from_did_key
@@ -17,6 +18,11 @@ from apps.didcomm.core.resolver import resolve_did
 
 MAX_DID_LENGTH = MAX_PEER_DID_LENGTH
 _SPACE = re.compile(r"\s")
+
+
+def did_hash(value: str) -> str:
+    """The lookup key of a (normalised) DID: hex SHA-256 (RecipientKey.lookup_hash, Mediation.client_hash)."""
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
 def lookup_form(value: object) -> str:

@@ -45,9 +45,8 @@ from .models import (
     QueuedMessage,
     RecipientKey,
     SeenMessage,
-    did_hash,
 )
-from .recipients import check_registrable, lookup_form
+from .recipients import check_registrable, did_hash, lookup_form
 
 log = logging.getLogger("mediator.didcomm")
 

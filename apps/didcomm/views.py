@@ -18,7 +18,8 @@ from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 
 from . import dispatch_v1
-from .dispatch import Reply, problem_message
+from .dispatch import Reply
+from .problems import problem_message
 from .protocols import Code
 from .services import invitation_for, policy_for
 from .services_v1 import invitation_v1_for

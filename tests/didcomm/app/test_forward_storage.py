@@ -30,9 +30,9 @@ from apps.didcomm.models import (
     QueueDepth,
     QueuedMessage,
     RecipientKey,
-    did_hash,
     presence_key,
 )
+from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
 from apps.messaging.models import PendingQueueDepth
 from apps.messaging.notify import push_requested

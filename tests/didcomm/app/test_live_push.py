@@ -14,7 +14,8 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm import services
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
-from apps.didcomm.models import did_hash, presence_key
+from apps.didcomm.models import presence_key
+from apps.didcomm.recipients import did_hash
 from apps.messaging.models import PendingQueueDepth
 from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
