@@ -93,7 +93,9 @@ class Client:
         auth, auth_public = generate_ed25519_keys_as_jwk_dict()
         did = str(
             create_peer_did_numalgo_2(
-                [X25519KeyAgreementKey.from_jwk(agreement_public)], [Ed25519VerificationKey.from_jwk(auth_public)], service
+                [X25519KeyAgreementKey.from_jwk(agreement_public)],
+                [Ed25519VerificationKey.from_jwk(auth_public)],
+                service,
             )
         )
         doc = await self.resolvers.did_resolver.resolve(did)
@@ -104,7 +106,9 @@ class Client:
 
     def http(self, method, url, body=None):
         headers = {"Content-Type": ENCRYPTED} if body is not None else {}
-        request = urllib.request.Request(url, data=body.encode() if body is not None else None, method=method, headers=headers)
+        request = urllib.request.Request(
+            url, data=body.encode() if body is not None else None, method=method, headers=headers
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:
                 status, content_type, text = resp.status, resp.headers.get("Content-Type"), resp.read().decode()
@@ -153,7 +157,12 @@ class Client:
         status, grant = await self.exchange(self.host, CM2 + "mediate-request", {})
         assert grant.type == CM2 + "mediate-grant", grant.as_dict()
         self.routing_did = grant.body["routing_did"]
-        return {"mediator_did": self.mediator_did, "host_did": self.host, "routing_did": self.routing_did, "status": status}
+        return {
+            "mediator_did": self.mediator_did,
+            "host_did": self.host,
+            "routing_did": self.routing_did,
+            "status": status,
+        }
 
     async def register(self):
         # The routed DID a sender resolves: the mediator's endpoint and its key-agreement key as routing key, the
