@@ -7,10 +7,13 @@ from __future__ import annotations
 import base64
 import json
 
+from apps.didcomm import services
 from apps.didcomm.core import jwe
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import key_agreement_key, resolve_did
 from apps.didcomm.models import MediatorIdentity
+from apps.didcomm.selectors import identity_summary
+from apps.tenants.services import Actor
 
 
 def legacy_invitation(poster) -> dict:
@@ -94,3 +97,21 @@ def test_a_forward_to_the_legacy_did_is_picked_up_by_a_client_of_the_published_o
     [attachment] = delivery["attachments"]
     assert rcpt.unpack(attachment["data"]["json"])[0]["body"] == {"n": 1}
     assert delivery["from"] == med
+
+
+def test_a_retired_identitys_legacy_did_keeps_working_in_the_grace_period(didcomm_a, tenant_a, wallet):
+    old_legacy = legacy_invitation(didcomm_a)["from"]
+    new = services.identity_rotate(tenant=tenant_a, actor=Actor(None, "cli"))
+    summary = identity_summary(tenant=tenant_a)  # what the operator API answers
+    assert (summary["legacy_did"], summary["did"]) == (new.legacy_did, new.did) and new.legacy_did != old_legacy
+    assert (
+        summary["legacy_invitation_url"]
+        == didcomm_a.client.get("/didcomm/invitation?did=legacy&form=url", HTTP_HOST=didcomm_a.host).content.decode()
+    )
+    resp = didcomm_a.post(wallet.pack(wallet.message(CM2 + "mediate-request"), old_legacy))
+    grant, decrypted = wallet.unpack(resp.content)
+    assert (grant["from"], grant["body"], decrypted.sender_kid) == (
+        old_legacy,
+        {"routing_did": old_legacy},
+        old_legacy + "#key-2",
+    )
