@@ -19,10 +19,11 @@ import json
 import pytest
 
 from apps.didcomm.models import Mediation, MediatorIdentity, QueuedMessage, RecipientKey
+from apps.tenants.services import tenant_create
 from tests.interop import sicpa_stock
 from tests.interop.didcomm_node import Party
 from tests.interop.sicpa_stock import StockClient
-from tests.support.servers import ROOT, start_daphne
+from tests.support.servers import ROOT, free_port, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -39,9 +40,6 @@ def _installed():
 
 @pytest.fixture
 def server(transactional_db, tmp_path):
-    from apps.tenants.services import tenant_create
-    from tests.support.servers import free_port
-
     port = free_port()
     host = f"127.0.0.1:{port}"
     tenant = tenant_create(slug="sicpa", domain=host)  # public URL http://127.0.0.1:<port>
