@@ -45,6 +45,18 @@ def _required(name: str, dev_file: str, nbytes: int) -> str:
 SECRET_KEY = _required("DJANGO_SECRET_KEY", "django-secret.key", 32)
 # 32-byte key (hex) that encrypts tenant private keys at rest (apps/tenants/keystore.py).
 MEDIATOR_DEPLOYMENT_KEY = _required("MEDIATOR_DEPLOYMENT_KEY", "deployment.key", 32)
+_NEW_SECRET = "python -c 'import secrets; print(secrets.token_hex(32))'"
+if PRODUCTION and not re.fullmatch(r"[0-9a-fA-F]{64}", MEDIATOR_DEPLOYMENT_KEY):
+    # Anything else would be hashed as a passphrase (unsalted): a guessable key for every tenant's keys.
+    raise ImproperlyConfigured(
+        f"MEDIATOR_DEPLOYMENT_KEY must be 64 hex characters (32 bytes) in production: {_NEW_SECRET}"
+    )
+# Weak as Django's own check (security.W009) says: under 50 characters, under 5 distinct ones, or
+# Django's generated development prefix.
+if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-")):
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY is weak: production needs 50 or more characters, 5 or more of them distinct: {_NEW_SECRET}"
+    )
 DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
 if PRODUCTION and DEBUG:
     # Debug pages list the URL map, and a 500 shows settings (DATABASE_URL) and a traceback.
@@ -230,6 +242,9 @@ MEDIATOR_DIDCOMM_REPLAY_WINDOW_S = env_int("MEDIATOR_DIDCOMM_REPLAY_WINDOW_S", 3
 # this is on (the test suite turns it on: its agents listen on 127.0.0.1). The Celery queue of the
 # delivery task, the per-request timeout and the retry backoff cap (seconds).
 MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE", False)
+# Loopback targets only (an agent on the developer's machine): on by default in development
+# (`make run`), off in production.
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK", not PRODUCTION)
 MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
 MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
 MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)

@@ -19,6 +19,8 @@ from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
 from apps.wire.encoding import b64decode
 from tests.conftest import HOST_A, HOST_B
+from tests.tenants.test_operator_hosts import _run_settings
+from tests.tenants.test_services import PRODUCTION_ENV
 
 from .agent_v1 import CM1, DIDX, ENVELOPE, PICKUP1, PICKUP2, AgentV1, Inbox, forward_to
 
@@ -381,11 +383,43 @@ def test_the_ttl_purge_counts_the_messages_not_their_outbound_rows(door, inbox):
         "http://169.254.169.254/latest",
         "http://[::1]/x",
         "ftp://example.org/",
+        # IPv4 inside IPv6: NAT64 (10.0.0.1, 169.254.169.254), 6to4, IPv4-compatible and -mapped,
+        # Teredo (client 10.0.0.1, obfuscated), local-use NAT64 at its /96 and /48 places
+        "http://[64:ff9b::a00:1]/x",
+        "http://[64:ff9b::a9fe:a9fe]/x",
+        "http://[2002:a00:1::]/x",
+        "http://[::127.0.0.1]:8843/agent",
+        "http://[::ffff:10.0.0.1]/x",
+        "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/x",
+        "http://[64:ff9b:1::a00:1]/x",
+        "http://[64:ff9b:1:a00:0:100::]/x",
     ],
 )
 def test_outbound_refuses_private_loopback_and_link_local_targets(url):
     with pytest.raises(outbound.TargetRefused):
         outbound.check_target(url)
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
+@pytest.mark.parametrize("url", ["http://[64:ff9b::808:808]/x", "http://[2002:808:808::]/x", "http://8.8.8.8/x"])
+def test_outbound_lets_ipv6_forms_of_a_public_ipv4_address_through(url):
+    outbound.check_target(url)
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False, MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK=True)
+def test_outbound_allows_loopback_but_not_private_targets_when_loopback_is_allowed():
+    for url in ("http://127.0.0.1:9/x", "http://[::1]/x", "http://[::ffff:127.0.0.1]/x"):
+        outbound.check_target(url)
+    for url in ("http://10.1.2.3/x", "http://169.254.169.254/latest", "http://[64:ff9b::a00:1]/x"):
+        with pytest.raises(outbound.TargetRefused):
+            outbound.check_target(url)
+
+
+@pytest.mark.parametrize(("env", "allowed"), [({}, "True"), (PRODUCTION_ENV, "False")])
+def test_loopback_targets_are_allowed_by_default_in_development_only(tmp_path, env, allowed):
+    code = "import django; django.setup(); from django.conf import settings; print(settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK)"
+    result = _run_settings(code, {**env, "MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert result.stdout.strip() == allowed, result.stderr
 
 
 @override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
