@@ -224,6 +224,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 900)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The worker logs through LOGGING below (its formatters escape control characters), not through
+# handlers of its own on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Abuse limits (PROTOCOL-DECISIONS §7, docs/operations.md) -----------------------------------
 # Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
@@ -498,7 +501,7 @@ LOGGING = {
         "client_fault": {"()": "apps.ops.logconfig.ClientFaultFilter"},
     },
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"()": "apps.ops.logconfig.PlainFormatter"},
         "json": {"()": "apps.ops.logconfig.JsonFormatter"},
     },
     "handlers": {
