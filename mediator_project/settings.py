@@ -229,13 +229,22 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Abuse limits (PROTOCOL-DECISIONS §7, docs/operations.md) -----------------------------------
-# Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
+# Per minute; 0 switches a limit off; tenants override the per-DID and per-IP ones. Per sender
+# DID: a sliding window, the limit that stops one abusive client. Per IP: a token bucket, a
+# sustained rate with bursts of up to _BURST at once, as hosted mediators set it (100 a second
+# with bursts of 50: carrier NAT puts thousands of phones behind one address, and one wallet's
+# onboarding is a burst).
 MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
-MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
-# DIDComm v2 (UC-021 AF-2): per authcrypt sender DID and per IP, per minute; tenants override
-# them in their DIDComm policy (null = these, 0 = off).
+MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 6000)
+MEDIATOR_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_RATE_LIMIT_PER_IP_BURST", 50)
+# DIDComm (v2 and v1): per authcrypt sender and per IP (with its burst), per minute; tenants
+# override them in their DIDComm policy (null = these, 0 = off).
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
-MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 6000)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST", 50)
+for _name in ("MEDIATOR_RATE_LIMIT_PER_IP_BURST", "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be 1 or more (a per-IP rate of 0 switches the limit off)")
 # DIDComm v2 replay protection (docs/didcomm.md "Replays"): an authcrypt message other than a forward
 # whose id its sender already used is refused; ids are remembered this long (seconds), and a message
 # whose created_time is further than this from now is refused (its id may be forgotten).

@@ -57,9 +57,23 @@ class DidcommPolicy(models.Model):
     message_ttl_hours = models.PositiveIntegerField(
         default=72, validators=_bounds(1, 24 * 366), help_text="Queued messages expire after this."
     )
-    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off.
-    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
-    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
+    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off. Per IP:
+    # a token bucket, the rate sustained with bursts of up to _burst.
+    rate_limit_per_sender = models.PositiveIntegerField(
+        null=True, blank=True, validators=_bounds(0, 1_000_000), help_text="Messages per minute from one sender."
+    )
+    rate_limit_per_ip = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(0, 1_000_000),
+        help_text="Messages per minute from one address, sustained.",
+    )
+    rate_limit_per_ip_burst = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(1, 1_000_000),
+        help_text="Messages one address may send at once before the per-minute rate applies.",
+    )
 
     # What an operator may edit (the admin form and PATCH /api/v1/didcomm/policies/<slug>/).
     EDITABLE = (
@@ -72,6 +86,7 @@ class DidcommPolicy(models.Model):
         "message_ttl_hours",
         "rate_limit_per_sender",
         "rate_limit_per_ip",
+        "rate_limit_per_ip_burst",
     )
 
     class Meta:

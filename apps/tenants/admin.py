@@ -159,6 +159,7 @@ POLICY_SETS = [
             "fields": [
                 "rate_limit_per_did",
                 "rate_limit_per_ip",
+                "rate_limit_per_ip_burst",
                 "max_body_bytes",
                 "max_page_size",
                 "max_events_per_save",
