@@ -204,6 +204,13 @@ class Connection(models.Model):
     state = models.CharField(max_length=12, choices=State.choices)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    # Outbound delivery to `endpoint` (apps/didcomm/outbound.py), for the operator: no payload.
+    last_delivery_error = models.CharField(
+        max_length=120, blank=True, help_text="why the last failed POST failed: refused (and why), HTTP status or error"
+    )
+    last_delivery_error_at = models.DateTimeField(null=True, blank=True)
+    last_delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_failures = models.PositiveIntegerField(default=0, help_text="failed or refused POSTs, ever")
 
     class Meta:
         verbose_name = "DIDComm v1 connection"

@@ -23,10 +23,11 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import metrics
-from .models import Outbound, QueuedMessage
+from .models import Connection, Outbound, QueuedMessage
 
 log = logging.getLogger("mediator.didcomm")
 
@@ -126,24 +127,33 @@ def outbound_deliver(*, outbound_id: int, now: datetime | None = None) -> Attemp
         check_target(row.connection.endpoint)
     except TargetRefused as exc:
         log.warning("didcomm outbound refused tenant=%s outbound=%s reason=%s", row.tenant_id, row.pk, exc)
+        _failed(row.connection_id, "refused", f"refused: {exc}", now)
         row.delete()
         return Attempt("refused")
-    status = _post(row.connection.endpoint, body)
+    status, error = _post(row.connection.endpoint, body)
     if status is not None and 200 <= status < 300:
         with transaction.atomic():
             if row.queued_id is not None:
                 removed, _ = QueuedMessage.objects.filter(pk=row.queued_id).delete()
                 metrics.DELIVERED.inc(1 if removed else 0)
             Outbound.objects.filter(pk=row.pk).delete()
+            Connection.objects.filter(pk=row.connection_id).update(last_delivered_at=now)
         log.info(
             "didcomm outbound delivered tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1
         )
         return Attempt("delivered")
+    if status is None:
+        _failed(row.connection_id, "network", error, now)
+    else:
+        _failed(row.connection_id, "http_status", f"HTTP {status}", now)
     wait = _backoff(row.attempts + 1)
     next_at = now + timedelta(seconds=wait)
     if next_at >= row.expires_at:
         row.delete()
-        log.info("didcomm outbound expired tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1)
+        metrics.OUTBOUND_FAILURES.labels("expired").inc()
+        log.warning(
+            "didcomm outbound expired tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1
+        )
         return Attempt("expired")
     Outbound.objects.filter(pk=row.pk).update(
         attempts=row.attempts + 1, next_attempt_at=next_at, last_status=str(status) if status else "error"
@@ -152,14 +162,24 @@ def outbound_deliver(*, outbound_id: int, now: datetime | None = None) -> Attemp
     return Attempt("retry", wait)
 
 
+def _failed(connection_id: int, reason: str, error: str, now: datetime) -> None:
+    """Count a failed or refused POST (metric by reason, no DID) and keep it on its connection for
+    the console: the error, when, and how many ever."""
+    metrics.OUTBOUND_FAILURES.labels(reason).inc()
+    Connection.objects.filter(pk=connection_id).update(
+        last_delivery_error=error[:120], last_delivery_error_at=now, delivery_failures=F("delivery_failures") + 1
+    )
+
+
 def _inner(stored: str) -> str:
     """The stored forward attachment `{"json": msg}` → `msg` as JSON text (POSTed unchanged)."""
     data = json.loads(stored)
     return json.dumps(data["json"], separators=(",", ":"))
 
 
-def _post(url: str, body: str) -> int | None:
-    """POST the envelope; the HTTP status, or None when the request failed (payload never logged)."""
+def _post(url: str, body: str) -> tuple[int | None, str]:
+    """POST the envelope; (the HTTP status, ""), or (None, the error's class name) when the request
+    failed (payload never logged)."""
     try:
         response = httpx.post(
             url,
@@ -170,8 +190,8 @@ def _post(url: str, body: str) -> int | None:
         )
     except httpx.HTTPError as exc:
         log.info("didcomm outbound failed: %s", type(exc).__name__)
-        return None
-    return response.status_code
+        return None, type(exc).__name__
+    return response.status_code, ""
 
 
 def outbound_deliver_due(*, now: datetime, dry_run: bool = False) -> int:

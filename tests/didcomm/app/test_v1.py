@@ -5,6 +5,7 @@ ACA-Py story (no return route: everything POSTed to the agent's endpoint) and ev
 from __future__ import annotations
 
 import base64
+import html as html_lib
 import json
 from datetime import timedelta
 
@@ -14,6 +15,8 @@ from django.utils import timezone
 
 from apps.didcomm import handlers_v1, outbound
 from apps.didcomm import hooks as didcomm_hooks
+from apps.didcomm import metrics as didcomm_metrics
+from apps.didcomm import selectors as didcomm_selectors
 from apps.didcomm.core.message_v1 import key_to_verkey, verify_attachment
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
@@ -428,6 +431,75 @@ def test_a_refused_target_is_dropped_without_a_request(door, inbox):
     door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
     assert _drain() == ["refused"]
     assert inbox.bodies == [] and Outbound.objects.count() == 0
+
+
+def _failures(reason: str) -> float:
+    return didcomm_metrics.OUTBOUND_FAILURES.labels(reason)._value.get()
+
+
+def _console(admin_client, tenant) -> tuple[str, str]:
+    """The tenant page's delivery line and the failing-connections list, as an operator sees them."""
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    listing = admin_client.get("/admin/didcomm/connection/", {"tenant__id__exact": tenant.pk, "delivery": "failing"})
+    assert (page.status_code, listing.status_code) == (200, 200)
+    return html_lib.unescape(page.content.decode()), html_lib.unescape(listing.content.decode())
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
+def test_a_refused_delivery_is_counted_and_shown_on_its_connection_and_its_tenant(door, inbox, admin_client, tenant_a):
+    before = _failures("refused")
+    agent = AgentV1(endpoint=inbox.url)
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["refused"]
+    assert _failures("refused") == before + 1
+    conn = Connection.objects.get()
+    assert conn.last_delivery_error == "refused: host resolves to a non-public address"
+    assert conn.last_delivery_error_at is not None and conn.delivery_failures == 1 and conn.last_delivered_at is None
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 1, "waiting": 0}
+    page, listing = _console(admin_client, tenant_a)
+    assert 'data-figure="delivery-failing">1</span> connection(s) failing' in page
+    assert f"/admin/didcomm/connection/{conn.pk}/change/" in listing
+    assert "failing: refused: host resolves to a non-public address at " in listing
+    detail = html_lib.unescape(admin_client.get(f"/admin/didcomm/connection/{conn.pk}/change/").content.decode())
+    assert "refused: host resolves to a non-public address" in detail
+
+
+def test_a_failing_endpoint_is_counted_shown_with_its_waiting_messages_and_cleared_by_a_delivery(
+    door, inbox, admin_client, tenant_a
+):
+    before = _failures("http_status")
+    inbox.status = 503
+    agent = AgentV1(endpoint=inbox.url)
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["retry"]
+    assert _failures("http_status") == before + 1
+    conn = didcomm_selectors.connections_with_delivery(Connection.objects.all()).get()
+    assert (conn.last_delivery_error, conn.delivery_failures, conn.n_waiting) == ("HTTP 503", 1, 1)
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 1, "waiting": 1}
+    page, listing = _console(admin_client, tenant_a)
+    assert 'data-figure="delivery-waiting">1</span> message(s) waiting to be POSTed' in page
+    assert "failing: HTTP 503 at " in listing
+    # The agent comes back: the retry delivers, the connection is no longer failing (its last error is kept).
+    inbox.status = 200
+    Outbound.objects.update(next_attempt_at=timezone.now())
+    assert _drain() == ["delivered"]
+    conn.refresh_from_db()
+    assert conn.last_delivered_at >= conn.last_delivery_error_at and conn.last_delivery_error == "HTTP 503"
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 0, "waiting": 0}
+    assert f"/admin/didcomm/connection/{conn.pk}/change/" not in _console(admin_client, tenant_a)[1]
+
+
+def test_an_unreachable_endpoint_is_counted_as_a_network_failure(door, tenant_a):
+    before = _failures("network")
+    agent = AgentV1(endpoint="http://127.0.0.1:9/agent")  # nothing listens on the discard port
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["retry"]
+    assert _failures("network") == before + 1
+    assert Connection.objects.get().last_delivery_error == "ConnectError"
+
+
+def test_the_delivery_failure_metric_has_no_did_label():
+    assert didcomm_metrics.OUTBOUND_FAILURES._labelnames == ("reason",)
 
 
 # --- refusals -----------------------------------------------------------------------------------
