@@ -3,8 +3,9 @@
 - a sliding window, "at most N hits in any 60 seconds" for one (scope, tenant, key): the per-DID
   and per-sender limits and /ws admission (`hit`);
 - a token bucket, "R hits per minute, sustained, with bursts of up to B" (GCRA: one theoretical
-  arrival time per key): the per-IP limits, which must let a burst through (one wallet's onboarding) and a
-  high sustained rate (thousands of phones behind one carrier NAT address) (`take`).
+  arrival time per key): the per-IP limits, which must let a burst through (one wallet's
+  onboarding) and a high sustained rate (thousands of phones behind one carrier NAT address)
+  (`take`).
 
 With Redis (MEDIATOR_RATE_LIMIT_REDIS_URL, default REDIS_URL) every Daphne process shares one
 state per key through an atomic Lua script; without it (the embedded default, one process) an
