@@ -4,14 +4,15 @@ grants (read-only, protocol-owned), per-recipient queue depths, and the revoke-g
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
 from apps.tenants.services import Actor
 from apps.tenants.templatetags.mediator import did_cell
+from apps.wire.display import utc_iso
 
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
-from .selectors import queued_for, recipient_depths
+from .selectors import DELIVERY_FAILING, connections_with_delivery, queued_for, recipient_depths
 from .services import mediation_revoke, policy_update
 from .services_v1 import connection_remove
 
@@ -83,17 +84,65 @@ class MediationAdmin(ModelAdmin):
         messages.success(request, f"Revoked {queryset.count()} grant(s).")
 
 
+class DeliveryFilter(admin.SimpleListFilter):
+    """Connections whose last outbound POST failed (docs/didcomm.md "When delivery fails")."""
+
+    title = "outbound delivery"
+    parameter_name = "delivery"
+
+    def lookups(self, request, model_admin):
+        return [("failing", "Last POST failed"), ("ok", "No failure since the last delivery")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "failing":
+            return queryset.filter(DELIVERY_FAILING)
+        if self.value() == "ok":
+            return queryset.exclude(DELIVERY_FAILING)
+        return queryset
+
+
 @admin.register(Connection)
 class ConnectionAdmin(ModelAdmin):
-    """DIDComm v1 connections (DID Exchange): read-only; an operator can remove them."""
+    """DIDComm v1 connections (DID Exchange): read-only; an operator can remove them. Each shows
+    its outbound delivery: the last failed POST (why, when), how many failed, how many wait."""
 
-    list_display = ["tenant", "short_did", "protocol", "state", "has_endpoint", "created_at"]
-    list_filter = ["state", "tenant"]
+    list_display = ["tenant", "short_did", "protocol", "state", "has_endpoint", "delivery", "waiting", "created_at"]
+    list_filter = [DeliveryFilter, "state", "tenant"]
     search_fields = ["their_did", "their_verkey"]
     list_select_related = ["tenant"]
-    fields = ["tenant", "their_did", "their_verkey", "endpoint", "protocol", "state", "created_at", "updated_at"]
+    fields = [
+        "tenant",
+        "their_did",
+        "their_verkey",
+        "endpoint",
+        "protocol",
+        "state",
+        "created_at",
+        "updated_at",
+        "delivery",
+        "last_delivery_error",
+        "last_delivery_error_at",
+        "last_delivered_at",
+        "delivery_failures",
+        "waiting",
+    ]
     readonly_fields = fields
     actions = ["remove_selected"]
+
+    def get_queryset(self, request):
+        return connections_with_delivery(super().get_queryset(request))
+
+    @admin.display(description="outbound delivery")
+    def delivery(self, obj: Connection) -> str:
+        if not obj.last_delivery_error_at or (
+            obj.last_delivered_at and obj.last_delivered_at >= obj.last_delivery_error_at
+        ):
+            return "ok" if obj.last_delivered_at or not obj.endpoint else "-"
+        return format_html("failing: {} at {}", obj.last_delivery_error, utc_iso(obj.last_delivery_error_at))
+
+    @admin.display(description="waiting to be POSTed", ordering="n_waiting")
+    def waiting(self, obj: Connection) -> int:
+        return obj.n_waiting
 
     def has_add_permission(self, request) -> bool:
         return False  # made by DID Exchange, never by hand

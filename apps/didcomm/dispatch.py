@@ -263,7 +263,7 @@ def admit(
     if transport == "http" and (content_type or "").split(";", 1)[0].strip().lower() not in media:
         raise Problem(Code.UNSUPPORTED_MEDIA, f"use {media[0]}", 415)
     if remote_addr:
-        limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
+        limit_ip(tenant, remote_addr, policy)
     return accepting
 
 
@@ -386,6 +386,21 @@ def claim_message_id(ctx: Context, message: PlainMessage) -> tuple[int, int]:
 def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:
     try:
         limits.enforce(scope, tenant.pk, ident, default if override is None else override)
+    except ProtocolError as err:
+        raise Problem(Code.RATE_LIMITED, "rate limit exceeded", 429, retry_after=err.retry_after) from err
+
+
+def limit_ip(tenant: Tenant, remote_addr: str, policy) -> None:
+    """The per-IP token bucket (per minute, with its burst) of the tenant's DIDComm policy."""
+    rate, burst = policy.rate_limit_per_ip, policy.rate_limit_per_ip_burst
+    try:
+        limits.enforce_rate(
+            "didcomm_ip",
+            tenant.pk,
+            remote_addr,
+            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP if rate is None else rate,
+            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST if burst is None else burst,
+        )
     except ProtocolError as err:
         raise Problem(Code.RATE_LIMITED, "rate limit exceeded", 429, retry_after=err.retry_after) from err
 

@@ -58,9 +58,23 @@ class DidcommPolicy(models.Model):
     message_ttl_hours = models.PositiveIntegerField(
         default=72, validators=_bounds(1, 24 * 366), help_text="Queued messages expire after this."
     )
-    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off.
-    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
-    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
+    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off. Per IP:
+    # a token bucket, the rate sustained with bursts of up to _burst.
+    rate_limit_per_sender = models.PositiveIntegerField(
+        null=True, blank=True, validators=_bounds(0, 1_000_000), help_text="Messages per minute from one sender."
+    )
+    rate_limit_per_ip = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(0, 1_000_000),
+        help_text="Messages per minute from one address, sustained.",
+    )
+    rate_limit_per_ip_burst = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(1, 1_000_000),
+        help_text="Messages one address may send at once before the per-minute rate applies.",
+    )
 
     # What an operator may edit (the admin form and PATCH /api/v1/didcomm/policies/<slug>/).
     EDITABLE = (
@@ -73,6 +87,7 @@ class DidcommPolicy(models.Model):
         "message_ttl_hours",
         "rate_limit_per_sender",
         "rate_limit_per_ip",
+        "rate_limit_per_ip_burst",
     )
 
     class Meta:
@@ -205,6 +220,13 @@ class Connection(models.Model):
     state = models.CharField(max_length=12, choices=State.choices)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    # Outbound delivery to `endpoint` (apps/didcomm/outbound.py), for the operator: no payload.
+    last_delivery_error = models.CharField(
+        max_length=120, blank=True, help_text="why the last failed POST failed: refused (and why), HTTP status or error"
+    )
+    last_delivery_error_at = models.DateTimeField(null=True, blank=True)
+    last_delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_failures = models.PositiveIntegerField(default=0, help_text="failed or refused POSTs, ever")
 
     class Meta:
         verbose_name = "DIDComm v1 connection"

@@ -16,7 +16,9 @@ class Problem(Exception):
 
     def __init__(self, code: str, comment: str, status: int = 400, *, retry_after: int | None = None):
         super().__init__(code)
-        self.code, self.comment, self.status, self.retry_after = code, comment, status, retry_after
+        self.code, self.comment, self.status = code, comment, status
+        # A 429 always says when to come back (clients such as the Identus SDK give up without it).
+        self.retry_after = 1 if retry_after is None and status == 429 else retry_after
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.
         self.message: Any = None
         self.ctx: Any = None

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 
-from .models import Mediation, QueuedMessage, RecipientKey
+from .models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
 from .services import identities_accepting, invitation_for
 
 
@@ -57,4 +58,31 @@ def identity_summary(*, tenant, now: datetime | None = None) -> dict:
             {"did": r.did, "retired_at": r.retired_at.isoformat(), "accepted_until": (r.retired_at + grace).isoformat()}
             for r in retired
         ],
+    }
+
+
+# A connection whose last outbound POST failed (or was refused) and was not followed by a delivery.
+DELIVERY_FAILING = Q(last_delivery_error_at__isnull=False) & (
+    Q(last_delivered_at__isnull=True) | Q(last_delivered_at__lt=F("last_delivery_error_at"))
+)
+
+
+def connections_with_delivery(qs: QuerySet[Connection]) -> QuerySet[Connection]:
+    """`qs` with `n_waiting`: the connection's outbound messages waiting to be POSTed (retrying)."""
+    waiting = (
+        Outbound.objects.filter(connection=OuterRef("pk"))
+        .order_by()
+        .values("connection")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return qs.annotate(n_waiting=Coalesce(Subquery(waiting, output_field=IntegerField()), Value(0)))
+
+
+def delivery_summary(*, tenant) -> dict:
+    """The tenant's DIDComm v1 outbound delivery at a glance: connections whose last POST failed,
+    and messages waiting to be POSTed."""
+    return {
+        "failing": Connection.objects.filter(DELIVERY_FAILING, tenant=tenant).count(),
+        "waiting": Outbound.objects.filter(tenant=tenant).count(),
     }

@@ -32,6 +32,7 @@ from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
+from apps.didcomm.selectors import delivery_summary
 from apps.didcomm.services import identity_rotate, invitation_for, invitation_qr_svg, policy_for
 from apps.didcomm.services_v1 import invitation_v1_for
 from apps.messaging.selectors import (
@@ -159,6 +160,7 @@ POLICY_SETS = [
             "fields": [
                 "rate_limit_per_did",
                 "rate_limit_per_ip",
+                "rate_limit_per_ip_burst",
                 "max_body_bytes",
                 "max_page_size",
                 "max_events_per_save",
@@ -266,7 +268,7 @@ class TenantAdmin(ModelAdmin):
             ("Activity", {"fields": ["live_figures"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
-            ("DIDComm", {"fields": ["didcomm_invitation"]}),
+            ("DIDComm", {"fields": ["didcomm_invitation", "didcomm_delivery"]}),
             ("Audit", {"fields": ["recent_audit"]}),
         ]
 
@@ -284,6 +286,7 @@ class TenantAdmin(ModelAdmin):
             "keys_rotated_at",
             "key_history",
             "didcomm_invitation",
+            "didcomm_delivery",
             "recent_audit",
         ]
 
@@ -382,6 +385,21 @@ class TenantAdmin(ModelAdmin):
                 "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo", "didcomm-oob-v1", url_v1
             ),
             policy_url,
+        )
+
+    @display(description="DIDComm v1 outbound delivery")
+    def didcomm_delivery(self, obj: Tenant):
+        """How many connections' last outbound POST failed and how many messages wait to be POSTed,
+        with a link to those connections (docs/didcomm.md "When delivery fails")."""
+        summary = delivery_summary(tenant=obj)
+        url = reverse("admin:didcomm_connection_changelist") + f"?tenant__id__exact={obj.pk}&delivery=failing"
+        return format_html(
+            '<span data-figure="delivery-failing">{}</span> connection(s) failing, '
+            '<span data-figure="delivery-waiting">{}</span> message(s) waiting to be POSTed. '
+            '<a class="text-primary-600" href="{}">Failing connections</a>',
+            summary["failing"],
+            summary["waiting"],
+            url,
         )
 
     @display(description="Recent operator actions")

@@ -69,7 +69,8 @@ class ProtocolError(Exception):
         super().__init__(f"{code.value}: {detail}" if detail else code.value)
         self.code = code
         self.detail = detail
-        self.retry_after = retry_after
+        # A 429 always says when to come back (clients such as the Identus SDK give up without it).
+        self.retry_after = 1 if retry_after is None and code is ErrorCode.RATE_LIMITED else retry_after
 
     @property
     def status(self) -> int:

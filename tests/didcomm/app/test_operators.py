@@ -98,6 +98,7 @@ DEFAULT_POLICY = {
     "message_ttl_hours": 72,
     "rate_limit_per_sender": None,
     "rate_limit_per_ip": None,
+    "rate_limit_per_ip_burst": None,
 }
 
 
