@@ -332,7 +332,8 @@ class TenantAdmin(ModelAdmin):
         else:
             return None
         description = (
-            "DIDComm v2 and v1 (wallets and agents). Decentrl's queue cap and lifetimes are under Queues and storage."
+            '<span id="didcomm-policy"></span>DIDComm v2 and v1 (wallets and agents). Decentrl\'s queue cap and '
+            "lifetimes are under Queues and storage."
         )
         return ("DIDComm policy", {"fields": fields, "classes": ["didcomm-policy"], "description": description})
 
@@ -592,7 +593,7 @@ class TenantAdmin(ModelAdmin):
         (`--mediator-invitation`) or Credo (DIDComm v1)."""
         if not policy_for(tenant=obj).enabled:
             return mark_safe(  # noqa: S308 - constant markup
-                'DIDComm is disabled: switch it on under <a class="text-primary-600" href="#id_didcomm_enabled">'
+                'DIDComm is disabled: switch it on under <a class="text-primary-600" href="#didcomm-policy">'
                 "DIDComm policy</a> below."
             )
         _, url = invitation_for(tenant=obj)
