@@ -439,11 +439,11 @@ class TenantAdmin(ModelAdmin):
     def identities(self, obj: Tenant) -> int:
         return getattr(obj, "stat_identities", 0)
 
-    @display(description="Decentrl pending events", ordering="stat_pending")
+    @display(description="Decentrl queue", ordering="stat_pending")
     def pending_depth(self, obj: Tenant) -> int:
         return getattr(obj, "stat_pending", 0)
 
-    @display(description="DIDComm queued messages", ordering="stat_didcomm_queued")
+    @display(description="DIDComm queue", ordering="stat_didcomm_queued")
     def didcomm_depth(self, obj: Tenant) -> int:
         return getattr(obj, "stat_didcomm_queued", 0)
 
