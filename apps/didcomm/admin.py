@@ -131,7 +131,8 @@ class MediationAdmin(ModelAdmin):
         if not rows:
             return "none"
         return format_html(
-            '<table class="live-connections" id="recipients"><tbody>{}</tbody></table>',
+            '<div class="live-connections-wrap"><table class="live-connections" id="recipients"><tbody>{}</tbody>'
+            "</table></div>",
             format_html_join(
                 "",
                 '<tr><td>{}</td><td class="num">{} queued</td></tr>',

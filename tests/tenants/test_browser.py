@@ -4,7 +4,6 @@ Daphne, creates a tenant for `localhost:<port>`, and that host then serves the n
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import httpx
