@@ -19,6 +19,7 @@ from unfold.decorators import action
 from apps.tenants.services import Actor
 from apps.tenants.templatetags.mediator import did_cell
 
+from . import texts
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .selectors import queued_for, recipient_depths
 from .services import mediation_revoke
@@ -30,8 +31,20 @@ class DidcommPolicyAdmin(ModelAdmin):
     """Every tenant's DIDComm policy at a glance. A policy is read and edited on its tenant's page
     (section "DIDComm policy", through services.policy_update), so a row opens that page."""
 
-    list_display = ["tenant", "enabled", "mediation", "max_grants", "queue_cap", "overflow", "message_ttl_hours"]
+    list_display = ["tenant", "enabled", "mediation_words", "max_grants", "queue_cap", "overflow_words", "ttl"]
     list_select_related = ["tenant"]
+
+    @admin.display(description="Mediation requests", ordering="mediation")
+    def mediation_words(self, obj: DidcommPolicy) -> str:
+        return texts.choices("mediation").get(obj.mediation, obj.mediation)
+
+    @admin.display(description="When a queue is full", ordering="overflow")
+    def overflow_words(self, obj: DidcommPolicy) -> str:
+        return texts.choices("overflow").get(obj.overflow, obj.overflow)
+
+    @admin.display(description="Message lifetime (hours)", ordering="message_ttl_hours")
+    def ttl(self, obj: DidcommPolicy) -> int:
+        return obj.message_ttl_hours
 
     def has_add_permission(self, request) -> bool:
         return False  # made with the defaults on a tenant's first use

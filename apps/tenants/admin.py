@@ -204,7 +204,7 @@ POLICY_SETS = [
                 "pending_queue_cap",
                 "contract_request_ttl_days",
                 "metering_retention_days",
-            ]
+            ],
         },
     ),
     (
@@ -584,7 +584,7 @@ class TenantAdmin(ModelAdmin):
             elif isinstance(value, bool):
                 value = "yes" if value else "no"
             rows.append((didcomm_texts.label(name), value))
-        return _figures_table(rows, dom_id="didcomm-policy")
+        return _figures_table(rows, dom_id="didcomm-policy-values")
 
     @display(description="Out-of-Band invitations")
     def didcomm_invitation(self, obj: Tenant):
