@@ -31,18 +31,27 @@ class DidcommPolicyAdmin(ModelAdmin):
     """Every tenant's DIDComm policy at a glance. A policy is read and edited on its tenant's page
     (section "DIDComm policy", through services.policy_update), so a row opens that page."""
 
-    list_display = ["tenant", "enabled", "mediation_words", "max_grants", "queue_cap", "overflow_words", "ttl"]
+    list_display = ["tenant_slug", "enabled", "mediation_words", "max_grants", "queue_cap", "overflow_words", "ttl"]
     list_select_related = ["tenant"]
 
-    @admin.display(description="Mediation requests", ordering="mediation")
+    @admin.display(description="Tenant", ordering="tenant__slug")
+    def tenant_slug(self, obj: DidcommPolicy) -> str:
+        return obj.tenant.slug
+
+    @staticmethod
+    def _short(name: str, value: str) -> str:
+        # The choice's words up to their explanation ("Open: …", "Evict … (the sender …)").
+        return texts.choices(name).get(value, value).split(":")[0].split(" (")[0]
+
+    @admin.display(description="Mediation", ordering="mediation")
     def mediation_words(self, obj: DidcommPolicy) -> str:
-        return texts.choices("mediation").get(obj.mediation, obj.mediation)
+        return self._short("mediation", obj.mediation)
 
     @admin.display(description="When a queue is full", ordering="overflow")
     def overflow_words(self, obj: DidcommPolicy) -> str:
-        return texts.choices("overflow").get(obj.overflow, obj.overflow)
+        return self._short("overflow", obj.overflow)
 
-    @admin.display(description="Message lifetime (hours)", ordering="message_ttl_hours")
+    @admin.display(description="Lifetime (hours)", ordering="message_ttl_hours")
     def ttl(self, obj: DidcommPolicy) -> int:
         return obj.message_ttl_hours
 
