@@ -74,7 +74,7 @@ class DidcommPolicyAdmin(ModelAdmin):
 class MediatorIdentityAdmin(ModelAdmin):
     list_display = ["tenant", "short_did", "created_at", "retired_at"]
     list_select_related = ["tenant"]
-    fields = ["tenant", "did", "http_uri", "ws_uri", "created_at", "retired_at"]
+    fields = ["tenant", "short_did", "http_uri", "ws_uri", "created_at", "retired_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request) -> bool:
@@ -227,7 +227,7 @@ class ConnectionAdmin(ModelAdmin):
     list_filter = ["state", "tenant"]
     search_fields = ["their_did", "their_verkey"]
     list_select_related = ["tenant"]
-    fields = ["tenant", "their_did", "their_verkey", "endpoint", "protocol", "state", "created_at", "updated_at"]
+    fields = ["tenant", "short_did", "their_verkey", "endpoint", "protocol", "state", "created_at", "updated_at"]
     readonly_fields = fields
     actions = ["remove_selected"]
 
@@ -237,7 +237,7 @@ class ConnectionAdmin(ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # removal goes through the audited action below
 
-    @admin.display(description="their DID")
+    @admin.display(description="Their DID")
     def short_did(self, obj: Connection) -> str:
         return did_cell(obj.their_did)
 

@@ -394,3 +394,19 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
         and "didcomm-oob-url" not in page
         and "didcomm-oob-v1-url" not in page
     )
+
+
+def test_the_identity_and_connection_pages_show_dids_shortened(admin_client, tenant_a):
+    from apps.didcomm.models import Connection
+    from apps.didcomm.services import identity_current
+
+    identity = identity_current(tenant=tenant_a)
+    page = admin_client.get(f"/admin/didcomm/mediatoridentity/{identity.pk}/change/").content.decode()
+    assert f'data-copy="{identity.did}"' in page and f">{identity.did}<" not in page
+    their = "did:peer:4" + "z" * 400
+    connection = Connection.objects.create(
+        tenant=tenant_a, identity=identity, their_did=their, their_verkey="v" * 44, thread_id="t",
+        protocol="didexchange/1.1", state=Connection.State.COMPLETED,
+    )  # fmt: skip
+    page = admin_client.get(f"/admin/didcomm/connection/{connection.pk}/change/").content.decode()
+    assert f'data-copy="{their}"' in page and f">{their}<" not in page
