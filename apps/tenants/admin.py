@@ -3,8 +3,10 @@
 Creating and editing go through apps.tenants.services; suspend, resume, rotate keys and purge are
 actions that call services and show a confirmation (with dry-run counts for the purge) first.
 Nothing here shows a payload, tag, signature or key: keys appear as short public fingerprints.
-Figures come from apps.messaging.selectors and apps.ops.console: the admin is an adapter on top
-of the stack and may read from any app (docs/architecture.md).
+Figures come from apps.messaging.selectors, apps.didcomm.selectors and apps.ops.console: the admin
+is an adapter on top of the stack and may read from any app (docs/architecture.md). A tenant's page
+shows both protocols: its DIDComm policy is a section of the tenant form (saved through
+apps.didcomm.services.policy_update), its figures and live connections sit beside Decentrl's.
 """
 
 from __future__ import annotations
@@ -258,12 +260,8 @@ def _queue_cell(depth: int, did: str | None):
 
 
 def _figures_table(rows, *, dom_id: str) -> str:
-    """Label and value rows; a DID value is a DidCell (shortened, full DID in its title and copy button)."""
-    body = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td data-figure>{}</td></tr>',
-        ((label, did_cell(v.did) if isinstance(v, DidCell) else v) for label, v in rows),
-    )
+    """Label and value rows (console.css lays them out so that no value widens the page)."""
+    body = format_html_join("", '<tr><th scope="row">{}</th><td data-figure>{}</td></tr>', rows)
     return format_html('<table class="live-figures" id="{}">{}</table>', dom_id, body)
 
 
@@ -555,7 +553,7 @@ class TenantAdmin(ModelAdmin):
             "<li><strong>DNS</strong>: {} resolve{} to this deployment (an A/AAAA record, or a CNAME to its host name).</li>"
             "<li><strong>TLS</strong>: {}</li>"
             '<li><strong>DID document</strong>: <a class="text-primary-600" href="{}">{}</a> answers with '
-            "<code>{}</code> (did:web resolvers fetch exactly this URL).</li>"
+            "<code>{}</code> (a did:web resolver fetches it over https).</li>"
             '<li><strong>Health</strong>: <a class="text-primary-600" href="{}/health">{}/health</a> answers 200.</li>'
             "<li><strong>Clients</strong>: Decentrl clients use <code>{}</code>; wallets and agents scan or paste an "
             "invitation below.</li></ol>",
