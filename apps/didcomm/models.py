@@ -17,7 +17,6 @@ from django.utils import timezone
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
 from apps.tenants import keystore
 
-
 # The prefix of a DIDComm client's presence key: what tells its rows from Decentrl DIDs' rows.
 PRESENCE_PREFIX = "didcomm:"
 
