@@ -22,6 +22,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
+from django.utils.html import escape
 
 from apps.didcomm.core import jwe
 from apps.didcomm.core.did_peer import mediator_peer_did, resolve_peer2
@@ -689,11 +690,17 @@ def invitation_for(*, tenant: Tenant, legacy: bool = False) -> tuple[dict, str]:
     return invitation, f"{identity.http_uri}?_oob={encoded}"
 
 
-def invitation_qr_svg(url: str) -> str:
-    """`url` as a QR code, an inline `<svg>` made here (no script, no CDN: the admin's CSP).
+def invitation_qr_svg(url: str, *, alt: str = "QR code of the invitation URL") -> str:
+    """`url` as a QR code, an inline `<svg>` made here (no script, no CDN: the admin's CSP), with
+    `alt` as its text alternative (`role="img"`, `aria-label` and `<title>`).
 
     Error correction L keeps a ~1.5 kB invitation URL at version ~25 (scannable on a screen);
     black on white whatever the admin's theme, with the 4-module quiet zone readers need.
     """
     code = segno.make(url, error="l", micro=False, boost_error=False)
-    return code.svg_inline(scale=3, border=4, dark="#000", light="#fff", svgclass="didcomm-qr", lineclass=None)
+    svg = code.svg_inline(
+        scale=3, border=4, dark="#000", light="#fff", svgclass="didcomm-qr", lineclass=None, title=alt
+    )
+    # A viewBox as well as the size, so that a narrow screen can scale it down (max-width: 100%).
+    width, height = code.symbol_size(scale=3, border=4)
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{escape(alt)}" viewBox="0 0 {width} {height}" ', 1)
