@@ -43,7 +43,8 @@ from .problems import Problem, Unanswered, concerning
 from .protocols import Code
 
 ENVELOPE_MEDIA = "application/didcomm-envelope-enc"
-ACCEPTED_MEDIA = (ENVELOPE_MEDIA, "application/ssi-agent-wire", ENCRYPTED_MEDIA, "application/json")
+V1_MEDIA = (ENVELOPE_MEDIA, "application/ssi-agent-wire")
+ACCEPTED_MEDIA = (*V1_MEDIA, ENCRYPTED_MEDIA, "application/json")
 
 
 def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
@@ -119,7 +120,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
 
     try:
         if envelope is None:
-            envelope = parse_json_object(raw)
+            envelope = _envelope_object(raw)
         _, (identities, keys, unpacked) = decrypting(tenant, accepting, unpack)
         msg = message_v1.parse(unpacked.message)
     except DidcommError as exc:
@@ -165,6 +166,14 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
         return Reply(200, live=outcome.live), msg, ctx
 
 
+def _envelope_object(raw: bytes) -> dict:
+    """The body as a JSON object; MalformedEnvelope saying it is not one (a v1 media type's body)."""
+    try:
+        return parse_json_object(raw)
+    except MalformedEnvelope as exc:
+        raise MalformedEnvelope(f"the body is {exc}: an RFC 0019 envelope is a JSON object") from exc
+
+
 def _key(keys: dict, kid: str):
     identity = keys.get(kid)
     return identity.authentication_key if identity is not None else None
@@ -184,15 +193,17 @@ def _problem_reply(problem: Problem, msg, ctx: ContextV1 | None) -> Reply:
     return Reply(problem.status, _body(envelope), ENVELOPE_MEDIA, retry_after=problem.retry_after)
 
 
-def route(raw: bytes) -> tuple[Callable[..., Reply], dict | None]:
+def route(raw: bytes, content_type: str | None = None) -> tuple[Callable[..., Reply], dict | None]:
     """(the front door for a message body, the body's JSON object or None when it is not one): an RFC
-    0019 envelope goes the v1 way, anything else v2 (dispatch by shape, whatever the media type).
-    The object is handed on (`envelope=`), so the body is parsed once."""
+    0019 envelope goes the v1 way, anything else v2 (dispatch by shape). A body sent with a v1 media
+    type goes the v1 way whatever its shape, so that a broken envelope is told what is wrong with it
+    in a v1 problem report. The object is handed on (`envelope=`), so the body is parsed once."""
+    v1_media = (content_type or "").split(";", 1)[0].strip().lower() in V1_MEDIA
     try:
         envelope = parse_json_object(raw)
     except MalformedEnvelope:
-        return dispatch.handle, None
-    return (handle if envelope_v1.is_v1(envelope) else dispatch.handle), envelope
+        return (handle if v1_media else dispatch.handle), None
+    return (handle if v1_media or envelope_v1.is_v1(envelope) else dispatch.handle), envelope
 
 
 @dataclass(slots=True)
