@@ -52,6 +52,9 @@ class Reply:
     content_type: str | None = None
     retry_after: int | None = None
     live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    # A v1 message on a socket from a granted connection asking `~transport.return_route: "all"`
+    # (RFC 0092, not a pickup message): the socket delivers the connection's messages (implicit pickup).
+    implicit: bool = False
     protocol: str = "v2"  # "v1": an RFC 0019 exchange (socket frames are binary)
     caller_did: str | None = None  # the authcrypt sender, once known
     caller_kid: str | None = None  # its key (`skid`): where a socket's live deliveries are encrypted to

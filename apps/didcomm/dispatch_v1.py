@@ -149,21 +149,35 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
         outcome = handlers_v1.run(ctx, msg)
         if outcome.connection is not None:
             ctx.connection = outcome.connection
+        implicit = _implicit(ctx, msg, outcome)
         if outcome.response is None or sender is None:
-            return Reply(200, live=outcome.live), msg, ctx
+            return Reply(200, live=outcome.live, implicit=implicit), msg, ctx
         conn = ctx.connection
         inline = msg.return_route in ("all", "thread") or conn is None or not conn.endpoint
         if inline:
             envelope = services_v1.pack_reply(
                 outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[]
             )
-            return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live), msg, ctx
+            return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live, implicit=implicit), msg, ctx
         envelope = services_v1.pack_reply(
             outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=list(conn.routing_keys)
         )
         services_v1.outbound_reply(connection=conn, envelope=envelope, policy=policy)
         ctx.extra["outbound"] = 1
         return Reply(200, live=outcome.live), msg, ctx
+
+
+def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers_v1.Outcome) -> bool:
+    """Implicit pickup (RFC 0092): a message on a socket asking `return_route: "all"` from a
+    connection with a granted mediation asks for the connection's messages on that socket. A pickup
+    message does not: a client speaking Pickup on the socket chooses live delivery itself
+    (`live-delivery-change`). The grant is read only while the socket has no live client (a socket
+    already live for another one finds a missing grant when it loads the client's push state)."""
+    if ctx.live is None or ctx.connection is None or msg.return_route != "all" or outcome.live is not None:
+        return False
+    if msg.type.startswith((protocols.PICKUP_V1, protocols.PICKUP_V2)):
+        return False
+    return bool(ctx.live) or services_v1.mediation_of(connection=ctx.connection) is not None
 
 
 def _envelope_object(raw: bytes) -> dict:
