@@ -227,8 +227,13 @@ def test_a_key_of_one_connection_cannot_be_registered_by_another(door):
     add = [{"recipient_key": key.did_key, "action": "add"}]
     assert door.send(alice, alice.message(CM1 + "keylist-update", updates=add))[1]["updated"][0]["result"] == "success"
     raw = [{"recipient_key": key.verkey, "action": "add"}]
-    answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[1]
-    assert answer["updated"] == [{"recipient_key": key.verkey, "action": "add", "result": "client_error"}]
+    assert _problem(door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[2], mallory) == (
+        409,
+        {
+            "code": "e.p.req.recipient-conflict",
+            "en": "updates[0]: this DID is registered to another client of this mediator",
+        },
+    )
     remove = [{"recipient_key": key.did_key, "action": "remove"}]
     answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=remove))[1]
     assert answer["updated"][0]["result"] == "no_change"
