@@ -60,6 +60,7 @@ DIDCOMM_POLICY_FORM = {
     "queue_cap": "10",
     "overflow": "evict",
     "message_ttl_hours": "72",
+    "unproven_recipients": "accept",
 }
 
 

@@ -195,3 +195,31 @@ def test_v1_a_connection_key_proves_itself_and_another_connections_key_needs_pro
             "en": "updates[0]: this DID is registered to another client of this mediator",
         },
     )
+
+
+# --- the console -----------------------------------------------------------------------------------
+
+
+def test_the_admin_lists_contested_recipients_for_users_with_the_view_permission(
+    client, admin_client, django_user_model, didcomm_a, wallet
+):
+    import html as html_lib
+
+    from django.contrib.auth.models import Permission
+
+    other, contested, quiet = Agent(), routed_did(didcomm_a.mediator_did), routed_did(didcomm_a.mediator_did)
+    _granted(didcomm_a, wallet, other)
+    _add(didcomm_a, wallet, contested.did, quiet.did)
+    assert _add(didcomm_a, other, contested.did)[0] == 409
+    page = html_lib.unescape(admin_client.get("/admin/didcomm/recipientkey/?contested=yes").content.decode())
+    assert contested.did in page and quiet.did not in page
+    page = html_lib.unescape(admin_client.get("/admin/didcomm/recipientkey/?contested=no").content.decode())
+    assert quiet.did in page and contested.did not in page
+    row = RecipientKey.objects.get(recipient_did=contested.did)
+    detail = admin_client.get(f"/admin/didcomm/recipientkey/{row.pk}/change/")
+    assert detail.status_code == 200 and b"Save" not in detail.content  # read-only
+    staff = django_user_model.objects.create_user("op", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert client.get("/admin/didcomm/recipientkey/").status_code == 403
+    staff.user_permissions.add(Permission.objects.get(codename="view_recipientkey"))
+    assert client.get("/admin/didcomm/recipientkey/?contested=yes").status_code == 200
