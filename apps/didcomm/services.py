@@ -490,9 +490,21 @@ def _client_identity(*, mediation: Mediation, did: str, form: str) -> bool:
 def _recipient_take_over(row: RecipientKey, *, mediation: Mediation, recipient_did: str) -> None:
     """A client that proves control of a DID another client registered without proof takes it over,
     with the messages queued for it (they are encrypted to the DID's keys: its holder could not read
-    them); their pending outbound POSTs to the previous holder are dropped."""
+    them): their pending outbound POSTs to the previous holder are dropped, and they go out as the
+    new holder's would (a POST to a v1 connection's endpoint, a wake of its live sockets, pickup)."""
     Outbound.objects.filter(queued__recipient=row).delete()
+    moved = list(QueuedMessage.objects.filter(recipient=row).values_list("pk", "message_id", "expires_at"))
     QueuedMessage.objects.filter(recipient=row).update(mediation=mediation)
+    connection = Connection.objects.filter(pk=mediation.connection_id).first() if mediation.connection_id else None
+    if connection is not None and connection.endpoint.startswith(("http://", "https://")):
+        for pk, _, expires_at in moved:
+            outbound_create(connection=connection, queued=QueuedMessage(pk=pk), body="", expires_at=expires_at)
+    if moved:  # the wake carries no items: a live socket reads them from the queue
+        notify_on_commit(
+            tenant_id=mediation.tenant_id,
+            did=mediation.client_did,
+            message={"type": WAKE, "ids": [str(mid) for _, mid, _ in moved]},
+        )
     row.mediation = mediation
     row.recipient_did = recipient_did
     row.proven = True

@@ -197,6 +197,36 @@ def test_v1_a_connection_key_proves_itself_and_another_connections_key_needs_pro
     )
 
 
+def test_a_v1_connection_proving_its_key_takes_it_over_and_gets_its_queued_message_posted(didcomm_a, door):
+    """A v2 client registered an ACA-Py agent's key before the agent connected; a forward for it was
+    queued for the squatter. The agent's keylist-update (authcrypted with that key) takes it over, and
+    the queued message is POSTed to the agent's own endpoint, as any forward to it would be."""
+    from .agent_v1 import ENVELOPE, Inbox, forward_to
+    from .test_v1 import _drain
+
+    inbox = Inbox()
+    try:
+        agent, squatter = AgentV1(endpoint=inbox.url), Agent()
+        _granted(didcomm_a, squatter)
+        assert _add(didcomm_a, squatter, agent.did_key)[0] == 200
+        inner = json.loads(AgentV1().pack({"@type": "https://didcomm.org/basicmessage/1.0/message"}, agent.did_key))
+        assert door.post(forward_to(agent.did_key, door.key, inner)).status_code == 200
+        door.send(agent, agent.didx_request(door.invitation))
+        door.send(agent, agent.message(CM1 + "mediate-request"))
+        _, answer, _ = door.send(
+            agent, agent.message(CM1 + "keylist-update", updates=[{"recipient_key": agent.verkey, "action": "add"}])
+        )
+        assert answer["updated"][0]["result"] == "success"
+        row = RecipientKey.objects.get()
+        assert (row.mediation.connection.their_verkey, row.proven, row.contested) == (agent.verkey, True, 1)
+        assert _drain() == ["delivered"]
+        [(ctype, body)] = inbox.bodies
+        assert (ctype, json.loads(body)) == (ENVELOPE, inner)
+        assert not QueuedMessage.objects.exists()
+    finally:
+        inbox.close()
+
+
 # --- the console -----------------------------------------------------------------------------------
 
 
