@@ -95,7 +95,8 @@ def mediate_request(ctx, msg: PlainMessage) -> Outcome:
     if mediation.state != Mediation.State.GRANTED:
         return Outcome(200, {"type": base + "mediate-deny", "body": {}})
     # CM 2.0: routing_did is one DID string; CM 3.0: a list of DIDs.
-    routing = ctx.identity.did if base == CM2 else [ctx.identity.did]
+    # The DID the client addressed: a client of the legacy DID can resolve only that one.
+    routing = ctx.mediator_did if base == CM2 else [ctx.mediator_did]
     return Outcome(200, {"type": base + "mediate-grant", "body": {"routing_did": routing}})
 
 

@@ -14,7 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.didcomm.core.did_peer import mediator_legacy_did
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.tenants import keystore
 
 
@@ -151,6 +152,21 @@ class MediatorIdentity(models.Model):
     def agreement_kid(self) -> str:
         """`<did>#key-2`: V is key-1, E is key-2 (did:peer:2 numbering in segment order)."""
         return f"{self.did}#key-2"
+
+    @cached_property
+    def legacy_did(self) -> str:
+        """The same keys as `did` with one http(s) service in the string form, for older did:peer:2
+        libraries (`core.did_peer.mediator_legacy_did`); a message to either DID reaches this identity."""
+        return mediator_legacy_did(
+            authentication=PublicKey(ED25519, bytes(self.authentication_public)),
+            agreement=PublicKey(X25519, bytes(self.agreement_public)),
+            http_uri=self.http_uri,
+        )
+
+    @property
+    def dids(self) -> tuple[str, str]:
+        """Both DIDs of this identity: the one it publishes, then the legacy one."""
+        return self.did, self.legacy_did
 
 
 class Mediation(models.Model):

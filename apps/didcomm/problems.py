@@ -22,7 +22,9 @@ class Problem(Exception):
         self.ctx: Any = None
 
 
-def problem_message(code: str, comment: str, *, pthid: str | None, identity=None, to: str | None = None) -> dict:
+def problem_message(
+    code: str, comment: str, *, pthid: str | None, from_did: str | None = None, to: str | None = None
+) -> dict:
     """A Report Problem 2.0 plaintext message."""
     msg: dict = {
         "id": str(uuid.uuid4()),
@@ -32,8 +34,8 @@ def problem_message(code: str, comment: str, *, pthid: str | None, identity=None
     }
     if pthid:
         msg["pthid"] = pthid
-    if identity is not None:
-        msg["from"] = identity.did
+    if from_did is not None:
+        msg["from"] = from_did
     if to:
         msg["to"] = [to]
     return msg

@@ -39,8 +39,9 @@ def queued_for(*, mediation: Mediation) -> int:
 
 
 def identity_summary(*, tenant, now: datetime | None = None) -> dict:
-    """The tenant's DIDComm mediator DID, its invitation URL, and the DIDs still accepted after a
-    rotation (with the end of their grace period): what the operator API answers."""
+    """The tenant's DIDComm mediator DID, its invitation URL, the same for its legacy DID (older
+    did:peer:2 libraries), and the DIDs still accepted after a rotation (with the end of their grace
+    period): what the operator API answers."""
     identities = identities_accepting(tenant=tenant, now=now)
     current, retired = identities[0], identities[1:]
     grace = timedelta(hours=tenant.prekey_grace_hours)
@@ -50,6 +51,8 @@ def identity_summary(*, tenant, now: datetime | None = None) -> dict:
         "http_uri": current.http_uri,
         "ws_uri": current.ws_uri,
         "invitation_url": invitation_for(tenant=tenant)[1],
+        "legacy_did": current.legacy_did,
+        "legacy_invitation_url": invitation_for(tenant=tenant, legacy=True)[1],
         "previous": [
             {"did": r.did, "retired_at": r.retired_at.isoformat(), "accepted_until": (r.retired_at + grace).isoformat()}
             for r in retired

@@ -177,7 +177,7 @@ class Accepting:
 
     policy: DidcommPolicy
     identities: tuple[MediatorIdentity, ...]
-    documents: dict[str, DidDocument]  # did -> its resolved did:peer:2 document
+    documents: dict[str, DidDocument]  # each DID of each identity (`dids`) -> its resolved did:peer:2 document
     grace: timedelta
     grace_hours: int  # the tenant's prekey_grace_hours it was made for
     # The tenant's public URL it was made for, when the current identity's service URIs are that
@@ -221,7 +221,7 @@ def _load_accepting(tenant: Tenant, ttl: float) -> Accepting:
     return Accepting(
         policy=policy,
         identities=tuple(identities),
-        documents={i.did: resolve_peer2(i.did) for i in identities},
+        documents={did: resolve_peer2(did) for i in identities for did in i.dids},
         grace=timedelta(hours=tenant.prekey_grace_hours),
         grace_hours=tenant.prekey_grace_hours,
         public_url=(
@@ -312,22 +312,27 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
 
 
 def agreement_key_for(kid: str) -> tuple[str, PublicKey]:
-    """(kid, X25519 public key) of the key-agreement key `kid` names (resolving its DID)."""
+    """(kid, X25519 public key) of the key-agreement key `kid` names (resolving its DID). The kid
+    stays as the caller wrote it (any id form `DidDocument.find` reads): its library finds its
+    secret by that name."""
     vm = resolve_did(kid).find(kid, "keyAgreement")
     if vm is None or vm.key.crv != X25519:
         raise DidcommError("recipient has no X25519 key-agreement key")
-    return vm.id, vm.key
+    return kid, vm.key
 
 
-def pack_to(message: dict, *, identity: MediatorIdentity, recipient: tuple[str, PublicKey]) -> dict:
-    """Authcrypt `message` from the identity's X25519 key to a resolved key (`agreement_key_for`)."""
+def pack_to(
+    message: dict, *, identity: MediatorIdentity, recipient: tuple[str, PublicKey], sender_kid: str | None = None
+) -> dict:
+    """Authcrypt `message` from the identity's X25519 key to a resolved key (`agreement_key_for`);
+    `sender_kid` names that key as the client named it (dispatch's `mediator_kid`), else `agreement_kid`."""
     plaintext = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    return jwe.encrypt(plaintext, to=[recipient], sender=(identity.agreement_kid, identity.agreement_key))
+    return jwe.encrypt(plaintext, to=[recipient], sender=(sender_kid or identity.agreement_kid, identity.agreement_key))
 
 
-def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str) -> dict:
+def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str, sender_kid: str | None = None) -> dict:
     """Authcrypt `message` from the identity's X25519 key to the key-agreement key `kid` names."""
-    return pack_to(message, identity=identity, recipient=agreement_key_for(kid))
+    return pack_to(message, identity=identity, recipient=agreement_key_for(kid), sender_kid=sender_kid)
 
 
 def pack_for_did(message: dict, *, identity: MediatorIdentity, to_did: str) -> dict:
@@ -761,13 +766,15 @@ def queue_sizes() -> list[tuple[str, int]]:
 # --- Out-of-Band 2.0 ----------------------------------------------------------------------------
 
 
-def invitation_for(*, tenant: Tenant) -> tuple[dict, str]:
-    """The tenant's OOB 2.0 mediation invitation and its `?_oob=` URL form (multi-use, stable per DID)."""
+def invitation_for(*, tenant: Tenant, legacy: bool = False) -> tuple[dict, str]:
+    """The tenant's OOB 2.0 mediation invitation and its `?_oob=` URL form (multi-use, stable per DID).
+    `legacy`: from the identity's legacy DID, for older did:peer:2 libraries (MediatorIdentity.legacy_did)."""
     identity = identity_current(tenant=tenant)
+    did = identity.legacy_did if legacy else identity.did
     invitation = {
         "type": protocols.OOB_INVITATION,
-        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, identity.did)),
-        "from": identity.did,
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, did)),
+        "from": did,
         "body": {
             "goal_code": "request-mediate",
             "goal": "Request mediation",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 
 class ErrorCode(str, Enum):
@@ -74,10 +75,10 @@ class ProtocolError(Exception):
     def status(self) -> int:
         return self.code.http_status
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return error_body(self.code)
 
 
-def error_body(code: ErrorCode) -> dict:
+def error_body(code: ErrorCode) -> dict[str, Any]:
     """The exact error shape of DCTRL-0004 §11.1."""
     return {"type": "ERROR", "code": code.value}
