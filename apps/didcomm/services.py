@@ -476,7 +476,9 @@ def _client_identity(*, mediation: Mediation, did: str, form: str) -> bool:
     """Whether the DID is another client's own identity at the tenant (the DID of its grant, or the
     Ed25519 key of its DIDComm v1 connection): its controller authenticates to us with it, so only a
     request proving control may register it."""
-    others = Mediation.objects.filter(tenant=mediation.tenant, client_hash=did_hash(form)).exclude(pk=mediation.pk)
+    # A grant is keyed by its client's DID as sent (`skid`'s DID: an Ed25519 did:key stays Ed25519).
+    hashes = {did_hash(form), did_hash(did.split("#", 1)[0])}
+    others = Mediation.objects.filter(tenant=mediation.tenant, client_hash__in=hashes).exclude(pk=mediation.pk)
     if others.exists():
         return True
     if not did.startswith("did:key:"):
