@@ -1,6 +1,7 @@
 """The DIDComm part of the operator console: the policies (edited on each tenant's page), mediator
-identities and grants (read-only, protocol-owned), per-recipient queue depths, and revoking a grant
-(a confirmation page that says what goes, then the service)."""
+identities and grants (read-only, protocol-owned), per-recipient queue depths, revoking a grant
+(a confirmation page that says what goes, then the service), and the recipient DIDs with whether
+their registration proved control and the conflicts they met."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from apps.tenants.templatetags.mediator import did_cell
 from apps.wire.display import utc_iso
 
 from . import texts
-from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
+from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity, RecipientKey
 from .selectors import DELIVERY_FAILING, connections_with_delivery, queued_for, recipient_depths
 from .services import mediation_revoke
 from .services_v1 import connection_remove
@@ -304,3 +305,52 @@ class ConnectionAdmin(ModelAdmin):
             connection_remove(connection=connection, actor=Actor(user=request.user, via="admin"))
             count += 1
         messages.success(request, f"Removed {count} connection(s).")
+
+
+class ContestedFilter(admin.SimpleListFilter):
+    """Recipient DIDs another client asked for (refused, or taken over by a client proving control)."""
+
+    title = "conflicts"
+    parameter_name = "contested"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Contested"), ("no", "Never contested")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(contested__gt=0)
+        if self.value() == "no":
+            return queryset.filter(contested=0)
+        return queryset
+
+
+@admin.register(RecipientKey)
+class RecipientKeyAdmin(ModelAdmin):
+    """Registered recipient DIDs (protocol-owned, read-only): which client holds each, whether its
+    registration proved control, and how often another client was refused it (docs/didcomm.md
+    "Who may register a recipient"). Removal goes through the grant or the connection."""
+
+    list_display = ["tenant", "short_did", "short_client", "proven", "contested", "last_contested_at", "created_at"]
+    list_filter = [ContestedFilter, "proven", "tenant"]
+    search_fields = ["recipient_did", "mediation__client_did"]
+    list_select_related = ["tenant", "mediation"]
+    ordering = ["-last_contested_at", "-id"]
+    fields = ["tenant", "recipient_did", "mediation", "proven", "contested", "last_contested_at", "created_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="recipient DID")
+    def short_did(self, obj: RecipientKey) -> str:
+        return did_cell(obj.recipient_did)
+
+    @admin.display(description="held by (client DID)")
+    def short_client(self, obj: RecipientKey) -> str:
+        return did_cell(obj.mediation.client_did)

@@ -52,6 +52,9 @@ class Reply:
     content_type: str | None = None
     retry_after: int | None = None
     live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    # A v1 message on a socket from a granted connection asking `~transport.return_route: "all"`
+    # (RFC 0092, not a pickup message): the socket delivers the connection's messages (implicit pickup).
+    implicit: bool = False
     protocol: str = "v2"  # "v1": an RFC 0019 exchange (socket frames are binary)
     caller_did: str | None = None  # the authcrypt sender, once known
     caller_kid: str | None = None  # its key (`skid`): where a socket's live deliveries are encrypted to
@@ -71,6 +74,7 @@ class Context:
     caller_kid: str | None
     transport: str
     live: bool | None  # None on HTTP; on a socket, whether live delivery is on
+    signer_kid: str | None = None  # the verified JWS signature's kid of a signed inner message
     code: str = "SUCCESS"
     extra: dict = field(default_factory=dict)
 
@@ -86,6 +90,7 @@ class _Unpacked:
     identity: MediatorIdentity
     mediator_kid: str  # the recipient kid the outer envelope was decrypted with
     sender_kid: str | None
+    signer_kid: str | None = None
 
 
 def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, envelope: dict | None = None) -> _Unpacked:
@@ -119,10 +124,11 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             break
     else:
         raise Problem("e.p.msg", "envelope nested too deeply")
-    signer = None
+    signer = signer_kid = None
     if envelope_kind(obj) == SIGNED:  # type: ignore[arg-type]
         verified = jws.verify(obj, public_key_for=authentication_key)  # type: ignore[arg-type]
-        signer = verified.signer_kids[0].split("#", 1)[0]
+        signer_kid = verified.signer_kids[0]
+        signer = signer_kid.split("#", 1)[0]
         obj = verified.payload
     message = parse_plaintext(obj)  # type: ignore[arg-type]
     sender_did = sender_kid.split("#", 1)[0] if sender_kid else None
@@ -132,7 +138,7 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             problem = Problem(Code.SENDER_MISMATCH, "from does not match the sender key")
             problem.message = message
             raise problem
-    return _Unpacked(message, *used[0], sender_kid)
+    return _Unpacked(message, *used[0], sender_kid, signer_kid)
 
 
 def handle(
@@ -297,6 +303,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
         caller_kid=caller_kid,
         transport=transport,
         live=live,
+        signer_kid=unpacked.signer_kid,
     )
     with concerning(message, ctx):
         if ctx.caller_did:

@@ -45,6 +45,10 @@ class DidcommPolicy(models.Model):
         EVICT = "evict", "Evict the oldest message (UC-021 AF-4; sender gets 202)"
         REJECT = "reject", "Reject the new message (problem report, HTTP 507)"
 
+    class UnprovenRecipients(models.TextChoices):
+        ACCEPT = "accept", "Accept them, first come first served (what wallets registering fresh DIDs need)"
+        REFUSE = "refuse", "Refuse them (problem report e.p.req.recipient-unproven, HTTP 403)"
+
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
     enabled = models.BooleanField(default=True, help_text="Serve DIDComm v2 (POST /didcomm, /didcomm/ws).")
     mediation = models.CharField(max_length=8, choices=Mediation.choices, default=Mediation.OPEN)
@@ -78,6 +82,16 @@ class DidcommPolicy(models.Model):
         validators=_bounds(1, 1_000_000),
         help_text="Messages one address may send at once before the per-minute rate applies.",
     )
+    unproven_recipients = models.CharField(
+        max_length=8,
+        choices=UnprovenRecipients.choices,
+        default=UnprovenRecipients.ACCEPT,
+        db_default=UnprovenRecipients.ACCEPT,
+        help_text=(
+            "Recipient DIDs whose control the request does not prove (not authcrypted or signed with "
+            "one of their keys). A client's own DID always needs the proof (docs/didcomm.md)."
+        ),
+    )
 
     # What an operator may edit (the admin form and PATCH /api/v1/didcomm/policies/<slug>/).
     EDITABLE = (
@@ -91,6 +105,7 @@ class DidcommPolicy(models.Model):
         "rate_limit_per_sender",
         "rate_limit_per_ip",
         "rate_limit_per_ip_burst",
+        "unproven_recipients",
     )
 
     class Meta:
@@ -251,6 +266,16 @@ class RecipientKey(models.Model):
     recipient_did = models.TextField(help_text="exactly as the client sent it")
     lookup_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    proven = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="the request that registered it was authcrypted or signed with one of the DID's keys",
+    )
+    # Claims of other clients refused while this client holds it (docs/didcomm.md "Who may register").
+    contested = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="times another client asked for it and was refused"
+    )
+    last_contested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "DIDComm recipient DID"

@@ -54,6 +54,12 @@ FIELDS: dict[str, tuple[str, str, str]] = {
         "requests",
         "Requests one address may send at once before the sustained per-IP rate applies.",
     ),
+    "unproven_recipients": (
+        "Recipient DIDs without proof of control",
+        "",
+        "Recipient DIDs a request registers without being authcrypted or signed with one of their keys. "
+        "Another client's own DID always needs the proof.",
+    ),
 }
 # Choice labels in words (the model's own mention use-case references).
 CHOICES: dict[str, dict[str, str]] = {
@@ -64,6 +70,10 @@ CHOICES: dict[str, dict[str, str]] = {
     "overflow": {
         DidcommPolicy.Overflow.EVICT: "Evict the oldest queued message (the sender gets 202)",
         DidcommPolicy.Overflow.REJECT: "Refuse the new message (the sender gets a problem report, HTTP 507)",
+    },
+    "unproven_recipients": {
+        DidcommPolicy.UnprovenRecipients.ACCEPT: "Accept: first come, first served (wallets registering fresh DIDs)",
+        DidcommPolicy.UnprovenRecipients.REFUSE: "Refuse: a problem report, HTTP 403",
     },
 }
 # Nullable fields whose blank means a deployment setting.

@@ -52,13 +52,14 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
     # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    handler, envelope = dispatch_v1.route(raw)
+    content_type = request.META.get("CONTENT_TYPE")
+    handler, envelope = dispatch_v1.route(raw, content_type)
     reply = handler(
         raw,
         tenant=request.tenant,
         transport="http",
         remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
-        content_type=request.META.get("CONTENT_TYPE"),
+        content_type=content_type,
         envelope=envelope,
     )
     return _response(reply)
@@ -88,13 +89,14 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
     if raw is None:
         return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    handler, envelope = dispatch_v1.route(raw)
+    content_type = environ.get("CONTENT_TYPE")
+    handler, envelope = dispatch_v1.route(raw, content_type)
     reply = handler(
         raw,
         tenant=tenant,
         transport="http",
         remote_addr=client,
-        content_type=environ.get("CONTENT_TYPE"),
+        content_type=content_type,
         envelope=envelope,
     )
     return _reply_triple(reply)

@@ -150,6 +150,7 @@ DEFAULT_POLICY = {
     "rate_limit_per_sender": None,
     "rate_limit_per_ip": None,
     "rate_limit_per_ip_burst": None,
+    "unproven_recipients": "accept",
 }
 
 
@@ -192,6 +193,7 @@ def test_the_api_refuses_a_bad_policy_in_its_error_shape_and_writes_nothing(api,
             "rate_limit_per_ip": -1,
             "max_recipients_per_grant": "many",
             "enabled": "perhaps",
+            "unproven_recipients": "sometimes",
         },
         format="json",
     )
@@ -204,6 +206,7 @@ def test_the_api_refuses_a_bad_policy_in_its_error_shape_and_writes_nothing(api,
         "rate_limit_per_ip": ["Ensure this value is greater than or equal to 0."],
         "max_recipients_per_grant": ["A valid integer is required."],
         "enabled": ["Must be a valid boolean."],
+        "unproven_recipients": ['"sometimes" is not a valid choice.'],
     }
     assert api.patch("/api/v1/didcomm/policies/tenant-a/", [1], format="json").status_code == 400
     assert api.get("/api/v1/didcomm/policies/tenant-a/").json() == DEFAULT_POLICY

@@ -20,7 +20,7 @@ from apps.didcomm import selectors as didcomm_selectors
 from apps.didcomm.core.message_v1 import key_to_verkey, verify_attachment
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
-from apps.wire.encoding import b64decode
+from apps.wire.encoding import b64decode, b64url_nopad
 from tests.conftest import HOST_A, HOST_B
 from tests.tenants.test_operator_hosts import _run_settings
 from tests.tenants.test_services import PRODUCTION_ENV
@@ -232,8 +232,13 @@ def test_a_key_of_one_connection_cannot_be_registered_by_another(door):
     add = [{"recipient_key": key.did_key, "action": "add"}]
     assert door.send(alice, alice.message(CM1 + "keylist-update", updates=add))[1]["updated"][0]["result"] == "success"
     raw = [{"recipient_key": key.verkey, "action": "add"}]
-    answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[1]
-    assert answer["updated"] == [{"recipient_key": key.verkey, "action": "add", "result": "client_error"}]
+    assert _problem(door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[2], mallory) == (
+        409,
+        {
+            "code": "e.p.req.recipient-conflict",
+            "en": "updates[0]: this DID is registered to another client of this mediator",
+        },
+    )
     remove = [{"recipient_key": key.did_key, "action": "remove"}]
     answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=remove))[1]
     assert answer["updated"][0]["result"] == "no_change"
@@ -584,6 +589,71 @@ def test_undecryptable_and_foreign_envelopes(door, door_b):
     assert _problem(door.post(json.dumps(env).encode()))[1]["code"] == "e.p.trust.crypto"
     resp = door.post(agent.pack(agent.message(CM1 + "mediate-request"), door.key), content_type="text/plain")
     assert resp.status_code == 415
+
+
+def _broken_envelopes() -> dict[str, tuple[object, str]]:
+    """name -> (what replaces a good envelope, the `en` of the v1 problem report it must get)."""
+    agent = AgentV1()
+    good = json.loads(agent.pack(agent.message(CM1 + "mediate-request"), AgentV1().verkey))
+    header = json.loads(b64decode(good["protected"]))
+    with_header = lambda h: {**good, "protected": b64url_nopad(json.dumps(h).encode())}  # noqa: E731
+    return {
+        "not JSON": (b"{not json", "the body is not JSON: an RFC 0019 envelope is a JSON object"),
+        "a JSON array": (b"[1, 2]", "the body is not a JSON object: an RFC 0019 envelope is a JSON object"),
+        "no protected": (
+            {k: v for k, v in good.items() if k != "protected"},
+            "an RFC 0019 envelope needs protected (a base64url string)",
+        ),
+        "protected not a string": (
+            {**good, "protected": 5},
+            "an RFC 0019 envelope needs protected (a base64url string)",
+        ),
+        "no ciphertext": (
+            {k: v for k, v in good.items() if k != "ciphertext"},
+            "an RFC 0019 envelope needs ciphertext (a base64url string)",
+        ),
+        "no iv": ({k: v for k, v in good.items() if k != "iv"}, "an RFC 0019 envelope needs iv (a base64url string)"),
+        "no tag": (
+            {k: v for k, v in good.items() if k != "tag"},
+            "an RFC 0019 envelope needs tag (a base64url string)",
+        ),
+        "protected not base64url": ({**good, "protected": "!!!"}, "protected is not base64url of a JSON object"),
+        "protected not JSON": (
+            {**good, "protected": b64url_nopad(b"not json")},
+            "protected is not base64url of a JSON object",
+        ),
+        "protected a JSON list": (
+            {**good, "protected": b64url_nopad(b"[]")},
+            "protected is not base64url of a JSON object",
+        ),
+        "another enc": (with_header({**header, "enc": "A256GCM"}), "protected.enc must be xchacha20poly1305_ietf"),
+        "a DIDComm v2 JWE": (
+            {**good, "recipients": [{"header": {"kid": "x"}, "encrypted_key": "AA"}]},
+            "top-level recipients: a DIDComm v2 JWE, not an RFC 0019 envelope "
+            "(send it as application/didcomm-encrypted+json)",
+        ),
+        "no recipients in protected": (
+            with_header({k: v for k, v in header.items() if k != "recipients"}),
+            "recipients are required",
+        ),
+    }
+
+
+@pytest.mark.parametrize("media", [ENVELOPE, "application/ssi-agent-wire; charset=utf-8"])
+@pytest.mark.parametrize("shape", list(_broken_envelopes()))
+def test_a_broken_envelope_sent_as_v1_is_a_400_v1_problem_report_saying_what_is_wrong(door, shape, media):
+    body, explanation = _broken_envelopes()[shape]
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    resp = door.post(raw, content_type=media)
+    assert resp["Content-Type"] == "application/json"
+    assert _problem(resp) == (400, {"code": "e.p.msg", "en": explanation})
+    assert not QueuedMessage.objects.exists() and not Connection.objects.exists()
+
+
+def test_a_broken_envelope_sent_as_v2_still_gets_the_v2_answer(door):
+    resp = door.post(b"{not json", content_type="application/didcomm-encrypted+json")
+    assert resp.status_code == 400
+    assert json.loads(resp.content)["type"] == "https://didcomm.org/report-problem/2.0/problem-report"
 
 
 def test_cross_tenant_a_key_registered_on_tenant_a_is_unknown_on_tenant_b(door, door_b):
