@@ -45,7 +45,7 @@ test: install
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy covers the packages in
 # MYPY_PATHS (strict where pyproject.toml says so); a package joins once it passes.
-MYPY_PATHS := apps/wire
+MYPY_PATHS := apps/wire apps/didcomm/core
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 from . import jwe
 from .did_peer import peer2_create
@@ -25,13 +26,15 @@ ENCRYPTED = "application/didcomm-encrypted+json"
 class Agent:
     """An agent with a did:peer:2 (E then V, like the Identus SDK: its key-agreement kid is #key-1)."""
 
-    def __init__(self, services: list[dict] | None = None):
+    def __init__(self, services: list[dict[str, Any]] | None = None):
         self.x = PrivateKey.generate(X25519)
         self.ed = PrivateKey.generate(ED25519)
         self.did = peer2_create([("E", self.x.public), ("V", self.ed.public)], services or [])
         self.kid = self.did + "#key-1"
 
-    def message(self, type_: str, body: dict | None = None, *, return_route: str | None = "all", **extra) -> dict:
+    def message(
+        self, type_: str, body: dict[str, Any] | None = None, *, return_route: str | None = "all", **extra: Any
+    ) -> dict[str, Any]:
         msg = {
             "id": str(uuid.uuid4()),
             "typ": "application/didcomm-plain+json",
@@ -45,14 +48,14 @@ class Agent:
             msg["return_route"] = return_route
         return msg
 
-    def pack(self, message: dict, to_did: str, *, anon: bool = False) -> bytes:
+    def pack(self, message: dict[str, Any], to_did: str, *, anon: bool = False) -> bytes:
         """Authcrypt (or anoncrypt) `message` to `to_did`'s first key-agreement key."""
         vm = resolve_did(to_did).key_agreement[0]
         sender = None if anon else (self.kid, self.x)
         plaintext = json.dumps({**message, "to": [to_did]}).encode()
         return json.dumps(jwe.encrypt(plaintext, to=[(vm.id, vm.key)], sender=sender)).encode()
 
-    def unpack(self, body: bytes | str | dict) -> tuple[dict, jwe.Decrypted]:
+    def unpack(self, body: bytes | str | dict[str, Any]) -> tuple[dict[str, Any], jwe.Decrypted]:
         """Decrypt a JWE for us; the plaintext message and the decryption facts."""
         decrypted = jwe.decrypt(
             body,
@@ -67,7 +70,9 @@ def routed_did(mediator_did: str) -> Agent:
     return Agent(services=[{"type": "DIDCommMessaging", "serviceEndpoint": {"uri": mediator_did, "accept": []}}])
 
 
-def forward_for(recipient: Agent, mediator_did: str, inner: dict | None = None, *, next_: str | None = None) -> bytes:
+def forward_for(
+    recipient: Agent, mediator_did: str, inner: dict[str, Any] | None = None, *, next_: str | None = None
+) -> bytes:
     """A routing/2.0 forward of an opaque inner JWE for `recipient`, anoncrypt to the mediator."""
     sender = Agent()
     inner = inner or json.loads(

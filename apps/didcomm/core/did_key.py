@@ -6,6 +6,8 @@ base58 verkey; `normalise_verkey` maps all three to one form.
 
 from __future__ import annotations
 
+from typing import Any
+
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from .diddoc import DidDocument, document_from_json
@@ -40,7 +42,7 @@ def resolve_did_key(did: str) -> DidDocument:
     key = key_from_did_key(did)
     base = did.split("#", 1)[0]
     vm = {"id": f"#{key.multibase}", "type": "Multikey", "controller": base, "publicKeyMultibase": key.multibase}
-    doc: dict = {"@context": _CONTEXT, "id": base, "verificationMethod": [vm]}
+    doc: dict[str, Any] = {"@context": _CONTEXT, "id": base, "verificationMethod": [vm]}
     if key.crv == ED25519:
         x = key.to_x25519()
         doc["verificationMethod"].append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
@@ -38,7 +39,7 @@ _SHA256_MULTIHASH = b"\x12\x20"
 def _abbreviate(value: object, *, expand: bool) -> object:
     table = _EXPANSIONS if expand else _ABBREVIATIONS
     if isinstance(value, dict):
-        out = {}
+        out: dict[Any, object] = {}
         for k, v in value.items():
             key = table.get(k, k)
             if key in ("type", "t") and isinstance(v, str):
@@ -51,13 +52,13 @@ def _abbreviate(value: object, *, expand: bool) -> object:
     return value
 
 
-def encode_service(service: Mapping) -> str:
+def encode_service(service: Mapping[str, Any]) -> str:
     """The `S` segment body of one service: abbreviated, whitespace-free JSON in base64url."""
     text = json.dumps(_abbreviate(dict(service), expand=False), separators=(",", ":"), ensure_ascii=False)
     return b64url_nopad(text.encode("utf-8"))
 
 
-def peer2_create(keys: Sequence[tuple[str, PublicKey]], services: Sequence[Mapping] = ()) -> str:
+def peer2_create(keys: Sequence[tuple[str, PublicKey]], services: Sequence[Mapping[str, Any]] = ()) -> str:
     """A did:peer:2 from (purpose code, key) pairs in order, then one `S` segment per service."""
     parts = [PEER2]
     for purpose, key in keys:
@@ -93,7 +94,7 @@ def mediator_legacy_did(*, authentication: PublicKey, agreement: PublicKey, http
     return peer2_create([("V", authentication), ("E", agreement)], [{**service, "recipientKeys": []}])
 
 
-def _decode_service_segment(body: str) -> list[dict]:
+def _decode_service_segment(body: str) -> list[dict[str, Any]]:
     try:
         value = untrusted.loads(b64decode(body).decode("utf-8"))
     except (EncodingError, UnicodeDecodeError, ValueError) as exc:
@@ -107,12 +108,12 @@ def _decode_service_segment(body: str) -> list[dict]:
         raise InvalidDid("did:peer:2 service nested too deeply") from exc
 
 
-def peer2_document_json(did: str) -> dict:
+def peer2_document_json(did: str) -> dict[str, Any]:
     """The DID-Core JSON document of a did:peer:2 (spec shape: relative ids, Multikey)."""
     if not isinstance(did, str) or not did.startswith(PEER2 + ".") or len(did) > MAX_PEER_DID_LENGTH:
         raise InvalidDid("not a did:peer:2")
-    doc: dict = {"@context": list(_CONTEXT), "id": did, "verificationMethod": []}
-    services: list[dict] = []
+    doc: dict[str, Any] = {"@context": list(_CONTEXT), "id": did, "verificationMethod": []}
+    services: list[dict[str, Any]] = []
     for element in did[len(PEER2) + 1 :].split("."):
         code, body = element[:1], element[1:]
         if code == "S":
@@ -147,7 +148,7 @@ def _peer4_hash(encoded_document: str) -> str:
     return multibase_encode(_SHA256_MULTIHASH + hashlib.sha256(encoded_document.encode("ascii")).digest())
 
 
-def peer4_create(input_document: Mapping) -> str:
+def peer4_create(input_document: Mapping[str, Any]) -> str:
     """The long-form did:peer:4 of an input document (no root id, relative references)."""
     text = json.dumps(dict(input_document), separators=(",", ":"), ensure_ascii=False)
     encoded = multibase_encode(varint_encode(_JSON_CODEC) + text.encode("utf-8"))
@@ -164,7 +165,7 @@ def peer4_short_form(did: str) -> str:
     return ":".join(parts[:3])
 
 
-def peer4_document_json(did: str) -> dict:
+def peer4_document_json(did: str) -> dict[str, Any]:
     """The contextualised document of a long-form did:peer:4, after checking its hash."""
     if not isinstance(did, str) or not did.startswith(PEER4 + "z") or len(did) > MAX_PEER_DID_LENGTH:
         raise InvalidDid("not a did:peer:4")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apps.wire.encoding import EncodingError, b58decode
 
@@ -51,9 +52,9 @@ class DidDocument:
     id: str
     verification_methods: tuple[VerificationMethod, ...]
     relationships: Mapping[str, tuple[str, ...]]  # name -> absolute ids
-    services: tuple[dict, ...]
+    services: tuple[dict[str, Any], ...]
     also_known_as: tuple[str, ...] = ()
-    json: dict = field(default_factory=dict, compare=False)  # the DID-Core document as resolved
+    json: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)  # the DID-Core document as resolved
 
     @property
     def key_agreement(self) -> list[VerificationMethod]:
@@ -117,7 +118,7 @@ def absolute(did: str, ref: str) -> str:
     return did + ref if ref.startswith("#") else ref
 
 
-def verification_method_key(vm: Mapping) -> PublicKey:
+def verification_method_key(vm: Mapping[str, Any]) -> PublicKey:
     """The public key of a verification method: Multikey / *2020 multibase, JsonWebKey2020, or *2018/2019 base58."""
     if "publicKeyJwk" in vm:
         return PublicKey.from_jwk(vm["publicKeyJwk"])
@@ -145,7 +146,7 @@ def verification_method_key(vm: Mapping) -> PublicKey:
     raise InvalidKey("verification method has no supported key material")
 
 
-def document_from_json(doc: Mapping) -> DidDocument:
+def document_from_json(doc: Mapping[str, Any]) -> DidDocument:
     """Parse a resolved DID-Core document: methods (listed or embedded), relationships, services."""
     did = doc.get("id")
     if not isinstance(did, str) or not did.startswith("did:"):
@@ -177,7 +178,7 @@ def document_from_json(doc: Mapping) -> DidDocument:
     return DidDocument(did, tuple(methods.values()), relationships, services, aka, dict(doc))
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidDid("expected a list in the DID document")
     return value
@@ -189,7 +190,7 @@ def _list(value: object) -> list:
 LEGACY_SERVICE_TYPES = ("IndyAgent", "did-communication")
 
 
-def legacy_document_from_json(doc: Mapping) -> DidDocument:
+def legacy_document_from_json(doc: Mapping[str, Any]) -> DidDocument:
     """Parse an attached Aries DID document, legacy (`publicKey`, `IndyAgent`) or DID-Core."""
     if not isinstance(doc, Mapping):
         raise InvalidDid("the DID document is not an object")

@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nacl import bindings
 from nacl.exceptions import CryptoError
@@ -71,7 +72,7 @@ def _x25519_secret(key: PrivateKey) -> bytes:
     return key.to_x25519().secret
 
 
-def pack(message: bytes, *, to_verkeys: Sequence[str], sender: PrivateKey | None = None) -> dict:
+def pack(message: bytes, *, to_verkeys: Sequence[str], sender: PrivateKey | None = None) -> dict[str, Any]:
     """An RFC 0019 envelope of `message` for each base58 verkey: authcrypt from `sender`, else anoncrypt."""
     if not to_verkeys:
         raise InvalidKey("at least one recipient verkey")
@@ -79,15 +80,15 @@ def pack(message: bytes, *, to_verkeys: Sequence[str], sender: PrivateKey | None
         raise InvalidKey("the sender key must be Ed25519")
     cek = os.urandom(32)
     recipients = []
-    sender_vk = b58encode(sender.public.raw).encode("ascii") if sender is not None else None
-    sender_x = _x25519_secret(sender) if sender is not None else None
+    sender_keys = (b58encode(sender.public.raw).encode("ascii"), _x25519_secret(sender)) if sender is not None else None
     for verkey in to_verkeys:
         target_x = _x25519_public(_verkey_bytes(verkey))
-        if sender is None:
+        if sender_keys is None:
             recipients.append(
                 {"encrypted_key": b64url_nopad(bindings.crypto_box_seal(cek, target_x)), "header": {"kid": verkey}}
             )
             continue
+        sender_vk, sender_x = sender_keys
         nonce = os.urandom(_BOX_NONCE)
         wrapped = bindings.crypto_box(cek, nonce, target_x, sender_x)
         recipients.append(
@@ -117,7 +118,7 @@ def pack(message: bytes, *, to_verkeys: Sequence[str], sender: PrivateKey | None
     }
 
 
-def _decoded_protected(envelope: Mapping) -> dict:
+def _decoded_protected(envelope: Mapping[str, Any]) -> dict[str, Any]:
     """`protected` decoded, and saying this is RFC 0019 (`enc`); MalformedEnvelope saying why not."""
     protected = envelope.get("protected")
     if not isinstance(protected, str):
@@ -133,7 +134,7 @@ def _decoded_protected(envelope: Mapping) -> dict:
     return header
 
 
-def envelope_header(envelope: object) -> dict:
+def envelope_header(envelope: object) -> dict[str, Any]:
     """The decoded `protected` header of an RFC 0019 envelope; MalformedEnvelope saying what is
     wrong with the envelope otherwise (what an agent that sent `application/didcomm-envelope-enc`
     is told)."""
@@ -150,7 +151,7 @@ def envelope_header(envelope: object) -> dict:
     return _decoded_protected(envelope)
 
 
-def protected_header(envelope: Mapping) -> dict | None:
+def protected_header(envelope: Mapping[str, Any]) -> dict[str, Any] | None:
     """The decoded `protected` header if `envelope` is an RFC 0019 envelope (`enc` says so), else None."""
     if not isinstance(envelope, Mapping) or "ciphertext" not in envelope:
         return None
@@ -160,7 +161,7 @@ def protected_header(envelope: Mapping) -> dict | None:
         return None
 
 
-def is_v1(envelope: Mapping) -> bool:
+def is_v1(envelope: Mapping[str, Any]) -> bool:
     """True when `envelope` is DIDComm v1 (RFC 0019) rather than a DIDComm v2 JWE.
 
     A v2 JWE (General JSON serialization) lists its recipients at the top; an RFC 0019 envelope
@@ -178,7 +179,7 @@ def _b64(value: object, what: str) -> bytes:
         raise MalformedEnvelope(f"{what} is not base64url") from exc
 
 
-def unpack(envelope: Mapping, *, private_key_for: PrivateKeyLookup) -> Unpacked:
+def unpack(envelope: Mapping[str, Any], *, private_key_for: PrivateKeyLookup) -> Unpacked:
     """Open an RFC 0019 envelope with the first recipient `kid` (base58 verkey) we hold a key for."""
     header = envelope_header(envelope)
     alg = header.get("alg")
@@ -201,7 +202,7 @@ def unpack(envelope: Mapping, *, private_key_for: PrivateKeyLookup) -> Unpacked:
     raise UnknownRecipientKey("no recipient key of this envelope is ours")
 
 
-def _unwrap(entry: dict, key: PrivateKey, *, authcrypt: bool) -> tuple[bytes, str | None]:
+def _unwrap(entry: dict[str, Any], key: PrivateKey, *, authcrypt: bool) -> tuple[bytes, str | None]:
     """The CEK (and for authcrypt the sender's verkey) from one recipient entry."""
     header = entry["header"]
     wrapped = _b64(entry.get("encrypted_key"), "encrypted_key")
@@ -224,7 +225,7 @@ def _unwrap(entry: dict, key: PrivateKey, *, authcrypt: bool) -> tuple[bytes, st
         raise UndecryptableEnvelope("the content key does not unwrap") from exc
 
 
-def _open_content(envelope: Mapping, cek: bytes) -> bytes:
+def _open_content(envelope: Mapping[str, Any], cek: bytes) -> bytes:
     iv, ciphertext, tag = (_b64(envelope.get(k), k) for k in ("iv", "ciphertext", "tag"))
     decrypt = _DECRYPT.get(len(iv))
     if decrypt is None or len(tag) != _TAG or len(cek) != 32:

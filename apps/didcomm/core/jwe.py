@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import padding
@@ -140,7 +141,7 @@ def encrypt(
     to: Sequence[tuple[str, PublicKey]],
     sender: tuple[str, PrivateKey] | None = None,
     enc: str = A256CBC_HS512,
-) -> dict:
+) -> dict[str, Any]:
     """A DIDComm v2 JWE of `plaintext` for every (kid, key) in `to`: authcrypt from `sender` (skid, key), else anoncrypt.
 
     `epk`, `apv` (and `skid`, `apu`) go in the protected header, where didcomm-node and the Identus SDK look.
@@ -160,7 +161,7 @@ def encrypt(
         raise UnsupportedAlgorithm("sender and recipients must share one curve")
     kids = [kid for kid, _ in to]
     epk = PrivateKey.generate(crv)
-    header: dict = {"typ": TYP_ENCRYPTED, "alg": alg, "enc": enc}
+    header: dict[str, Any] = {"typ": TYP_ENCRYPTED, "alg": alg, "enc": enc}
     if sender:
         header["skid"] = sender[0]
         header["apu"] = b64url_nopad(sender[0].encode("utf-8"))
@@ -187,7 +188,7 @@ def encrypt(
     }
 
 
-def parse_envelope(data: bytes | str | Mapping) -> dict:
+def parse_envelope(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     """The JWE as a dict; MalformedEnvelope if it is not a JSON object."""
     if type(data) is dict or isinstance(data, Mapping):  # a dict skips the ABC's check
         return dict(data)
@@ -200,7 +201,7 @@ def parse_envelope(data: bytes | str | Mapping) -> dict:
     return value
 
 
-def _recipients(jwe: Mapping) -> list[tuple[str, bytes]]:
+def _recipients(jwe: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     recipients = jwe.get("recipients")
     if not isinstance(recipients, list) or not recipients:
         raise MalformedEnvelope("recipients must be a non-empty list")
@@ -215,7 +216,7 @@ def _recipients(jwe: Mapping) -> list[tuple[str, bytes]]:
 
 
 def decrypt(
-    data: bytes | str | Mapping,
+    data: bytes | str | Mapping[str, Any],
     *,
     private_key_for: RecipientKeyLookup,
     sender_key_for: SenderKeyLookup | None = None,

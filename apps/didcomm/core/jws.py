@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
@@ -22,7 +23,7 @@ class Verified:
     signer_kids: tuple[str, ...]
 
 
-def sign(payload: bytes, *, kid: str, key: PrivateKey) -> dict:
+def sign(payload: bytes, *, kid: str, key: PrivateKey) -> dict[str, Any]:
     """An EdDSA-signed DIDComm message (one signature, `kid` in the unprotected header)."""
     if key.crv != ED25519:
         raise UnsupportedAlgorithm("only EdDSA (Ed25519) signing")
@@ -35,7 +36,7 @@ def sign(payload: bytes, *, kid: str, key: PrivateKey) -> dict:
     }
 
 
-def verify(data: Mapping, *, public_key_for: PublicKeyLookup) -> Verified:
+def verify(data: Mapping[str, Any], *, public_key_for: PublicKeyLookup) -> Verified:
     """Verify every signature of a general-JSON JWS (EdDSA only); the payload bytes if all verify."""
     payload_b64, signatures = data.get("payload"), data.get("signatures")
     if not isinstance(payload_b64, str) or not isinstance(signatures, list) or not signatures:
@@ -58,8 +59,8 @@ def verify(data: Mapping, *, public_key_for: PublicKeyLookup) -> Verified:
             raise MalformedEnvelope("JWS protected header is not an object")
         if header.get("alg") != "EdDSA":
             raise UnsupportedAlgorithm("only EdDSA signatures")
-        unprotected = entry.get("header") if isinstance(entry.get("header"), dict) else {}
-        kid = header.get("kid") or unprotected.get("kid")
+        unprotected = entry.get("header")
+        kid = header.get("kid") or (unprotected.get("kid") if isinstance(unprotected, dict) else None)
         if not isinstance(kid, str):
             raise MalformedEnvelope("JWS signature needs a kid")
         key = public_key_for(kid)

@@ -6,7 +6,9 @@ EC public keys are kept as compressed SEC1 points (the did:key form); JWKs carry
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature as _CryptographyInvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -141,7 +143,7 @@ class PublicKey:
         return cls.from_multicodec(multibase_decode(text))
 
     # JWK (RFC 7517, RFC 8037)
-    def to_jwk(self) -> dict:
+    def to_jwk(self) -> dict[str, Any]:
         """The public JWK."""
         if self.crv in OKP_CURVES:
             return {"kty": "OKP", "crv": self.crv, "x": b64url_nopad(self.raw)}
@@ -233,12 +235,13 @@ class PrivateKey:
     def from_jwk(cls, jwk: object) -> PrivateKey:
         """From a private JWK; the public members must match `d`."""
         public = PublicKey.from_jwk(jwk)
-        key = cls.from_secret(public.crv, b64u_decode(jwk.get("d"), "d"))  # type: ignore[union-attr]
+        secret = jwk.get("d") if isinstance(jwk, Mapping) else None
+        key = cls.from_secret(public.crv, b64u_decode(secret, "d"))
         if key.public != public:
             raise InvalidKey("JWK public members do not match d")
         return key
 
-    def to_jwk(self) -> dict:
+    def to_jwk(self) -> dict[str, Any]:
         """The private JWK (for handing keys to test peers; never log it)."""
         return {**self.public.to_jwk(), "d": b64url_nopad(self.secret)}
 

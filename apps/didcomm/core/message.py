@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import untrusted
 from .errors import MalformedEnvelope, MalformedMessage
@@ -12,7 +13,7 @@ TYP_PLAIN = "application/didcomm-plain+json"
 ENCRYPTED, SIGNED, PLAINTEXT = "encrypted", "signed", "plaintext"
 
 
-def envelope_kind(obj: Mapping) -> str:
+def envelope_kind(obj: Mapping[str, Any]) -> str:
     """`encrypted` (a JWE), `signed` (a JWS) or `plaintext`, by the members present."""
     if "ciphertext" in obj or "recipients" in obj:
         return ENCRYPTED
@@ -21,7 +22,7 @@ def envelope_kind(obj: Mapping) -> str:
     return PLAINTEXT
 
 
-def parse_json_object(data: bytes | str) -> dict:
+def parse_json_object(data: bytes | str) -> dict[str, Any]:
     """A JSON object from bytes; MalformedEnvelope otherwise."""
     try:
         value = untrusted.loads(data)
@@ -36,15 +37,15 @@ def parse_json_object(data: bytes | str) -> dict:
 class PlainMessage:
     id: str
     type: str
-    body: dict
+    body: dict[str, Any]
     from_: str | None = None
     to: tuple[str, ...] = ()
     thid: str | None = None
     pthid: str | None = None
     created_time: int | None = None
     expires_time: int | None = None
-    attachments: tuple[dict, ...] = ()
-    raw: dict = field(default_factory=dict, compare=False)
+    attachments: tuple[dict[str, Any], ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)
 
     @property
     def return_route(self) -> str | None:
@@ -53,14 +54,14 @@ class PlainMessage:
         return value if isinstance(value, str) else None
 
 
-def _opt(obj: Mapping, name: str, kind: type | tuple[type, ...]) -> object:
+def _opt(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> object:
     value = obj.get(name)
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
         raise MalformedMessage(f"{name} has the wrong type")
     return value
 
 
-def parse_plaintext(data: bytes | str | Mapping) -> PlainMessage:
+def parse_plaintext(data: bytes | str | Mapping[str, Any]) -> PlainMessage:
     """Validate a plaintext message's headers (DIDComm v2 §"Plaintext Message Structure")."""
     obj = dict(data) if type(data) is dict or isinstance(data, Mapping) else parse_json_object(data)
     if "typ" in obj and obj["typ"] != TYP_PLAIN:

@@ -7,6 +7,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
@@ -28,14 +29,15 @@ class V1Message:
     thid: str  # ~thread.thid, or the message's own @id
     pthid: str | None
     return_route: str | None  # ~transport.return_route: all | none | thread
-    raw: dict = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)
 
     def get(self, name: str, default: object = None) -> object:
         return self.raw.get(name, default)
 
 
-def parse(data: bytes | str | Mapping) -> V1Message:
+def parse(data: bytes | str | Mapping[str, Any]) -> V1Message:
     """Validate a v1 plaintext message's `@type`, `@id` and decorators."""
+    obj: object
     if isinstance(data, Mapping):
         obj = dict(data)
     else:
@@ -88,7 +90,7 @@ def _jws_protected(key: PublicKey) -> str:
     return b64url_nopad(json.dumps({"alg": "EdDSA", "jwk": jwk}).encode("utf-8"))
 
 
-def signed_text_attachment(attach_id: str, content: str, key: PrivateKey) -> dict:
+def signed_text_attachment(attach_id: str, content: str, key: PrivateKey) -> dict[str, Any]:
     """A `text/string` attachment of `content`, JWS-signed by `key` as ACA-Py signs `did_rotate~attach`:
     `data.base64` is standard base64; the signing input is the unpadded base64url form of it."""
     if key.crv != ED25519:
@@ -110,7 +112,7 @@ def signed_text_attachment(attach_id: str, content: str, key: PrivateKey) -> dic
     }
 
 
-def verify_attachment(attachment: Mapping) -> tuple[bytes, PublicKey]:
+def verify_attachment(attachment: Mapping[str, Any]) -> tuple[bytes, PublicKey]:
     """(content, signer key) of a singly-signed `~attach` entry; InvalidSignature if it does not verify."""
     data = attachment.get("data") if isinstance(attachment, Mapping) else None
     jws = data.get("jws") if isinstance(data, Mapping) else None
@@ -119,6 +121,8 @@ def verify_attachment(attachment: Mapping) -> tuple[bytes, PublicKey]:
     try:
         payload = b64decode(data["base64"])  # type: ignore[index]
         protected = untrusted.loads(b64decode(jws["protected"]))
+        if not isinstance(protected, dict):
+            raise TypeError("the protected header is not an object")
         signature = b64decode(jws["signature"])
         key = PublicKey.from_jwk(protected["jwk"])
     except (EncodingError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
