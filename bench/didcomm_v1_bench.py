@@ -1,4 +1,4 @@
-"""DIDComm v1 speed (issue 16 §5): routing/1.0 forwards per second against Decentrl's TWO_WAY_PRIVATE on
+"""DIDComm v1: routing/1.0 forwards per second against Decentrl's TWO_WAY_PRIVATE on
 the production layout, and forward-to-live-push latency over live v1 sockets (Pickup 2.0 live mode).
 The v1 sibling of bench/didcomm_bench.py (its layout, load generator, CPU accounting and socket
 stamping, alternation and summary are reused, not copied).
@@ -269,9 +269,7 @@ async def _measure_push(layout, args) -> dict:
 
 
 def run_push(args) -> dict:
-    from bench import ws_common
-
-    ws_common.raise_nofile()
+    v2.raise_nofile()
     report = _report("push")
     la = v2._layout_args(args)
     prepare_database(la)
