@@ -170,15 +170,19 @@ def _med(rows: list[dict], key: str):
 def alternate(layout, args, kinds: dict, target: dict, report: dict, before: dict | None = None) -> None:
     """An unmeasured warm-up of each kind, then `args.alternations` rounds of one measured run of each
     (the order flipping every round; bodies built before each run, sized from the previous rate).
-    `before[name]()`, if given, runs before each of that kind's runs, unmeasured."""
+    `target[name]` holds the kind's load generator options, and optionally the `server` it runs on
+    (default the layout; its `host` is the Host header) and the PostgreSQL `database` whose backends
+    count (default `args.db`; None for a server without one). `before[name]()`, if given, runs before
+    each of that kind's runs, unmeasured."""
 
-    def where(name: str):  # the server a kind runs on (`target[name]["server"]`, default the layout), its options
+    def where(name: str):
         opts = dict(target[name])
-        return opts.pop("server", layout), opts
+        srv = opts.pop("server", layout)
+        return srv, getattr(srv, "host", layout.host), opts.pop("database", args.db), opts
 
     for name, make in kinds.items():  # unmeasured warm-up
-        srv, opts = where(name)
-        loadgen.drive(srv.url, layout.host, make(2000), args.clients, args.warmup, **opts)
+        srv, host, _, opts = where(name)
+        loadgen.drive(srv.url, host, make(2000), args.clients, args.warmup, **opts)
     last: dict[str, float] = {}
     for rnd in range(1, args.alternations + 1):
         order = list(kinds) if rnd % 2 else list(reversed(kinds))
@@ -188,10 +192,10 @@ def alternate(layout, args, kinds: dict, target: dict, report: dict, before: dic
             if before and name in before:
                 before[name]()
             time.sleep(2.0)  # the metering flush of the previous run settles
-            srv, opts = where(name)
-            cpu = CpuSampler(server_pgid=srv.pgid, database=args.db)
+            srv, host, database, opts = where(name)
+            cpu = CpuSampler(server_pgid=srv.pgid, database=database)
             t0 = time.time()
-            res = loadgen.drive(srv.url, layout.host, bodies, args.clients, args.seconds, cpu, **opts)
+            res = loadgen.drive(srv.url, host, bodies, args.clients, args.seconds, cpu, **opts)
             last[name] = res["throughput_rps"]
             row = _row(rnd, name, res) | {"t0": round(t0, 1), "t1": round(time.time(), 1)}
             report["runs"].append(row)
