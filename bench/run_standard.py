@@ -130,7 +130,13 @@ def prepare_database(args) -> None:
     env = server_env(args)
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([py, "manage.py", "bootstrap_tenant", "--port", str(args.port)], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [py, "manage.py", "bootstrap_tenant", "--port", str(args.port)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=sys.stderr,
+    )
 
 
 class SessionServer:
@@ -256,6 +262,17 @@ def _json_lines(out: str) -> list[dict]:
     return rows
 
 
+def _tables(out: str) -> list[str]:
+    """A part's Markdown without its title, command line, JSON lines and fenced JSON blocks."""
+    keep, fenced = [], False
+    for line in out.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.startswith(("{", "# ", "Command: ")):
+            keep.append(line)
+    return keep
+
+
 def run_module(module: str, argv: list[str], timeout: int) -> dict:
     """Run one part of the suite as its own process (its progress on our stderr); keep its JSON lines and
     Markdown."""
@@ -280,7 +297,7 @@ def run_module(module: str, argv: list[str], timeout: int) -> dict:
         "returncode": proc.returncode,
         "seconds": round(time.perf_counter() - started, 1),
         "json": _json_lines(proc.stdout),
-        "markdown": [ln for ln in proc.stdout.splitlines() if not ln.startswith(("{", "# ", "Command: "))],
+        "markdown": _tables(proc.stdout),
     }
     if proc.returncode:
         res["error"] = f"exited with {proc.returncode} (its output above)"
