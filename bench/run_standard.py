@@ -14,8 +14,8 @@
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
 5. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
-    .venv/bin/python -m bench.run_standard            # ~35 min on 2 cores
-    .venv/bin/python -m bench.run_standard --quick    # ~8 min: one short run or round of each
+    .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
+    .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
     .venv/bin/python -m bench.run_standard --only two_way_private peers
     BENCH_ENV="HTTP_WORKERS=3" .venv/bin/python -m bench.run_standard --only two_way_private
 
