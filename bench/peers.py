@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         for srv in servers.values():
             srv.stop()
+        shutil.rmtree(home, ignore_errors=True)  # the peers' wallets
     report["summary"] = summary = {}
     for ours in [k for k in OURS if k in kinds]:
         for peer in [k for k in PEERS if k in kinds]:
