@@ -57,9 +57,13 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The benchmark suite (docs/benchmarks.md): `make bench QUICK=1` runs one short round of each part.
+# ACA-Py and Credo, the peers it compares with, are installed by their scripts (as for the e2e tests).
 bench: install
 	scripts/ensure_services.sh
-	$(PY) -m bench.run_standard $(BENCH_ARGS)
+	-scripts/ensure_extra_acapy.sh
+	-scripts/ensure_extra_credo.sh
+	$(PY) -m bench.run_standard $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 report: install
 	$(PY) manage.py run_usage_report

@@ -1,10 +1,8 @@
-"""DIDComm v2 speed (issue 15 §7): forwards per second against Decentrl's TWO_WAY_PRIVATE on the
-production layout, forward-to-live-push latency with 1,000 live recipients, RSS per idle socket.
+"""DIDComm v2: forwards per second beside Decentrl's TWO_WAY_PRIVATE on the production layout, and
+forward-to-live-push latency with live recipients.
 
     .venv/bin/python -m bench.didcomm_bench forwards --alternations 3 --seconds 10   # ~4 min
-    .venv/bin/python -m bench.didcomm_bench forwards --lean --alternations 4          # ~8 min
     .venv/bin/python -m bench.didcomm_bench push --live 1000 --sends 200               # ~3 min
-    .venv/bin/python -m bench.didcomm_bench idle --steps 1000 5000 [--redis]           # ~3 min
 
 `forwards`: a fresh database (bench/run_standard.py's), the production layout
 (scripts/run_production.sh: nginx → Granian, Daphne, no Celery, metering on, rate limits off), a
@@ -15,10 +13,7 @@ recipient, ~256-byte body as in TWO_WAY_PRIVATE), so the load generator only sen
 `--alternations` rounds of one run of each at `--clients` (the order flips every round), the same
 load generator (raw keep-alive sockets; POST /didcomm, 202 = success) and CPU accounting
 (bench/cpu.py): req/s, p50/p99, server and PostgreSQL CPU ms per request, DIDComm / Decentrl
-ratios per round and their medians. With `--lean` the lean reference (bench/lean_reference.py: no
-framework, the product's JWE code and statements, clients straight to it) runs too, started in the
-layout's environment once the worlds exist, and its forwards and TWO_WAY_PRIVATE take their turns in
-every round: the same forward / TWO_WAY_PRIVATE ratios for it, and production / lean per kind.
+ratios per round and their medians.
 
 `push`: the production layout again; `--live` wallets each granted, each with a recipient DID
 and one socket on /didcomm/ws through nginx in live mode (Pickup 3.0 live-delivery-change). One
@@ -27,11 +22,6 @@ connection to nginx; the recipient's socket stamps the pushed `delivery` (then u
 it carries one attachment). request→frame = from just before the POST to the frame (the whole
 path: nginx, Granian, decrypt, store, commit, Redis channel layer, Daphne, pack, socket);
 response→frame = from the 202 to the frame (negative when the push overtakes the response).
-
-`idle`: one Daphne process (bench/ws_common.py, database `mediator_bench_ws`), `--clients`
-granted wallets, sockets opened round-robin over them, each sent live-delivery-change (so it sits
-in its client's channel-layer group, as a wallet waiting for messages does) and then idle. At each
-step: sockets still open and the server's RSS; KiB per socket over the RSS before the first socket.
 
 JSON + Markdown under bench/results/didcomm-<part>-<UTC time>.*
 """
@@ -44,6 +34,7 @@ import functools
 import http.client
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -60,9 +51,8 @@ from apps.didcomm.core.agent import CM2, ENCRYPTED, FORWARD, PICKUP, Agent, rout
 from apps.didcomm.core.resolver import resolve_did
 from bench import loadgen
 from bench.cpu import CpuSampler
-from bench.lean_compare import LeanServer
 from bench.pg import db_url
-from bench.run_standard import Layout, machine, prepare_database, server_env
+from bench.run_standard import Layout, machine, prepare_database
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -128,6 +118,13 @@ def forwards(med: Mediator, targets: list[tuple[Agent, dict]], n: int) -> list[b
     return out
 
 
+def raise_nofile() -> None:
+    """Raise the open-file limit to the hard limit (each socket is a descriptor on both ends)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _layout_args(args) -> SimpleNamespace:
     return SimpleNamespace(db=args.db, redis_url=args.redis_url, port=args.port, env=NO_LIMITS + args.env,
                            no_celery=True, layout="production")  # fmt: skip
@@ -173,15 +170,19 @@ def _med(rows: list[dict], key: str):
 def alternate(layout, args, kinds: dict, target: dict, report: dict, before: dict | None = None) -> None:
     """An unmeasured warm-up of each kind, then `args.alternations` rounds of one measured run of each
     (the order flipping every round; bodies built before each run, sized from the previous rate).
-    `before[name]()`, if given, runs before each of that kind's runs, unmeasured."""
+    `target[name]` holds the kind's load generator options, and optionally the `server` it runs on
+    (default the layout; its `host` is the Host header) and the PostgreSQL `database` whose backends
+    count (default `args.db`; None for a server without one). `before[name]()`, if given, runs before
+    each of that kind's runs, unmeasured."""
 
-    def where(name: str):  # the server a kind runs on (`target[name]["server"]`, default the layout), its options
+    def where(name: str):
         opts = dict(target[name])
-        return opts.pop("server", layout), opts
+        srv = opts.pop("server", layout)
+        return srv, getattr(srv, "host", layout.host), opts.pop("database", args.db), opts
 
     for name, make in kinds.items():  # unmeasured warm-up
-        srv, opts = where(name)
-        loadgen.drive(srv.url, layout.host, make(2000), args.clients, args.warmup, **opts)
+        srv, host, _, opts = where(name)
+        loadgen.drive(srv.url, host, make(2000), args.clients, args.warmup, **opts)
     last: dict[str, float] = {}
     for rnd in range(1, args.alternations + 1):
         order = list(kinds) if rnd % 2 else list(reversed(kinds))
@@ -191,12 +192,12 @@ def alternate(layout, args, kinds: dict, target: dict, report: dict, before: dic
             if before and name in before:
                 before[name]()
             time.sleep(2.0)  # the metering flush of the previous run settles
-            srv, opts = where(name)
-            cpu = CpuSampler(server_pgid=srv.pgid, database=args.db)
+            srv, host, database, opts = where(name)
+            cpu = CpuSampler(server_pgid=srv.pgid, database=database)
             t0 = time.time()
-            res = loadgen.drive(srv.url, layout.host, bodies, args.clients, args.seconds, cpu, **opts)
+            res = loadgen.drive(srv.url, host, bodies, args.clients, args.seconds, cpu, **opts)
             last[name] = res["throughput_rps"]
-            row = _row(rnd, name, res) | {"t0": round(t0, 1), "t1": round(time.time(), 1)}  # for bench.pg_waits
+            row = _row(rnd, name, res) | {"t0": round(t0, 1), "t1": round(time.time(), 1)}
             report["runs"].append(row)
             print(f"   round {rnd} {name:16s} {row['throughput_rps']:7.1f} req/s  p50 {row['p50_ms']}  "
                   f"p99 {row['p99_ms']} ms  server {row['server_cpu_ms_per_req']} + PG "
@@ -246,7 +247,6 @@ def run_forwards(args) -> dict:
     print(f"== fresh database {args.db}", file=sys.stderr)
     prepare_database(la)
     layout = Layout(la)
-    lean = None
     try:
         world = loadgen.build_world(layout.url, layout.host, args.pairs)
         med = Mediator(layout.url, layout.host)
@@ -259,27 +259,14 @@ def run_forwards(args) -> dict:
         }
         forward_target = {"path": "/didcomm", "content_type": ENCRYPTED, "ok_status": 202}
         target: dict = {"didcomm_forward": forward_target, "two_way_private": {}}
-        if args.lean:  # started once the mediator DID exists (it reads it at its first forward)
-            lean = LeanServer(port=args.port + 10, database_url=db_url(args.db), workers=os.cpu_count() or 1,
-                              pool_size=8, env=server_env(la))  # fmt: skip
-            kinds |= {"lean_forward": kinds["didcomm_forward"], "lean_two_way_private": kinds["two_way_private"]}
-            target |= {"lean_forward": {**forward_target, "server": lean}, "lean_two_way_private": {"server": lean}}
-        # Every forward run starts on empty queues: with the lean reference's forwards as well, the
-        # runs' forwards would fill the 64 queues to their cap (1,000) and measure evictions.
+        # Every forward run starts on empty queues: otherwise the runs' forwards would fill the 64
+        # queues to their cap (1,000) and measure evictions.
         before = {kind: functools.partial(_empty_queues, db_url(args.db)) for kind in kinds if "forward" in kind}
         alternate(layout, args, kinds, target, report, before)
     finally:
-        if lean is not None:
-            lean.stop()
         layout.stop()
     runs = report["runs"]
     summary = report["summary"] = forwards_summary(runs, "didcomm_forward")
-    if args.lean:
-        summary["lean"] = forwards_summary(runs, "lean_forward", base="lean_two_way_private")
-        summary["production_over_lean"] = {
-            kind: forwards_summary(runs, kind, base="lean_" + kind.removeprefix("didcomm_"))
-            for kind in ("didcomm_forward", "two_way_private")
-        }
     rate, cpu = summary["rate_ratio_per_round"], summary["cpu_ratio_per_round"]
     md = [f"# didcomm forwards — {started}", "", "Command: `" + report["command"] + "`", "",
           "| round | kind | req/s | p50 ms | p99 ms | server CPU ms/req (by process) | PG CPU ms/req | client share "
@@ -292,15 +279,6 @@ def run_forwards(args) -> dict:
     md += ["", f"DIDComm / TWO_WAY_PRIVATE req/s per round {rate}, median **{summary['rate_ratio_median']}**; "
            f"CPU per request (server + PostgreSQL) TWO_WAY_PRIVATE / DIDComm per round {cpu}, median "
            f"**{summary['cpu_ratio_median']}**"]  # fmt: skip
-    if args.lean:
-        lean_s, over = summary["lean"], summary["production_over_lean"]
-        md += ["", f"The lean reference: forward / TWO_WAY_PRIVATE req/s per round {lean_s['rate_ratio_per_round']}, "
-               f"median **{lean_s['rate_ratio_median']}**; CPU TWO_WAY_PRIVATE / forward median "
-               f"{lean_s['cpu_ratio_median']}. Production / lean req/s: forwards median "
-               f"**{over['didcomm_forward']['rate_ratio_median']}** (per round "
-               f"{over['didcomm_forward']['rate_ratio_per_round']}), TWO_WAY_PRIVATE median "
-               f"**{over['two_way_private']['rate_ratio_median']}** (per round "
-               f"{over['two_way_private']['rate_ratio_per_round']})"]  # fmt: skip
     md += ["", "```", json.dumps(summary, indent=1), "```"]
     _save("forwards", report, "\n".join(md) + "\n")
     return report
@@ -440,9 +418,7 @@ async def _measure_push(layout, args) -> dict:
 
 
 def run_push(args) -> dict:
-    from bench import ws_common
-
-    ws_common.raise_nofile()
+    raise_nofile()
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     report: dict = {"started": started, "command": "python -m bench.didcomm_bench " + " ".join(sys.argv[1:]),
                     "machine": machine(), "runs": []}  # fmt: skip
@@ -469,80 +445,6 @@ def run_push(args) -> dict:
                   f"{', '.join(f'{x:.1f}' for x in r['loadavg'])} |")  # fmt: skip
     md += ["", "medians: " + json.dumps(report["median"])]
     _save("push", report, "\n".join(md) + "\n")
-    return report
-
-
-# --- memory per idle socket ------------------------------------------------------------------------
-
-
-async def _idle_run(args) -> list[dict]:
-    from bench import ws_common as wc_
-
-    port = wc_.free_port()
-    host = f"127.0.0.1:{port}"
-    await asyncio.to_thread(wc_.make_tenant, host)
-    env = {k: v for k, _, v in (e.partition("=") for e in NO_LIMITS)}
-    server = await asyncio.to_thread(wc_.start_daphne, port, redis=args.redis, env=env)
-    socks: list = []
-    rows = []
-    failures: dict[str, int] = {}
-    try:
-        med = Mediator(f"http://{host}", host)
-        wallets = [w for w, _ in await asyncio.to_thread(granted_wallets, med, args.clients, 2)]
-        await asyncio.sleep(args.settle)
-        baseline = server.rss_kib()
-        sem = asyncio.Semaphore(32)
-
-        async def one(k: int):
-            async with sem:
-                try:
-                    socks.append(
-                        await _open_live(f"ws://{host}/didcomm/ws", host, port, med, wallets[k % len(wallets)])
-                    )
-                except Exception as exc:  # noqa: BLE001 - counted
-                    failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
-
-        for target in args.steps:
-            t0 = time.perf_counter()
-            new = target - len(socks)
-            await asyncio.gather(*(one(len(socks) + k) for k in range(new)))
-            open_s = time.perf_counter() - t0
-            await asyncio.sleep(args.settle)
-            alive = sum(1 for s in socks if s.close_code is None)
-            rss = server.rss_kib()
-            row = {"target": target, "open": len(socks), "alive": alive, "open_failures": dict(failures),
-                   "open_rate_per_s": round(new / open_s, 1) if open_s else None,
-                   "baseline_rss_mib": round(baseline / 1024, 1), "rss_mib": round(rss / 1024, 1),
-                   "kib_per_socket": round((rss - baseline) / max(1, len(socks)), 1),
-                   "server_alive": server.proc.poll() is None, "loadavg": os.getloadavg()}  # fmt: skip
-            print(json.dumps(row), file=sys.stderr, flush=True)
-            rows.append(row)
-    finally:
-        for start in range(0, len(socks), 500):
-            await asyncio.gather(*(s.close() for s in socks[start : start + 500]), return_exceptions=True)
-        await asyncio.to_thread(server.stop)
-    return rows
-
-
-def run_idle(args) -> dict:
-    from bench import ws_common as wc_
-
-    nofile = wc_.raise_nofile()
-    wc_.prepare_database()
-    wc_.django_setup()
-    started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    layer = "redis" if args.redis else "in-memory"
-    report = {"started": started, "command": "python -m bench.didcomm_bench " + " ".join(sys.argv[1:]),
-              "machine": wc_.machine(), "nofile": nofile, "layer": layer,
-              "runs": [asyncio.run(_idle_run(args)) for _ in range(args.runs)]}  # fmt: skip
-    md = [f"# didcomm idle sockets — {started} ({layer} layer)", "", "Command: `" + report["command"] + "`", "",
-          "| run | sockets | alive after settling | open failures | RSS before sockets MiB | RSS MiB | KiB per socket "
-          "| open rate /s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for n, rows in enumerate(report["runs"], 1):
-        for r in rows:
-            md.append(f"| {n} | {r['target']} | {r['alive']} | {r['open_failures'] or 0} | {r['baseline_rss_mib']} "
-                      f"| {r['rss_mib']} | {r['kib_per_socket']} | {r['open_rate_per_s']} |")  # fmt: skip
-    _save("idle", report, "\n".join(md) + "\n")
     return report
 
 
@@ -573,24 +475,12 @@ def parts_parser(doc: str, *, db: str, port: int, live: int, live_help: str):
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap, sub = parts_parser(
+    ap, _ = parts_parser(
         __doc__, db="mediator_bench_didcomm", port=8340, live=1000, live_help="live recipients, one socket each"
     )
-    sub.choices["forwards"].add_argument(
-        "--lean",
-        action="store_true",
-        help="also the lean reference (bench/lean_reference.py, --port + 10): its forwards and TWO_WAY_PRIVATE "
-        "in every round beside production's",
-    )
-    i = sub.add_parser("idle")
-    i.add_argument("--steps", type=int, nargs="+", default=[1000, 5000])
-    i.add_argument("--clients", type=int, default=200, help="granted wallets the sockets are spread over")
-    i.add_argument("--runs", type=int, default=1)
-    i.add_argument("--settle", type=float, default=3.0)
-    i.add_argument("--redis", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
-    {"forwards": run_forwards, "push": run_push, "idle": run_idle}[args.part](args)
+    {"forwards": run_forwards, "push": run_push}[args.part](args)
 
 
 if __name__ == "__main__":

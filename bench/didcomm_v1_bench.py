@@ -1,4 +1,4 @@
-"""DIDComm v1 speed (issue 16 §5): routing/1.0 forwards per second against Decentrl's TWO_WAY_PRIVATE on
+"""DIDComm v1: routing/1.0 forwards per second against Decentrl's TWO_WAY_PRIVATE on
 the production layout, and forward-to-live-push latency over live v1 sockets (Pickup 2.0 live mode).
 The v1 sibling of bench/didcomm_bench.py (its layout, load generator, CPU accounting and socket
 stamping, alternation and summary are reused, not copied).
@@ -38,12 +38,13 @@ import statistics
 import sys
 import time
 import uuid
+from base64 import urlsafe_b64decode
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import httpx
 
-from apps.didcomm.core import envelope_v1
+from apps.didcomm.core import did_peer, envelope_v1
 from apps.didcomm.core.did_peer import peer4_didcomm_v1
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.didcomm.core.message_v1 import key_to_verkey
@@ -82,19 +83,55 @@ class V1Agent:
 
 
 class V1Mediator:
-    """POST /didcomm of a running deployment, as an Aries agent does (the OOB 1.1 invitation's key)."""
+    """A DIDComm v1 mediator's inbound HTTP endpoint, used as an Aries agent does: its OOB 1.1 invitation's
+    key for the connection, the grant's routing key for forwards. `invitation` defaults to this product's
+    (GET /didcomm/invitation?version=1); a peer mediator's is given with `path` its endpoint's path."""
 
-    def __init__(self, url: str, host: str):
-        self.url, self.host = url, host
-        with httpx.Client(base_url=url, headers={"Host": host}, timeout=30) as c:
-            self.invitation = c.get("/didcomm/invitation", params={"version": "1"}).json()
-        self.verkey = key_to_verkey(self.invitation["services"][0]["recipientKeys"][0])
+    def __init__(self, url: str, host: str, invitation: dict | None = None, path: str = "/didcomm"):
+        self.url, self.host, self.path = url, host, path
+        if invitation is None:
+            with httpx.Client(base_url=url, headers={"Host": host}, timeout=30) as c:
+                invitation = c.get("/didcomm/invitation", params={"version": "1"}).json()
+        self.invitation = invitation
+        self.verkey = key_to_verkey(invitation["services"][0]["recipientKeys"][0])
+        self.routing_verkey = self.verkey  # until a grant names the routing key
 
-    def send(self, client: httpx.Client, agent: V1Agent, message: dict) -> dict:
-        resp = client.post("/didcomm", content=agent.pack(message, self.verkey), headers={"Content-Type": ENVELOPE})
+    def send(self, client: httpx.Client, agent: V1Agent, message: dict, to: str | None = None) -> dict:
+        """`message` packed to `to` (default the invitation's key) on a return route; the answer unpacked."""
+        body = agent.pack(message, to or self.verkey)
+        resp = client.post(self.path, content=body, headers={"Content-Type": ENVELOPE})
         if resp.status_code != 200 or not resp.content:
             raise RuntimeError(f"{message['@type']}: {resp.status_code} {resp.text[:200]}")
         return agent.unpack(resp.content)
+
+
+def b64decode(value: str) -> bytes:
+    """Base64 with or without padding, standard or URL-safe alphabet."""
+    return urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
+
+
+def connection_verkey(response: dict, default: str) -> str:
+    """The key a DID Exchange response names for the connection (its DID's, or its attached document's
+    first recipient key), or `default` (the invitation's key) when it names none."""
+    did = response.get("did", "")
+    if did.startswith("did:peer:4"):
+        doc = did_peer.peer4_document_json(did)
+    elif did.startswith("did:peer:2"):
+        doc = did_peer.peer2_document_json(did)
+    elif "did_doc~attach" in response:
+        doc = json.loads(b64decode(response["did_doc~attach"]["data"]["base64"]))
+    else:
+        return default
+    key = doc["service"][0]["recipientKeys"][0]
+    if key.startswith("did:key:"):
+        return key_to_verkey(key.split("#")[0])
+    if "#" in key:  # a reference to one of the document's verification methods, wherever it is listed
+        methods = [m for f in ("verificationMethod", "publicKey", "authentication") for m in doc.get(f) or []]
+        vm = next(m for m in methods if isinstance(m, dict) and m["id"].endswith("#" + key.split("#")[1]))
+        if "publicKeyBase58" in vm:
+            return vm["publicKeyBase58"]
+        return key_to_verkey("did:key:" + vm["publicKeyMultibase"])
+    return key
 
 
 def granted_agents(med: V1Mediator, n: int, threads: int = 4) -> list[tuple[V1Agent, V1Agent]]:
@@ -105,11 +142,18 @@ def granted_agents(med: V1Mediator, n: int, threads: int = 4) -> list[tuple[V1Ag
         with httpx.Client(base_url=med.url, headers={"Host": med.host}, timeout=60) as c:
             request = agent.message(BASE + "didexchange/1.1/request", label="bench", did=agent.did)
             request["~thread"] = {"thid": request["@id"], "pthid": med.invitation["@id"]}
-            assert med.send(c, agent, request)["@type"] == BASE + "didexchange/1.1/response"
-            grant = med.send(c, agent, agent.message(CM1 + "mediate-request"))
+            response = med.send(c, agent, request)
+            assert response["@type"] == BASE + "didexchange/1.1/response", response
+            their = connection_verkey(response, med.verkey)
+            complete = {"@type": BASE + "didexchange/1.1/complete", "@id": str(uuid.uuid4()),
+                        "~thread": {"thid": request["@id"], "pthid": med.invitation["@id"]}}  # fmt: skip
+            c.post(med.path, content=agent.pack(complete, their), headers={"Content-Type": ENVELOPE})
+            grant = med.send(c, agent, agent.message(CM1 + "mediate-request"), to=their)
             assert grant["@type"] == CM1 + "mediate-grant", grant
+            if grant.get("routing_keys"):
+                med.routing_verkey = key_to_verkey(grant["routing_keys"][0].split("#")[0])
             update = agent.message(CM1 + "keylist-update", updates=[{"recipient_key": rcpt.did_key, "action": "add"}])
-            assert med.send(c, agent, update)["updated"][0]["result"] == "success"
+            assert med.send(c, agent, update, to=their)["updated"][0]["result"] == "success"
         return agent, rcpt
 
     with ThreadPoolExecutor(threads) as pool:
@@ -123,12 +167,12 @@ def inner_for(rcpt: V1Agent, payload_bytes: int = 256) -> dict:
 
 
 def forwards(med: V1Mediator, targets: list[tuple[V1Agent, dict]], n: int) -> list[bytes]:
-    """n fresh routing/1.0 forwards (anoncrypt to the routing key), round-robin over (recipient, inner)."""
+    """n fresh routing/1.0 forwards (anoncrypt to the grant's routing key), round-robin over (recipient, inner)."""
     out = []
     for i in range(n):
         rcpt, inner = targets[i % len(targets)]
         fwd = {"@type": FORWARD, "@id": str(uuid.uuid4()), "to": rcpt.verkey, "msg": inner}
-        out.append(json.dumps(envelope_v1.pack(json.dumps(fwd).encode(), to_verkeys=[med.verkey])).encode())
+        out.append(json.dumps(envelope_v1.pack(json.dumps(fwd).encode(), to_verkeys=[med.routing_verkey])).encode())
     return out
 
 
@@ -269,9 +313,7 @@ async def _measure_push(layout, args) -> dict:
 
 
 def run_push(args) -> dict:
-    from bench import ws_common
-
-    ws_common.raise_nofile()
+    v2.raise_nofile()
     report = _report("push")
     la = v2._layout_args(args)
     prepare_database(la)

@@ -77,8 +77,8 @@ def gen_direct(world: World, who_list: list[Identity], n: int, make_payload) -> 
 class RawHTTP:
     """A minimal keep-alive HTTP/1.1 client for the load: request bytes built once per body, one
     `sendall`, and a response parser that reads the status line, Content-Length (or chunks) and the
-    body. `http.client` cost ~0.36 ms of client CPU per request, a sixth of the box at 480 req/s,
-    CPU the server under test then lacks; this costs a fraction of it (docs/benchmark-history.md)."""
+    body: `http.client` costs several times its client CPU per request, CPU the server under test
+    would then lack on a shared box."""
 
     def __init__(
         self,
@@ -325,8 +325,8 @@ def _bulk_seed_sql(
 ) -> None:
     """Store `total` events spread over `owners` straight into PostgreSQL, with the rows exactly as
     SAVE_EVENTS stores them (one StoredEvent + one EventTag per event, the tag carrying the event's
-    timestamp, real encrypted tags), then VACUUM ANALYZE. ~20x faster than seeding through the
-    protocol; docs/benchmark-history.md says so."""
+    timestamp, real encrypted tags), then VACUUM ANALYZE: much faster than seeding through the
+    protocol (`--seed protocol` does that instead)."""
     import psycopg
 
     per_owner = total // len(owners)
@@ -447,8 +447,8 @@ MD_HEADER = (
 
 def nginx_us(cpu: dict | None):
     """nginx's CPU per request in µs: the same work for every request of every run, so it reads how
-    fast the VM ran during the run (throughput × this stays within ~10% across runs whose
-    throughput moves by 60%; docs/benchmark-history.md, "How noisy one number is")."""
+    fast the VM ran during the run (throughput × this stays roughly constant across runs whose
+    throughput moves with the box's other load)."""
     ms = ((cpu or {}).get("server_cpu_ms_per_req_by_process") or {}).get("nginx")
     return round(ms * 1000) if ms else "-"
 

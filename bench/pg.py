@@ -1,8 +1,7 @@
 """Where the benchmarks find PostgreSQL: one admin URL for every benchmark that creates a database.
 
-PostgreSQL runs on the same box, so the default is its Unix socket when there is one: measured
-against loopback TCP, about 5% less gunicorn CPU and 3% less PostgreSQL CPU per TWO_WAY_PRIVATE
-(docs/benchmark-history.md). BENCH_PG_ADMIN_URL overrides it.
+PostgreSQL runs on the same box, so the default is its Unix socket when there is one (a little
+less server and PostgreSQL CPU per request than loopback TCP). BENCH_PG_ADMIN_URL overrides it.
 """
 
 import os

@@ -1,19 +1,22 @@
-"""The standard benchmark set (`make bench`), one command:
+"""The benchmark suite, one command (`make bench`; `make bench QUICK=1` for a few minutes):
 
-1. a fresh PostgreSQL database (BENCH_DB, default `mediator_bench`), migrated, one tenant;
-2. the production layout (scripts/run_production.sh: nginx → Granian for HTTP, Daphne for /ws,
-   Redis channel layer, Celery) with rate limits off and metering on (buffered, the default);
-3. the HTTP scenarios through the protocol (bench/loadgen.py), each `--runs` times:
-   TWO_WAY_PRIVATE at 16 clients, QUERY_PENDING_EVENTS + ACKNOWLEDGE, SAVE_EVENTS, QUERY_EVENTS
-   by tag over `--stored` events (seeded with a bulk INSERT shaped exactly like SAVE_EVENTS rows,
-   see docs/benchmark-history.md; `--seed protocol` seeds through SAVE_EVENTS instead);
-4. push latency through the layout with 1,000 sockets (bench/push_production.py), then the
-   realtime benchmarks if present: bench/ws_push_latency.py (Daphne alone, Redis layer) and
-   bench/ws_idle_capacity.py (10,000 idle authenticated sockets, RSS);
-5. JSON + Markdown under bench/results/, medians printed.
+1. Decentrl: a fresh PostgreSQL database (BENCH_DB, default `mediator_bench`), migrated, one
+   tenant; the production layout (scripts/run_production.sh: nginx → Granian for HTTP, Daphne for
+   /ws, Redis channel layer, Celery) with rate limits off and metering on (buffered, the default);
+   the HTTP scenarios through the protocol (bench/loadgen.py), each `--runs` times: TWO_WAY_PRIVATE
+   at 16 clients and QUERY_EVENTS by tag over `--stored` events (seeded with a bulk INSERT shaped
+   exactly like SAVE_EVENTS rows; `--seed protocol` seeds through SAVE_EVENTS instead);
+   `query_pending_ack` and `save_events` run when named in `--only`;
+2. DIDComm v2: forwards beside TWO_WAY_PRIVATE, and forward-to-live-push latency
+   (bench/didcomm_bench.py);
+3. DIDComm v1: forwards beside TWO_WAY_PRIVATE (bench/didcomm_v1_bench.py);
+4. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
+   1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
+5. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
-    .venv/bin/python -m bench.run_standard            # ~12-15 min on 2 cores
-    .venv/bin/python -m bench.run_standard --quick    # ~3 min: 1 run, 100k stored events, 1000 idle sockets
+    .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
+    .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
+    .venv/bin/python -m bench.run_standard --only two_way_private peers
     BENCH_ENV="HTTP_WORKERS=3" .venv/bin/python -m bench.run_standard --only two_way_private
 
 Every HTTP run also records where the CPU went (bench/cpu.py): server processes, PostgreSQL
@@ -42,6 +45,19 @@ from bench.pg import PG_ADMIN_URL, db_url
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 HTTP_SCENARIOS = ("two_way_private", "query_pending_ack", "save_events", "query_events_by_tag")
+# The suite's parts after the Decentrl scenarios: each its own process (module, its arguments, then the
+# quick mode's), its results under bench/results/ as well.
+MODULES = {
+    "didcomm_v2": ("bench.didcomm_bench", ["forwards", "--alternations", "3", "--seconds", "10"],
+                   ["forwards", "--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "5000"]),
+    "didcomm_v2_push": ("bench.didcomm_bench", ["push", "--live", "1000", "--sends", "200"],
+                        ["push", "--live", "100", "--sends", "50"]),
+    "didcomm_v1": ("bench.didcomm_v1_bench", ["forwards", "--alternations", "3", "--seconds", "10"],
+                   ["forwards", "--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "5000"]),
+    "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
+              ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
+}  # fmt: skip
+SUITE = ("two_way_private", "query_events_by_tag", *MODULES)
 
 
 def machine() -> dict:
@@ -80,8 +96,8 @@ def server_env(args) -> dict:
             "DJANGO_SETTINGS_MODULE": "mediator_project.settings",
             "DATABASE_URL": db_url(args.db),
             "REDIS_URL": args.redis_url,
-            # Development mode with DEBUG off, as in every earlier run (docs/benchmark-history.md);
-            # run_production.sh would otherwise default to production and need its secrets.
+            # Development mode with DEBUG off: run_production.sh would otherwise default to
+            # production and need its secrets.
             "MEDIATOR_ENV": "development",
             "DJANGO_DEBUG": "0",
             "LOG_LEVEL": "WARNING",
@@ -114,7 +130,13 @@ def prepare_database(args) -> None:
     env = server_env(args)
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([py, "manage.py", "bootstrap_tenant", "--port", str(args.port)], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [py, "manage.py", "bootstrap_tenant", "--port", str(args.port)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=sys.stderr,
+    )
 
 
 class SessionServer:
@@ -126,9 +148,11 @@ class SessionServer:
     def pgid(self) -> int:
         return self.proc.pid
 
-    def launch(self, what: str, cmd: list[str], env: dict, log_name: str, url: str, host: str | None = None) -> None:
+    def launch(
+        self, what: str, cmd: list[str], env: dict, log_name: str, url: str, host: str | None = None, wait: float = 60
+    ) -> None:
         """Start `cmd` in its own session (output to var/bench/`log_name`) and wait until `url`'s
-        /health answers 200 (with Host `host`), at most 60 s; then a second for every worker."""
+        /health answers 200 (with Host `host`), at most `wait` s; then a second for every worker."""
         log_dir = ROOT / "var" / "bench"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / log_name
@@ -137,7 +161,7 @@ class SessionServer:
         )
         self.url = url
         headers = {"Host": host} if host else None
-        deadline = time.time() + 60
+        deadline = time.time() + wait
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(self.log_path.read_text(errors="replace"))
@@ -238,8 +262,20 @@ def _json_lines(out: str) -> list[dict]:
     return rows
 
 
+def _tables(out: str) -> list[str]:
+    """A part's Markdown without its title, command line, JSON lines and fenced JSON blocks."""
+    keep, fenced = [], False
+    for line in out.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.startswith(("{", "# ", "Command: ")):
+            keep.append(line)
+    return keep
+
+
 def run_module(module: str, argv: list[str], timeout: int) -> dict:
-    """Run one of the realtime benchmarks as its own process; keep its JSON lines and Markdown."""
+    """Run one part of the suite as its own process (its progress on our stderr); keep its JSON lines and
+    Markdown."""
     if not (ROOT / "bench" / (module.rsplit(".", 1)[1] + ".py")).exists():
         return {"module": module, "skipped": "not present"}
     print(f"== {module} {' '.join(argv)}", file=sys.stderr)
@@ -248,7 +284,7 @@ def run_module(module: str, argv: list[str], timeout: int) -> dict:
         proc = subprocess.run(
             [sys.executable, "-m", module, *argv],
             cwd=ROOT,
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
             timeout=timeout,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -261,26 +297,13 @@ def run_module(module: str, argv: list[str], timeout: int) -> dict:
         "returncode": proc.returncode,
         "seconds": round(time.perf_counter() - started, 1),
         "json": _json_lines(proc.stdout),
-        "markdown": [ln for ln in proc.stdout.splitlines() if ln.startswith("|")],
+        "markdown": _tables(proc.stdout),
     }
     if proc.returncode:
-        res["stderr_tail"] = proc.stderr[-2000:]
+        res["error"] = f"exited with {proc.returncode} (its output above)"
     for ln in res["markdown"]:
         print("   " + ln, file=sys.stderr)
     return res
-
-
-def run_push_production(args, layout: Layout) -> list[dict]:
-    rows = []
-    for _ in range(args.ws_runs):
-        r = run_module(
-            "bench.push_production",
-            ["--url", layout.url, "--host", layout.host, "--others", str(args.sockets), "--sends", str(args.sends)],
-            600,
-        )
-        rows.extend(r.get("json", []) or [r])
-        print(f"   {rows[-1]}", file=sys.stderr)
-    return rows
 
 
 def markdown(report: dict) -> str:
@@ -300,25 +323,15 @@ def markdown(report: dict) -> str:
             f"| {m['server_cpu_ms_per_req']} | {m['postgres_cpu_ms_per_req']} | {m['client_cpu_share']} "
             f"| {m['other_cpu_share']} | {m['capacity_rps_all_cores']} | {m.get('nginx_us_per_req')} |"
         )
-    if report.get("push_production"):
-        out += ["", "## Push latency through the production layout", "",
-                "| other sockets | open | response→frame p50 ms | p99 ms | request→frame p50 ms | p99 ms |", "|---|---|---|---|---|---|"]  # fmt: skip
-        for r in report["push_production"]:
-            if "resp_to_frame_p99_ms" in r:
-                out.append(
-                    f"| {r['others']} | {r['others_open']} | {r['resp_to_frame_p50_ms']} | {r['resp_to_frame_p99_ms']} "
-                    f"| {r['req_to_frame_p50_ms']} | {r['req_to_frame_p99_ms']} |"
-                )
-    for key in ("ws_push_latency", "ws_idle_capacity"):
-        r = report.get(key)
-        if r and r.get("markdown"):
-            out += ["", f"## {key} (`python -m {r['module']} {' '.join(r['argv'])}`)", "", *r["markdown"]]
+    for key, r in report.get("modules", {}).items():
+        out += ["", f"## {key} (`python -m {r['module']} {' '.join(r.get('argv', []))}`)", ""]
+        out += r.get("markdown") or [r.get("error") or r.get("skipped") or "no table"]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1 run, 8 s, 100k stored events, 1000 idle sockets")
+    ap.add_argument("--quick", action="store_true", help="one short run or round of each part, 100k stored events")
     ap.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench"))
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8300")))
@@ -330,12 +343,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stored", type=int, default=1_000_000)
     ap.add_argument("--seed", choices=("sql", "protocol"), default="sql")
     ap.add_argument("--tag-owners", type=int, default=10)
-    ap.add_argument("--only", nargs="+", default=[*HTTP_SCENARIOS, "push", "ws"], help="scenarios (and push, ws)")
-    ap.add_argument("--sockets", type=int, default=1000, help="other sockets for the push latency runs")
-    ap.add_argument("--sends", type=int, default=200)
-    ap.add_argument("--ws-runs", type=int, default=3)
-    ap.add_argument("--idle", type=int, nargs="+", default=[1000, 5000, 10000], help="idle capacity steps")
-    ap.add_argument("--idle-runs", type=int, default=1)
+    ap.add_argument(
+        "--only", nargs="+", choices=(*HTTP_SCENARIOS, *MODULES), default=list(SUITE), help="parts of the suite"
+    )
     ap.add_argument("--no-celery", action="store_true")
     ap.add_argument(
         "--layout",
@@ -348,8 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = ap.parse_args(argv)
     if args.quick:
-        args.runs, args.seconds, args.requests, args.stored = 1, 8, 15_000, min(args.stored, 100_000)
-        args.ws_runs, args.sends, args.idle = 1, 100, [1000]
+        args.runs, args.seconds, args.requests, args.stored = 1, 5, 10_000, min(args.stored, 100_000)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
     started = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     report: dict = {
@@ -361,24 +370,18 @@ def main(argv: list[str] | None = None) -> dict:
         "http": [],
     }  # fmt: skip
     t0 = time.perf_counter()
-    print(f"== fresh database {args.db}", file=sys.stderr)
-    prepare_database(args)
-    layout = Layout(args)
-    try:
-        report["http"] = run_http(args, layout)
-        if "push" in args.only and args.layout == "production":
-            report["push_production"] = run_push_production(args, layout)
-    finally:
-        layout.stop()
-    if "ws" in args.only:
-        report["ws_push_latency"] = run_module(
-            "bench.ws_push_latency",
-            ["--redis", "--others", str(args.sockets), "--sends", str(args.sends), "--runs", str(args.ws_runs)],
-            900,
-        )
-        report["ws_idle_capacity"] = run_module(
-            "bench.ws_idle_capacity", ["--steps", *map(str, args.idle), "--runs", str(args.idle_runs)], 900
-        )
+    if any(s in args.only for s in HTTP_SCENARIOS):
+        print(f"== fresh database {args.db}", file=sys.stderr)
+        prepare_database(args)
+        layout = Layout(args)
+        try:
+            report["http"] = run_http(args, layout)
+        finally:
+            layout.stop()
+    report["modules"] = {}
+    for key in [k for k in MODULES if k in args.only]:
+        module, full, quick = MODULES[key]
+        report["modules"][key] = run_module(module, quick if args.quick else full, 3600)
     report["total_s"] = round(time.perf_counter() - t0, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
     base = RESULTS / f"standard-{started}"

@@ -1,5 +1,6 @@
-"""ACA-Py 1.7.0 (its own Python >= 3.13 venv, var/acapy-venv) as an independent DIDComm v1 agent: start it,
-drive it through its admin API, collect its webhooks. Installed by scripts/ensure_extra_acapy.sh."""
+"""ACA-Py 1.7.0 (its own Python >= 3.13 venv, var/acapy-venv) as an independent DIDComm v1 agent, or as a
+mediator (the benchmark's peer): start it, drive it through its admin API, collect its webhooks. Installed
+by scripts/ensure_extra_acapy.sh."""
 
 from __future__ import annotations
 
@@ -126,9 +127,19 @@ class AcaPyAgent:
         self.webhooks.close()
 
 
-def start_agent(tmp_path: Path, label: str, *, mediator_invitation: str | None = None) -> AcaPyAgent:
+def start_agent(
+    tmp_path: Path,
+    label: str,
+    *,
+    mediator_invitation: str | None = None,
+    mediator: bool = False,
+    own_session: bool = False,
+    log_level: str = "info",
+) -> AcaPyAgent:
     """Start an ACA-Py agent with an askar sqlite wallet under `tmp_path`, auto-accepting invitations and
-    requests, and wait until its admin API says ready (about 6 s here)."""
+    requests, and wait until its admin API says ready (about 6 s here). With `mediator` it grants every
+    mediation request and keeps forwards for recipients without an endpoint until they pick them up;
+    `own_session` starts it in a session of its own (its pid is the session id)."""
     aca_py = ensure_installed()
     port, admin_port, webhooks = free_port(), free_port(), WebhookSink()
     home = tmp_path / f"acapy-{label}"
@@ -146,14 +157,18 @@ def start_agent(tmp_path: Path, label: str, *, mediator_invitation: str | None =
         "--no-ledger",
         "--wallet-type", "askar", "--wallet-name", label, "--wallet-key", secrets.token_hex(16), "--auto-provision",
         "--auto-accept-invites", "--auto-accept-requests", "--auto-ping-connection",
-        "--log-level", "info",
+        "--log-level", log_level,
     ]
     # fmt: on
+    if mediator:
+        cmd += ["--open-mediation", "--enable-undelivered-queue"]
     if mediator_invitation:
         cmd += ["--mediator-invitation", mediator_invitation]
     # ACAPY_HOME keeps the sqlite wallet in the test's directory (the default is ~/.acapy_agent).
     env = {**os.environ, "ACAPY_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=home, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=own_session
+    )
     agent = AcaPyAgent(label, port, admin_port, proc, log_path, webhooks)
     try:
         agent.wait_for("admin API", lambda: _ready(agent), timeout=45)

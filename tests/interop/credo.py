@@ -1,6 +1,6 @@
-"""Credo 0.6.3 (npm, DIDComm v1) as an independent mediation client: one `node credo_agent.mjs` process per
-agent, driven by JSON lines (tests/interop/credo/credo_agent.mjs says which). Installed by
-scripts/ensure_extra_credo.sh."""
+"""Credo 0.6.3 (npm, DIDComm v1) as an independent mediation client, or as a mediator on an HTTP port (the
+benchmark's peer): one `node credo_agent.mjs` process per agent, driven by JSON lines
+(tests/interop/credo/credo_agent.mjs says which). Installed by scripts/ensure_extra_credo.sh."""
 
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ class CredoAgent:
                 obj = json.loads(line)
             except ValueError:
                 continue  # Credo's own console output
+            if not isinstance(obj, dict):
+                continue  # Credo's own console output that happens to parse
             if "id" in obj and obj["id"] in self._answers:
                 self._answers[obj["id"]].put(obj)
             else:
@@ -117,9 +119,12 @@ def start_agent(
     pickup: str = "PickUpV2",
     polling_interval_ms: int = 1000,
     wallet_key: str | None = None,
+    mediator_port: int | None = None,
+    own_session: bool = False,
 ) -> CredoAgent:
     """Start a Credo agent whose askar wallet is a sqlite file under `tmp_path/credo-<label>` (so a restart with
-    the same label and key is the same agent) and wait until it has initialised."""
+    the same label and key is the same agent) and wait until it has initialised. With `mediator_port` it is a
+    mediator serving HTTP there; `own_session` starts it in a session of its own (its pid is the session id)."""
     home = tmp_path / f"credo-{label}"
     home.mkdir(parents=True, exist_ok=True)
     wallet = home / "wallet.sqlite"
@@ -132,6 +137,7 @@ def start_agent(
         "mediatorInvitationUrl": mediator_invitation,
         "pickup": pickup,
         "pollingIntervalMs": polling_interval_ms,
+        "mediatorPort": mediator_port,
     }
     log_path = tmp_path / f"credo-{label}.log"
     log = log_path.open("ab")
@@ -145,6 +151,7 @@ def start_agent(
         stderr=log,
         text=True,
         bufsize=1,
+        start_new_session=own_session,
     )
     agent = CredoAgent(label, wallet, key, proc, log_path)
     threading.Thread(target=agent._read, daemon=True).start()

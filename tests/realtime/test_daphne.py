@@ -25,10 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import MediatorSocket, open_authenticated
-from bench.ws_slow_reader import StalledSocket
 from tests.support.layers import redis_channel_layers
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
+from tests.support.stalled_socket import StalledSocket
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
-from bench.ws_slow_reader import StalledSocket
+from tests.support.stalled_socket import StalledSocket
 
 from .test_e2e_daphne import Deployment
 

@@ -1,10 +1,12 @@
 // One Credo 0.6 agent (DIDComm v1, askar wallet in a sqlite file) driven by the tests as an independent
-// mediation client: `node credo_agent.mjs '<config json>'`, then one JSON command per stdin line; it
-// answers each command and reports what happens as JSON lines on stdout.
+// mediation client, or by the benchmark as a mediator: `node credo_agent.mjs '<config json>'`, then one
+// JSON command per stdin line; it answers each command and reports what happens as JSON lines on stdout.
 //
 // config: {label, walletPath, walletKey, mediatorInvitationUrl?, pickup?: "PickUpV1" | "PickUpV2" | "PickUpV2LiveMode",
-//          pollingIntervalMs?}
-// commands: {id, cmd: "create-invitation"} -> {id, ok, url}
+//          pollingIntervalMs?, mediatorPort?}
+// mediatorPort: Credo's mediator (auto-granting, forwards queued for pickup) behind an HTTP inbound transport
+//          on 127.0.0.1:mediatorPort, as @credo-ts/node's HttpInboundTransport serves it.
+// commands: {id, cmd: "create-invitation", multiUse?} -> {id, ok, url}
 //           {id, cmd: "receive-invitation", url} -> {id, ok, connectionId} once the connection completes
 //           {id, cmd: "send-message", connectionId, content} -> {id, ok}
 //           {id, cmd: "mediation"} -> {id, ok, state, endpoint, routingKeys, recipientKeys}
@@ -14,6 +16,7 @@
 // The askar native library comes from LIB_ASKAR_PATH (scripts/ensure_extra_credo.sh).
 import { EventEmitter } from 'node:events'
 import { promises as fs } from 'node:fs'
+import http from 'node:http'
 import path from 'node:path'
 import readline from 'node:readline'
 
@@ -27,8 +30,11 @@ import {
   DidCommDidExchangeState,
   DidCommHttpOutboundTransport,
   DidCommMediatorPickupStrategy,
+  DidCommMessageForwardingStrategy,
+  DidCommMessageReceiver,
   DidCommModule,
   DidCommRoutingEventTypes,
+  DidCommTransportService,
   DidCommWsOutboundTransport,
 } from '@credo-ts/didcomm'
 import WebSocket from 'ws'
@@ -102,6 +108,53 @@ const mediationRecipient = config.mediatorInvitationUrl
     }
   : false
 
+// @credo-ts/node's HttpInboundTransport on node:http: one POST of an envelope is one session; an answer
+// on the return route is the response body, otherwise 200 once the message is handled.
+class HttpSession {
+  constructor(res) {
+    this.id = crypto.randomUUID()
+    this.type = 'http'
+    this.res = res
+  }
+  async send(_agentContext, encryptedMessage) {
+    if (this.res.headersSent) throw new Error('http transport session has been closed')
+    this.res.writeHead(200, { 'Content-Type': 'application/didcomm-envelope-enc' })
+    this.res.end(JSON.stringify(encryptedMessage))
+  }
+  async close() {
+    if (!this.res.headersSent) this.res.writeHead(200).end()
+  }
+}
+class HttpInboundTransport {
+  constructor(port) {
+    this.port = port
+  }
+  async start(agentContext) {
+    const receiver = agentContext.dependencyManager.resolve(DidCommMessageReceiver)
+    const sessions = agentContext.dependencyManager.resolve(DidCommTransportService)
+    this.server = http.createServer((req, res) => {
+      const chunks = []
+      req.on('data', (c) => chunks.push(c))
+      req.on('end', async () => {
+        if (req.method !== 'POST') return res.writeHead(405).end()
+        const session = new HttpSession(res)
+        try {
+          await receiver.receiveMessage(JSON.parse(Buffer.concat(chunks).toString()), { session })
+          if (!res.headersSent) res.writeHead(200).end()
+        } catch (error) {
+          if (!res.headersSent) res.writeHead(500).end('Error when processing message')
+        } finally {
+          sessions.removeSession(session)
+        }
+      })
+    })
+    await new Promise((resolve) => this.server.listen(this.port, '127.0.0.1', resolve))
+  }
+  async stop() {
+    await new Promise((resolve) => this.server.close(resolve))
+  }
+}
+
 const agent = new Agent({
   config: {
     allowInsecureHttpUrls: true,
@@ -119,15 +172,22 @@ const agent = new Agent({
       },
     }),
     didcomm: new DidCommModule({
-      // No inbound transport: like a phone wallet, everything comes back on return routes.
-      transports: { outbound: [new DidCommHttpOutboundTransport(), new DidCommWsOutboundTransport()] },
+      // No inbound transport (like a phone wallet, everything comes back on return routes) unless a mediator.
+      transports: {
+        inbound: config.mediatorPort ? [new HttpInboundTransport(config.mediatorPort)] : [],
+        outbound: [new DidCommHttpOutboundTransport(), new DidCommWsOutboundTransport()],
+      },
+      endpoints: config.mediatorPort ? [`http://127.0.0.1:${config.mediatorPort}`] : undefined,
       // DIDCOMM-NOTES: a forwarded DID Exchange request makes the recipient send a keylist-update
-      // and wait for its answer; handled one at a time, that stalls 15 s.
-      processDidCommMessagesConcurrently: true,
+      // and wait for its answer; handled one at a time, that stalls 15 s. A mediator keeps Credo's default
+      // (each message handled before its HTTP response, so an answer can take the return route).
+      processDidCommMessagesConcurrently: !config.mediatorPort,
       connections: { autoAcceptConnections: true },
       credentials: false,
       proofs: false,
-      mediator: false,
+      mediator: config.mediatorPort
+        ? { autoAcceptMediationRequests: true, messageForwardingStrategy: DidCommMessageForwardingStrategy.QueueOnly }
+        : false,
       mediationRecipient,
     }),
   },
@@ -165,8 +225,8 @@ function waitForConnection(outOfBandId) {
 }
 
 const handlers = {
-  async 'create-invitation'() {
-    const record = await agent.didcomm.oob.createInvitation({ multiUseInvitation: false })
+  async 'create-invitation'({ multiUse }) {
+    const record = await agent.didcomm.oob.createInvitation({ multiUseInvitation: multiUse ?? false })
     return { url: record.outOfBandInvitation.toUrl({ domain: 'https://example.org' }), outOfBandId: record.id }
   },
   async 'receive-invitation'({ url }) {
