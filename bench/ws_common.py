@@ -151,7 +151,7 @@ def start_daphne(port: int, *, redis: bool, env: dict | None = None) -> Daphne:
         [
             sys.executable,
             "-m",
-            "daphne",
+            "mediator_project.socket_server",
             "-b",
             "127.0.0.1",
             "-p",

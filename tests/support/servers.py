@@ -102,12 +102,13 @@ class Server:
 def start_daphne(
     tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None
 ) -> Server:
-    """Start `daphne mediator_project.asgi:application` and wait until /health answers."""
+    """Start Daphne as every layout does (`python -m mediator_project.socket_server`) and wait
+    until /health answers."""
     port = port or free_port()
     log_path = tmp_path / f"daphne-{port}.log"
     full_env = server_env(env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mediator_project.asgi:application"],
+        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port)],
         cwd=ROOT,
         env=full_env,
         stdout=log_path.open("wb"),
