@@ -47,6 +47,7 @@ from apps.didcomm.core.errors import DidcommError
 from apps.ops import limits
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
+from apps.realtime.layerloss import LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
@@ -147,7 +148,7 @@ def _rows(wake: dict) -> list[Row] | None:
         return None
 
 
-class DidcommConsumer(AsyncWebsocketConsumer):
+class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     """One DIDComm client socket."""
 
     async def connect(self) -> None:
@@ -343,6 +344,11 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         # drop the report of a client that reads again late (apps/realtime/sendbudget.py).
         await self.budget.drained()
         await self._close(SEND_BUDGET_CLOSE)
+
+    async def layer_lost(self) -> None:
+        """The channel layer is gone (realtime.layerloss): no wakes could reach this socket."""
+        if not getattr(self, "closed", False):  # unset when the layer failed before connect()
+            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
 
     async def disconnect(self, code: int) -> None:
         self.closed = True

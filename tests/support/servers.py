@@ -204,3 +204,44 @@ def start_celery_worker(
         time.sleep(0.2)
     worker.stop()
     raise RuntimeError(f"celery worker did not start:\n{worker.log()}")
+
+
+@dataclass
+class RedisServer:
+    """A private `redis-server` a test may stop (an outage) without touching the shared ones."""
+
+    port: int
+    proc: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        """Stop it and wait until its port refuses connections."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def start_redis(tmp_path: Path) -> RedisServer:
+    """`redis-server` on a free port, without persistence, once it answers PING."""
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=(tmp_path / f"redis-{port}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    server = RedisServer(port=port, proc=proc)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if redis.Redis(port=port, socket_connect_timeout=1).ping():
+                return server
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    server.stop()
+    raise RuntimeError("redis-server did not start")
