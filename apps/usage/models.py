@@ -17,7 +17,7 @@ from django.db import models
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
 PROTOCOL_MAX = 16
-DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm" into the same table
+DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm-v2" / "didcomm-v1" into the same table
 
 
 class CommandMeter(models.Model):
