@@ -186,6 +186,8 @@ def _job_env() -> dict[str, str]:
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONUNBUFFERED": "1",
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            "USAGE_LAKE_URI": str(settings.USAGE_LAKE_URI),
+            "USAGE_LAKE_RETENTION_DAYS": str(settings.USAGE_LAKE_RETENTION_DAYS),
         }
     )
     return env

@@ -63,3 +63,12 @@ def staff_user(django_user_model):
         )
     )
     return user
+
+
+@pytest.fixture(autouse=True)
+def lake_dir(tmp_path, monkeypatch, settings):
+    """A metering lake of the test's own (the export and the report, in process and in job processes)."""
+    path = str(tmp_path / "lake")
+    monkeypatch.setenv("USAGE_LAKE_URI", path)
+    settings.USAGE_LAKE_URI = path
+    return path
