@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from pyspark.sql import functions as F
 
-from apps.usage import services
+from apps.usage import services, tasks
 from apps.usage.models import CommandMeter, MeterExport
 from spark_reports import lake, transform
 from spark_reports.config import database_from_url
@@ -155,3 +155,10 @@ def test_spark_figures_from_the_lake_equal_sql_across_days_tenants_and_protocols
         p50, p95 = exact[(r["tenant_id"], r["day"])]
         assert dataset.latency_within_bound(r["latency_p50_ms"], p50)
         assert dataset.latency_within_bound(r["latency_p95_ms"], p95)
+
+
+def test_the_beat_task_exports_through_a_job_process(spark, tenant_a, tenant_b):
+    meter_rows([tenant_a, tenant_b], 40)
+    assert tasks.export_metering() == "exported 40 metering rows (0 interrupted exports abandoned)"
+    assert tasks.export_metering() == "exported 0 metering rows (0 interrupted exports abandoned)"
+    assert services.metering_watermark() == CommandMeter.objects.latest("pk").pk
