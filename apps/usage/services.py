@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -141,32 +140,21 @@ def _parse_result(output: str) -> dict | None:
     return None
 
 
-def _engine_env() -> tuple[str, int] | None:
-    """The local engine's address when the job will use it (neither SPARK_REMOTE nor SPARK_MASTER)."""
-    if os.environ.get("SPARK_REMOTE", "").strip() or os.environ.get("SPARK_MASTER", "").strip():
-        return None
-    return os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1"), int(os.environ.get("SPARK_ENGINE_PORT") or 15002)
-
-
-def _engine_up(address: tuple[str, int]) -> bool:
-    try:
-        with socket.create_connection(address, timeout=1.0):
-            return True
-    except OSError:
-        return False
+def _local_engine() -> bool:
+    """The job will use this deployment's local engine (neither SPARK_REMOTE nor SPARK_MASTER)."""
+    return not (os.environ.get("SPARK_REMOTE", "").strip() or os.environ.get("SPARK_MASTER", "").strip())
 
 
 def spark_engine_ensure(*, env: dict[str, str]) -> str | None:
-    """Start the local Spark engine when it is not answering (the lazy start of `make run`; under
-    the production layout its supervisor restarts it, and this finds it up). Returns None when it
-    answers, else what went wrong. A cluster (SPARK_REMOTE / SPARK_MASTER) is not ours to start."""
-    address = _engine_env()
-    if address is None or _engine_up(address):
+    """Start this deployment's local Spark engine unless it is up (the lazy start of `make run`;
+    under the production layout its supervisor restarts it, and this finds it up); `engine start`
+    recognises its own engine and never uses another deployment's. Returns None when it answers,
+    else what went wrong. A cluster (SPARK_REMOTE / SPARK_MASTER) is not ours to start."""
+    if not _local_engine():
         return None
-    log.warning("spark engine %s:%s not answering: starting it", *address)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "spark_reports.engine", "start", "--var-dir", str(settings.VAR_DIR)],
+            [sys.executable, "-m", "spark_reports.engine", "start"],
             cwd=settings.BASE_DIR,
             env=env,
             capture_output=True,

@@ -35,6 +35,9 @@ def spark_engine(tmp_path_factory):
     port = _free_port()
     os.environ["SPARK_ENGINE_PORT"] = str(port)
     var = tmp_path_factory.mktemp("spark-engine")
+    # The tests' own deployment (its engine is never a `make run` engine of this checkout, nor the
+    # reverse): job processes and workers started later inherit it.
+    os.environ["MEDIATOR_VAR_DIR"] = str(var)
     pid = engine.start_background(var_dir=var, host="127.0.0.1", port=port)
     yield port
     os.kill(pid, 15)
