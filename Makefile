@@ -6,7 +6,7 @@ PORT ?= 8000
 BIND ?= 127.0.0.1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install run operator test lint format bench report clean
+.PHONY: install run operator test lint format bench report clean spark-cluster-test
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ test: install
 	scripts/ensure_services.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 	env -u MEDIATOR_TEST_DB_NAME TEST_DATABASE_URL=sqlite:///$(CURDIR)/var/test-sqlite.sqlite3 USAGE_METERING_MODE=sync $(PY) -m pytest $(SQLITE_TESTS)
+
+# A Spark standalone cluster (master + 2 workers, scripts/spark_cluster.py) runs a report with a
+# worker killed mid-report and must publish exactly local mode's figures. Four more JVMs: its own
+# target (CI runs it after `make test`).
+spark-cluster-test: install
+	scripts/ensure_services.sh
+	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -71,6 +71,10 @@ def server_command(host: str, port: int) -> list[str]:
         # Whose engine this is: clients check it (config.build_session), `stop` looks for it.
         DEPLOYMENT_CONF: deployment_id(),
     }
+    master = os.environ.get("SPARK_ENGINE_MASTER", "local[*]")
+    if not master.startswith("local"):
+        # Executors on a cluster's workers (scripts/spark_cluster.py, or the user's own).
+        confs["spark.executor.memory"] = os.environ.get("SPARK_EXECUTOR_MEMORY", "512m")
     cmd = [
         str(spark_submit()),
         "--class",
@@ -78,7 +82,7 @@ def server_command(host: str, port: int) -> list[str]:
         "--name",
         "mediator-spark-engine",
         "--master",
-        os.environ.get("SPARK_ENGINE_MASTER", "local[*]"),
+        master,
         "--driver-memory",
         os.environ.get("SPARK_DRIVER_MEMORY", "1g"),
         "--jars",
