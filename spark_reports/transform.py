@@ -13,8 +13,8 @@ Per tenant and UTC day:
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
 Inputs: the metering rows arrive as rows from the Parquet lake (lake.py), which `meter_partials`
-aggregates in ONE scan into two kinds of partial aggregates (a grouping set each), merged as
-below; registrations, pending and stored events arrive as rows.
+aggregates in ONE scan into two kinds of aggregates (a grouping set each); registrations, pending
+and stored events arrive as rows.
 - `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
   table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
   top are all derived;
@@ -31,9 +31,10 @@ Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY ov
 rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
 rank (exact when n <= accuracy).
 
-Cost: Spark scans the lake's columns once (`meter_partials`: both partial aggregates in one
-aggregation with two grouping sets), merges them (`merge_meters`, over thousands of times fewer
-rows) and only reshapes aggregates after it. The database is not read for metering.
+Cost: Spark scans the lake's columns once and aggregates them in one shuffle (`meter_partials`:
+both aggregates, two grouping sets), then only reshapes aggregates thousands of times smaller than
+the rows. The database is not read for metering. (`merge_meters` merges partial aggregates of the
+same shape, e.g. of several sources.)
 """
 
 from __future__ import annotations
@@ -164,16 +165,14 @@ def latency_bucket(duration: Column) -> Column:
 
 def meter_partials(rows: DataFrame) -> DataFrame:
     """Metering rows (tenant_id, day, protocol, command_type, code, sender_did, bytes_in, bytes_out,
-    duration_ms) to both partial aggregates (extract.SCHEMAS["meters"]) in one scan: the counts per
-    tenant, day, protocol, type, code and sender (histogram 0), and the latency histogram per
-    tenant, day and bucket (histogram 1: commands and the bucket's largest duration)."""
+    duration_ms) to both aggregates (extract.SCHEMAS["meters"]) in one scan and one shuffle: the
+    counts per tenant, day, protocol, type, code and sender, labelled as the report shows them
+    (histogram 0), and the latency histogram per tenant, day and bucket (histogram 1: commands and
+    the bucket's largest duration). Already merged: what `merge_meters` gives for these rows."""
     keyed = rows.select(
         "tenant_id",
         "day",
-        "protocol",
-        "command_type",
-        "code",
-        "sender_did",
+        *[c.alias(name) for name, c in _labels().items()],
         latency_bucket(F.col("duration_ms")).alias("bucket"),
         "bytes_in",
         "bytes_out",
