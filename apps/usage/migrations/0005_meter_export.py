@@ -4,27 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('usage', '0004_didcomm_protocols'),
+        ("usage", "0004_didcomm_protocols"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MeterExport',
+            name="MeterExport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('lo_id', models.BigIntegerField(help_text='exclusive')),
-                ('hi_id', models.BigIntegerField(help_text='inclusive')),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('committed', 'Committed'), ('abandoned', 'Abandoned')], default='pending', max_length=10)),
-                ('rows', models.BigIntegerField(default=0)),
-                ('first_at', models.DateTimeField(blank=True, null=True)),
-                ('last_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("lo_id", models.BigIntegerField(help_text="exclusive")),
+                ("hi_id", models.BigIntegerField(help_text="inclusive")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("committed", "Committed"), ("abandoned", "Abandoned")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("rows", models.BigIntegerField(default=0)),
+                ("first_at", models.DateTimeField(blank=True, null=True)),
+                ("last_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'indexes': [models.Index(fields=['state', 'hi_id'], name='meterexport_state_hi')],
+                "indexes": [models.Index(fields=["state", "hi_id"], name="meterexport_state_hi")],
             },
         ),
     ]
