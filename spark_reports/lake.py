@@ -52,7 +52,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import psycopg
 from pyarrow import fs as pafs
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, LongType, StructField, StructType
 
@@ -233,12 +234,8 @@ def export(
         # A task keeps one open file per (day, tenant) it meets instead of sorting its rows by
         # partition first (the rows arrive in id order, the tenants interleaved).
         spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
-        observation = Observation("meter-export")
         rows = read_range(spark, db, attempt)
         out = rows.withColumn("day", F.to_date("at")).withColumn("export", F.lit(attempt.export).cast("long"))
-        out = out.observe(
-            observation, F.count(F.lit(1)).alias("rows"), F.min("at").alias("first_at"), F.max("at").alias("last_at")
-        )
         (
             out.write.mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
@@ -247,7 +244,7 @@ def export(
         )
         if after_write:
             after_write(attempt)
-        stats = dict(observation.get)
+        stats = written(spark, lake, attempt.export)
         _commit(db, pg, attempt, stats)
     return {
         "export": attempt.export,
@@ -257,6 +254,22 @@ def export(
         "abandoned": abandoned,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def written(spark: SparkSession, lake: str, export: int) -> dict:
+    """What attempt `export` wrote, read back from the lake (only its folders): rows and time span.
+    The commit records what the files hold, not what the write meant to hold."""
+    root = meters_uri(lake)
+    files = spark.read.schema(LAKE_SCHEMA).option("basePath", root).parquet(f"{root}/day=*/tenant_id=*/export={export}")
+    try:
+        found = files.agg(
+            F.count(F.lit(1)).alias("rows"), F.min("at").alias("first_at"), F.max("at").alias("last_at")
+        ).first()
+    except AnalysisException as exc:  # no folder at all: the range held no row (ids of deleted rows)
+        if "PATH_NOT_FOUND" not in str(exc):
+            raise
+        return {"rows": 0, "first_at": None, "last_at": None}
+    return found.asDict()
 
 
 def read_meters(
