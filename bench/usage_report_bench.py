@@ -1,16 +1,23 @@
-"""Usage report benchmark: the Spark job on the warm engine beside the same aggregates computed by
-PostgreSQL alone.
+"""Usage report benchmark: the metering export into the lake, then the Spark job on the warm engine
+reading the lake, beside the same aggregates computed by PostgreSQL alone.
 
     .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1   # "fast enough to click"
-    .venv/bin/python -m bench.usage_report_bench --rows 1000000 --rows 20000000 --runs 3 --runs 1   # + the 20M simulation
+    .venv/bin/python -m bench.usage_report_bench --rows 10000000 --runs 1   # the 10M-row target
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1 --compare /tmp/old-tree  # old vs new
+
+- export: `python -m spark_reports.lake export` over all the rows (what the beat runs every few
+  minutes, here with the whole table past the watermark): its seconds (JDBC id-range reads,
+  Parquet write, the watermark's commit) and rows/s, on the fresh engine and again on the warm
+  one (`export_warm`: the attempts and the lake reset, the same rows exported anew);
 
 - warm: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
   starts, as a client of an engine (spark_reports/engine.py) that is already up and has run one
   report: client start, extract, transform, load (wall clock of the process);
 - sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
-  top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded.
+  top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded;
+  sql_groupby: the first of those alone, one GROUP BY (the target's "ratio ≤ 1x" compares with it).
+  The report itself reads no metering row from PostgreSQL (its export ran first and found nothing new).
 - stages: the job's own step timestamps (from its progress lines), when its result line came and
   when the process ended, and the phases its result line reports (session, bounds, merge, tables,
   write, stop), per run;
@@ -19,8 +26,9 @@ PostgreSQL alone.
 
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
 with generate_series: 3 tenants (--tenants), 7 days (--days), 500 sender DIDs, 12 command types,
-~9% errors. The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
-Medians go to stdout and bench/results/usage_report-<rows>.json.
+~9% errors, the three protocols in turn. The lake is var/bench-usage/lake (emptied with the
+database). The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
+Medians go to stdout and var/bench-results/usage_report-<rows>.json (var/ is ignored by git).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +52,8 @@ TENANTS = 3
 FIRST = date(2026, 1, 1)
 LAST = FIRST + timedelta(days=DAYS - 1)
 ENGINE_PORT = int(os.environ.get("BENCH_ENGINE_PORT", "15099"))
+BENCH_VAR = ROOT / "var" / "bench-usage"  # the bench's own deployment: its engine's name, its lake
+LAKE = BENCH_VAR / "lake"
 
 SQL_EQUIVALENT = [
     """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END),
@@ -74,6 +85,8 @@ def django_env() -> dict:
             "PYTHONPATH": str(ROOT),
             "REPORT_DATABASE_URL": f"{PG}/{DB}",
             "SPARK_ENGINE_PORT": str(ENGINE_PORT),
+            "MEDIATOR_VAR_DIR": str(BENCH_VAR),
+            "USAGE_LAKE_URI": str(LAKE),
         }
     )
     return env
@@ -81,6 +94,7 @@ def django_env() -> dict:
 
 def prepare(rows: int) -> list[int]:
     """Fresh database with `rows` metering rows; returns the tenant ids."""
+    shutil.rmtree(LAKE, ignore_errors=True)
     psql(f"DROP DATABASE IF EXISTS {DB}")
     psql(f"CREATE DATABASE {DB}")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=django_env(), check=True)
@@ -102,11 +116,13 @@ def prepare(rows: int) -> list[int]:
     types = "ARRAY['QUERY_EVENTS','SAVE_EVENTS','ACKNOWLEDGE_EVENTS','QUERY_PENDING_EVENTS','TWO_WAY_PRIVATE','REQUEST_COMMUNICATION_CONTRACT','QUERY_COMMUNICATION_CONTRACTS','SAVE_COMMUNICATION_CONTRACT','UPDATE_EVENT_TAGS','COMMUNICATION_CONTRACT_RESPONSE','QUERY_PENDING_CONTRACT_REQUESTS','ACKNOWLEDGE_CONTRACT_REQUESTS']"
     t0 = time.perf_counter()
     psql(
-        f"""INSERT INTO usage_commandmeter (tenant_id, at, transport, channel, command_type, code, http_status,
+        f"""INSERT INTO usage_commandmeter (tenant_id, at, transport, protocol, channel, command_type, code, http_status,
               bytes_in, bytes_out, duration_ms, sender_did)
             SELECT (ARRAY[{",".join(map(str, ids))}])[1 + (g % {TENANTS})],
                    TIMESTAMPTZ '{FIRST.isoformat()} 00:00:00+00' + (g::float / {rows} * {DAYS} * 86400) * INTERVAL '1 second',
-                   CASE WHEN g % 5 = 0 THEN 'ws' ELSE 'http' END, 'DIRECT_AUTHENTICATED',
+                   CASE WHEN g % 5 = 0 THEN 'ws' ELSE 'http' END,
+                   (ARRAY['decentrl','didcomm-v2','didcomm-v1'])[1 + (g / 7 % 3)],
+                   (ARRAY['DIRECT_AUTHENTICATED','didcomm-v2','didcomm-v1'])[1 + (g / 7 % 3)],
                    ({types})[1 + (g * 7 % 12)],
                    CASE WHEN g % 17 = 0 THEN 'INVALID_SIGNATURE' WHEN g % 31 = 0 THEN 'RATE_LIMITED' ELSE 'SUCCESS' END,
                    200, 200 + (g * 13 % 4000), 60 + (g * 11 % 9000), (g * 37 % 20000) / 100.0,
@@ -173,6 +189,37 @@ def warm(run_id: int, tree: Path = ROOT) -> tuple[float, dict]:
     return time.perf_counter() - t0, steps
 
 
+def export() -> dict:
+    """The metering export over every row past the watermark, as its own process (what the beat runs)."""
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "spark_reports.lake", "export"],
+        cwd=ROOT,
+        env=django_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wall = time.perf_counter() - t0
+    line = next(x for x in reversed(out.stdout.splitlines()) if x.startswith("LAKE_EXPORT "))
+    result = json.loads(line.split(" ", 1)[1])
+    result["wall_s"] = round(wall, 2)
+    result["rows_per_s"] = round(result["rows"] / result["seconds"]) if result["seconds"] else None
+    return result
+
+
+def sql_groupby() -> float:
+    """One PostgreSQL GROUP BY over the same rows: the daily figures (SQL_EQUIVALENT's first query)."""
+    import psycopg
+
+    with psycopg.connect(f"{PG}/{DB}") as conn:
+        t0 = time.perf_counter()
+        conn.execute(
+            SQL_EQUIVALENT[0], {"lo": f"{FIRST} 00:00:00+00", "hi": f"{LAST + timedelta(days=1)} 00:00:00+00"}
+        ).fetchall()
+        return time.perf_counter() - t0
+
+
 def sql_only() -> float:
     import psycopg
 
@@ -185,7 +232,18 @@ def sql_only() -> float:
 
 def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = None) -> dict:
     prepare(rows)
-    result: dict = {"rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": []}
+    result: dict = {
+        "rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": [], "sql_groupby_s": []
+    }  # fmt: skip
+    result["export"] = export()
+    if warm_ups:
+        # The engine's first Spark job paid the JVM's warm-up: the same rows exported anew on the warm
+        # engine (no attempt recorded, an empty lake), as every later export runs. Later sizes find
+        # the engine warm already.
+        shutil.rmtree(LAKE, ignore_errors=True)
+        psql("DELETE FROM usage_meterexport", DB)
+        result["export_warm"] = export()
+    print(f"  export {result['export']}  warm {result.get('export_warm')}", flush=True)
     if compare:
         result.update(compare_tree=str(compare), compare_s=[])
     new_run_id()  # Django's first connection, so that timings below hold only the work
@@ -196,6 +254,7 @@ def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = Non
             warm(new_run_id(), compare)
     for i in range(runs):
         result["sql_s"].append(round(sql_only(), 2))
+        result["sql_groupby_s"].append(round(sql_groupby(), 2))
         # With --compare, this tree's job and the other's run in turn, the order flipping every run.
         trees = [(ROOT, "warm_s"), (compare, "compare_s")] if compare else [(ROOT, "warm_s")]
         for tree, key in trees if i % 2 == 0 else trees[::-1]:
@@ -203,10 +262,11 @@ def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = Non
             result[key].append(round(seconds, 2))
             result.setdefault(key.replace("_s", "_stages"), []).append(steps)
             print(f"  sql {result['sql_s'][-1]}s  {key} {result[key][-1]}s  {steps}", flush=True)
-    for key in ("warm_s", "sql_s", "compare_s"):
+    for key in ("warm_s", "sql_s", "sql_groupby_s", "compare_s"):
         if key in result:
             result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
     result["ratio"] = round(result["warm_median_s"] / result["sql_median_s"], 2)
+    result["ratio_vs_groupby"] = round(result["warm_median_s"] / result["sql_groupby_median_s"], 2)
     if compare:
         result["warm_vs_compare"] = round(result["warm_median_s"] / result["compare_median_s"], 2)
     return result
@@ -234,10 +294,11 @@ def main() -> None:
     LAST = FIRST + timedelta(days=DAYS - 1)
     os.chdir(ROOT)
     env = django_env()
-    os.environ["SPARK_ENGINE_PORT"] = env["SPARK_ENGINE_PORT"]
+    for name in ("SPARK_ENGINE_PORT", "MEDIATOR_VAR_DIR"):
+        os.environ[name] = env[name]
     from spark_reports import engine
 
-    pid = engine.start_background(var_dir=ROOT / "var" / "bench-engine", host="127.0.0.1", port=ENGINE_PORT)
+    pid = engine.start_background(var_dir=BENCH_VAR, host="127.0.0.1", port=ENGINE_PORT)
     try:
         run_all(args)
     finally:
@@ -245,7 +306,7 @@ def main() -> None:
 
 
 def run_all(args) -> None:
-    out_dir = ROOT / "bench" / "results"
+    out_dir = ROOT / "var" / "bench-results"
     out_dir.mkdir(parents=True, exist_ok=True)
     sizes = args.rows or [1_000_000, 5_000_000]
     runs = args.runs or [3]

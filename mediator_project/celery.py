@@ -81,8 +81,18 @@ app.conf.beat_schedule = {
         "schedule": MINUTE,
         "options": {"expires": MINUTE},
     },
-    # Metering retention (issue 6): drop metering rows older than each tenant's
-    # metering_retention_days. Implemented by the usage app.
+    # The metering export: every few minutes the rows past the watermark leave the database once,
+    # into the Parquet lake the reports read (spark_reports/lake.py; a report exports first too).
+    # One export at a time (an advisory lock); a tick that finds one running waits, then finds
+    # little left to do.
+    "export-metering": {
+        "task": "apps.usage.tasks.export_metering",
+        "schedule": 5 * MINUTE,
+        "options": {"expires": 5 * MINUTE},
+    },
+    # Metering retention: exported rows older than USAGE_METERING_KEEP_DAYS (2 days) leave the
+    # database, any row older than its tenant's metering_retention_days too, and the lake drops
+    # its day partitions older than USAGE_LAKE_RETENTION_DAYS. Implemented by the usage app.
     "prune-metering": {
         "task": "apps.usage.tasks.prune_metering",
         "schedule": crontab(hour=2, minute=10),

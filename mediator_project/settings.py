@@ -499,6 +499,13 @@ USAGE_REPORT_MAX_DAYS = env_int("USAGE_REPORT_MAX_DAYS", 366)
 USAGE_ENGINE_START_TIMEOUT_S = env_int("USAGE_ENGINE_START_TIMEOUT_S", 180)
 # Nightly catch-up: the nightly run reports every day since the last one reported, at most this many.
 USAGE_NIGHTLY_MAX_CATCHUP_DAYS = env_int("USAGE_NIGHTLY_MAX_CATCHUP_DAYS", 7)
+# The metering lake (spark_reports/lake.py): a local path or any Hadoop filesystem URI the Spark
+# engine can write (hdfs://, s3a://, gs://, abfs://: docs/usage.md says what object storage needs).
+USAGE_LAKE_URI = env("USAGE_LAKE_URI", str(VAR_DIR / "lake"))
+# Whole UTC days the lake keeps (older day partitions are dropped by prune_metering).
+USAGE_LAKE_RETENTION_DAYS = env_int("USAGE_LAKE_RETENTION_DAYS", 400)
+# Days an exported metering row stays in the database (the live dashboard reads the last hour).
+USAGE_METERING_KEEP_DAYS = env_int("USAGE_METERING_KEEP_DAYS", 2)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO")
 # LOG_FORMAT=json: one JSON object per line (command lines carry tenant, command, code, status,

@@ -1,18 +1,51 @@
 #!/usr/bin/env bash
 # The embedded default: one Daphne process (HTTP + /ws) on SQLite and the in-memory channel layer.
-# Background helpers (the Celery worker with beat) are started here and stopped with it.
-# Ctrl+C (or TERM) stops them all and exits 0, so `make run` ends quietly (no "make: *** Interrupt").
+# Background helpers (the Celery worker with beat) are started here and stopped with it, and so is
+# this deployment's Spark engine, which the worker starts on the first report or export in its
+# own session (spark_reports/engine.py; on a port of its own, recorded in var/spark-engine.json).
+# Ctrl+C (or TERM, to this script or its process group) stops them all and exits 0, so `make run`
+# ends quietly (no "make: *** Interrupt"): TERM to every process started here and to what they
+# started (a report job), KILL to any still alive after MEDIATOR_STOP_GRACE_S (default 20) seconds,
+# and `engine stop` for the engine. Further Ctrl+Cs do not cut that short.
 set -euo pipefail
 BIND="${1:-127.0.0.1}"
 PORT="${2:-8000}"
 VENV="${VENV:-.venv}"
+STOP_GRACE_S="${MEDIATOR_STOP_GRACE_S:-20}"
 pids=()
+descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+running() {  # alive and not a zombie
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${state:0:1}" != Z ]
+}
 stop_all() {
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  trap '' INT TERM
+  local procs=() p left deadline engine_stop
+  "$VENV/bin/python" -m spark_reports.engine stop >/dev/null 2>&1 & engine_stop=$!
+  for p in "${pids[@]:-}"; do
+    [ -n "$p" ] || continue
+    procs+=("$p")
+    mapfile -t -O "${#procs[@]}" procs < <(descendants "$p")
+  done
+  for p in "${procs[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+  deadline=$((SECONDS + STOP_GRACE_S))
+  while :; do
+    left=0
+    for p in "${procs[@]:-}"; do [ -n "$p" ] && running "$p" && left=1; done
+    [ "$left" = 0 ] || [ "$SECONDS" -ge "$deadline" ] && break
+    sleep 0.2
+  done
+  for p in "${procs[@]:-}"; do [ -n "$p" ] && running "$p" && kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 on_signal() {
-  trap - INT TERM EXIT
+  trap - EXIT
   echo "Stopping…"
   stop_all
   echo "Stopped."

@@ -3,8 +3,11 @@
 Where a job runs, first match wins:
 SPARK_REMOTE            sc://host:port of a Spark Connect server (a cluster's): the job is its client
 SPARK_MASTER            a classic master (local[*], spark://..., yarn): the job starts its own driver
-(neither)               the warm local engine, sc://SPARK_ENGINE_HOST:SPARK_ENGINE_PORT
-                        (default 127.0.0.1:15002; spark_reports/engine.py starts it)
+(neither)               the warm local engine of THIS deployment, sc://SPARK_ENGINE_HOST:port
+                        (spark_reports/engine.py starts it): the port is SPARK_ENGINE_PORT when set,
+                        else the one the engine recorded in MEDIATOR_VAR_DIR/spark-engine.json (a
+                        free port chosen when it started). The job checks that the engine is this
+                        deployment's (its spark.mediator.deployment) before using it.
 
 SPARK_LOCAL_IP          default 127.0.0.1 (set before a classic driver's JVM starts)
 SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
@@ -20,6 +23,8 @@ REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -97,9 +102,43 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+# The Spark conf naming the deployment a local engine belongs to (engine.py sets it on the server).
+DEPLOYMENT_CONF = "spark.mediator.deployment"
+
+
+def var_dir() -> Path:
+    """The deployment's var/ (MEDIATOR_VAR_DIR, as the Django settings read it)."""
+    return Path(os.environ.get("MEDIATOR_VAR_DIR") or ROOT / "var").resolve()
+
+
+def deployment_id() -> str:
+    """This deployment's name for its engine: two checkouts (two var/ folders) never share one."""
+    return hashlib.sha256(str(var_dir()).encode()).hexdigest()[:16]
+
+
+def engine_record_path() -> Path:
+    return var_dir() / "spark-engine.json"
+
+
+def engine_record() -> dict:
+    """What the running engine recorded (port, pid, deployment), or {}."""
+    try:
+        return json.loads(engine_record_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def engine_address() -> tuple[str, int]:
-    """Where the warm local engine listens."""
-    return os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1"), env_int("SPARK_ENGINE_PORT", 15002)
+    """Where this deployment's warm local engine listens: SPARK_ENGINE_PORT when set, else the port
+    it recorded when it started (0 when none is recorded: nothing answers there)."""
+    host = os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1")
+    if os.environ.get("SPARK_ENGINE_PORT", "").strip():
+        return host, env_int("SPARK_ENGINE_PORT", 0)
+    return host, int(engine_record().get("port") or 0)
+
+
+class ForeignEngine(RuntimeError):
+    """The engine answering on this deployment's address belongs to another deployment."""
 
 
 def session_target() -> tuple[str, str]:
@@ -133,7 +172,14 @@ def build_session(app_name: str = "mediator-usage-report"):
         # The JDBC drivers and the JVM's settings are the server's (engine.py); only SQL settings travel.
         # One config round trip at creation (the builder sends its map at once), not one per setting.
         settings = {**SESSION_CONFIG, "spark.sql.shuffle.partitions": shuffle}
-        return SparkSession.builder.remote(target).appName(app_name).config(map=settings).create()
+        session = SparkSession.builder.remote(target).appName(app_name).config(map=settings).create()
+        if not os.environ.get("SPARK_REMOTE", "").strip():
+            # The local engine: never another deployment's (a second checkout, a stale record).
+            found = session.conf.get(DEPLOYMENT_CONF, "")
+            if found != deployment_id():
+                session.stop()
+                raise ForeignEngine(f"the Spark engine at {target} is not this deployment's ({found or 'unnamed'})")
+        return session
     return _classic_session(app_name, target, shuffle)
 
 

@@ -1,21 +1,13 @@
-"""Extract: the report's inputs over JDBC, with partitioned reads on each table's bigint id.
+"""Extract: the report's database inputs over JDBC, with partitioned reads on each table's bigint id,
+and the metering rows' JDBC read of the lake's export (lake.py).
 
 Only metadata columns are selected; payloads, tags and signatures are never read.
 PostgreSQL timestamps arrive as timestamps. SQLite stores Django datetimes as UTC text
 ("YYYY-MM-DD HH:MM:SS[.ffffff]"), so they are read as text and parsed here (session time zone UTC).
 
-The metering rows are never read one by one (issue 17): each id range of them is read as ONE query
-that the database aggregates inside the range in ONE scan, giving two kinds of partial rows, which
-Spark merges across ranges (transform.merge_meters):
-- counts (histogram = 0): per tenant, UTC day, protocol, command type, code and sender: commands
-  and bytes;
-- latency (histogram = 1): per tenant, UTC day and latency bucket (LATENCY_BUCKET): commands and the
-  largest duration of the bucket (a mergeable histogram; the percentiles' error bound is in
-  transform.py).
-PostgreSQL computes both with `GROUP BY GROUPING SETS` (hashed: one pass over the range's rows
-feeding two hash tables, given the job's session settings in config.py); SQLite, which has no grouping sets, with a `UNION ALL` of the two
-`GROUP BY`s in the same query. What crosses the wire and what Spark schedules is thousands of times
-smaller than the rows.
+The metering rows are not read by a report: the export (lake.py) reads each of them once, into the
+Parquet lake, and the report aggregates the lake's files in Spark (transform.meter_partials). A
+report still reads registrations, pending and stored events here.
 """
 
 from __future__ import annotations
@@ -39,6 +31,7 @@ from pyspark.sql.types import (
 )
 
 from .config import Database, env_int
+from .transform import LATENCY_BUCKET_FLOOR, LATENCY_BUCKETS_PER_E  # noqa: F401 - the histogram's definition, re-exported
 
 # Every input's columns and types as the transform sees them, whatever the database: a JDBC read is
 # cast to these, and an input that the bounds query says is empty is an empty local DataFrame of
@@ -79,6 +72,22 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
         ("commands", LongType()),
         ("top_ms", DoubleType()),
     ],
+    # One metering row as the export reads it (lake.py) and the lake keeps it.
+    "meter_rows": [
+        ("id", LongType()),
+        ("tenant_id", LongType()),
+        ("at", TimestampType()),
+        ("transport", StringType()),
+        ("protocol", StringType()),
+        ("channel", StringType()),
+        ("command_type", StringType()),
+        ("code", StringType()),
+        ("http_status", LongType()),
+        ("bytes_in", LongType()),
+        ("bytes_out", LongType()),
+        ("duration_ms", DoubleType()),
+        ("sender_did", StringType()),
+    ],
     "registrations": [("tenant_id", LongType()), ("created_at", TimestampType())],
     "pending": [("tenant_id", LongType()), ("created_at", TimestampType()), ("acknowledged_at", TimestampType())],
     "stored": [("tenant_id", LongType()), ("created_at", TimestampType()), ("payload_bytes", LongType())],
@@ -86,31 +95,15 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
 # Rows per JDBC partition: a small input is one JDBC read (one task); a large one is split into
 # ranges of about this many rows, up to SPARK_JDBC_PARTITIONS ranges read in parallel.
 ROWS_PER_PARTITION = 250_000
-# A command's latency bucket: floor(LATENCY_BUCKETS_PER_E * ln(duration_ms)), so that the durations
-# of one bucket differ by less than a factor e^(1/1000) (0.1 %); durations <= 0 share the lowest
-# bucket. The one definition of the histogram (both dialects' SQL is built from it).
-LATENCY_BUCKETS_PER_E = 1000
-LATENCY_BUCKET_FLOOR = -(10**9)  # below floor(1000 * ln(any positive double)) >= -745 000
 
 
 @dataclass(frozen=True)
 class ReportInputs:
     """The inputs of the report, with normalised column types."""
 
-    meters: DataFrame  # per id range: both partial aggregates of the metering rows (SCHEMAS["meters"])
     registrations: DataFrame  # tenant_id, created_at
     pending: DataFrame  # tenant_id, created_at, acknowledged_at
     stored: DataFrame  # tenant_id, created_at, payload_bytes
-
-    @property
-    def counts(self) -> DataFrame:
-        """The counts partials: tenant_id, day, protocol, command_type, code, sender_did, commands, bytes_in, bytes_out."""
-        return self.meters.where(F.col("histogram") == 0).select(*[c for c, _ in SCHEMAS["counts"]])
-
-    @property
-    def latency(self) -> DataFrame:
-        """The latency partials: tenant_id, day, bucket, commands, top_ms."""
-        return self.meters.where(F.col("histogram") == 1).select(*[c for c, _ in SCHEMAS["latency"]])
 
 
 def _ts_literal(db: Database, d: date) -> str:
@@ -120,7 +113,7 @@ def _ts_literal(db: Database, d: date) -> str:
     return f"TIMESTAMPTZ '{d.isoformat()} 00:00:00+00'"
 
 
-def _ts(db: Database, column: str) -> str:
+def ts_column(db: Database, column: str) -> str:
     """The column as the job wants to read it: text on SQLite, a timestamp on PostgreSQL."""
     name = column.split(".")[-1]
     return f"CAST({column} AS TEXT) AS {name}" if db.is_sqlite else f"{column} AS {name}"
@@ -129,45 +122,6 @@ def _ts(db: Database, column: str) -> str:
 def _day(db: Database, column: str) -> str:
     """The UTC day of a timestamp column: a date on PostgreSQL, 'YYYY-MM-DD' text on SQLite."""
     return f"substr({column}, 1, 10)" if db.is_sqlite else f"CAST(({column} AT TIME ZONE 'UTC') AS DATE)"
-
-
-def latency_bucket_sql(column: str) -> str:
-    """LATENCY_BUCKET in SQL (PostgreSQL's and SQLite's ln, floor and CAST agree)."""
-    return (
-        f"CASE WHEN {column} > 0 THEN CAST(FLOOR(LN({column}) * {LATENCY_BUCKETS_PER_E}) AS BIGINT)"
-        f" ELSE {LATENCY_BUCKET_FLOOR} END"
-    )
-
-
-def _meters_read(db: Database) -> Read:
-    """One id range of metering rows to both partial aggregates in one query (the module's docstring)."""
-    day = _day(db, "at")
-    bucket = latency_bucket_sql("duration_ms")
-    if db.is_sqlite:
-        return Read(
-            "meters",
-            f"0 AS histogram, tenant_id, {day} AS day, protocol, command_type, code, sender_did, NULL AS bucket,"
-            " COUNT(*) AS commands, CAST(SUM(bytes_in) AS BIGINT) AS bytes_in,"
-            " CAST(SUM(bytes_out) AS BIGINT) AS bytes_out, NULL AS top_ms",
-            " GROUP BY 2, 3, 4, 5, 6, 7",
-            then=Read(
-                "meters",
-                f"1 AS histogram, tenant_id, {day} AS day, NULL AS protocol, NULL AS command_type, NULL AS code,"
-                f" NULL AS sender_did, {bucket} AS bucket, COUNT(*) AS commands, NULL AS bytes_in,"
-                " NULL AS bytes_out, MAX(duration_ms) AS top_ms",
-                " GROUP BY 2, 3, 8",
-            ),
-        )
-    # GROUPING(bucket) is 1 on the rows of the set without the bucket: the counts.
-    return Read(
-        "meters",
-        "1 - GROUPING(bucket) AS histogram, tenant_id, day, protocol, command_type, code, sender_did, bucket,"
-        " COUNT(*) AS commands, CAST(SUM(bytes_in) AS BIGINT) AS bytes_in,"
-        " CAST(SUM(bytes_out) AS BIGINT) AS bytes_out, MAX(duration_ms) AS top_ms",
-        " GROUP BY GROUPING SETS ((tenant_id, day, protocol, command_type, code, sender_did), (tenant_id, day, bucket))",
-        inner=f"tenant_id, {day} AS day, protocol, command_type, code, sender_did, {bucket} AS bucket,"
-        " bytes_in, bytes_out, duration_ms",
-    )
 
 
 def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
@@ -248,7 +202,7 @@ def read_ranges(
 
     fetchsize 10 000: the PostgreSQL driver otherwise buffers the whole result of a range in memory.
     customSchema: the declared types (SQLite's driver guesses a column's type from its declaration,
-    and SQLite's timestamps and days are read as text, cast by `_typed`).
+    and SQLite's timestamps and days are read as text, cast by `typed`).
     pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
     wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
     `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows)."""
@@ -286,7 +240,7 @@ def schema(name: str) -> StructType:
     return StructType([StructField(column, kind, True) for column, kind in SCHEMAS[name]])
 
 
-def _typed(df: DataFrame, name: str) -> DataFrame:
+def typed(df: DataFrame, name: str) -> DataFrame:
     """The frame's declared columns, cast to its declared types (SQLite's timestamps and days are text)."""
     return df.select(*[F.col(column).cast(kind).alias(column) for column, kind in SCHEMAS[name]])
 
@@ -296,21 +250,19 @@ TEXT_COLUMNS = {
     "registrations": ("created_at",),
     "pending": ("created_at", "acknowledged_at"),
     "stored": ("created_at",),
+    "meter_rows": ("at",),
 }
 
 
 def extract(
     spark: SparkSession, db: Database, date_from: date, date_to: date, tenant_ids: list[int] | None = None
 ) -> tuple[ReportInputs, dict[str, int]]:
-    """Read the metering rows' partial aggregates, registrations, pending and stored events for
+    """Read registrations, pending and stored events for
     [date_from, date_to] (UTC days); also returns how many rows each input holds (known before any
     row is read: progress shows it)."""
     lo = _ts_literal(db, date_from)
     hi = _ts_literal(db, date_to + timedelta(days=1))
     rows = {
-        "meters": Rows(
-            f"FROM usage_commandmeter WHERE at >= {lo} AND at < {hi}{_tenant_filter('tenant_id', tenant_ids)}", "id"
-        ),
         # A registration is a contract the identity owns and requested from this tenant's own DID
         # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
         "registrations": Rows(
@@ -332,15 +284,14 @@ def extract(
         ),
     }
     reads = {
-        "meters": _meters_read(db),
-        "registrations": Read("registrations", f"c.tenant_id AS tenant_id, {_ts(db, 'c.created_at')}"),
-        "pending": Read("pending", f"tenant_id, {_ts(db, 'created_at')}, {_ts(db, 'acknowledged_at')}"),
-        "stored": Read("stored", f"tenant_id, {_ts(db, 'created_at')}, payload_bytes"),
+        "registrations": Read("registrations", f"c.tenant_id AS tenant_id, {ts_column(db, 'c.created_at')}"),
+        "pending": Read("pending", f"tenant_id, {ts_column(db, 'created_at')}, {ts_column(db, 'acknowledged_at')}"),
+        "stored": Read("stored", f"tenant_id, {ts_column(db, 'created_at')}, payload_bytes"),
     }
     bounds = _bounds(db, rows)
     frames = {
         # An input the bounds say is empty is not read at all (its JDBC read would still cost a task).
-        name: _typed(read_ranges(spark, db, read, rows[read.rows], bounds[read.rows], name), name)
+        name: typed(read_ranges(spark, db, read, rows[read.rows], bounds[read.rows], name), name)
         if bounds[read.rows][2]
         else spark.createDataFrame([], schema(name))
         for name, read in reads.items()

@@ -12,9 +12,9 @@ Per tenant and UTC day:
   share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
-Inputs: the metering rows arrive as two kinds of partial aggregates per JDBC id range (extract.py:
-the database groups each range), which the transform merges; registrations, pending and stored events
-arrive as rows.
+Inputs: the metering rows arrive as rows from the Parquet lake (lake.py), which `meter_partials`
+aggregates in ONE scan into two kinds of aggregates (a grouping set each); registrations, pending
+and stored events arrive as rows.
 - `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
   table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
   top are all derived;
@@ -31,9 +31,10 @@ Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY ov
 rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
 rank (exact when n <= accuracy).
 
-Cost (docs/benchmark-history.md, issue 17): the database scans each range of metering rows once (both
-partial aggregates in one query); Spark merges both in one aggregation (`merge_meters`) and only
-reshapes aggregates after it.
+Cost: Spark scans the lake's columns once and aggregates them in one shuffle (`meter_partials`:
+both aggregates, two grouping sets), then only reshapes aggregates thousands of times smaller than
+the rows. The database is not read for metering. (`merge_meters` merges partial aggregates of the
+same shape, e.g. of several sources.)
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 PERCENTILE_ACCURACY = 10_000
+# A command's latency bucket: floor(LATENCY_BUCKETS_PER_E * ln(duration_ms)), so that the durations
+# of one bucket differ by less than a factor e^(1/1000) (0.1 %); durations <= 0 share the lowest
+# bucket. The one definition of the histogram.
+LATENCY_BUCKETS_PER_E = 1000
+LATENCY_BUCKET_FLOOR = -(10**9)  # below floor(1000 * ln(any positive double)) >= -745 000
 SUCCESS = "SUCCESS"
 # The codes that are not errors (apps/usage/selectors.py NOT_ERRORS says the same): SUCCESS, and
 # EVICTED, a DIDComm forward stored after the overflow policy evicted the recipient's oldest message
@@ -145,6 +151,56 @@ def command_counts(partials: DataFrame, date_from: date, date_to: date) -> DataF
             F.sum("bytes_in").cast("long").alias("bytes_in"),
             F.sum("bytes_out").cast("long").alias("bytes_out"),
         )
+    )
+
+
+def latency_bucket(duration: Column) -> Column:
+    """LATENCY_BUCKET of a duration column."""
+    return (
+        F.when(duration > 0, F.floor(F.log(duration) * LATENCY_BUCKETS_PER_E))
+        .otherwise(F.lit(LATENCY_BUCKET_FLOOR))
+        .cast("long")
+    )
+
+
+def meter_partials(rows: DataFrame) -> DataFrame:
+    """Metering rows (tenant_id, day, protocol, command_type, code, sender_did, bytes_in, bytes_out,
+    duration_ms) to both aggregates (extract.SCHEMAS["meters"]) in one scan and one shuffle: the
+    counts per tenant, day, protocol, type, code and sender, labelled as the report shows them
+    (histogram 0), and the latency histogram per tenant, day and bucket (histogram 1: commands and
+    the bucket's largest duration). Already merged: what `merge_meters` gives for these rows."""
+    keyed = rows.select(
+        "tenant_id",
+        "day",
+        *[c.alias(name) for name, c in _labels().items()],
+        latency_bucket(F.col("duration_ms")).alias("bucket"),
+        "bytes_in",
+        "bytes_out",
+        "duration_ms",
+    )
+    counts_set = ["tenant_id", "day", "protocol", "command_type", "code", "sender_did"]
+    histogram_set = ["tenant_id", "day", "bucket"]
+    grouped = keyed.groupingSets(
+        [[F.col(c) for c in counts_set], [F.col(c) for c in histogram_set]],
+        *[F.col(c) for c in dict.fromkeys(counts_set + histogram_set)],
+    ).agg(
+        F.grouping("bucket").alias("_counts"),
+        F.count(F.lit(1)).cast("long").alias("commands"),
+        F.sum("bytes_in").cast("long").alias("bytes_in"),
+        F.sum("bytes_out").cast("long").alias("bytes_out"),
+        F.max("duration_ms").alias("top_ms"),
+    )
+    counts_row = F.col("_counts") == 1
+    return grouped.select(
+        (1 - F.col("_counts")).cast("long").alias("histogram"),
+        "tenant_id",
+        "day",
+        *[F.when(counts_row, F.col(c)).alias(c) for c in ("protocol", "command_type", "code", "sender_did")],
+        F.when(~counts_row, F.col("bucket")).alias("bucket"),
+        "commands",
+        F.when(counts_row, F.col("bytes_in")).alias("bytes_in"),
+        F.when(counts_row, F.col("bytes_out")).alias("bytes_out"),
+        F.when(~counts_row, F.col("top_ms")).alias("top_ms"),
     )
 
 

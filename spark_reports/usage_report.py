@@ -27,10 +27,11 @@ from datetime import date
 
 from pyspark.sql import DataFrame
 
+from . import lake as meter_lake
 from .config import Database, build_session, database_from_env, env_int, session_target
 from .extract import extract
 from .load import load
-from .transform import latency_percentiles, merge_meters, merged_counts, merged_histogram, report_from
+from .transform import latency_percentiles, merged_counts, merged_histogram, meter_partials, report_from
 
 RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
@@ -93,13 +94,14 @@ def shuffle_partitions(rows: int) -> int:
     return max(1, min(most, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
 
 
-def settle(meters: DataFrame, date_from: date, date_to: date, partitions: int) -> tuple[DataFrame, DataFrame]:
-    """Merge both partial aggregates of the metering rows in ONE Spark job (one JDBC query per id
-    range, one aggregation) and keep the result (small) on the engine, in `partitions` partitions,
-    so that the four tables read it instead of the metering rows (measured at 1M rows,
-    docs/benchmark-history.md: 15.6-22.6 s + 4.0-5.3 s for the tables, against 1.1-1.9 s + 30.7-40.4 s with
-    a lazily cached `command_counts`). Returns the merged counts and the latency percentiles."""
-    merged = merge_meters(meters, date_from, date_to).coalesce(partitions).localCheckpoint()
+def settle(rows: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
+    """Aggregate the lake's metering rows in ONE Spark job (one scan of the files, one aggregation
+    with two grouping sets: `transform.meter_partials`) and keep the result (small) on the engine,
+    in `partitions` partitions, so that the four tables read it instead of the metering rows
+    (measured at 1M rows, docs/benchmark-history.md: 15.6-22.6 s + 4.0-5.3 s for the tables,
+    against 1.1-1.9 s + 30.7-40.4 s with a lazily cached `command_counts`). Returns the merged
+    counts and the latency percentiles."""
+    merged = meter_partials(rows).coalesce(partitions).localCheckpoint()
     return merged_counts(merged), latency_percentiles(merged_histogram(merged))
 
 
@@ -112,19 +114,25 @@ def run(
     date_to: date,
     tenant_ids: list[int] | None,
     progress: Progress | None = None,
+    lake: str | None = None,
 ) -> dict:
-    """One report run in an existing session; returns row counts per table and timings."""
+    """One report run in an existing session: the metering export first (the lake is then
+    complete up to now), then the report from the lake; returns row counts per table and timings."""
     started = time.perf_counter()
     if progress:
         progress.step("counting rows")
+    exported = meter_lake.export(spark, db, lake)
+    phases = {"export": time.perf_counter() - started}
     inputs, sizes = extract(spark, db, date_from, date_to, tenant_ids)
-    phases = {"bounds": time.perf_counter() - started}
+    sizes["meters"] = meter_lake.rows_estimate(db, date_from, date_to)
+    rows = meter_lake.read_meters(spark, db, date_from, date_to, tenant_ids, lake)
+    phases["bounds"] = time.perf_counter() - started - sum(phases.values())
     if progress:
         progress.state["rows_total"] = sizes["meters"]
         progress.step("computing the report")
     partitions = shuffle_partitions(sizes["meters"])
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    meter_counts, latency = settle(inputs.meters, date_from, date_to, partitions)
+    meter_counts, latency = settle(rows, partitions)
     phases["merge"] = time.perf_counter() - started - sum(phases.values())
     report = report_from(meter_counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
 
@@ -138,6 +146,7 @@ def run(
     counts["seconds"] = round(time.perf_counter() - started, 3)
     counts["phases"] = {name: round(value, 3) for name, value in phases.items()}
     counts["rows_read"] = sizes
+    counts["exported"] = exported["rows"]
     return counts
 
 

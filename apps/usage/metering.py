@@ -31,9 +31,10 @@ from .models import DEFAULT_PROTOCOL, LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
 log = logging.getLogger("mediator.usage.metering")
 
-# The report's protocol dimension, from the record's channel: the DIDComm front door meters every
-# message with channel "didcomm-v2" (apps/didcomm/hooks.py); everything else is Decentrl.
-PROTOCOL_BY_CHANNEL = {"didcomm-v2": "didcomm"}
+# The report's protocol dimension, from the record's channel: the DIDComm front door meters its v2
+# messages with channel "didcomm-v2" and its v1 (RFC 0019) messages with "didcomm-v1"
+# (apps/didcomm/hooks.py), each its own protocol; every other channel is Decentrl.
+PROTOCOL_BY_CHANNEL = {"didcomm-v2": "didcomm-v2", "didcomm-v1": "didcomm-v1"}
 
 _buffer: deque[Any] = deque()  # CommandRecords waiting for the writer
 # Held for the whole drain+insert so `flush()` returns only after every earlier record is stored.

@@ -17,7 +17,7 @@ from django.db import models
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
 PROTOCOL_MAX = 16
-DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm" into the same table
+DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm-v2" / "didcomm-v1" into the same table
 
 
 class CommandMeter(models.Model):
@@ -194,3 +194,31 @@ class ReportTopIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.day} #{self.rank}"
+
+
+class MeterExport(models.Model):
+    """One attempt of the metering export (spark_reports/lake.py): the id range (lo_id, hi_id] of
+    `usage_commandmeter` written to the Parquet lake under `export=<id>`. Only `committed` attempts
+    are part of the lake; the export watermark is the largest committed hi_id. A `pending` attempt
+    that a later export finds was interrupted (a crash, kill -9) is marked `abandoned` and its
+    files are never read; its rows are exported again by the next attempt."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        COMMITTED = "committed", "Committed"
+        ABANDONED = "abandoned", "Abandoned"
+
+    lo_id = models.BigIntegerField(help_text="exclusive")
+    hi_id = models.BigIntegerField(help_text="inclusive")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    rows = models.BigIntegerField(default=0)
+    first_at = models.DateTimeField(null=True, blank=True)
+    last_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "hi_id"], name="meterexport_state_hi")]
+
+    def __str__(self) -> str:
+        return f"export {self.pk} ({self.lo_id}, {self.hi_id}] {self.state}"

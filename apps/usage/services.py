@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -18,12 +17,14 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from apps.tenants.models import Tenant
 
 from .models import (
     CommandMeter,
+    MeterExport,
     ReportCommandType,
     ReportDaily,
     ReportErrorCode,
@@ -37,6 +38,7 @@ log = logging.getLogger("mediator.usage")
 RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
 ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
+EXPORT_MARKER = "LAKE_EXPORT"  # spark_reports.lake's result line
 ENGINE_DOWN_WORDS = (
     "The Spark engine that computes reports was not reachable. It has been restarted; "
     "generate the report again in a minute."
@@ -138,32 +140,21 @@ def _parse_result(output: str) -> dict | None:
     return None
 
 
-def _engine_env() -> tuple[str, int] | None:
-    """The local engine's address when the job will use it (neither SPARK_REMOTE nor SPARK_MASTER)."""
-    if os.environ.get("SPARK_REMOTE", "").strip() or os.environ.get("SPARK_MASTER", "").strip():
-        return None
-    return os.environ.get("SPARK_ENGINE_HOST", "127.0.0.1"), int(os.environ.get("SPARK_ENGINE_PORT") or 15002)
-
-
-def _engine_up(address: tuple[str, int]) -> bool:
-    try:
-        with socket.create_connection(address, timeout=1.0):
-            return True
-    except OSError:
-        return False
+def _local_engine() -> bool:
+    """The job will use this deployment's local engine (neither SPARK_REMOTE nor SPARK_MASTER)."""
+    return not (os.environ.get("SPARK_REMOTE", "").strip() or os.environ.get("SPARK_MASTER", "").strip())
 
 
 def spark_engine_ensure(*, env: dict[str, str]) -> str | None:
-    """Start the local Spark engine when it is not answering (the lazy start of `make run`; under
-    the production layout its supervisor restarts it, and this finds it up). Returns None when it
-    answers, else what went wrong. A cluster (SPARK_REMOTE / SPARK_MASTER) is not ours to start."""
-    address = _engine_env()
-    if address is None or _engine_up(address):
+    """Start this deployment's local Spark engine unless it is up (the lazy start of `make run`;
+    under the production layout its supervisor restarts it, and this finds it up); `engine start`
+    recognises its own engine and never uses another deployment's. Returns None when it answers,
+    else what went wrong. A cluster (SPARK_REMOTE / SPARK_MASTER) is not ours to start."""
+    if not _local_engine():
         return None
-    log.warning("spark engine %s:%s not answering: starting it", *address)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "spark_reports.engine", "start", "--var-dir", str(settings.VAR_DIR)],
+            [sys.executable, "-m", "spark_reports.engine", "start"],
             cwd=settings.BASE_DIR,
             env=env,
             capture_output=True,
@@ -186,6 +177,8 @@ def _job_env() -> dict[str, str]:
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONUNBUFFERED": "1",
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            "USAGE_LAKE_URI": str(settings.USAGE_LAKE_URI),
+            "USAGE_LAKE_RETENTION_DAYS": str(settings.USAGE_LAKE_RETENTION_DAYS),
         }
     )
     return env
@@ -414,13 +407,51 @@ def nightly_report_run(*, today: date | None = None) -> ReportRun | None:
     return report_run_execute(run_id=run.pk)
 
 
+def _lake_job(action: list[str], env: dict[str, str]) -> dict:
+    """Run `python -m spark_reports.lake <action>` to its end; its result line as a dict."""
+    proc = subprocess.run(  # noqa: S603 - fixed argv, no shell
+        [sys.executable, "-m", "spark_reports.lake", *action],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=settings.USAGE_REPORT_TIMEOUT_S,
+        check=False,
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(EXPORT_MARKER + " "):
+            return json.loads(line[len(EXPORT_MARKER) + 1 :])
+    tail = (proc.stdout + proc.stderr).strip()[-LOG_TAIL_CHARS:]
+    raise RuntimeError(f"spark_reports.lake {' '.join(action)} exited with {proc.returncode}: {tail}")
+
+
+def metering_export() -> str:
+    """Export the metering rows past the watermark to the lake (a Spark job on the warm engine)."""
+    env = _job_env()
+    problem = spark_engine_ensure(env=env)
+    if problem:
+        raise RuntimeError(f"spark engine: {problem}")
+    result = _lake_job(["export"], env)
+    return f"exported {result['rows']} metering rows ({result.get('abandoned', 0)} interrupted exports abandoned)"
+
+
+def metering_watermark() -> int:
+    """The largest metering id the lake holds (committed exports); 0 before the first export."""
+    return MeterExport.objects.filter(state=MeterExport.State.COMMITTED).aggregate(hi=Max("hi_id"))["hi"] or 0
+
+
 @dataclass(frozen=True)
 class PruneResult:
     rows: int
     tenants: int
+    exported: int = 0
+    lake_days: tuple[str, ...] = ()
 
     def summary(self) -> str:
-        return f"pruned {self.rows} metering rows across {self.tenants} tenants"
+        return (
+            f"pruned {self.rows} metering rows across {self.tenants} tenants"
+            f" ({self.exported} of them exported to the lake); dropped {len(self.lake_days)} lake days"
+        )
 
 
 def _delete_in_batches(qs) -> int:
@@ -433,13 +464,24 @@ def _delete_in_batches(qs) -> int:
         total += CommandMeter.objects.filter(pk__in=ids).delete()[0]
 
 
-def metering_prune(*, now: datetime | None = None) -> PruneResult:
-    """Delete metering rows older than each tenant's retention, and rows of deleted tenants."""
+def metering_prune(*, now: datetime | None = None, drop_lake_days: bool = True) -> PruneResult:
+    """Delete metering rows the lake holds (ids up to the export watermark) once older than
+    USAGE_METERING_KEEP_DAYS, rows older than each tenant's retention (exported or not: the hard
+    cap), and rows of deleted tenants; then drop the lake's day partitions older than
+    USAGE_LAKE_RETENTION_DAYS."""
     now = now or timezone.now()
-    rows = 0
+    watermark = metering_watermark()
+    exported = _delete_in_batches(
+        CommandMeter.objects.filter(pk__lte=watermark, at__lt=now - timedelta(days=settings.USAGE_METERING_KEEP_DAYS))
+    )
+    rows = exported
     tenants = list(Tenant.objects.only("pk", "metering_retention_days"))
     for tenant in tenants:
         cutoff = now - timedelta(days=tenant.metering_retention_days)
         rows += _delete_in_batches(CommandMeter.objects.filter(tenant_id=tenant.pk, at__lt=cutoff))
     rows += _delete_in_batches(CommandMeter.objects.exclude(tenant_id__in=[t.pk for t in tenants]))
-    return PruneResult(rows=rows, tenants=len(tenants))
+    days: tuple[str, ...] = ()
+    if drop_lake_days:
+        keep = str(settings.USAGE_LAKE_RETENTION_DAYS)
+        days = tuple(_lake_job(["drop", "--keep-days", keep], _job_env())["dropped_days"])
+    return PruneResult(rows=rows, tenants=len(tenants), exported=exported, lake_days=days)

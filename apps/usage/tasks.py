@@ -24,7 +24,14 @@ def nightly_usage_report() -> str:
     return f"nightly usage report {run.pk} for {days} {run.status}"
 
 
+@shared_task(name="apps.usage.tasks.export_metering")
+def export_metering() -> str:
+    """Export the metering rows past the watermark to the Parquet lake (a Spark job)."""
+    return services.metering_export()
+
+
 @shared_task(name="apps.usage.tasks.prune_metering")
 def prune_metering() -> str:
-    """Drop metering rows past each tenant's retention."""
+    """Drop exported metering rows past USAGE_METERING_KEEP_DAYS, rows past each tenant's
+    retention, and the lake's day partitions past USAGE_LAKE_RETENTION_DAYS."""
     return services.metering_prune().summary()

@@ -269,6 +269,7 @@ def test_the_beat_schedule_names_real_tasks_at_their_intervals():
         "purge-contract-requests": "apps.ops.tasks.purge_contract_requests",
         "purge-expired-contracts": "apps.ops.tasks.purge_expired_contracts",
         "prune-public-tombstones": "apps.ops.tasks.prune_public_tombstones",
+        "export-metering": "apps.usage.tasks.export_metering",
         "prune-metering": "apps.usage.tasks.prune_metering",
         "nightly-usage-report": "apps.usage.tasks.nightly_usage_report",
         "purge-didcomm-messages": "apps.didcomm.tasks.purge_messages",
@@ -278,6 +279,7 @@ def test_the_beat_schedule_names_real_tasks_at_their_intervals():
     assert schedule["prune-nonces"]["schedule"] == 600.0  # DCTRL-0004 §5.3
     assert schedule["deliver-didcomm-outbound"]["schedule"] == 60.0
     assert schedule["prune-didcomm-message-ids"]["schedule"] == 600.0
+    assert schedule["export-metering"]["schedule"] == 300.0  # the lake is at most 5 minutes behind
     for entry in schedule.values():
         assert entry["task"] in app.tasks
 

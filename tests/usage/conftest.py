@@ -35,6 +35,9 @@ def spark_engine(tmp_path_factory):
     port = _free_port()
     os.environ["SPARK_ENGINE_PORT"] = str(port)
     var = tmp_path_factory.mktemp("spark-engine")
+    # The tests' own deployment (its engine is never a `make run` engine of this checkout, nor the
+    # reverse): job processes and workers started later inherit it.
+    os.environ["MEDIATOR_VAR_DIR"] = str(var)
     pid = engine.start_background(var_dir=var, host="127.0.0.1", port=port)
     yield port
     os.kill(pid, 15)
@@ -63,3 +66,12 @@ def staff_user(django_user_model):
         )
     )
     return user
+
+
+@pytest.fixture(autouse=True)
+def lake_dir(tmp_path, monkeypatch, settings):
+    """A metering lake of the test's own (the export and the report, in process and in job processes)."""
+    path = str(tmp_path / "lake")
+    monkeypatch.setenv("USAGE_LAKE_URI", path)
+    settings.USAGE_LAKE_URI = path
+    return path

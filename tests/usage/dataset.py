@@ -17,6 +17,10 @@ TYPES = ["QUERY_EVENTS", "SAVE_EVENTS", "ACKNOWLEDGE_EVENTS", "REQUEST_COMMUNICA
 CODES = ["SUCCESS"] * 16 + ["EVICTED", "INVALID_SIGNATURE", "UNAUTHORIZED_COMMAND", "DUPLICATE_NONCE"]
 # Not errors: EVICTED is a DIDComm forward stored after the overflow policy evicted the oldest message.
 NOT_ERRORS = ("SUCCESS", "EVICTED")
+# Each protocol metered as itself, with the channel its front door meters (apps/usage/metering.py).
+PROTOCOLS = {"decentrl": "DIRECT_AUTHENTICATED", "didcomm-v2": "didcomm-v2", "didcomm-v1": "didcomm-v1"}
+# Rows on each edge of every UTC day (the first and the last microsecond), per tenant and day.
+EDGES = 2
 
 
 @dataclass
@@ -50,6 +54,7 @@ def build(tenant_keys: list[str], *, seed: int = 6, per_day: dict[str, int] | No
                         "at": _at(rng, day),
                         "transport": rng.choice(["http", "http", "ws"]),
                         "channel": "DIRECT_AUTHENTICATED" if ctype else "",
+                        "protocol": "decentrl",
                         "command_type": ctype,
                         "code": rng.choice(CODES) if ctype else "INVALID_COMMAND",
                         "http_status": 200,
@@ -59,6 +64,10 @@ def build(tenant_keys: list[str], *, seed: int = 6, per_day: dict[str, int] | No
                         "sender_did": rng.choice(senders[: 4 + rng.randrange(10)]) if ctype else "",
                     }
                 )
+            edge_rng = random.Random(f"{seed}-{key}-{day}")  # leaves `rng`'s sequence as it was
+            midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            for at in (midnight, midnight + timedelta(days=1, microseconds=-1))[:EDGES]:
+                ds.meters.append(_edge_row(edge_rng, key, at))
             for _ in range(rng.randrange(1, 5)):
                 ds.contracts.append({"tenant": key, "created_at": _at(rng, day), "registration": True})
             ds.contracts.append({"tenant": key, "created_at": _at(rng, day), "registration": False})
@@ -71,6 +80,25 @@ def build(tenant_keys: list[str], *, seed: int = 6, per_day: dict[str, int] | No
                     {"tenant": key, "created_at": _at(rng, day), "payload_bytes": rng.randrange(10, 20_000)}
                 )
     return ds
+
+
+def _edge_row(rng: random.Random, key: str, at: datetime) -> dict:
+    protocol = rng.choice(list(PROTOCOLS))
+    return {
+        "tenant": key,
+        "at": at,
+        "transport": "http",
+        "channel": PROTOCOLS[protocol],
+        "protocol": protocol,
+        # A type that all three protocols share: the by-type table keeps them apart by protocol.
+        "command_type": "QUERY_EVENTS",
+        "code": rng.choice(CODES),
+        "http_status": 200,
+        "bytes_in": rng.randrange(200, 5000),
+        "bytes_out": rng.randrange(40, 9000),
+        "duration_ms": round(rng.uniform(0.3, 80.0), 3),
+        "sender_did": "",
+    }
 
 
 def write_orm(ds: Dataset, tenants: dict) -> None:

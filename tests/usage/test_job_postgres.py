@@ -25,7 +25,7 @@ from apps.usage.models import (
     ReportRun,
     ReportTopIdentity,
 )
-from spark_reports import extract, load, transform
+from spark_reports import extract, lake, load, transform
 from spark_reports.config import database_from_url
 from spark_reports.transform import DAILY_COLUMNS
 from spark_reports.usage_report import run as run_job
@@ -142,15 +142,21 @@ def test_the_job_on_postgresql_matches_sql(spark, built, tenant_a, tenant_b):
         assert row.error_rate == pytest.approx(exp["errors"] / exp["commands"], abs=TOL)
     assert run.row_counts["daily"] == 6
 
+    # Per protocol: Decentrl, DIDComm v2 and v1 each as itself (the dataset's day-edge rows share a
+    # command type across the three).
     types = sql(
-        """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, CASE WHEN command_type = '' THEN '(unparsed)' ELSE command_type END,
+        """SELECT tenant_id, (at AT TIME ZONE 'UTC')::date d, protocol,
+             CASE WHEN command_type = '' THEN '(unparsed)' ELSE command_type END,
              count(*), sum(CASE WHEN code NOT IN ('SUCCESS', 'EVICTED') THEN 1 ELSE 0 END)
-           FROM usage_commandmeter WHERE tenant_id = ANY(%s) AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s GROUP BY 1, 2, 3""",
+           FROM usage_commandmeter WHERE tenant_id = ANY(%s) AND (at AT TIME ZONE 'UTC')::date BETWEEN %s AND %s
+           GROUP BY 1, 2, 3, 4""",
         [ids, first, last],
     )
-    assert {(t, d, c): (n, e) for t, d, c, n, e in types} == {
-        (r.tenant_id, r.day, r.command_type): (r.commands, r.errors) for r in ReportCommandType.objects.filter(run=run)
+    assert {(t, d, p, c): (n, e) for t, d, p, c, n, e in types} == {
+        (r.tenant_id, r.day, r.protocol, r.command_type): (r.commands, r.errors)
+        for r in ReportCommandType.objects.filter(run=run)
     }
+    assert {p for _, _, p, *_ in types} == set(dataset.PROTOCOLS)
 
     codes = sql(
         """SELECT tenant_id, d, code, n, n::float / sum(n) OVER (PARTITION BY tenant_id, d) FROM (
@@ -187,7 +193,7 @@ def test_a_run_for_one_tenant_contains_only_that_tenant(spark, built, tenant_a, 
     assert set(ReportDaily.objects.filter(run=run).values_list("tenant_id", "day")) == {(tenant_a.pk, day)}
     for model in (ReportCommandType, ReportErrorCode, ReportTopIdentity):
         assert not model.objects.filter(run=run, tenant=tenant_b).exists()
-    assert ReportDaily.objects.get(run=run).commands == 120
+    assert ReportDaily.objects.get(run=run).commands == 120 + dataset.EDGES
 
 
 def _rows(tenant_id: int, day) -> dict[str, list[tuple]]:
@@ -236,7 +242,7 @@ def test_the_rows_are_written_in_one_transaction(tenant_a):
     assert [m.objects.filter(run=bad).count() for m in services.RESULT_MODELS.values()] == [0, 0, 0, 0]
 
 
-def test_inputs_the_bounds_say_are_empty_are_not_read(spark, tenant_a, capsys):
+def test_inputs_the_bounds_say_are_empty_are_not_read_and_metering_comes_from_the_lake(spark, tenant_a, capsys):
     day = dataset.DAYS[0]
     CommandMeter.objects.create(
         tenant=tenant_a,
@@ -251,24 +257,34 @@ def test_inputs_the_bounds_say_are_empty_are_not_read(spark, tenant_a, capsys):
     )
     db = database_from_url(services.report_database_url())
     inputs, sizes = extract.extract(spark, db, day, day, [tenant_a.pk])
-    assert sizes == {"meters": 1, "registrations": 0, "pending": 0, "stored": 0}
-    plans = {}
-    for name in ("counts", "latency", "registrations", "pending", "stored"):
-        getattr(inputs, name).explain()
-        plans[name] = capsys.readouterr().out
-    assert "JDBCRelation" in plans["counts"] and "JDBCRelation" in plans["latency"]
+    assert sizes == {"registrations": 0, "pending": 0, "stored": 0}
     for name in ("registrations", "pending", "stored"):
-        assert "JDBCRelation" not in plans[name] and "LocalTableScan" in plans[name], plans[name]
+        getattr(inputs, name).explain()
+        plan = capsys.readouterr().out
+        assert "JDBCRelation" not in plan and "LocalTableScan" in plan, plan
         assert getattr(inputs, name).collect() == []
-    assert [tuple(r) for r in inputs.counts.collect()] == [
-        (tenant_a.pk, day, "decentrl", "QUERY_EVENTS", "SUCCESS", None, 1, 1, 2)
+
+    assert lake.export(spark, db)["rows"] == 1
+    rows = lake.read_meters(spark, db, day, day, [tenant_a.pk])
+    partials = transform.meter_partials(rows)
+    partials.explain()
+    plan = capsys.readouterr().out
+    # The lake's files, pruned by day and tenant (and to committed exports) before any file is opened.
+    assert "JDBCRelation" not in plan and "FileScan parquet" in plan, plan
+    pruned = plan.split("PartitionFilters: [", 1)[1].split("]", 1)[0]
+    assert "day" in pruned and "tenant_id" in pruned and "export" in pruned, pruned
+    merged = transform.merge_meters(partials, day, day)
+    assert [tuple(r) for r in transform.merged_counts(merged).collect()] == [
+        (tenant_a.pk, day, "decentrl", "QUERY_EVENTS", "SUCCESS", "", 1, 1, 2)
     ]
-    assert [tuple(r) for r in inputs.latency.collect()] == [(tenant_a.pk, day, 1098, 1, 3.0)]  # floor(1000 ln 3)
+    assert [tuple(r) for r in transform.merged_histogram(merged).collect()] == [
+        (tenant_a.pk, day, 1098, 1, 3.0)  # floor(1000 ln 3)
+    ]
 
 
-def test_each_id_range_is_aggregated_by_the_database_and_merged_by_spark(spark, tenant_a, tenant_b, monkeypatch):
-    # 30 rows read in three id ranges: each range's GROUP BY gives partial rows of the same (tenant,
-    # day, type, code, sender) and the same latency buckets; the merged figures are those of all rows.
+def test_the_export_reads_id_ranges_in_parallel_and_spark_aggregates_the_lake(spark, tenant_a, monkeypatch, capsys):
+    # 30 rows read in three id ranges (three JDBC queries), each row written once to the lake; the
+    # figures Spark computes from the lake are those of all rows.
     monkeypatch.setattr(extract, "ROWS_PER_PARTITION", 10)
     monkeypatch.setenv("SPARK_JDBC_PARTITIONS", "3")
     day = dataset.DAYS[0]
@@ -295,28 +311,21 @@ def test_each_id_range_is_aggregated_by_the_database_and_merged_by_spark(spark, 
     assert hi - lo == 29
     assert extract.id_ranges((lo, hi, 30), 3) == [(lo, lo + 10), (lo + 10, lo + 20), (lo + 20, hi + 1)]
     db = database_from_url(services.report_database_url())
-    inputs, sizes = extract.extract(spark, db, day, day, [tenant_a.pk])
-    assert sizes["meters"] == 30
-    partials = inputs.counts.collect()
-    assert len(partials) == 12  # 4 (code, sender) groups in each of 3 ranges
-    # Not merged yet: each range's own count of (SUCCESS, s1), e.g. ids 1, 3, 7, 9 of the first range.
-    assert sorted(
-        r["commands"] for r in partials if (r["code"], r["sender_did"]) == ("SUCCESS", "did:decentrl:s1")
-    ) == [
-        4,
-        4,
-        4,
-    ]
-    merged = {
+    lake.read_range(spark, db, lake.Attempt(0, lo - 1, hi)).explain()
+    assert capsys.readouterr().out.count("JDBCRelation") == 3
+    assert lake.export(spark, db)["rows"] == 30
+    rows = lake.read_meters(spark, db, day, day, [tenant_a.pk])
+    assert sorted(r["id"] for r in rows.select("id").collect()) == ids
+    merged = transform.merge_meters(transform.meter_partials(rows), day, day)
+    got = {
         (r["code"], r["sender_did"]): (r["commands"], r["bytes_in"], r["bytes_out"])
-        for r in transform.command_counts(inputs.counts, day, day).collect()
+        for r in transform.merged_counts(merged).collect()
     }
     expected: dict = {}
     for i in range(30):
         key = ("SUCCESS" if i % 5 else "RATE_LIMITED", f"did:decentrl:s{i % 2}")
         n, b_in, b_out = expected.get(key, (0, 0, 0))
         expected[key] = (n + 1, b_in + i, b_out + 2 * i)
-    assert merged == expected
-    assert len(inputs.latency.collect()) == 6  # 2 buckets in each of 3 ranges
-    latency = transform.command_latency(inputs.latency, day, day).collect()[0]
+    assert got == expected
+    latency = transform.latency_percentiles(transform.merged_histogram(merged)).collect()[0]
     assert (latency["latency_p50_ms"], latency["latency_p95_ms"]) == (1.0, 7.0)  # 15 of 1 ms, 15 of 7 ms

@@ -62,7 +62,8 @@ def test_the_job_on_sqlite_matches_python(spark, sqlite_db):
     assert counts["daily"] == len(rows) == len(expected) == 6
     assert counts["top"] == top
     # The run's own seconds by phase (the launcher's process adds session and stop), for the bench.
-    assert sorted(counts["phases"]) == ["bounds", "merge", "tables", "write"]
+    assert sorted(counts["phases"]) == ["bounds", "export", "merge", "tables", "write"]
+    assert counts["exported"] == len(dataset.build(["a", "b"]).meters)
     assert counts["seconds"] >= sum(counts["phases"].values()) - 0.01
     got = {(key_of[r["tenant_id"]], r["day"]): dict(r) for r in rows}
     for (key, day), exp in expected.items():

@@ -386,7 +386,7 @@ def test_the_protocol_of_a_row_follows_its_channel(tenant_a):
             "code", "protocol"
         )
     )
-    assert got == {"DECENTRL_ROW": "decentrl", "DIDCOMM_ROW": "didcomm"}
+    assert got == {"DECENTRL_ROW": "decentrl", "DIDCOMM_ROW": "didcomm-v2"}
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,8 @@ def test_the_run_page_shows_tables_charts_and_csv(client, staff_user, published)
     client.force_login(staff_user)
     html = client.get(f"/dashboard/reports/{published.pk}/").content.decode()
     assert 'id="daily-table"' in html and '<svg class="usage-chart"' in html
+    # The percentiles' error bound is stated beside them (spark_reports/transform.py).
+    assert "at most 0.1&nbsp;% above the exact value" in html
     resp = client.get(f"/dashboard/reports/{published.pk}/csv?table=daily")
     assert resp["Content-Type"] == "text/csv"
     rows = list(csv.reader(io.StringIO(b"".join(resp.streaming_content).decode())))

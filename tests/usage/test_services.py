@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
 from apps.usage import services, tasks
-from apps.usage.models import CommandMeter, ReportDaily, ReportRun
+from apps.usage.models import CommandMeter, MeterExport, ReportDaily, ReportRun
 
 pytestmark = pytest.mark.django_db
 DAY = date(2026, 1, 10)
@@ -116,6 +117,47 @@ def test_prune_keeps_each_tenants_retention(tenant_a, tenant_b, capsys):
     }
     call_command("prune_metering")
     assert capsys.readouterr().out.startswith("pruned 0 metering rows")
+
+
+def test_prune_drops_exported_rows_past_the_keep_days_and_never_an_unexported_one(tenant_a, settings):
+    services.metering_prune()
+    settings.USAGE_METERING_KEEP_DAYS = 2
+    now = timezone.now()
+    exported_old = meter(tenant_a, now - timedelta(days=2, minutes=1))
+    exported_recent = meter(tenant_a, now - timedelta(days=1, hours=23))
+    MeterExport.objects.create(
+        lo_id=0, hi_id=exported_recent.pk, state=MeterExport.State.COMMITTED, rows=2, started_at=now
+    )
+    # Past the watermark: an interrupted export's range and rows not exported yet stay, however old.
+    pending_old = meter(tenant_a, now - timedelta(days=5))
+    MeterExport.objects.create(
+        lo_id=exported_recent.pk, hi_id=pending_old.pk, state=MeterExport.State.ABANDONED, started_at=now
+    )
+    not_exported_old = meter(tenant_a, now - timedelta(days=3))
+    result = services.metering_prune(now=now)
+    assert (result.rows, result.exported) == (1, 1)
+    assert not CommandMeter.objects.filter(pk=exported_old.pk).exists()
+    assert set(CommandMeter.objects.values_list("pk", flat=True)) == {
+        exported_recent.pk,
+        pending_old.pk,
+        not_exported_old.pk,
+    }
+
+
+def test_prune_drops_whole_lake_days_past_the_lake_retention(settings, lake_dir):
+    today = timezone.now().date()
+    settings.USAGE_LAKE_RETENTION_DAYS = 30
+    days = {
+        d: Path(lake_dir) / "meters" / f"day={d.isoformat()}"
+        for d in (today - timedelta(days=31), today - timedelta(days=30), today)
+    }
+    for path in days.values():
+        (path / "tenant_id=1" / "export=1").mkdir(parents=True)
+        (path / "tenant_id=1" / "export=1" / "part-0.parquet").write_bytes(b"x")
+    result = services.metering_prune()
+    oldest = today - timedelta(days=31)
+    assert result.lake_days == (f"day={oldest.isoformat()}",)
+    assert {d for d, path in days.items() if path.exists()} == set(days) - {oldest}
 
 
 def test_the_nightly_task_reports_yesterday_for_every_tenant(tenant_a, monkeypatch):
