@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from datetime import date
+from functools import wraps
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -20,6 +21,22 @@ from . import charts, metering, selectors, services
 from .forms import DASHBOARD_DAYS, DashboardFilterForm
 from .models import ReportRun
 from .permissions import REPORT_RUN_ACTIONS
+
+
+def _operator_view(action: str):
+    """A staff page that needs the model permission the API needs for `action` (403 without it);
+    anonymous visitors go to the login page as on every console page."""
+
+    def decorate(view):
+        @wraps(view)
+        def checked(request: HttpRequest, *args, **kwargs):
+            if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS[action]):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return staff_member_required(checked)
+
+    return decorate
 
 
 class _Echo:
@@ -126,7 +143,7 @@ def _page(request: HttpRequest, template: str, context: dict, *, title: str, tab
     )
 
 
-@staff_member_required
+@_operator_view("dashboard")
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Per-tenant usage over time from the latest published reports, plus live counters."""
     tenants = list(Tenant.objects.order_by("slug"))
@@ -176,13 +193,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return _page(request, "usage/dashboard.html", context, title=title, tab="dashboard")
 
 
-@staff_member_required
+@_operator_view("list")
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = ReportRun.objects.select_related("requested_by").prefetch_related("tenants")[:100]
     return _page(request, "usage/run_list.html", {"runs": runs}, title="Usage reports", tab="reports")
 
 
-@staff_member_required
+@_operator_view("retrieve")
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The one page of a run: live progress while it works (run_status, no reload), Cancel, then
     its charts and tables, or why it failed in words with the technical tail folded away."""
@@ -247,18 +264,16 @@ def _status(run: ReportRun) -> dict:
     }
 
 
-@staff_member_required
+@_operator_view("retrieve")
 def run_status(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse(_status(get_object_or_404(ReportRun, pk=pk)))
 
 
 @require_POST
-@staff_member_required
+@_operator_view("cancel")
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a queued or running run, then back to its page."""
     run = get_object_or_404(ReportRun, pk=pk)
-    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["cancel"]):
-        raise PermissionDenied
     try:
         services.report_run_cancel(run_id=run.pk)
         messages.info(request, f"Usage report #{run.pk}: cancel requested.")
@@ -268,11 +283,9 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-@staff_member_required
+@_operator_view("request")
 def dashboard_refresh(request: HttpRequest) -> HttpResponse:
     """Request a report over the dashboard's range (through today) and follow it on its page."""
-    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]):
-        raise PermissionDenied
     tenants = list(Tenant.objects.order_by("slug"))
     form = DashboardFilterForm(request.POST, tenants=tenants)
     if not form.is_valid():
@@ -300,7 +313,7 @@ def csv_response(run: ReportRun, table: str) -> StreamingHttpResponse:
     return response
 
 
-@staff_member_required
+@_operator_view("csv")
 def run_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     run = get_object_or_404(ReportRun, pk=pk)
     return csv_response(run, request.GET.get("table", "daily"))
