@@ -64,7 +64,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "apps.tenants",
@@ -359,7 +358,7 @@ REST_FRAMEWORK = {
     # A token for scripts; the console's session (with its CSRF token) for a logged-in operator,
     # so that Swagger UI's "Try it out" works from the browser (issue 18).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.tenants.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # Staff plus the model permission the console needs for the same action (issue 13).
@@ -377,7 +376,7 @@ SPECTACULAR_SETTINGS = {
         "Manage hosted mediators (tenants): policy, status, key rotation, statistics, the audit log and "
         "usage reports.\n\n"
         "**Authentication.** Scripts send `Authorization: Token <key>`; `manage.py operator_token <user>` "
-        "prints a staff user's key. In a browser logged into the console (`/admin/`), *Try it out* uses "
+        "issues a staff user's key and prints it once (only its digest is stored). In a browser logged into the console (`/admin/`), *Try it out* uses "
         "that session. Every call also needs the model permission the console needs for the same action "
         "(docs/operators.md#permissions).\n\n"
         "**Errors.** 400 maps each field to its messages and changes nothing; 401 means no credentials; "
@@ -422,7 +421,7 @@ CONSOLE_NAVIGATION = [
         [
             {"title": "Users", "icon": "person", "model": "auth.User"},
             {"title": "Groups", "icon": "group", "model": "auth.Group"},
-            {"title": "API tokens", "icon": "key", "model": "authtoken.TokenProxy"},
+            {"title": "API tokens", "icon": "key", "model": "tenants.ApiToken"},
         ],
     ),
 ]

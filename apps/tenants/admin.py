@@ -25,8 +25,6 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
-from rest_framework.authtoken.admin import TokenAdmin as BaseTokenAdmin
-from rest_framework.authtoken.models import TokenProxy
 from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
@@ -44,12 +42,13 @@ from apps.ops import console
 from apps.wire.display import human_bytes, utc_iso
 
 from . import texts
-from .models import AuditEntry, Tenant
+from .models import ApiToken, AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS
 from .selectors import domain_owner
 from .services import (
     POLICY_FIELDS,
     Actor,
+    api_token_issue,
     fingerprint,
     normalize_domain,
     normalize_public_url,
@@ -728,10 +727,9 @@ class AuditEntryAdmin(ModelAdmin):
         return False
 
 
-# Users, groups and API tokens in the same theme.
+# Users and groups in the same theme.
 admin.site.unregister(User)
 admin.site.unregister(Group)
-admin.site.unregister(TokenProxy)
 
 
 @admin.register(User)
@@ -746,6 +744,68 @@ class GroupAdmin(BaseGroupAdmin, ModelAdmin):
     pass
 
 
-@admin.register(TokenProxy)
-class TokenAdmin(BaseTokenAdmin, ModelAdmin):
-    pass
+class ApiTokenForm(forms.ModelForm):
+    """Adding a token names its user; the key is made by the service, not typed."""
+
+    class Meta:
+        model = ApiToken
+        fields = ["user"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "user" in self.fields:  # the add form; a token's own page is read-only
+            self.fields["user"].queryset = User.objects.filter(is_staff=True, is_active=True).order_by("username")
+            self.fields["user"].help_text = "A staff user; the API allows what this user's permissions allow."
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ModelAdmin):
+    """Operator API tokens: issued here or by `manage.py operator_token`; the key shows once, on
+    the page after Add, and every list shows only its first characters (only a digest is stored)."""
+
+    form = ApiTokenForm
+    list_display = ["key_prefix", "user", "created"]
+    list_select_related = ["user"]
+    fields = ["user"]
+    readonly_fields: list[str] = []
+
+    @display(description="Key")
+    def key_prefix(self, obj: ApiToken) -> str:
+        return f"{obj.prefix}…"
+
+    @display(description="Created", ordering="created_at")
+    def created(self, obj: ApiToken) -> str:
+        return utc_iso(obj.created_at)
+
+    def get_fields(self, request, obj=None):
+        return ["user"] if obj is None else ["key_prefix", "user", "created"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["key_prefix", "user", "created"]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a token is issued or deleted, never edited
+
+    def save_model(self, request, obj, form, change) -> None:
+        issued = api_token_issue(user=form.cleaned_data["user"])
+        obj.pk, obj.prefix, obj.digest, obj.created_at = (
+            issued.token.pk,
+            issued.token.prefix,
+            issued.token.digest,
+            issued.token.created_at,
+        )
+        obj._state.adding = False
+        request.issued_api_key = issued.key
+
+    def response_add(self, request, obj, post_url_continue=None):
+        """The only page that shows the key: rendered in this response, stored nowhere."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"API token for {obj.user}",
+            "token": obj,
+            "key": request.issued_api_key,
+        }
+        response = TemplateResponse(request, "admin/tenants/apitoken/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from django.utils import timezone
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import web_did_for_host
 
-from .models import AuditEntry, Tenant, TenantDomain, TenantKey
+from .models import ApiToken, AuditEntry, Tenant, TenantDomain, TenantKey
 from .selectors import domain_owner, tenant_cache_clear
 
 # Editable policy and their bounds (PROTOCOL-DECISIONS defaults live on the model fields).
@@ -349,3 +350,22 @@ def tenant_ensure_default(*, port: int, host: str = "localhost") -> tuple[Tenant
         tenant.public_url = f"{settings.MEDIATOR_PUBLIC_SCHEME}://{domain}"
         tenant.save(update_fields=["domain", "did", "public_url", "updated_at"])
     return tenant, False
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new API token and its key: the only moment the key exists outside the client."""
+
+    token: ApiToken
+    key: str
+
+
+@transaction.atomic
+def api_token_issue(*, user, replace: bool = False) -> IssuedToken:
+    """Issue an API token for `user` (with `replace`, after deleting the user's other tokens); the
+    key is returned once and only its digest is stored."""
+    if replace:
+        ApiToken.objects.filter(user=user).delete()
+    key = secrets.token_hex(20)
+    token = ApiToken.objects.create(user=user, prefix=key[: ApiToken.PREFIX_LENGTH], digest=ApiToken.digest_of(key))
+    return IssuedToken(token=token, key=key)

@@ -10,9 +10,9 @@ from datetime import date, timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.tenants.services import api_token_issue
 from apps.usage import selectors
 from apps.usage.models import ReportCommandType, ReportDaily, ReportRun
 
@@ -259,7 +259,7 @@ def test_an_unknown_run_is_a_404_not_a_500(staff, pk, suffix):
 @pytest.fixture
 def api(staff_user) -> APIClient:
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff_user).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=staff_user).key}")
     return c
 
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.tenants.services import api_token_issue
 from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportRun
 from apps.wire.display import utc_iso
 
@@ -209,7 +209,7 @@ def test_the_admin_button_queues_a_run_for_the_chosen_tenants(
 @pytest.fixture
 def api(staff_user) -> APIClient:
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff_user).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=staff_user).key}")
     return c
 
 
@@ -245,7 +245,7 @@ def test_the_api_triggers_a_run_for_one_tenant_only(api, tenant_a, tenant_b, dja
 def test_the_api_refuses_non_staff_tokens(django_user_model):
     user = django_user_model.objects.create_user("plain", password="pw-123456")
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
     assert c.get("/api/v1/usage/reports/").status_code == 403
     assert APIClient().get("/api/v1/usage/reports/").status_code in (401, 403)
 
