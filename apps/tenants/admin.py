@@ -19,6 +19,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -46,6 +47,7 @@ from .models import ApiToken, AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS
 from .selectors import domain_owner
 from .services import (
+    POLICY_BOUNDS,
     POLICY_FIELDS,
     Actor,
     api_token_issue,
@@ -94,6 +96,13 @@ class TenantAdminForm(forms.ModelForm):
             if name in texts.FIELDS:
                 field.label = texts.label(name)
                 field.help_text = texts.help_text(name)
+            if name in POLICY_BOUNDS:
+                # One rule, one message: the bounds are validate_policy's (the model field's own
+                # minimum would answer -1 in other words than 0); the widget only offers them.
+                field.validators = [
+                    v for v in field.validators if not isinstance(v, MinValueValidator | MaxValueValidator)
+                ]
+                field.widget.attrs.update(min=POLICY_BOUNDS[name][0], max=POLICY_BOUNDS[name][1])
         if self.instance.pk:
             self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
 
@@ -129,12 +138,12 @@ class TenantAdminForm(forms.ModelForm):
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 self.add_error(field if field in self.fields else None, errors)
-        primary = data.get("domain") or self.instance.domain
-        if primary:
-            try:
-                data["alias_list"] = validate_aliases(self.alias_list(), primary=primary, tenant_id=self.instance.pk)
-            except ValidationError as exc:
-                self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
+        # Aliases are checked even when the primary domain is wrong, so that every error shows at once.
+        primary = data.get("domain") or self.instance.domain or ""
+        try:
+            data["alias_list"] = validate_aliases(self.alias_list(), primary=primary, tenant_id=self.instance.pk)
+        except ValidationError as exc:
+            self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
         return data
 
 

@@ -17,7 +17,10 @@ router.register("audit", AuditEntryViewSet, basename="audit")
 # The schema is for staff, by token or the admin session; the docs pages are for a browser, by the
 # session only (a token header a page cannot use would otherwise be authenticated while the error
 # page renders, a 500), and only GET them (OPTIONS has no page template: another 500).
-schema = {"permission_classes": [IsAdminUser], "authentication_classes": [SessionAuthentication, ApiTokenAuthentication]}
+schema = {
+    "permission_classes": [IsAdminUser],
+    "authentication_classes": [SessionAuthentication, ApiTokenAuthentication],
+}
 pages = {
     "permission_classes": [IsAdminUser],
     "authentication_classes": [SessionAuthentication],

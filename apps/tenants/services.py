@@ -106,13 +106,13 @@ def audit_record(
 
 
 def normalize_domain(domain: str) -> str:
-    """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/`) is reduced to
-    its host[:port]. Raises ValidationError."""
+    """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/path?q`) is reduced
+    to its host[:port] (a URL with a user name or password is refused). Raises ValidationError."""
     value = (domain or "").strip()
     if "://" in value:
         parts = urlsplit(value)
-        if parts.username or parts.password or parts.query or parts.fragment or parts.path not in ("", "/"):
-            raise ValidationError(f"{domain!r} is a URL with more than a host: give the host (and :port) only")
+        if parts.username or parts.password:
+            raise ValidationError(f"{domain!r} carries a user name or password: give the host (and :port) only")
         value = parts.netloc
     value = value.lower().rstrip("/").rstrip(".")
     if not _HOST_RE.match(value):
@@ -141,6 +141,12 @@ def _served_elsewhere(host: str, *, tenant_id: int | None) -> str | None:
     return f"{host} is already served by tenant {owner}" if owner else None
 
 
+def policy_range_message(field: str) -> str:
+    """The one message for a policy value out of its bounds, in the console and the API alike."""
+    lo, hi = POLICY_BOUNDS[field]
+    return f"Must be between {lo:,} and {hi:,}.".replace(",", " ")
+
+
 def validate_policy(values: dict) -> dict:
     """Check policy values against POLICY_BOUNDS; returns them or raises a per-field ValidationError."""
     errors: dict[str, list[str]] = {}
@@ -163,7 +169,7 @@ def validate_policy(values: dict) -> dict:
             continue
         lo, hi = POLICY_BOUNDS[field]
         if not lo <= value <= hi:
-            errors[field] = [f"Must be between {lo} and {hi}."]
+            errors[field] = [policy_range_message(field)]
             continue
         clean[field] = value
     if errors:

@@ -132,7 +132,7 @@ def test_creating_a_tenant_goes_through_the_service_and_is_audited(staff_client,
         ({"domain": "a.mediator.test"}, "domain", "a.mediator.test is already served by tenant tenant-a"),
         ({"aliases": "a.mediator.test"}, "aliases", "a.mediator.test is already served by tenant tenant-a"),
         ({"max_page_size": "500"}, "max_page_size", "Must be between 1 and 100."),
-        ({"max_registration_days": "0"}, "max_registration_days", "Must be between 1 and 3650."),
+        ({"max_registration_days": "0"}, "max_registration_days", "Must be between 1 and 3 650."),
     ],
 )
 def test_the_add_form_shows_validation_errors(staff_client, tenant_a, overrides, field, message):

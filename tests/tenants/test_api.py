@@ -101,7 +101,7 @@ def test_create_returns_201_and_is_audited(api, operator, client):
         ),
         (
             {"slug": "x", "domain": "x.test", "policy": {"max_page_size": 0}},
-            {"policy": {"max_page_size": ["Ensure this value is greater than or equal to 1."]}},
+            {"policy": {"max_page_size": ["Must be between 1 and 100."]}},
         ),
         (
             {"slug": "x", "domain": "x.test", "policy": {"max_page_sise": 5}},
