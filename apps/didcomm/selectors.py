@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, QuerySet
 
+from apps.wire.display import utc_iso
+
 from .models import Mediation, QueuedMessage, RecipientKey
 from .services import identities_accepting, invitation_for
 
@@ -46,12 +48,12 @@ def identity_summary(*, tenant, now: datetime | None = None) -> dict:
     grace = timedelta(hours=tenant.prekey_grace_hours)
     return {
         "did": current.did,
-        "created_at": current.created_at.isoformat(),
+        "created_at": utc_iso(current.created_at),
         "http_uri": current.http_uri,
         "ws_uri": current.ws_uri,
         "invitation_url": invitation_for(tenant=tenant)[1],
         "previous": [
-            {"did": r.did, "retired_at": r.retired_at.isoformat(), "accepted_until": (r.retired_at + grace).isoformat()}
+            {"did": r.did, "retired_at": utc_iso(r.retired_at), "accepted_until": utc_iso(r.retired_at + grace)}
             for r in retired
         ],
     }

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import ResolvedDid, mediator_document
+from apps.wire.display import utc_iso
 
 from . import keystore
 
@@ -159,7 +160,7 @@ class TenantKey(models.Model):
         indexes = [models.Index(fields=["tenant", "purpose", "retired_at"], name="tenantkey_recent")]
 
     def __str__(self) -> str:
-        return f"{self.purpose} key retired {self.retired_at:%Y-%m-%d %H:%M}"
+        return f"{self.purpose} key retired {utc_iso(self.retired_at)}"
 
     def x25519_pair(self, slug: str) -> X25519KeyPair:
         """The retired pre-key pair; the sealed blob moved here unchanged, so its AAD is "<slug>:prekey"."""
@@ -188,7 +189,7 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or '-'} {self.action} {self.tenant_slug}"
+        return f"{utc_iso(self.at)} {self.actor_name or '-'} {self.action} {self.tenant_slug}".rstrip()
 
 
 class ApiToken(models.Model):

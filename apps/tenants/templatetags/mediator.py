@@ -14,10 +14,12 @@ register = template.Library()
 
 @register.filter
 def utc(value) -> str:
-    """`2026-11-23T08:36:12Z`; an empty value stays empty (templates add their own "never")."""
+    """`2026-11-23T08:36:12Z` in a `<time class="utc">` that never wraps at its hyphens
+    (console.css); an empty value stays empty (templates add their own "never")."""
     if value in (None, ""):
         return ""
-    return display.utc_iso(value)
+    text = display.utc_iso(value)
+    return format_html('<time class="utc" datetime="{}">{}</time>', text, text)
 
 
 @register.filter
