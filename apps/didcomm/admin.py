@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.utils.html import format_html_join
+from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 
 from apps.tenants.services import Actor
@@ -118,4 +119,4 @@ class ConnectionAdmin(ModelAdmin):
         for connection in queryset:
             connection_remove(connection=connection, actor=Actor(user=request.user, via="admin"))
             count += 1
-        messages.success(request, f"Removed {count} connection(s).")
+        messages.success(request, ngettext("Removed %d connection.", "Removed %d connections.", count) % count)

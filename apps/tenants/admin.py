@@ -20,12 +20,13 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
@@ -204,6 +205,15 @@ def _invitation_block(title: str, dom_id: str, url: str) -> str:
         dom_id,
         mark_safe(invitation_qr_svg(url)),  # noqa: S308 - segno's SVG of our own URL, no user markup
     )
+
+
+# What a key rotation rotated, in words ("Rotated the signing key and pre-key of globex.").
+ROTATED_KEYS = {"both": "signing key and pre-key", "signing": "signing key", "prekey": "pre-key"}
+
+
+def _count_words(verb: str, n: int, noun: str) -> str:
+    """`Suspended 1 mediator.`, `Suspended 3 mediators.`: a count with its noun in the right number."""
+    return ngettext("%(verb)s %(n)d %(noun)s.", "%(verb)s %(n)d %(noun)ss.", n) % {"verb": verb, "n": n, "noun": noun}
 
 
 @admin.register(Tenant)
@@ -444,20 +454,22 @@ class TenantAdmin(ModelAdmin):
     def suspend_selected(self, request, queryset):
         for tenant in queryset:
             tenant_suspend(tenant=tenant, actor=_actor(request))
-        self.message_user(request, f"Suspended {len(queryset)} mediator(s).", messages.SUCCESS)
+        self.message_user(request, _count_words("Suspended", len(queryset), "mediator"), messages.SUCCESS)
 
     @admin.action(description="Resume selected mediators", permissions=[TENANT_ACTIONS["resume"]])
     def resume_selected(self, request, queryset):
         for tenant in queryset:
             tenant_resume(tenant=tenant, actor=_actor(request))
-        self.message_user(request, f"Resumed {len(queryset)} mediator(s).", messages.SUCCESS)
+        self.message_user(request, _count_words("Resumed", len(queryset), "mediator"), messages.SUCCESS)
 
     @admin.action(description="Rotate keys of selected mediators", permissions=[TENANT_ACTIONS["rotate_keys"]])
     def rotate_keys_selected(self, request, queryset):
         if request.POST.get("confirm") == "yes":
             for tenant in queryset:
                 tenant_rotate_keys(tenant=tenant, actor=_actor(request))
-            self.message_user(request, f"Rotated the keys of {len(queryset)} mediator(s).", messages.SUCCESS)
+            n = len(queryset)
+            done = ngettext("Rotated the keys of %(n)d mediator.", "Rotated the keys of %(n)d mediators.", n)
+            self.message_user(request, done % {"n": n}, messages.SUCCESS)
             return None
         return self._confirm(
             request,
@@ -582,13 +594,15 @@ class TenantAdmin(ModelAdmin):
         tenant = self._object_or_deny(request, object_id, "rotate_keys")
         if request.method == "POST":
             which = request.POST.get("keys", "both")
+            if which not in ROTATED_KEYS:
+                return HttpResponseBadRequest("keys must be both, signing or prekey")
             tenant_rotate_keys(
                 tenant=tenant,
                 actor=_actor(request),
                 signing=which in ("both", "signing"),
                 prekey=which in ("both", "prekey"),
             )
-            self.message_user(request, f"Rotated the {which} key(s) of {tenant.slug}.", messages.SUCCESS)
+            self.message_user(request, f"Rotated the {ROTATED_KEYS[which]} of {tenant.slug}.", messages.SUCCESS)
             return HttpResponseRedirect(self._change_url(tenant))
         return self._detail_confirm(
             request,

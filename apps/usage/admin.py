@@ -10,7 +10,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from apps.tenants.permissions import operator_may
-from apps.wire.display import human_bytes, human_ms
+from apps.tenants.templatetags.mediator import did_cell
+from apps.wire.display import human_bytes, human_ms, utc_iso
 
 from . import services
 from .forms import ReportRequestForm
@@ -109,12 +110,12 @@ class CommandMeterAdmin(BaseModelAdmin):
     """Metadata only; never editable (the admin is not a second write path)."""
 
     list_display = (
-        "at",
+        "time",
         "tenant",
         "transport",
         "command_type",
         "code",
-        "http_status",
+        "status",
         "size_in",
         "size_out",
         "duration",
@@ -123,6 +124,34 @@ class CommandMeterAdmin(BaseModelAdmin):
     list_select_related = ("tenant",)
     date_hierarchy = "at"
     show_full_result_count = False
+    # A meter's page, in words (the model's field names would read "Http status", "Sender did").
+    fields = (
+        "time",
+        "tenant",
+        "transport",
+        "protocol",
+        "channel",
+        "command_type",
+        "code",
+        "status",
+        "size_in",
+        "size_out",
+        "duration",
+        "sender",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="time (UTC)", ordering="at")
+    def time(self, obj: CommandMeter) -> str:
+        return utc_iso(obj.at)
+
+    @admin.display(description="HTTP status", ordering="http_status")
+    def status(self, obj: CommandMeter) -> int:
+        return obj.http_status
+
+    @admin.display(description="sender DID")
+    def sender(self, obj: CommandMeter):
+        return did_cell(obj.sender_did) if obj.sender_did else "none verified"
 
     @admin.display(description="bytes in", ordering="bytes_in")
     def size_in(self, obj: CommandMeter) -> str:

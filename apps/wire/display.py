@@ -48,3 +48,16 @@ def human_ms(ms: float) -> str:
     if ms >= 1:
         return f"{ms:.1f} ms"
     return f"{ms:.2f} ms"
+
+
+# Words that keep their own capitals wherever they stand in a label.
+ACRONYMS = {"did": "DID", "dids": "DIDs", "didcomm": "DIDComm", "http": "HTTP", "ip": "IP", "url": "URL", "id": "ID"}
+
+
+def words(key: str) -> str:
+    """A snake_case key as a label: `pending_events` → `Pending events`, `didcomm_messages` →
+    `DIDComm messages`, `http_status` → `HTTP status`."""
+    parts = [ACRONYMS.get(p.lower(), p.lower()) for p in key.replace("_", " ").split()]
+    if parts and parts[0] == parts[0].lower():
+        parts[0] = parts[0][:1].upper() + parts[0][1:]
+    return " ".join(parts)

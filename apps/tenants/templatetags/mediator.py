@@ -68,5 +68,6 @@ def did_cell(did: str):
 
 @register.filter
 def words(value) -> str:
-    """`pending_events` → `Pending events` (column headings from keys)."""
-    return str(value).replace("_", " ").capitalize()
+    """`pending_events` → `Pending events`, `didcomm_messages` → `DIDComm messages` (column headings
+    from keys; acronyms keep their capitals)."""
+    return display.words(str(value))
