@@ -435,8 +435,10 @@ UNFOLD = {
     "SITE_TITLE": "Mediator operator console",
     "SITE_HEADER": "Decentrl mediator",
     "SITE_SYMBOL": "hub",
-    # The header's site link leads to the usage dashboard, not to / (a tenant's DID document).
-    "SITE_URL": "/dashboard/",
+    # The header's site link leads to the usage dashboard (not to /, a tenant's DID document), for
+    # those who may open it; none on the login page, where it would only lead back to the login.
+    "SITE_URL": "apps.ops.admin.console_site_url",
+    "SITE_FAVICONS": [{"rel": "icon", "type": "image/svg+xml", "href": _static("console/favicon.svg")}],
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
     "DASHBOARD_CALLBACK": "apps.ops.admin.console_overview",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -94,7 +94,8 @@ class ReportRunAdmin(BaseModelAdmin):
                 tenants=list(form.cleaned_data["tenants"]),
                 requested_by=request.user,
             )
-            messages.success(request, f"Usage report #{run.pk} queued.")
+            # No "queued" note: the run's page says what the run is doing, and a note would stay
+            # there, stale, after the run has finished.
             return HttpResponseRedirect(reverse("usage:run-detail", args=[run.pk]))
         context = {
             **self.admin_site.each_context(request),

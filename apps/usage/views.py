@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import operator_may
+from apps.wire.display import utc_iso
 
 from . import charts, metering, selectors, services
 from .forms import DASHBOARD_DAYS, DashboardFilterForm
@@ -221,7 +222,13 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             days = selectors.days_between(run.date_from, run.date_to)
             series = selectors.chart_series(results["daily"], results["by_type"], days)
             context.update(tables=results, charts=_charts(series, _labels(days)))
-    return _page(request, "usage/run_detail.html", context, title=f"Usage report #{run.pk}", tab="reports")
+    return _page(request, "usage/run_detail.html", context, title=run_title(run), tab="reports")
+
+
+def run_title(run: ReportRun) -> str:
+    """A run's page title, what it covers: `Usage report #3: 2026-11-22 – 2026-11-27, all tenants`."""
+    tenants = ", ".join(t.slug for t in run.tenants.all()) or "all tenants"
+    return f"Usage report #{run.pk}: {run.date_from} – {run.date_to}, {tenants}"
 
 
 # The job's steps (spark_reports.usage_report.STEPS) in staff words.
@@ -258,6 +265,8 @@ def _status(run: ReportRun) -> dict:
         "progress": run.progress,
         "step_words": step_words(run),
         "elapsed_s": None if elapsed is None else round(elapsed, 1),
+        "started_at": utc_iso(run.started_at) if run.started_at else None,
+        "finished_at": utc_iso(run.finished_at) if run.finished_at else None,
         "typical_s": selectors.typical_duration_s(),
         "cancel_requested": run.cancel_requested_at is not None,
         "error": run.error,

@@ -71,7 +71,7 @@ def test_the_home_page_is_an_overview(staff_client, tenant_a, tenant_b, actor, a
     queues = html[html.index('id="overview-queues"') : html.index('id="overview-actions"')]
     assert re.findall(r">(tenant-[ab])</a></td><td class=\"num\">(\d+)<", queues) == [("tenant-a", "3")]
     assert "tenant.suspend" in html[html.index('id="overview-actions"') :]
-    assert f"Last report #{run.pk} : succeeded, days 2026-11-01 – 2026-11-07" in text
+    assert f"Latest report #{run.pk} : days 2026-11-01 – 2026-11-07, published" in text
     assert "Auth Token" not in text
 
 

@@ -112,6 +112,9 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
     status = client.get(f"/dashboard/reports/{running.pk}/status").json()
     assert 30 <= status.pop("elapsed_s") < 40
+    # The page's facts follow too: a page opened while the run was queued says when it started.
+    assert status.pop("started_at") == utc_iso(ReportRun.objects.get(pk=running.pk).started_at)
+    assert status.pop("finished_at") is None
     assert status == {
         "id": running.pk,
         "status": "running",
