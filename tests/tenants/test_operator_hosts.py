@@ -158,6 +158,7 @@ def test_every_route_is_either_a_protocol_endpoint_or_an_operator_surface():
         "/metrics",
         "/didcomm",
         "/didcomm/invitation",
+        "/favicon.ico",  # the console's icon for any browser on any host: a redirect to a static file
     }
     others = {r for r in _top_routes(get_resolver().url_patterns) if not r.startswith(OPERATOR_PATH_PREFIXES)}
     assert others == protocol
