@@ -45,9 +45,15 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 	env -u MEDIATOR_TEST_DB_NAME TEST_DATABASE_URL=sqlite:///$(CURDIR)/var/test-sqlite.sqlite3 USAGE_METERING_MODE=sync $(PY) -m pytest $(SQLITE_TESTS)
 
+# Lint, format, types and migrations: what .ci/run checks before `make test`. mypy covers the packages in
+# MYPY_PATHS (strict where pyproject.toml says so); a package joins once it passes.
+MYPY_PATHS := apps/wire
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy $(MYPY_PATHS)
+	$(PY) manage.py makemigrations --check --dry-run
 
 format: install
 	$(VENV)/bin/ruff format .

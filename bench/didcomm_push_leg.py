@@ -61,7 +61,9 @@ def _world():
     tenant = Tenant.objects.order_by("pk").first()
     wallet, rcpt = Agent(), Agent()
     mediation = services.mediation_request(tenant=tenant, client_did=wallet.did)
-    services.recipients_update(mediation=mediation, updates=[{"recipient_did": rcpt.did, "action": "add"}])
+    services.recipients_update(
+        mediation=mediation, updates=[{"recipient_did": rcpt.did, "action": "add"}], proof=frozenset()
+    )
     return SimpleNamespace(
         tenant=tenant,
         wallet=wallet,

@@ -45,6 +45,18 @@ def _required(name: str, dev_file: str, nbytes: int) -> str:
 SECRET_KEY = _required("DJANGO_SECRET_KEY", "django-secret.key", 32)
 # 32-byte key (hex) that encrypts tenant private keys at rest (apps/tenants/keystore.py).
 MEDIATOR_DEPLOYMENT_KEY = _required("MEDIATOR_DEPLOYMENT_KEY", "deployment.key", 32)
+_NEW_SECRET = "python -c 'import secrets; print(secrets.token_hex(32))'"
+if PRODUCTION and not re.fullmatch(r"[0-9a-fA-F]{64}", MEDIATOR_DEPLOYMENT_KEY):
+    # Anything else would be hashed as a passphrase (unsalted): a guessable key for every tenant's keys.
+    raise ImproperlyConfigured(
+        f"MEDIATOR_DEPLOYMENT_KEY must be 64 hex characters (32 bytes) in production: {_NEW_SECRET}"
+    )
+# Weak as Django's own check (security.W009) says: under 50 characters, under 5 distinct ones, or
+# Django's generated development prefix.
+if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-")):
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY is weak: production needs 50 or more characters, 5 or more of them distinct: {_NEW_SECRET}"
+    )
 DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
 if PRODUCTION and DEBUG:
     # Debug pages list the URL map, and a 500 shows settings (DATABASE_URL) and a traceback.
@@ -211,15 +223,27 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 900)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The worker logs through LOGGING below (its formatters escape control characters), not through
+# handlers of its own on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Abuse limits (PROTOCOL-DECISIONS §7, docs/operations.md) -----------------------------------
-# Per minute; 0 switches a limit off. Tenants override the per-DID and per-IP ones.
+# Per minute; 0 switches a limit off; tenants override the per-DID and per-IP ones. Per sender
+# DID: a sliding window, the limit that stops one abusive client. Per IP: a token bucket, a
+# sustained rate with bursts of up to _BURST at once, as hosted mediators set it (100 a second
+# with bursts of 50: carrier NAT puts thousands of phones behind one address, and one wallet's
+# onboarding is a burst).
 MEDIATOR_RATE_LIMIT_PER_DID = env_int("MEDIATOR_RATE_LIMIT_PER_DID", 60)
-MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 120)
-# DIDComm v2 (UC-021 AF-2): per authcrypt sender DID and per IP, per minute; tenants override
-# them in their DIDComm policy (null = these, 0 = off).
+MEDIATOR_RATE_LIMIT_PER_IP = env_int("MEDIATOR_RATE_LIMIT_PER_IP", 6000)
+MEDIATOR_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_RATE_LIMIT_PER_IP_BURST", 50)
+# DIDComm (v2 and v1): per authcrypt sender and per IP (with its burst), per minute; tenants
+# override them in their DIDComm policy (null = these, 0 = off).
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
-MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 120)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 6000)
+MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST", 50)
+for _name in ("MEDIATOR_RATE_LIMIT_PER_IP_BURST", "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be 1 or more (a per-IP rate of 0 switches the limit off)")
 # DIDComm v2 replay protection (docs/didcomm.md "Replays"): an authcrypt message other than a forward
 # whose id its sender already used is refused; ids are remembered this long (seconds), and a message
 # whose created_time is further than this from now is refused (its id may be forgotten).
@@ -229,6 +253,9 @@ MEDIATOR_DIDCOMM_REPLAY_WINDOW_S = env_int("MEDIATOR_DIDCOMM_REPLAY_WINDOW_S", 3
 # this is on (the test suite turns it on: its agents listen on 127.0.0.1). The Celery queue of the
 # delivery task, the per-request timeout and the retry backoff cap (seconds).
 MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE", False)
+# Loopback targets only (an agent on the developer's machine): on by default in development
+# (`make run`), off in production.
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK", not PRODUCTION)
 MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
 MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
 MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)
@@ -484,7 +511,7 @@ LOGGING = {
         "client_fault": {"()": "apps.ops.logconfig.ClientFaultFilter"},
     },
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"()": "apps.ops.logconfig.PlainFormatter"},
         "json": {"()": "apps.ops.logconfig.JsonFormatter"},
     },
     "handlers": {

@@ -38,6 +38,8 @@ MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = int(os.environ.get("MEDIATOR_DIDCOMM_RA
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = int(os.environ.get("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", "0"))
 # The suite's DIDComm v1 agents (a local HTTP server, ACA-Py) listen on 127.0.0.1.
 MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE = os.environ.get("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE", "1") == "1"
+# Tests of the guard switch private targets off and expect production's answer for loopback too.
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = os.environ.get("MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK", "0") == "1"
 # Parallel runs share Redis: each test database gets its own channel-layer keys, in this process and
 # in every server a test starts (they load these settings with the same MEDIATOR_TEST_DB_NAME).
 MEDIATOR_CHANNEL_LAYER_PREFIX = f"{MEDIATOR_CHANNEL_LAYER_PREFIX}.{os.environ.get('MEDIATOR_TEST_DB_NAME') or 'test'}"  # noqa: F405

@@ -7,7 +7,10 @@ group (per (tenant, DID), any number of sockets across processes) and marks the 
 (apps/messaging/presence.py: a forward wakes only a client that may be live; the mark is renewed
 while the socket is open, apps/realtime/presence.py); each stored message then wakes it, and it pushes a packed Pickup 3.0 `delivery` within the socket's send budget
 (apps/realtime/sendbudget.py; over it the socket closes with 4509). A push is never the only
-copy: messages leave the queue only on messages-received, TTL or eviction.
+copy: messages leave the queue only on messages-received, TTL or eviction. A DIDComm v1 agent gets
+the same pushes without live-delivery-change when it asks `~transport.return_route: "all"` on the
+socket in a message other than a pickup one (implicit pickup, RFC 0092: Credo's `Implicit`
+strategy, ACA-Py's mediator), until it turns live delivery off or the socket closes.
 
 A push needs no database: the wake carries the stored message (up to 64 KiB; bigger ones are
 read from the queue), and the socket keeps, per live client, what it loaded when live mode
@@ -103,6 +106,8 @@ class Live:
     kid: str
     group: str
     protocol: str
+    # Live because a v1 message asked `return_route: "all"` (implicit pickup), not by live-delivery-change.
+    implicit: bool = False
     target: LiveTarget | LiveTargetV1 | None = None
     # The ids this socket pushed lately (bounded): a message stored while live mode started is in
     # the backlog and in a wake; it goes out once.
@@ -139,6 +144,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.closed = False
         self.observed = False
         self.live: dict[str, Live] = {}  # did hash -> the client in live mode
+        # Clients that turned live delivery off on this socket: return routes no longer turn it on.
+        self.declined: set[str] = set()
         # The tenant's group and each live client's; re-joined while the socket is open.
         self.memberships = Memberships(self.channel_layer, self.channel_name)
         # Each live client's presence mark (a forward is pushed only to a client that may be live).
@@ -191,15 +198,23 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         if close_code is not None:
             await self._close(close_code)
             return
-        if reply.live is None or reply.caller_did is None or self.closed:
+        if (reply.live is None and not reply.implicit) or reply.caller_did is None or self.closed:
             return
         key = did_hash(reply.caller_did)
         if reply.live:
+            self.declined.discard(key)
             await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol)
-        elif key in self.live:
+        elif reply.live is False:
+            self.declined.add(key)
             await self._leave(key)
+        elif key not in self.live and key not in self.declined:
+            await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol, implicit=True)
 
-    async def _go_live(self, key: str, did: str, kid: str, protocol: str) -> None:
+    async def _go_live(self, key: str, did: str, kid: str, protocol: str, *, implicit: bool = False) -> None:
+        current = self.live.get(key)
+        if current is not None and current.implicit and not implicit:
+            current.implicit = False  # now asked for explicitly; its backlog went out already
+            return
         group = group_name(self.tenant.pk, did)
         try:
             await self.memberships.add(group)
@@ -214,7 +229,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             if key not in self.live:
                 await self.memberships.discard(group)
             return
-        live = self.live[key] = Live(did, kid, group, protocol)
+        live = self.live[key] = Live(did, kid, group, protocol, implicit)
         # What was queued before live mode started goes out now, once (then each new message).
         await self._load(key, live, backlog=True)
 

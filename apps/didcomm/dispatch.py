@@ -52,6 +52,9 @@ class Reply:
     content_type: str | None = None
     retry_after: int | None = None
     live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    # A v1 message on a socket from a granted connection asking `~transport.return_route: "all"`
+    # (RFC 0092, not a pickup message): the socket delivers the connection's messages (implicit pickup).
+    implicit: bool = False
     protocol: str = "v2"  # "v1": an RFC 0019 exchange (socket frames are binary)
     caller_did: str | None = None  # the authcrypt sender, once known
     caller_kid: str | None = None  # its key (`skid`): where a socket's live deliveries are encrypted to
@@ -63,20 +66,31 @@ class Context:
 
     tenant: Tenant
     policy: DidcommPolicy
-    identity: MediatorIdentity  # the mediator DID the sender addressed; answers come from it
+    identity: MediatorIdentity  # the mediator identity the sender addressed; answers come from it
+    # Its key-agreement key as the sender named it (either DID of the identity, any id form): answers
+    # come from that DID and name that key, which is what the sender's library resolves.
+    mediator_kid: str
     caller_did: str | None  # the authcrypt sender's DID (from skid), None for anoncrypt
     caller_kid: str | None
     transport: str
     live: bool | None  # None on HTTP; on a socket, whether live delivery is on
+    signer_kid: str | None = None  # the verified JWS signature's kid of a signed inner message
     code: str = "SUCCESS"
     extra: dict = field(default_factory=dict)
+
+    @property
+    def mediator_did(self) -> str:
+        """The mediator DID the sender addressed (`identity.did` or `identity.legacy_did`)."""
+        return self.mediator_kid.split("#", 1)[0]
 
 
 @dataclass
 class _Unpacked:
     message: PlainMessage
     identity: MediatorIdentity
+    mediator_kid: str  # the recipient kid the outer envelope was decrypted with
     sender_kid: str | None
+    signer_kid: str | None = None
 
 
 def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, envelope: dict | None = None) -> _Unpacked:
@@ -84,8 +98,8 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
 
     `documents` maps each identity's DID to its resolved document (services.Accepting); `envelope`
     is `raw` already parsed, if the caller did (dispatch_v1.route)."""
-    docs = {ident.did: (ident, documents[ident.did]) for ident in identities}
-    used: list[MediatorIdentity] = []
+    docs = {did: (ident, documents[did]) for ident in identities for did in ident.dids}
+    used: list[tuple[MediatorIdentity, str]] = []
 
     def private_key_for(kid: str):
         entry = docs.get(kid.split("#", 1)[0])
@@ -103,17 +117,18 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
     sender_kid = None
     for _ in range(MAX_NESTING):
         decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)  # type: ignore[arg-type]
-        used.append(docs[decrypted.recipient_kid.split("#", 1)[0]][0])
+        used.append((docs[decrypted.recipient_kid.split("#", 1)[0]][0], decrypted.recipient_kid))
         sender_kid = decrypted.sender_kid or sender_kid
         obj = jwe.parse_envelope(decrypted.plaintext)
         if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
             break
     else:
         raise Problem("e.p.msg", "envelope nested too deeply")
-    signer = None
+    signer = signer_kid = None
     if envelope_kind(obj) == SIGNED:  # type: ignore[arg-type]
         verified = jws.verify(obj, public_key_for=authentication_key)  # type: ignore[arg-type]
-        signer = verified.signer_kids[0].split("#", 1)[0]
+        signer_kid = verified.signer_kids[0]
+        signer = signer_kid.split("#", 1)[0]
         obj = verified.payload
     message = parse_plaintext(obj)  # type: ignore[arg-type]
     sender_did = sender_kid.split("#", 1)[0] if sender_kid else None
@@ -123,7 +138,7 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             problem = Problem(Code.SENDER_MISMATCH, "from does not match the sender key")
             problem.message = message
             raise problem
-    return _Unpacked(message, used[0], sender_kid)
+    return _Unpacked(message, *used[0], sender_kid, signer_kid)
 
 
 def handle(
@@ -254,7 +269,7 @@ def admit(
     if transport == "http" and (content_type or "").split(";", 1)[0].strip().lower() not in media:
         raise Problem(Code.UNSUPPORTED_MEDIA, f"use {media[0]}", 415)
     if remote_addr:
-        limit("didcomm_ip", tenant, remote_addr, policy.rate_limit_per_ip, settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP)
+        limit_ip(tenant, remote_addr, policy)
     return accepting
 
 
@@ -283,10 +298,12 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
         tenant=tenant,
         policy=policy,
         identity=unpacked.identity,
+        mediator_kid=unpacked.mediator_kid,
         caller_did=caller_kid.split("#", 1)[0] if caller_kid else None,
         caller_kid=caller_kid,
         transport=transport,
         live=live,
+        signer_kid=unpacked.signer_kid,
     )
     with concerning(message, ctx):
         if ctx.caller_did:
@@ -305,7 +322,9 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope) -
             # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
             return Reply(202, live=outcome.live), message, ctx
         response = _stamp(outcome.response, ctx, message)
-        envelope = services.pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid)
+        envelope = services.pack_for_kid(
+            response, identity=ctx.identity, kid=ctx.caller_kid, sender_kid=ctx.mediator_kid
+        )
         body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
         return Reply(200, body, ENCRYPTED_MEDIA, live=outcome.live), message, ctx
 
@@ -378,13 +397,28 @@ def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default:
         raise Problem(Code.RATE_LIMITED, "rate limit exceeded", 429, retry_after=err.retry_after) from err
 
 
+def limit_ip(tenant: Tenant, remote_addr: str, policy) -> None:
+    """The per-IP token bucket (per minute, with its burst) of the tenant's DIDComm policy."""
+    rate, burst = policy.rate_limit_per_ip, policy.rate_limit_per_ip_burst
+    try:
+        limits.enforce_rate(
+            "didcomm_ip",
+            tenant.pk,
+            remote_addr,
+            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP if rate is None else rate,
+            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST if burst is None else burst,
+        )
+    except ProtocolError as err:
+        raise Problem(Code.RATE_LIMITED, "rate limit exceeded", 429, retry_after=err.retry_after) from err
+
+
 def _stamp(response: dict, ctx: Context, request: PlainMessage | None) -> dict:
     """Headers every response carries: id, typ, from (the addressed mediator DID), to, created_time, thid."""
     out = {
         "id": str(uuid.uuid4()),
         "typ": "application/didcomm-plain+json",
         **response,
-        "from": ctx.identity.did,
+        "from": ctx.mediator_did,
         "created_time": int(time.time()),
     }
     if ctx.caller_did:
@@ -404,11 +438,11 @@ def _problem_reply(problem: Problem, *, message: PlainMessage | None, ctx: Conte
     if ctx is None or ctx.caller_kid is None:
         return _plain_problem(problem, message)
     report = problem_message(
-        problem.code, problem.comment, pthid=pthid_of(message), identity=ctx.identity, to=ctx.caller_did
+        problem.code, problem.comment, pthid=pthid_of(message), from_did=ctx.mediator_did, to=ctx.caller_did
     )
     report["created_time"] = int(time.time())
     try:
-        envelope = services.pack_for_kid(report, identity=ctx.identity, kid=ctx.caller_kid)
+        envelope = services.pack_for_kid(report, identity=ctx.identity, kid=ctx.caller_kid, sender_kid=ctx.mediator_kid)
     except DidcommError:
         return _plain_problem(problem, message)
     body = json.dumps(envelope, separators=(",", ":")).encode("utf-8")
@@ -481,6 +515,5 @@ def live_start(
     rows = _backlog(mediation.pk, None) if backlog else []
     identity = shared_identity(tenant=tenant, identity=services.identity_current(tenant=tenant))
     identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
-    kid, key = services.agreement_key_for(client_kid)
-    target = LiveTarget(mediation.pk, client_did, identity, (client_kid if kid == client_kid else kid, key))
+    target = LiveTarget(mediation.pk, client_did, identity, services.agreement_key_for(client_kid))
     return target, rows

@@ -43,7 +43,8 @@ from .problems import Problem, Unanswered, concerning
 from .protocols import Code
 
 ENVELOPE_MEDIA = "application/didcomm-envelope-enc"
-ACCEPTED_MEDIA = (ENVELOPE_MEDIA, "application/ssi-agent-wire", ENCRYPTED_MEDIA, "application/json")
+V1_MEDIA = (ENVELOPE_MEDIA, "application/ssi-agent-wire")
+ACCEPTED_MEDIA = (*V1_MEDIA, ENCRYPTED_MEDIA, "application/json")
 
 
 def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
@@ -119,7 +120,7 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
 
     try:
         if envelope is None:
-            envelope = parse_json_object(raw)
+            envelope = _envelope_object(raw)
         _, (identities, keys, unpacked) = decrypting(tenant, accepting, unpack)
         msg = message_v1.parse(unpacked.message)
     except DidcommError as exc:
@@ -148,21 +149,43 @@ def _handle(raw, tenant, transport, remote_addr, content_type, live, envelope):
         outcome = handlers_v1.run(ctx, msg)
         if outcome.connection is not None:
             ctx.connection = outcome.connection
+        implicit = _implicit(ctx, msg, outcome)
         if outcome.response is None or sender is None:
-            return Reply(200, live=outcome.live), msg, ctx
+            return Reply(200, live=outcome.live, implicit=implicit), msg, ctx
         conn = ctx.connection
         inline = msg.return_route in ("all", "thread") or conn is None or not conn.endpoint
         if inline:
             envelope = services_v1.pack_reply(
                 outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[]
             )
-            return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live), msg, ctx
+            return Reply(200, _body(envelope), ENVELOPE_MEDIA, live=outcome.live, implicit=implicit), msg, ctx
         envelope = services_v1.pack_reply(
             outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=list(conn.routing_keys)
         )
         services_v1.outbound_reply(connection=conn, envelope=envelope, policy=policy)
         ctx.extra["outbound"] = 1
         return Reply(200, live=outcome.live), msg, ctx
+
+
+def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers_v1.Outcome) -> bool:
+    """Implicit pickup (RFC 0092): a message on a socket asking `return_route: "all"` from a
+    connection with a granted mediation asks for the connection's messages on that socket. A pickup
+    message does not: a client speaking Pickup on the socket chooses live delivery itself
+    (`live-delivery-change`). The grant is read only while the socket has no live client (a socket
+    already live for another one finds a missing grant when it loads the client's push state)."""
+    if ctx.live is None or ctx.connection is None or msg.return_route != "all" or outcome.live is not None:
+        return False
+    if msg.type.startswith((protocols.PICKUP_V1, protocols.PICKUP_V2)):
+        return False
+    return bool(ctx.live) or services_v1.mediation_of(connection=ctx.connection) is not None
+
+
+def _envelope_object(raw: bytes) -> dict:
+    """The body as a JSON object; MalformedEnvelope saying it is not one (a v1 media type's body)."""
+    try:
+        return parse_json_object(raw)
+    except MalformedEnvelope as exc:
+        raise MalformedEnvelope(f"the body is {exc}: an RFC 0019 envelope is a JSON object") from exc
 
 
 def _key(keys: dict, kid: str):
@@ -184,15 +207,17 @@ def _problem_reply(problem: Problem, msg, ctx: ContextV1 | None) -> Reply:
     return Reply(problem.status, _body(envelope), ENVELOPE_MEDIA, retry_after=problem.retry_after)
 
 
-def route(raw: bytes) -> tuple[Callable[..., Reply], dict | None]:
+def route(raw: bytes, content_type: str | None = None) -> tuple[Callable[..., Reply], dict | None]:
     """(the front door for a message body, the body's JSON object or None when it is not one): an RFC
-    0019 envelope goes the v1 way, anything else v2 (dispatch by shape, whatever the media type).
-    The object is handed on (`envelope=`), so the body is parsed once."""
+    0019 envelope goes the v1 way, anything else v2 (dispatch by shape). A body sent with a v1 media
+    type goes the v1 way whatever its shape, so that a broken envelope is told what is wrong with it
+    in a v1 problem report. The object is handed on (`envelope=`), so the body is parsed once."""
+    v1_media = (content_type or "").split(";", 1)[0].strip().lower() in V1_MEDIA
     try:
         envelope = parse_json_object(raw)
     except MalformedEnvelope:
-        return dispatch.handle, None
-    return (handle if envelope_v1.is_v1(envelope) else dispatch.handle), envelope
+        return (handle if v1_media else dispatch.handle), None
+    return (handle if v1_media or envelope_v1.is_v1(envelope) else dispatch.handle), envelope
 
 
 @dataclass(slots=True)

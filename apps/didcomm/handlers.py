@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from apps.didcomm.core.message import PlainMessage
+from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 
 from . import metrics, protocols, services
 from .models import Mediation
 from .problems import Problem
 from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
+from .recipients import key_forms
 
 log = logging.getLogger("mediator.didcomm")
 
@@ -93,7 +95,8 @@ def mediate_request(ctx, msg: PlainMessage) -> Outcome:
     if mediation.state != Mediation.State.GRANTED:
         return Outcome(200, {"type": base + "mediate-deny", "body": {}})
     # CM 2.0: routing_did is one DID string; CM 3.0: a list of DIDs.
-    routing = ctx.identity.did if base == CM2 else [ctx.identity.did]
+    # The DID the client addressed: a client of the legacy DID can resolve only that one.
+    routing = ctx.mediator_did if base == CM2 else [ctx.mediator_did]
     return Outcome(200, {"type": base + "mediate-grant", "body": {"routing_did": routing}})
 
 
@@ -105,10 +108,35 @@ def recipient_update(ctx, msg: PlainMessage) -> Outcome:
         raise _problem(Code.BAD_BODY, "updates must be a list of objects")
     if len(updates) > MAX_UPDATES:
         raise _problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
-    results = services.recipients_update(mediation=mediation, updates=updates)
+    results = recipients_update(mediation, updates, proof=_proof(ctx))
     answer = "keylist-update-response" if base == CM2 else "recipient-update-response"
     updated = [{"recipient_did": r.recipient_did, "action": r.action, "result": r.result} for r in results]
     return Outcome(200, {"type": base + answer, "body": {"updated": updated}})
+
+
+def _proof(ctx) -> frozenset[tuple[str, bytes]]:
+    """The keys the request was authcrypted with (the caller's `skid`) and signed with, if signed."""
+    keys = [key_agreement_key(ctx.caller_kid)]
+    if ctx.signer_kid is not None:
+        keys.append(authentication_key(ctx.signer_kid))
+    return key_forms([k for k in keys if k is not None])
+
+
+def recipients_update(mediation: Mediation, updates: list, *, proof) -> list:
+    """A recipient update, v1 and v2: the service's results, or the problem report of its refusal."""
+    try:
+        return services.recipients_update(mediation=mediation, updates=updates, proof=proof)
+    except services.RecipientRefused as refused:
+        where = f"updates[{refused.index}]"
+        if refused.reason == services.RecipientRefused.CONFLICT:
+            raise _problem(
+                Code.RECIPIENT_CONFLICT, f"{where}: this DID is registered to another client of this mediator", 409
+            ) from None
+        raise _problem(
+            Code.RECIPIENT_UNPROVEN,
+            f"{where}: this mediator registers this DID only in a request authcrypted or signed with one of its keys",
+            403,
+        ) from None
 
 
 def _paginate(body: dict) -> tuple[int, int]:

@@ -16,13 +16,13 @@ from datetime import UTC, datetime
 from apps.didcomm.core import diddoc, message_v1, untrusted
 from apps.didcomm.core.did_key import key_from_did_key
 from apps.didcomm.core.errors import DidcommError, InvalidSignature
-from apps.didcomm.core.keys import ED25519
+from apps.didcomm.core.keys import ED25519, PublicKey
 from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import resolve_did
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import metrics, protocols, services, services_v1
-from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate, store_forward
+from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate, recipients_update, store_forward
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import (
@@ -39,6 +39,7 @@ from .protocols import (
     TRUST_PING_V1,
     Code,
 )
+from .recipients import key_forms
 
 RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pickup answers
 
@@ -261,7 +262,8 @@ def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
         except DidcommError:
             did = None  # not a key: the shared rule answers client_error
         normalised.append({"recipient_did": did, "action": update.get("action")})
-    results = services.recipients_update(mediation=mediation, updates=normalised)
+    proof = key_forms([PublicKey(ED25519, b58decode(ctx.sender_verkey))])  # the authcrypt sender's key
+    results = recipients_update(mediation, normalised, proof=proof)
     updated = [
         {"recipient_key": u.get("recipient_key"), "action": u.get("action"), "result": r.result}
         for u, r in zip(updates, results, strict=True)

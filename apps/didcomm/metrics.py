@@ -30,6 +30,14 @@ ACTIVE_CONNECTIONS = Gauge(
     registry=OPS_REGISTRY,
     multiprocess_mode="livesum",
 )
+OUTBOUND_FAILURES = Counter(
+    "mediator_didcomm_outbound_failures_total",
+    "DIDComm v1 outbound POSTs to an agent's endpoint that failed, by reason: refused (the target "
+    "check: not http(s), unresolvable or a non-public address; dropped), http_status (a non-2xx "
+    "answer), network (no answer; both retried), expired (given up after its retries).",
+    ["reason"],
+    registry=OPS_REGISTRY,
+)
 MESSAGES = Counter(
     "mediator_didcomm_messages_total",
     "DIDComm messages handled, by transport, short message type and result code.",

@@ -14,15 +14,19 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.didcomm.core.did_peer import mediator_legacy_did
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.tenants import keystore
+
+# The prefix of a DIDComm client's presence key: what tells its rows from Decentrl DIDs' rows.
+PRESENCE_PREFIX = "didcomm:"
 
 
 def presence_key(client_hash: str) -> str:
     """The presence row's key of a client in live mode (apps/messaging/presence.py), from its
     `did_hash` (recipients.py): a client DID may be far longer than that table's DIDs (did:peer, up to 16 KiB).
     The forward's function (migration 0008) builds the same text from `Mediation.client_hash`."""
-    return f"didcomm:{client_hash}"
+    return f"{PRESENCE_PREFIX}{client_hash}"
 
 
 def _bounds(lo: int, hi: int) -> list:
@@ -41,6 +45,10 @@ class DidcommPolicy(models.Model):
         EVICT = "evict", "Evict the oldest message (UC-021 AF-4; sender gets 202)"
         REJECT = "reject", "Reject the new message (problem report, HTTP 507)"
 
+    class UnprovenRecipients(models.TextChoices):
+        ACCEPT = "accept", "Accept them, first come first served (what wallets registering fresh DIDs need)"
+        REFUSE = "refuse", "Refuse them (problem report e.p.req.recipient-unproven, HTTP 403)"
+
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
     enabled = models.BooleanField(default=True, help_text="Serve DIDComm v2 (POST /didcomm, /didcomm/ws).")
     mediation = models.CharField(max_length=8, choices=Mediation.choices, default=Mediation.OPEN)
@@ -57,9 +65,33 @@ class DidcommPolicy(models.Model):
     message_ttl_hours = models.PositiveIntegerField(
         default=72, validators=_bounds(1, 24 * 366), help_text="Queued messages expire after this."
     )
-    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off.
-    rate_limit_per_sender = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
-    rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True, validators=_bounds(0, 1_000_000))
+    # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off. Per IP:
+    # a token bucket, the rate sustained with bursts of up to _burst.
+    rate_limit_per_sender = models.PositiveIntegerField(
+        null=True, blank=True, validators=_bounds(0, 1_000_000), help_text="Messages per minute from one sender."
+    )
+    rate_limit_per_ip = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(0, 1_000_000),
+        help_text="Messages per minute from one address, sustained.",
+    )
+    rate_limit_per_ip_burst = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=_bounds(1, 1_000_000),
+        help_text="Messages one address may send at once before the per-minute rate applies.",
+    )
+    unproven_recipients = models.CharField(
+        max_length=8,
+        choices=UnprovenRecipients.choices,
+        default=UnprovenRecipients.ACCEPT,
+        db_default=UnprovenRecipients.ACCEPT,
+        help_text=(
+            "Recipient DIDs whose control the request does not prove (not authcrypted or signed with "
+            "one of their keys). A client's own DID always needs the proof (docs/didcomm.md)."
+        ),
+    )
 
     # What an operator may edit (the admin form and PATCH /api/v1/didcomm/policies/<slug>/).
     EDITABLE = (
@@ -72,6 +104,8 @@ class DidcommPolicy(models.Model):
         "message_ttl_hours",
         "rate_limit_per_sender",
         "rate_limit_per_ip",
+        "rate_limit_per_ip_burst",
+        "unproven_recipients",
     )
 
     class Meta:
@@ -137,6 +171,21 @@ class MediatorIdentity(models.Model):
         """`<did>#key-2`: V is key-1, E is key-2 (did:peer:2 numbering in segment order)."""
         return f"{self.did}#key-2"
 
+    @cached_property
+    def legacy_did(self) -> str:
+        """The same keys as `did` with one http(s) service in the string form, for older did:peer:2
+        libraries (`core.did_peer.mediator_legacy_did`); a message to either DID reaches this identity."""
+        return mediator_legacy_did(
+            authentication=PublicKey(ED25519, bytes(self.authentication_public)),
+            agreement=PublicKey(X25519, bytes(self.agreement_public)),
+            http_uri=self.http_uri,
+        )
+
+    @property
+    def dids(self) -> tuple[str, str]:
+        """Both DIDs of this identity: the one it publishes, then the legacy one."""
+        return self.did, self.legacy_did
+
 
 class Mediation(models.Model):
     """A mediation client (the DID that sent mediate-request, authenticated by authcrypt)."""
@@ -189,6 +238,13 @@ class Connection(models.Model):
     state = models.CharField(max_length=12, choices=State.choices)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    # Outbound delivery to `endpoint` (apps/didcomm/outbound.py), for the operator: no payload.
+    last_delivery_error = models.CharField(
+        max_length=120, blank=True, help_text="why the last failed POST failed: refused (and why), HTTP status or error"
+    )
+    last_delivery_error_at = models.DateTimeField(null=True, blank=True)
+    last_delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_failures = models.PositiveIntegerField(default=0, help_text="failed or refused POSTs, ever")
 
     class Meta:
         verbose_name = "DIDComm v1 connection"
@@ -210,6 +266,16 @@ class RecipientKey(models.Model):
     recipient_did = models.TextField(help_text="exactly as the client sent it")
     lookup_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    proven = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="the request that registered it was authcrypted or signed with one of the DID's keys",
+    )
+    # Claims of other clients refused while this client holds it (docs/didcomm.md "Who may register").
+    contested = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="times another client asked for it and was refused"
+    )
+    last_contested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "DIDComm recipient DID"

@@ -3,8 +3,11 @@
 Called by the Celery task `deliver_outbound` (after the row commits) and by the beat job that
 retries due rows. A 2xx removes the row (and, for a forwarded message, the queued message:
 delivered). Anything else keeps it with exponential backoff until it expires (the tenant's TTL).
-Targets that resolve to private, loopback, link-local or other non-global addresses are refused
-unless MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE is on: delivery must not reach the operator's network.
+Targets that resolve to private, loopback, link-local or other non-global addresses (also inside
+an IPv6 address: NAT64, 6to4, Teredo, IPv4-compatible and -mapped) are refused unless
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE is on, loopback ones unless
+MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK is (development's default): delivery must not reach the
+operator's network.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import metrics
-from .models import Outbound, QueuedMessage
+from .models import Connection, Outbound, QueuedMessage
 
 log = logging.getLogger("mediator.didcomm")
 
@@ -42,8 +46,37 @@ class Attempt:
     retry_in: int | None = None
 
 
+# IPv6 forms that carry an IPv4 address (RFC 6052 NAT64, RFC 8215 local-use NAT64, RFC 3056
+# 6to4, RFC 4380 Teredo, RFC 4291 IPv4-compatible and -mapped): a packet to one reaches the IPv4
+# address, so that address must pass the check too.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """Every IPv4 address an IPv6 address may lead to (none for a plain IPv6 address)."""
+    found = [a for a in (address.ipv4_mapped, address.sixtofour) if a is not None]
+    if address.teredo is not None:
+        found.extend(address.teredo)  # (server, client), the client's address de-obfuscated
+    if address in _NAT64 or address in _IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(address.packed[12:]))
+    if address in _NAT64_LOCAL:
+        # The local prefix is /48 or longer and RFC 6052 puts the IPv4 address at a place that
+        # depends on it (skipping bits 64-71): every place it can be.
+        b = address.packed
+        found += [ipaddress.IPv4Address(x) for x in (b[6:8] + b[9:11], b[7:8] + b[9:12], b[9:13], b[12:16])]
+    return found
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return address.is_global and not address.is_multicast
+
+
 def check_target(url: str) -> None:
-    """Refuse non-http(s) URLs and hosts resolving to non-global addresses (SSRF), unless allowed."""
+    """Refuse non-http(s) URLs and hosts resolving to non-global addresses, or IPv6 addresses
+    embedding one (SSRF), unless allowed: every address when private targets are allowed, loopback
+    ones when loopback is (a development deployment's default)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise TargetRefused("not an http(s) URL")
@@ -55,7 +88,12 @@ def check_target(url: str) -> None:
         raise TargetRefused("host does not resolve") from exc
     for info in infos:
         address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-        if not address.is_global or address.is_multicast:
+        embedded = embedded_ipv4(address) if address.version == 6 else []
+        if settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK and (
+            address.is_loopback or (embedded and all(a.is_loopback for a in embedded))
+        ):
+            continue
+        if not all(_public(a) for a in (address, *embedded)):
             raise TargetRefused("host resolves to a non-public address")
 
 
@@ -89,24 +127,33 @@ def outbound_deliver(*, outbound_id: int, now: datetime | None = None) -> Attemp
         check_target(row.connection.endpoint)
     except TargetRefused as exc:
         log.warning("didcomm outbound refused tenant=%s outbound=%s reason=%s", row.tenant_id, row.pk, exc)
+        _failed(row.connection_id, "refused", f"refused: {exc}", now)
         row.delete()
         return Attempt("refused")
-    status = _post(row.connection.endpoint, body)
+    status, error = _post(row.connection.endpoint, body)
     if status is not None and 200 <= status < 300:
         with transaction.atomic():
             if row.queued_id is not None:
                 removed, _ = QueuedMessage.objects.filter(pk=row.queued_id).delete()
                 metrics.DELIVERED.inc(1 if removed else 0)
             Outbound.objects.filter(pk=row.pk).delete()
+            Connection.objects.filter(pk=row.connection_id).update(last_delivered_at=now)
         log.info(
             "didcomm outbound delivered tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1
         )
         return Attempt("delivered")
+    if status is None:
+        _failed(row.connection_id, "network", error, now)
+    else:
+        _failed(row.connection_id, "http_status", f"HTTP {status}", now)
     wait = _backoff(row.attempts + 1)
     next_at = now + timedelta(seconds=wait)
     if next_at >= row.expires_at:
         row.delete()
-        log.info("didcomm outbound expired tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1)
+        metrics.OUTBOUND_FAILURES.labels("expired").inc()
+        log.warning(
+            "didcomm outbound expired tenant=%s outbound=%s attempts=%d", row.tenant_id, row.pk, row.attempts + 1
+        )
         return Attempt("expired")
     Outbound.objects.filter(pk=row.pk).update(
         attempts=row.attempts + 1, next_attempt_at=next_at, last_status=str(status) if status else "error"
@@ -115,14 +162,24 @@ def outbound_deliver(*, outbound_id: int, now: datetime | None = None) -> Attemp
     return Attempt("retry", wait)
 
 
+def _failed(connection_id: int, reason: str, error: str, now: datetime) -> None:
+    """Count a failed or refused POST (metric by reason, no DID) and keep it on its connection for
+    the console: the error, when, and how many ever."""
+    metrics.OUTBOUND_FAILURES.labels(reason).inc()
+    Connection.objects.filter(pk=connection_id).update(
+        last_delivery_error=error[:120], last_delivery_error_at=now, delivery_failures=F("delivery_failures") + 1
+    )
+
+
 def _inner(stored: str) -> str:
     """The stored forward attachment `{"json": msg}` → `msg` as JSON text (POSTed unchanged)."""
     data = json.loads(stored)
     return json.dumps(data["json"], separators=(",", ":"))
 
 
-def _post(url: str, body: str) -> int | None:
-    """POST the envelope; the HTTP status, or None when the request failed (payload never logged)."""
+def _post(url: str, body: str) -> tuple[int | None, str]:
+    """POST the envelope; (the HTTP status, ""), or (None, the error's class name) when the request
+    failed (payload never logged)."""
     try:
         response = httpx.post(
             url,
@@ -133,8 +190,8 @@ def _post(url: str, body: str) -> int | None:
         )
     except httpx.HTTPError as exc:
         log.info("didcomm outbound failed: %s", type(exc).__name__)
-        return None
-    return response.status_code
+        return None, type(exc).__name__
+    return response.status_code, ""
 
 
 def outbound_deliver_due(*, now: datetime, dry_run: bool = False) -> int:

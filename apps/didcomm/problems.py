@@ -16,13 +16,17 @@ class Problem(Exception):
 
     def __init__(self, code: str, comment: str, status: int = 400, *, retry_after: int | None = None):
         super().__init__(code)
-        self.code, self.comment, self.status, self.retry_after = code, comment, status, retry_after
+        self.code, self.comment, self.status = code, comment, status
+        # A 429 always says when to come back (clients such as the Identus SDK give up without it).
+        self.retry_after = 1 if retry_after is None and status == 429 else retry_after
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.
         self.message: Any = None
         self.ctx: Any = None
 
 
-def problem_message(code: str, comment: str, *, pthid: str | None, identity=None, to: str | None = None) -> dict:
+def problem_message(
+    code: str, comment: str, *, pthid: str | None, from_did: str | None = None, to: str | None = None
+) -> dict:
     """A Report Problem 2.0 plaintext message."""
     msg: dict = {
         "id": str(uuid.uuid4()),
@@ -32,8 +36,8 @@ def problem_message(code: str, comment: str, *, pthid: str | None, identity=None
     }
     if pthid:
         msg["pthid"] = pthid
-    if identity is not None:
-        msg["from"] = identity.did
+    if from_did is not None:
+        msg["from"] = from_did
     if to:
         msg["to"] = [to]
     return msg

@@ -45,6 +45,8 @@ class Code:
     NOT_FOUND = "e.p.me.res.not-found"  # UC-021 AF-1: forward to a recipient we do not mediate
     STORAGE_FULL = "e.p.me.res.storage.full"  # overflow policy `reject`
     NOT_GRANTED = "e.p.req.not-granted"  # mediation or pickup without a granted mediation
+    RECIPIENT_CONFLICT = "e.p.req.recipient-conflict"  # a recipient DID another client registered (409)
+    RECIPIENT_UNPROVEN = "e.p.req.recipient-unproven"  # a recipient DID the request must prove control of (403)
     UNAUTHENTICATED = "e.p.trust.unauthenticated"  # an admin message that was not authcrypt
     SENDER_MISMATCH = "e.p.trust.sender-mismatch"  # `from` is not the authcrypt sender's DID
     MALFORMED = "e.p.msg"  # not a message at all (also DidcommError's default problem code)

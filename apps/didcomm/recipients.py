@@ -1,4 +1,5 @@
-"""One form for the ways a forward's `body.next` can name a recipient (pure; docs/didcomm.md).
+"""One form for the ways a forward's `body.next` can name a recipient (pure; docs/didcomm.md), and
+whether a request proves control of a recipient DID.
 
 A recipient registered as a DID is found by that DID and by any `did#fragment` URL of it. An
 Ed25519 did:key is also found by its X25519 did:key form (a sender encrypts to the key-agreement
@@ -13,7 +14,7 @@ import re
 from apps.didcomm.core.did_key import did_key_from_key, key_from_did_key
 from apps.didcomm.core.did_peer import MAX_PEER_DID_LENGTH
 from apps.didcomm.core.errors import DidcommError, InvalidDid
-from apps.didcomm.core.keys import ED25519
+from apps.didcomm.core.keys import ED25519, PublicKey
 from apps.didcomm.core.resolver import resolve_did
 
 MAX_DID_LENGTH = MAX_PEER_DID_LENGTH
@@ -47,3 +48,30 @@ def check_registrable(value: object) -> str:
         except DidcommError as exc:
             raise InvalidDid("DID does not resolve") from exc
     return form
+
+
+def key_forms(keys: list[PublicKey]) -> frozenset[tuple[str, bytes]]:
+    """Each key as (curve, raw bytes), an Ed25519 key also as its X25519 form: a request authcrypted
+    with an Ed25519 key's X25519 form (DIDComm v1, a did:key sender) holds that key too."""
+    out = set()
+    for key in keys:
+        out.add((key.crv, key.raw))
+        if key.crv == ED25519:
+            try:
+                x = key.to_x25519()
+            except DidcommError:
+                continue
+            out.add((x.crv, x.raw))
+    return frozenset(out)
+
+
+def proves_control(value: str, proof: frozenset[tuple[str, bytes]]) -> bool:
+    """Whether a request authcrypted or signed with the keys of `proof` (`key_forms`) holds a key of
+    the DID `value` names (did:key, did:peer:2, did:peer:4 long form: the methods resolved here)."""
+    if not proof:
+        return False
+    try:
+        doc = resolve_did(value.split("#", 1)[0])
+    except DidcommError:
+        return False
+    return not key_forms([vm.key for vm in doc.verification_methods]).isdisjoint(proof)

@@ -20,10 +20,12 @@ from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, F, Max, Min, Sum
 from django.utils import timezone
+from django.utils.html import escape
 
 from apps.didcomm.core import jwe
+from apps.didcomm.core.did_key import key_from_did_key
 from apps.didcomm.core.did_peer import mediator_peer_did, resolve_peer2
 from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
@@ -33,7 +35,7 @@ from apps.messaging.notify import notify_on_commit
 from apps.realtime.push import tenant_state_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
-from apps.wire.encoding import b64url_nopad
+from apps.wire.encoding import b58encode, b64url_nopad
 
 from . import protocols, storage
 from .models import (
@@ -46,7 +48,7 @@ from .models import (
     RecipientKey,
     SeenMessage,
 )
-from .recipients import check_registrable, did_hash, lookup_form
+from .recipients import check_registrable, did_hash, lookup_form, proves_control
 
 log = logging.getLogger("mediator.didcomm")
 
@@ -176,7 +178,7 @@ class Accepting:
 
     policy: DidcommPolicy
     identities: tuple[MediatorIdentity, ...]
-    documents: dict[str, DidDocument]  # did -> its resolved did:peer:2 document
+    documents: dict[str, DidDocument]  # each DID of each identity (`dids`) -> its resolved did:peer:2 document
     grace: timedelta
     grace_hours: int  # the tenant's prekey_grace_hours it was made for
     # The tenant's public URL it was made for, when the current identity's service URIs are that
@@ -220,7 +222,7 @@ def _load_accepting(tenant: Tenant, ttl: float) -> Accepting:
     return Accepting(
         policy=policy,
         identities=tuple(identities),
-        documents={i.did: resolve_peer2(i.did) for i in identities},
+        documents={did: resolve_peer2(did) for i in identities for did in i.dids},
         grace=timedelta(hours=tenant.prekey_grace_hours),
         grace_hours=tenant.prekey_grace_hours,
         public_url=(
@@ -311,22 +313,27 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
 
 
 def agreement_key_for(kid: str) -> tuple[str, PublicKey]:
-    """(kid, X25519 public key) of the key-agreement key `kid` names (resolving its DID)."""
+    """(kid, X25519 public key) of the key-agreement key `kid` names (resolving its DID). The kid
+    stays as the caller wrote it (any id form `DidDocument.find` reads): its library finds its
+    secret by that name."""
     vm = resolve_did(kid).find(kid, "keyAgreement")
     if vm is None or vm.key.crv != X25519:
         raise DidcommError("recipient has no X25519 key-agreement key")
-    return vm.id, vm.key
+    return kid, vm.key
 
 
-def pack_to(message: dict, *, identity: MediatorIdentity, recipient: tuple[str, PublicKey]) -> dict:
-    """Authcrypt `message` from the identity's X25519 key to a resolved key (`agreement_key_for`)."""
+def pack_to(
+    message: dict, *, identity: MediatorIdentity, recipient: tuple[str, PublicKey], sender_kid: str | None = None
+) -> dict:
+    """Authcrypt `message` from the identity's X25519 key to a resolved key (`agreement_key_for`);
+    `sender_kid` names that key as the client named it (dispatch's `mediator_kid`), else `agreement_kid`."""
     plaintext = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    return jwe.encrypt(plaintext, to=[recipient], sender=(identity.agreement_kid, identity.agreement_key))
+    return jwe.encrypt(plaintext, to=[recipient], sender=(sender_kid or identity.agreement_kid, identity.agreement_key))
 
 
-def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str) -> dict:
+def pack_for_kid(message: dict, *, identity: MediatorIdentity, kid: str, sender_kid: str | None = None) -> dict:
     """Authcrypt `message` from the identity's X25519 key to the key-agreement key `kid` names."""
-    return pack_to(message, identity=identity, recipient=agreement_key_for(kid))
+    return pack_to(message, identity=identity, recipient=agreement_key_for(kid), sender_kid=sender_kid)
 
 
 def pack_for_did(message: dict, *, identity: MediatorIdentity, to_did: str) -> dict:
@@ -375,14 +382,51 @@ class UpdateResult:
     result: str  # success | no_change | client_error | server_error
 
 
+class RecipientRefused(Exception):
+    """A recipient update refused as a whole, nothing applied: `reason` CONFLICT (the DID is another
+    client's) or UNPROVEN (the request does not prove control where that is required); `index` is
+    the entry's position in `updates`."""
+
+    CONFLICT = "conflict"
+    UNPROVEN = "unproven"
+
+    def __init__(self, reason: str, index: int, contested: int | None = None):
+        super().__init__(reason)
+        self.reason, self.index, self.contested = reason, index, contested
+
+
+def recipients_update(
+    *, mediation: Mediation, updates: list[dict], proof: frozenset[tuple[str, bytes]]
+) -> list[UpdateResult]:
+    """Apply keylist-update / recipient-update entries in order; one result per entry.
+
+    `proof`: the keys the request was authcrypted or signed with (`recipients.key_forms`). Who may
+    register a DID (docs/didcomm.md "Who may register a recipient"): a request that proves control
+    of it (`recipients.proves_control`) always, taking it over from another client that registered
+    it without proof; without proof, not a DID that is another client's own identity here, and
+    otherwise as the tenant's `unproven_recipients` says. A DID another client holds is a conflict.
+    A refusal raises RecipientRefused and applies nothing; the holder's row counts the conflict
+    (`contested`, what the admin lists)."""
+    try:
+        return _recipients_apply(mediation=mediation, updates=updates, proof=proof)
+    except RecipientRefused as refused:
+        if refused.contested is not None:
+            RecipientKey.objects.filter(pk=refused.contested).update(
+                contested=F("contested") + 1, last_contested_at=timezone.now()
+            )
+        raise
+
+
 @transaction.atomic
-def recipients_update(*, mediation: Mediation, updates: list[dict]) -> list[UpdateResult]:
-    """Apply keylist-update / recipient-update entries in order; one result per entry."""
+def _recipients_apply(
+    *, mediation: Mediation, updates: list[dict], proof: frozenset[tuple[str, bytes]]
+) -> list[UpdateResult]:
     policy = policy_for(tenant=mediation.tenant)
-    # The mediation row lock serialises updates of one client (its recipient cap).
+    # The mediation row lock serialises updates of one client (its recipient cap); the holder's row
+    # lock a take-over against the holder's own updates and forwards to it.
     Mediation.objects.select_for_update().filter(pk=mediation.pk).first()
     results = []
-    for update in updates:
+    for index, update in enumerate(updates):
         did, action = update.get("recipient_did"), update.get("action")
         try:
             form = check_registrable(did)
@@ -391,23 +435,35 @@ def recipients_update(*, mediation: Mediation, updates: list[dict]) -> list[Upda
             continue
         h = did_hash(form)
         if action == "add":
-            owner = RecipientKey.objects.filter(tenant=mediation.tenant, lookup_hash=h).first()
-            if owner is not None:
-                results.append(
-                    UpdateResult(did, action, "no_change" if owner.mediation_id == mediation.pk else "client_error")
-                )
+            proven = proves_control(did, proof)
+            owner = RecipientKey.objects.select_for_update().filter(tenant=mediation.tenant, lookup_hash=h).first()
+            if owner is not None and owner.mediation_id == mediation.pk:
+                if proven and not owner.proven:
+                    owner.proven = True
+                    owner.save(update_fields=["proven"])
+                results.append(UpdateResult(did, action, "no_change"))
                 continue
+            if owner is not None:
+                if not proven or owner.proven:
+                    raise RecipientRefused(RecipientRefused.CONFLICT, index, owner.pk)
+                _recipient_take_over(owner, mediation=mediation, recipient_did=did)
+                results.append(UpdateResult(did, action, "success"))
+                continue
+            if not proven and (
+                policy.unproven_recipients == DidcommPolicy.UnprovenRecipients.REFUSE
+                or _client_identity(mediation=mediation, did=did, form=form)
+            ):
+                raise RecipientRefused(RecipientRefused.UNPROVEN, index)
             if RecipientKey.objects.filter(mediation=mediation).count() >= policy.max_recipients_per_grant:
                 results.append(UpdateResult(did, action, "client_error"))
                 continue
             try:
                 with transaction.atomic():
                     RecipientKey.objects.create(
-                        tenant=mediation.tenant, mediation=mediation, recipient_did=did, lookup_hash=h
+                        tenant=mediation.tenant, mediation=mediation, recipient_did=did, lookup_hash=h, proven=proven
                     )
             except IntegrityError:  # another client registered it at the same moment
-                results.append(UpdateResult(did, action, "client_error"))
-                continue
+                raise RecipientRefused(RecipientRefused.CONFLICT, index) from None
             results.append(UpdateResult(did, action, "success"))
         elif action == "remove":
             deleted, _ = RecipientKey.objects.filter(mediation=mediation, lookup_hash=h).delete()
@@ -415,6 +471,55 @@ def recipients_update(*, mediation: Mediation, updates: list[dict]) -> list[Upda
         else:
             results.append(UpdateResult(did, action, "client_error"))
     return results
+
+
+def _client_identity(*, mediation: Mediation, did: str, form: str) -> bool:
+    """Whether the DID is another client's own identity at the tenant (the DID of its grant, or the
+    Ed25519 key of its DIDComm v1 connection): its controller authenticates to us with it, so only a
+    request proving control may register it."""
+    # A grant is keyed by its client's DID as sent (`skid`'s DID: an Ed25519 did:key stays Ed25519).
+    hashes = {did_hash(form), did_hash(did.split("#", 1)[0])}
+    others = Mediation.objects.filter(tenant=mediation.tenant, client_hash__in=hashes).exclude(pk=mediation.pk)
+    if others.exists():
+        return True
+    if not did.startswith("did:key:"):
+        return False
+    key = key_from_did_key(did.split("#", 1)[0])  # resolved by check_registrable already
+    if key.crv != ED25519:
+        return False  # an X25519 did:key does not name the Ed25519 key a v1 connection is known by
+    verkey = b58encode(key.raw)
+    return (
+        Connection.objects.filter(tenant=mediation.tenant, their_verkey=verkey)
+        .exclude(pk=mediation.connection_id)
+        .exists()
+    )
+
+
+def _recipient_take_over(row: RecipientKey, *, mediation: Mediation, recipient_did: str) -> None:
+    """A client that proves control of a DID another client registered without proof takes it over,
+    with the messages queued for it (they are encrypted to the DID's keys: its holder could not read
+    them): their pending outbound POSTs to the previous holder are dropped, and they go out as the
+    new holder's would (a POST to a v1 connection's endpoint, a wake of its live sockets, pickup)."""
+    Outbound.objects.filter(queued__recipient=row).delete()
+    moved = list(QueuedMessage.objects.filter(recipient=row).values_list("pk", "message_id", "expires_at"))
+    QueuedMessage.objects.filter(recipient=row).update(mediation=mediation)
+    connection = Connection.objects.filter(pk=mediation.connection_id).first() if mediation.connection_id else None
+    if connection is not None and connection.endpoint.startswith(("http://", "https://")):
+        for pk, _, expires_at in moved:
+            outbound_create(connection=connection, queued=QueuedMessage(pk=pk), body="", expires_at=expires_at)
+    if moved:  # the wake carries no items: a live socket reads them from the queue
+        notify_on_commit(
+            tenant_id=mediation.tenant_id,
+            did=mediation.client_did,
+            message={"type": WAKE, "ids": [str(mid) for _, mid, _ in moved]},
+        )
+    row.mediation = mediation
+    row.recipient_did = recipient_did
+    row.proven = True
+    row.contested += 1
+    row.last_contested_at = timezone.now()
+    row.save(update_fields=["mediation", "recipient_did", "proven", "contested", "last_contested_at"])
+    log.warning("didcomm recipient taken over by a client proving control tenant=%s", mediation.tenant.slug)
 
 
 def recipients_page(*, mediation: Mediation, limit: int, offset: int) -> tuple[list[str], int]:
@@ -664,13 +769,15 @@ def queue_sizes() -> list[tuple[str, int]]:
 # --- Out-of-Band 2.0 ----------------------------------------------------------------------------
 
 
-def invitation_for(*, tenant: Tenant) -> tuple[dict, str]:
-    """The tenant's OOB 2.0 mediation invitation and its `?_oob=` URL form (multi-use, stable per DID)."""
+def invitation_for(*, tenant: Tenant, legacy: bool = False) -> tuple[dict, str]:
+    """The tenant's OOB 2.0 mediation invitation and its `?_oob=` URL form (multi-use, stable per DID).
+    `legacy`: from the identity's legacy DID, for older did:peer:2 libraries (MediatorIdentity.legacy_did)."""
     identity = identity_current(tenant=tenant)
+    did = identity.legacy_did if legacy else identity.did
     invitation = {
         "type": protocols.OOB_INVITATION,
-        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, identity.did)),
-        "from": identity.did,
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, did)),
+        "from": did,
         "body": {
             "goal_code": "request-mediate",
             "goal": "Request mediation",
@@ -682,11 +789,17 @@ def invitation_for(*, tenant: Tenant) -> tuple[dict, str]:
     return invitation, f"{identity.http_uri}?_oob={encoded}"
 
 
-def invitation_qr_svg(url: str) -> str:
-    """`url` as a QR code, an inline `<svg>` made here (no script, no CDN: the admin's CSP).
+def invitation_qr_svg(url: str, *, alt: str = "QR code of the invitation URL") -> str:
+    """`url` as a QR code, an inline `<svg>` made here (no script, no CDN: the admin's CSP), with
+    `alt` as its text alternative (`role="img"`, `aria-label` and `<title>`).
 
     Error correction L keeps a ~1.5 kB invitation URL at version ~25 (scannable on a screen);
     black on white whatever the admin's theme, with the 4-module quiet zone readers need.
     """
     code = segno.make(url, error="l", micro=False, boost_error=False)
-    return code.svg_inline(scale=3, border=4, dark="#000", light="#fff", svgclass="didcomm-qr", lineclass=None)
+    svg = code.svg_inline(
+        scale=3, border=4, dark="#000", light="#fff", svgclass="didcomm-qr", lineclass=None, title=alt
+    )
+    # A viewBox as well as the size, so that a narrow screen can scale it down (max-width: 100%).
+    width, height = code.symbol_size(scale=3, border=4)
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{escape(alt)}" viewBox="0 0 {width} {height}" ', 1)

@@ -52,13 +52,14 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
     # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    handler, envelope = dispatch_v1.route(raw)
+    content_type = request.META.get("CONTENT_TYPE")
+    handler, envelope = dispatch_v1.route(raw, content_type)
     reply = handler(
         raw,
         tenant=request.tenant,
         transport="http",
         remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
-        content_type=request.META.get("CONTENT_TYPE"),
+        content_type=content_type,
         envelope=envelope,
     )
     return _response(reply)
@@ -88,13 +89,14 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
     if raw is None:
         return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    handler, envelope = dispatch_v1.route(raw)
+    content_type = environ.get("CONTENT_TYPE")
+    handler, envelope = dispatch_v1.route(raw, content_type)
     reply = handler(
         raw,
         tenant=tenant,
         transport="http",
         remote_addr=client,
-        content_type=environ.get("CONTENT_TYPE"),
+        content_type=content_type,
         envelope=envelope,
     )
     return _reply_triple(reply)
@@ -103,6 +105,7 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
 @allow_methods(("GET", "HEAD"), _wrong_method)
 def invitation(request: HttpRequest) -> HttpResponse:
     """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text.
+    `?did=legacy`: the same invitation from the mediator's legacy DID, for older did:peer:2 libraries.
     `?version=1`: the Out-of-Band 1.1 invitation for DIDComm v1 agents (its URL form uses `?oob=`)."""
     tenant = request.tenant
     if tenant is None:
@@ -113,11 +116,16 @@ def invitation(request: HttpRequest) -> HttpResponse:
         query = request.GET
     except TooManyFieldsSent:  # Django's 400 would be its HTML page
         return _problem(Code.MALFORMED, "too many query parameters", 400)
+    if query.get("did", "legacy") != "legacy":
+        return _problem(Code.MALFORMED, "did must be `legacy` or absent", 400)
     try:
         if not policy_for(tenant=tenant).enabled:
             return _problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
         v1 = query.get("version") == "1" or "oob" in query
-        message, url = (invitation_v1_for if v1 else invitation_for)(tenant=tenant)
+        if v1:
+            message, url = invitation_v1_for(tenant=tenant)
+        else:
+            message, url = invitation_for(tenant=tenant, legacy=query.get("did") == "legacy")
     except DatabaseError:
         return _problem(Code.UNAVAILABLE, "mediator unavailable", 503)
     if query.get("form") == "url":

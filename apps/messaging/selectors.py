@@ -9,13 +9,13 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
 from apps.wire.display import utc_iso
 from apps.wire.encoding import b64url_nopad
 
-from .models import Contract, ContractRequest, PendingEvent, StoredEvent
+from .models import Contract, ContractRequest, PendingEvent, PendingQueueDepth, StoredEvent
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,32 @@ def tenant_list_annotations(*, now_s: int | None = None) -> dict:
         "stat_identities": Coalesce(Subquery(identities, output_field=IntegerField()), Value(0)),
         "stat_pending": Coalesce(Subquery(pending, output_field=IntegerField()), Value(0)),
     }
+
+
+@dataclass(frozen=True)
+class Presence:
+    """One presence row that vouches for an open socket: its key (a DID, or a front door's own
+    key such as `didcomm:<hash>`), how many sockets it counts and until when (epoch seconds)."""
+
+    key: str
+    sockets: int
+    until: int
+
+
+def live_presence(*, tenant, now_s: int | None = None) -> QuerySet:
+    """The tenant's presence rows (presence.py) that vouch for an open socket now, newest lease
+    first: the same predicate the push rule reads (`live > 0 AND live_until > now`)."""
+    now_s = int(time.time()) if now_s is None else now_s
+    return PendingQueueDepth.objects.filter(tenant=tenant, live__gt=0, live_until__gt=now_s).order_by(
+        "-live_until", "recipient_did"
+    )
+
+
+def presence_rows(qs: QuerySet, *, limit: int) -> list[Presence]:
+    """The first `limit` rows of `live_presence` as Presence values."""
+    return [
+        Presence(key=k, sockets=n, until=u) for k, n, u in qs.values_list("recipient_did", "live", "live_until")[:limit]
+    ]
 
 
 def did_search(field: str, text: str) -> Q:

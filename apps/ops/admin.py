@@ -6,11 +6,12 @@ from __future__ import annotations
 from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib import admin
-from django.db.models import Count
+from django.db.models import Count, F
 from django.urls import NoReverseMatch, reverse
 from django.utils.text import capfirst
 from unfold.admin import ModelAdmin
 
+from apps.didcomm.selectors import queued_annotation
 from apps.messaging.selectors import tenant_list_annotations
 from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import operator_may
@@ -100,12 +101,11 @@ def console_overview(request, context: dict) -> dict:
         overview["status_counts"] = [(label, counts.get(value, 0), value) for value, label in Tenant.Status.choices]
         overview["tenant_total"] = sum(counts.values())
         overview["suspended"] = list(Tenant.objects.filter(status=Tenant.Status.SUSPENDED).order_by("slug")[:10])
+        # Both protocols' queues: Decentrl's pending events and DIDComm's queued messages.
+        queues = Tenant.objects.annotate(**tenant_list_annotations(), stat_didcomm_queued=queued_annotation())
+        queues = queues.annotate(stat_queued=F("stat_pending") + F("stat_didcomm_queued"))
         overview["largest_queues"] = [
-            t
-            for t in Tenant.objects.annotate(**tenant_list_annotations()).order_by("-stat_pending", "slug")[
-                :OVERVIEW_ROWS
-            ]
-            if t.stat_pending
+            t for t in queues.order_by("-stat_queued", "slug")[:OVERVIEW_ROWS] if t.stat_queued
         ]
     if operator_may(user, AuditEntry, "view"):
         overview["recent_actions"] = list(AuditEntry.objects.order_by("-at", "-id")[:8])

@@ -1,11 +1,15 @@
 """Abuse limits wired into the command path and /ws (PROTOCOL-DECISIONS §7, UC-021 AF-2).
 
-- per IP, every POST / command (hooks.PRE_CHECKS), default 120/min;
-- per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min;
+- per IP, every POST / command (hooks.PRE_CHECKS): a token bucket, default 6 000 per minute (100
+  a second) with bursts of 50, a hosted mediator's (carrier NAT puts thousands of clients behind
+  one address);
+- per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min:
+  the limit that stops one abusive client;
 - per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS).
 
-Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip; null is the
-deployment default, 0 switches the limit off). A refusal is 429 RATE_LIMITED with Retry-After.
+Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip /
+_per_ip_burst; null is the deployment default, 0 switches the limit off). A refusal is 429
+RATE_LIMITED, always with Retry-After.
 """
 
 from __future__ import annotations
@@ -30,12 +34,27 @@ def enforce(scope: str, tenant_id: int | None, ident: str, limit: int) -> None:
         raise ProtocolError(ErrorCode.RATE_LIMITED, f"{scope} limit", retry_after=decision.retry_after_s)
 
 
+def enforce_rate(scope: str, tenant_id: int | None, ident: str, per_minute: int, burst: int) -> None:
+    """One hit of `ident` from the (scope, tenant) token bucket: `per_minute` sustained, bursts of
+    up to `burst` (0 per minute = off); RATE_LIMITED with Retry-After when it is empty. Front doors
+    call it with their own scopes (DIDComm: didcomm_ip)."""
+    decision = ratelimit.take(scope, tenant_id, ident, per_minute, burst)
+    if not decision.allowed:
+        metrics.RATE_LIMITED.labels(scope).inc()
+        raise ProtocolError(ErrorCode.RATE_LIMITED, f"{scope} limit", retry_after=decision.retry_after_s)
+
+
 def per_ip_check(tenant, meta) -> None:
     """hooks.PRE_CHECKS: every command from one address counts, whatever its outcome."""
     if not meta.remote_addr:
         return
-    limit = _limit(tenant.rate_limit_per_ip, settings.MEDIATOR_RATE_LIMIT_PER_IP)
-    enforce("ip", tenant.pk, meta.remote_addr, limit)
+    enforce_rate(
+        "ip",
+        tenant.pk,
+        meta.remote_addr,
+        _limit(tenant.rate_limit_per_ip, settings.MEDIATOR_RATE_LIMIT_PER_IP),
+        _limit(tenant.rate_limit_per_ip_burst, settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST),
+    )
 
 
 def per_did_check(tenant, cmd, meta, verified: bool) -> None:

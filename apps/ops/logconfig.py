@@ -1,7 +1,11 @@
-"""Logging helpers referenced from settings.LOGGING (issue 5 §4).
+"""Logging helpers referenced from settings.LOGGING.
 
-- JsonFormatter: one JSON object per line (LOG_FORMAT=json). Command lines carry the structured
-  fields dispatch passes as `extra` (tenant, transport, command, code, status, duration_ms).
+- PlainFormatter and JsonFormatter: one line per record (LOG_FORMAT=plain, the default, or json).
+  Both write every control character of the message and of the structured fields as a visible
+  escape (wire.display.printable): a value a client chose (a message `type`, a host) cannot end
+  the line, forge the next one or drive a terminal. This is the one place for it, so log call
+  sites pass values as they are. JSON lines carry the structured fields dispatch passes as
+  `extra` (tenant, transport, command, code, status, duration_ms).
 - code_path: where an unexpected exception was raised, for the log line of a request that
   answered a protocol error instead of a 500 (the exception's message may quote input, so it is
   not logged).
@@ -22,10 +26,31 @@ import re
 import traceback
 from datetime import UTC, datetime
 
+from apps.wire.display import printable
+
 # Attributes of a LogRecord that are not user-supplied `extra`.
 _STANDARD = set(vars(logging.LogRecord("x", 0, "x", 0, "x", None, None))) | {"message", "asctime", "taskName"}
 # Extras that may be emitted: metadata only, never anything from a payload.
 STRUCTURED_FIELDS = ("tenant", "transport", "command", "code", "status", "duration_ms", "job", "count")
+
+
+def _printable_lines(text: str) -> str:
+    """A traceback keeps its line breaks; every other control character is escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+class PlainFormatter(logging.Formatter):
+    """`%(asctime)s %(levelname)s %(name)s %(message)s` with the message on one line."""
+
+    def __init__(self, fmt: str = "%(asctime)s %(levelname)s %(name)s %(message)s", **kwargs) -> None:
+        super().__init__(fmt, **kwargs)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:
+        return _printable_lines(super().formatException(ei))
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,13 +61,14 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": printable(record.getMessage()),
         }
         for key in STRUCTURED_FIELDS:
             if key in record.__dict__:
-                out[key] = record.__dict__[key]
+                value = record.__dict__[key]
+                out[key] = printable(value) if isinstance(value, str) else value
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = _printable_lines(self.formatException(record.exc_info))
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

@@ -1,10 +1,16 @@
-"""Sliding-window rate limits (PROTOCOL-DECISIONS §7, UC-021 AF-2), shared through Redis.
+"""Rate limits (PROTOCOL-DECISIONS §7, UC-021 AF-2), shared through Redis. Two kinds:
 
-A limit is "at most N hits in any 60 seconds" for one (scope, tenant, key). With Redis
-(MEDIATOR_RATE_LIMIT_REDIS_URL, default REDIS_URL) every Daphne process shares one window per
-key through an atomic Lua script over a sorted set; without it (the embedded default, one
-process) an in-process window with the same semantics is used. Refused hits are not recorded,
-so a client that backs off for Retry-After seconds gets through again.
+- a sliding window, "at most N hits in any 60 seconds" for one (scope, tenant, key): the per-DID
+  and per-sender limits and /ws admission (`hit`);
+- a token bucket, "R hits per minute, sustained, with bursts of up to B" (GCRA: one theoretical
+  arrival time per key): the per-IP limits, which must let a burst through (one wallet's
+  onboarding) and a high sustained rate (thousands of phones behind one carrier NAT address)
+  (`take`).
+
+With Redis (MEDIATOR_RATE_LIMIT_REDIS_URL, default REDIS_URL) every Daphne process shares one
+state per key through an atomic Lua script; without it (the embedded default, one process) an
+in-process state with the same semantics is used. Refused hits are not recorded, so a client
+that backs off for Retry-After seconds gets through again.
 
 Keys never contain a DID or an address in clear: they are hashed (PROTOCOL-DECISIONS §9).
 If Redis is unreachable the limiter fails open and logs a warning: a broken limiter must not
@@ -51,6 +57,25 @@ return {0, retry}
 """
 
 
+# KEYS[1] = bucket key; ARGV = now_ms, interval_ms (60 000 / rate per minute), burst.
+# Returns {allowed (1/0), retry_after_ms}. The key holds the theoretical arrival time (ms, three
+# decimals) and lives until the bucket is full again. Atomic in Redis, as the window script.
+_GCRA_LUA = """
+local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - burst * interval
+if now < allow_at then
+  return {0, math.ceil(allow_at - now)}
+end
+redis.call('SET', KEYS[1], string.format('%.3f', new_tat), 'PX', math.max(1, math.ceil(new_tat - now)))
+return {1, 0}
+"""
+
+
 def _now_ms() -> int:
     """The limiter's clock (tests freeze it)."""
     return int(time.time() * 1000)
@@ -65,6 +90,8 @@ class Decision:
 class Backend(Protocol):
     def hit(self, key: str, limit: int, now_ms: int, window_ms: int) -> Decision: ...
 
+    def take(self, key: str, interval_ms: float, burst: int, now_ms: int) -> Decision: ...
+
 
 def _retry_seconds(retry_ms: int) -> int:
     return max(1, math.ceil(retry_ms / 1000))
@@ -78,6 +105,7 @@ class LocalBackend:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hits: dict[str, deque[int]] = {}
+        self._tat: dict[str, float] = {}  # token buckets: each key's theoretical arrival time
 
     def hit(self, key: str, limit: int, now_ms: int, window_ms: int) -> Decision:
         # One lock for all keys: the critical section is a few deque operations.
@@ -99,9 +127,23 @@ class LocalBackend:
         for k in [k for k, v in self._hits.items() if not v or v[-1] <= now_ms - window_ms]:
             del self._hits[k]
 
+    def take(self, key: str, interval_ms: float, burst: int, now_ms: int) -> Decision:
+        with self._lock:
+            if key not in self._tat and len(self._tat) >= self.MAX_KEYS:
+                # A bucket whose arrival time has passed is full again: forgetting it changes nothing.
+                for k in [k for k, t in self._tat.items() if t <= now_ms]:
+                    del self._tat[k]
+            new_tat = max(self._tat.get(key, now_ms), now_ms) + interval_ms
+            allow_at = new_tat - burst * interval_ms
+            if now_ms < allow_at:
+                return Decision(False, _retry_seconds(math.ceil(allow_at - now_ms)))
+            self._tat[key] = new_tat
+            return Decision(True)
+
     def reset(self) -> None:
         with self._lock:
             self._hits.clear()
+            self._tat.clear()
 
 
 class RedisBackend:
@@ -112,11 +154,18 @@ class RedisBackend:
 
         self.client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
         self.script = self.client.register_script(_LUA)
+        self.gcra = self.client.register_script(_GCRA_LUA)
 
     def hit(self, key: str, limit: int, now_ms: int, window_ms: int) -> Decision:
         allowed, retry_ms = self.script(
             keys=[key], args=[now_ms, window_ms, limit, f"{now_ms}:{uuid.uuid4().hex[:12]}"]
         )
+        if int(allowed):
+            return Decision(True)
+        return Decision(False, _retry_seconds(int(retry_ms)))
+
+    def take(self, key: str, interval_ms: float, burst: int, now_ms: int) -> Decision:
+        allowed, retry_ms = self.gcra(keys=[key], args=[now_ms, repr(interval_ms), burst])
         if int(allowed):
             return Decision(True)
         return Decision(False, _retry_seconds(int(retry_ms)))
@@ -143,16 +192,34 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()[:32]
 
 
+def _key(scope: str, tenant_id: int | None, ident: str) -> str:
+    return f"{settings.MEDIATOR_RATE_LIMIT_PREFIX}:{scope}:{tenant_id or 0}:{_digest(ident)}"
+
+
+def _failing_open(scope: str) -> Decision:
+    log.warning("rate limiter unavailable; allowing (scope=%s)", scope)
+    from . import metrics
+
+    metrics.RATE_LIMIT_ERRORS.inc()
+    return Decision(True)
+
+
 def hit(scope: str, tenant_id: int | None, ident: str, limit: int) -> Decision:
     """Count one hit of `ident` in `scope`; refuse if `limit` hits happened in the last minute."""
     if limit <= 0:
         return Decision(True)
-    key = f"{settings.MEDIATOR_RATE_LIMIT_PREFIX}:{scope}:{tenant_id or 0}:{_digest(ident)}"
     try:
-        return backend().hit(key, limit, _now_ms(), WINDOW_MS)
+        return backend().hit(_key(scope, tenant_id, ident), limit, _now_ms(), WINDOW_MS)
     except Exception:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
-        log.warning("rate limiter unavailable; allowing (scope=%s)", scope)
-        from . import metrics
+        return _failing_open(scope)
 
-        metrics.RATE_LIMIT_ERRORS.inc()
+
+def take(scope: str, tenant_id: int | None, ident: str, per_minute: int, burst: int) -> Decision:
+    """One hit of `ident` from its `scope` bucket: `per_minute` sustained, up to `burst` at once
+    (a full bucket); refused while the bucket is empty, with the seconds until it holds one."""
+    if per_minute <= 0:
         return Decision(True)
+    try:
+        return backend().take(_key(f"{scope}:tb", tenant_id, ident), WINDOW_MS / per_minute, max(1, burst), _now_ms())
+    except Exception:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
+        return _failing_open(scope)

@@ -3,17 +3,22 @@
 Creating and editing go through apps.tenants.services; suspend, resume, rotate keys and purge are
 actions that call services and show a confirmation (with dry-run counts for the purge) first.
 Nothing here shows a payload, tag, signature or key: keys appear as short public fingerprints.
-Figures come from apps.messaging.selectors and apps.ops.console: the admin is an adapter on top
-of the stack and may read from any app (docs/architecture.md).
+Figures come from apps.messaging.selectors, apps.didcomm.selectors and apps.ops.console: the admin
+is an adapter on top of the stack and may read from any app (docs/architecture.md). A tenant's page
+shows both protocols: its DIDComm policy is a section of the tenant form (saved through
+apps.didcomm.services.policy_update), its figures and live connections sit beside Decentrl's.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
@@ -32,7 +37,16 @@ from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
-from apps.didcomm.services import identity_rotate, invitation_for, invitation_qr_svg, policy_for
+from apps.didcomm import texts as didcomm_texts
+from apps.didcomm.models import DidcommPolicy
+from apps.didcomm.selectors import delivery_summary, live_connections, queued_annotation, tenant_figures
+from apps.didcomm.services import (
+    identity_rotate,
+    invitation_for,
+    invitation_qr_svg,
+    policy_for,
+    policy_update,
+)
 from apps.didcomm.services_v1 import invitation_v1_for
 from apps.messaging.selectors import (
     CONTRACT_STATES,
@@ -45,7 +59,7 @@ from apps.wire.display import human_bytes, utc_iso
 
 from . import texts
 from .models import ApiToken, AuditEntry, Tenant
-from .permissions import TENANT_ACTIONS
+from .permissions import TENANT_ACTIONS, operator_may
 from .selectors import domain_owner
 from .services import (
     POLICY_BOUNDS,
@@ -63,8 +77,11 @@ from .services import (
     validate_aliases,
     validate_policy,
 )
+from .templatetags.mediator import did_cell
 
 PAGE = 50
+# Open sockets listed on a tenant's page (the counts cover them all).
+LIVE_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,15 @@ class DidCell:
 
 def _actor(request: HttpRequest) -> Actor:
     return Actor(user=request.user, via="admin")
+
+
+# The DIDComm policy's fields on the tenant form: `didcomm_<field>` for each of DidcommPolicy.EDITABLE,
+# so that a field added there appears here, labelled by apps/didcomm/texts.py.
+DIDCOMM_PREFIX = "didcomm_"
+
+
+def didcomm_field(name: str) -> str:
+    return f"{DIDCOMM_PREFIX}{name}"
 
 
 class TenantAdminForm(forms.ModelForm):
@@ -106,6 +132,18 @@ class TenantAdminForm(forms.ModelForm):
                 field.widget.attrs.update(min=POLICY_BOUNDS[name][0], max=POLICY_BOUNDS[name][1])
         if self.instance.pk:
             self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
+            if self.didcomm_fields():
+                policy = policy_for(tenant=self.instance)
+                for name in DidcommPolicy.EDITABLE:
+                    self.initial[didcomm_field(name)] = getattr(policy, name)
+
+    def didcomm_fields(self) -> list[str]:
+        """The DIDComm policy's fields on this form (none for a user who may not edit the policy)."""
+        return [name for name in DidcommPolicy.EDITABLE if didcomm_field(name) in self.fields]
+
+    def didcomm_changes(self) -> dict:
+        """The DIDComm policy's fields as `policy_update` takes them."""
+        return {name: self.cleaned_data[didcomm_field(name)] for name in self.didcomm_fields()}
 
     def alias_list(self) -> list[str]:
         raw = self.cleaned_data.get("aliases") or ""
@@ -139,6 +177,7 @@ class TenantAdminForm(forms.ModelForm):
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 self.add_error(field if field in self.fields else None, errors)
+        self._clean_didcomm()
         # Aliases are checked even when the primary domain is wrong, so that every error shows at once.
         primary = data.get("domain") or self.instance.domain or ""
         try:
@@ -147,6 +186,21 @@ class TenantAdminForm(forms.ModelForm):
             self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
         return data
 
+    def _clean_didcomm(self) -> None:
+        # The model's own validation, as policy_update runs it, so that saving cannot fail later.
+        names = [n for n in self.didcomm_fields() if didcomm_field(n) in self.cleaned_data]
+        if not names:
+            return
+        policy = policy_for(tenant=self.instance) if self.instance.pk else DidcommPolicy()
+        for name in names:
+            setattr(policy, name, self.cleaned_data[didcomm_field(name)])
+        try:
+            policy.full_clean(exclude=["tenant"])
+        except ValidationError as exc:
+            for name, errors in exc.message_dict.items():
+                field = didcomm_field(name)
+                self.add_error(field if field in self.fields else None, errors)
+
 
 IDENTITY = ("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url", "did", "status"]})
 POLICY_SETS = [
@@ -154,12 +208,14 @@ POLICY_SETS = [
     (
         "Queues and storage",
         {
+            "description": "Decentrl's pending events. DIDComm messages have their own queue cap and lifetime "
+            "under DIDComm policy.",
             "fields": [
                 "pending_event_ttl_days",
                 "pending_queue_cap",
                 "contract_request_ttl_days",
                 "metering_retention_days",
-            ]
+            ],
         },
     ),
     (
@@ -168,6 +224,7 @@ POLICY_SETS = [
             "fields": [
                 "rate_limit_per_did",
                 "rate_limit_per_ip",
+                "rate_limit_per_ip_burst",
                 "max_body_bytes",
                 "max_page_size",
                 "max_events_per_save",
@@ -190,20 +247,21 @@ POLICY_SETS = [
 ]
 
 
-def _invitation_block(title: str, dom_id: str, url: str) -> str:
+def _invitation_block(title: str, dom_id: str, url: str, *, alt: str) -> str:
     """One invitation URL: read-only text, a Copy button (apps/didcomm/static/didcomm/copy.js) and its QR."""
     return format_html(
         '<div class="didcomm-invitation"><h3 class="font-medium my-2">{}</h3>'
-        '<textarea id="{}-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{}</textarea>'
+        '<textarea id="{}-url" readonly rows="3" class="font-mono text-xs w-full" aria-label="{}">{}</textarea>'
         '<div class="my-2"><button type="button" data-copy-target="{}-url" '
         'class="border rounded px-3 py-1">Copy</button></div>'
         '<figure id="{}-qr">{}</figure></div>',
         title,
         dom_id,
+        f"{title}: URL",
         url,
         dom_id,
         dom_id,
-        mark_safe(invitation_qr_svg(url)),  # noqa: S308 - segno's SVG of our own URL, no user markup
+        mark_safe(invitation_qr_svg(url, alt=alt)),  # noqa: S308 - segno's SVG of our own URL, no user markup
     )
 
 
@@ -216,6 +274,16 @@ def _count_words(verb: str, n: int, noun: str) -> str:
     return ngettext("%(verb)s %(n)d %(noun)s.", "%(verb)s %(n)d %(noun)ss.", n) % {"verb": verb, "n": n, "noun": noun}
 
 
+def _queue_cell(depth: int, did: str | None):
+    return format_html('<span class="queue-cell">{} {}</span>', depth, did_cell(did)) if did else depth
+
+
+def _figures_table(rows, *, dom_id: str) -> str:
+    """Label and value rows (console.css lays them out so that no value widens the page)."""
+    body = format_html_join("", '<tr><th scope="row">{}</th><td data-figure>{}</td></tr>', rows)
+    return format_html('<table class="live-figures" id="{}">{}</table>', dom_id, body)
+
+
 @admin.register(Tenant)
 class TenantAdmin(ModelAdmin):
     form = TenantAdminForm
@@ -226,6 +294,7 @@ class TenantAdmin(ModelAdmin):
         "status_label",
         "identities",
         "pending_depth",
+        "didcomm_depth",
         "registration_open",
         "keys_rotated_at",
     ]
@@ -263,14 +332,51 @@ class TenantAdmin(ModelAdmin):
         qs = super().get_queryset(request)
         match = getattr(request, "resolver_match", None)
         if match is not None and match.url_name == "tenants_tenant_changelist":
-            qs = qs.annotate(**tenant_list_annotations())
+            qs = qs.annotate(**tenant_list_annotations(), stat_didcomm_queued=queued_annotation())
         return qs
 
+    def _may_edit_didcomm(self, request, obj=None) -> bool:
+        """The DIDComm policy is edited on the tenant form by those who may change both."""
+        if obj is not None and not self.has_change_permission(request, obj):
+            return False
+        return operator_may(request.user, DidcommPolicy, "change")
+
+    def _didcomm_fieldset(self, request, obj=None):
+        if self._may_edit_didcomm(request, obj):
+            fields = [didcomm_field(name) for name in DidcommPolicy.EDITABLE]
+        elif obj is not None and operator_may(request.user, DidcommPolicy, "view"):
+            fields = ["didcomm_policy"]
+        else:
+            return None
+        description = (
+            '<span id="didcomm-policy"></span>DIDComm v2 and v1 (wallets and agents). Decentrl\'s queue cap and '
+            "lifetimes are under Queues and storage."
+        )
+        return ("DIDComm policy", {"fields": fields, "classes": ["didcomm-policy"], "description": description})
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        # The DIDComm policy's fields, made by the admin (the theme's widgets) from the model's, in words.
+        if self._may_edit_didcomm(request, obj):
+            extra = {}
+            for name in DidcommPolicy.EDITABLE:
+                field = self.formfield_for_dbfield(DidcommPolicy._meta.get_field(name), request=request)
+                field.label = didcomm_texts.label(name)
+                field.help_text = didcomm_texts.help_text(name)
+                if getattr(field, "choices", None) and not isinstance(field, forms.BooleanField):
+                    words = didcomm_texts.choices(name)
+                    field.choices = [(v, words.get(v, t)) for v, t in field.choices if v != ""]
+                extra[didcomm_field(name)] = field
+            base = kwargs.get("form", self.form)
+            kwargs["form"] = type(base.__name__, (base,), extra)
+        return super().get_form(request, obj, change=change, **kwargs)
+
     def get_fieldsets(self, request, obj=None):
+        didcomm = self._didcomm_fieldset(request, obj)
         if obj is None:
             return [
                 ("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url"]}),
                 *POLICY_SETS,
+                *([didcomm] if didcomm else []),
                 ("Keys", {"fields": ["prekey_grace_hours"]}),
             ]
         identity = IDENTITY
@@ -280,11 +386,13 @@ class TenantAdmin(ModelAdmin):
             name, opts = IDENTITY
             identity = (name, {"fields": ["alias_domains" if f == "aliases" else f for f in opts["fields"]]})
         return [
+            # What an operator needs first after creating a tenant: the checklist and the invitations.
+            ("Connect", {"fields": ["domain_checklist", "didcomm_invitation"]}),
             identity,
-            ("Activity", {"fields": ["live_figures"]}),
+            ("Activity", {"fields": ["live_figures", "live_connections", "didcomm_delivery"]}),
             ("Keys", {"fields": ["signing_key", "prekey", "keys_rotated_at", "prekey_grace_hours", "key_history"]}),
             *POLICY_SETS,
-            ("DIDComm", {"fields": ["didcomm_invitation"]}),
+            *([didcomm] if didcomm else []),
             ("Audit", {"fields": ["recent_audit"]}),
         ]
 
@@ -296,12 +404,16 @@ class TenantAdmin(ModelAdmin):
             "domain",
             "did",
             "status",
+            "domain_checklist",
             "live_figures",
+            "live_connections",
             "signing_key",
             "prekey",
             "keys_rotated_at",
             "key_history",
             "didcomm_invitation",
+            "didcomm_delivery",
+            "didcomm_policy",
             "recent_audit",
         ]
 
@@ -317,6 +429,17 @@ class TenantAdmin(ModelAdmin):
         status = Tenant.objects.filter(pk=object_id).values_list("status", flat=True).first()
         hidden = "detail_resume" if status == Tenant.Status.ACTIVE else "detail_suspend"
         return [a for a in actions if not a.action_name.endswith(f"_{hidden}")]
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # A new tenant's page starts with what comes next (its DNS and TLS checklist, its invitations).
+        if "_addanother" in request.POST or IS_POPUP_VAR in request.POST:
+            return super().response_add(request, obj, post_url_continue)
+        self.message_user(
+            request,
+            f"Added {obj.slug}. Next: its DNS and TLS checklist and its invitations, at the top of this page.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(self._change_url(obj))
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         # An existing tenant is edited, not used as a template: no "Save and add another" there.
@@ -334,9 +457,13 @@ class TenantAdmin(ModelAdmin):
     def identities(self, obj: Tenant) -> int:
         return getattr(obj, "stat_identities", 0)
 
-    @display(description="Pending events", ordering="stat_pending")
+    @display(description="Decentrl queue", ordering="stat_pending")
     def pending_depth(self, obj: Tenant) -> int:
         return getattr(obj, "stat_pending", 0)
+
+    @display(description="DIDComm queue", ordering="stat_didcomm_queued")
+    def didcomm_depth(self, obj: Tenant) -> int:
+        return getattr(obj, "stat_didcomm_queued", 0)
 
     @display(description="Aliases")
     def alias_domains(self, obj: Tenant) -> str:
@@ -364,42 +491,160 @@ class TenantAdmin(ModelAdmin):
     @display(description="Live figures")
     def live_figures(self, obj: Tenant):
         s = console.tenant_statistics(tenant=obj)
-        largest = f"{s.largest_queue}" + (f" ({s.largest_queue_did})" if s.largest_queue_did else "")
-        rows = [
+        d = tenant_figures(tenant=obj)
+        decentrl = [
             ("Registered identities", s.registered_identities),
             ("Contracts (live / stored)", f"{s.live_contracts} / {s.contracts}"),
             ("Pending events", s.pending_events),
-            ("Largest recipient queue", largest),
+            ("Largest recipient queue", _queue_cell(s.largest_queue, s.largest_queue_did)),
             ("Pending contract requests", s.pending_contract_requests),
             ("Stored events", s.stored_events),
             ("Stored event bytes", human_bytes(s.stored_event_bytes)),
             ("Last activity", utc_iso(s.last_activity) if s.last_activity else "never"),
         ]
-        body = format_html_join(
-            "",
-            '<tr><th class="pr-6 py-1 text-left font-medium">{}</th><td class="py-1" data-figure>{}</td></tr>',
-            rows,
+        didcomm = [
+            ("Granted mediation clients", d.grants),
+            ("Recipient DIDs", d.recipients),
+            ("Queued messages", d.queued),
+            ("Largest recipient queue", _queue_cell(d.largest_queue, d.largest_queue_did)),
+        ]
+        return format_html(
+            '<div class="figures-grid"><section><h3>Decentrl</h3>{}</section><section><h3>DIDComm</h3>{}</section></div>',
+            _figures_table(decentrl, dom_id="figures-decentrl"),
+            _figures_table(didcomm, dom_id="figures-didcomm"),
         )
-        return format_html('<table class="live-figures">{}</table>', body)
+
+    @display(description="Live connections")
+    def live_connections(self, obj: Tenant):
+        """Open sockets from the presence rows they keep: Decentrl `/ws` per DID, DIDComm
+        `/didcomm/ws` in live mode per client."""
+        live = live_connections(tenant=obj, limit=LIVE_ROWS)
+        counts = format_html(
+            '<p id="live-counts">Decentrl <code>/ws</code>: <strong data-live="decentrl">{}</strong> socket(s) for {} DID(s)'
+            ' · DIDComm <code>/didcomm/ws</code> in live mode: <strong data-live="didcomm">{}</strong> socket(s) for {} '
+            "client(s)</p>",
+            live.decentrl_sockets,
+            live.decentrl_dids,
+            live.didcomm_sockets,
+            live.didcomm_clients,
+        )
+        if not live.rows:
+            return format_html('{}<p class="muted">No open socket.</p>', counts)
+        rows = format_html_join(
+            "",
+            '<tr><td>{}</td><td>{}</td><td class="num">{}</td><td>{}</td></tr>',
+            (
+                (
+                    r.protocol,
+                    did_cell(r.did) if r.did else "a client no longer granted",
+                    r.sockets,
+                    utc_iso(datetime.fromtimestamp(r.until, tz=UTC)),
+                )
+                for r in live.rows
+            ),
+        )
+        more = live.decentrl_dids + live.didcomm_clients - len(live.rows)
+        return format_html(
+            '{}<div class="live-connections-wrap"><table class="live-connections" id="live-connections"><thead><tr><th>Protocol</th><th>DID</th>'
+            '<th class="num">Sockets</th><th>Vouched for until</th></tr></thead><tbody>{}</tbody></table></div>{}',
+            counts,
+            rows,
+            format_html('<p class="muted">and {} more</p>', more) if more > 0 else "",
+        )
+
+    @display(description="DNS and TLS checklist")
+    def domain_checklist(self, obj: Tenant):
+        """What must be true outside this deployment before clients can use the tenant's hosts."""
+        hosts = [obj.domain, *obj.aliases.values_list("domain", flat=True)]
+        scheme = settings.MEDIATOR_PUBLIC_SCHEME
+        did_json = f"{scheme}://{obj.domain}/.well-known/did.json"
+        names = format_html_join(", ", "<code>{}</code>", ((h,) for h in hosts))
+        tls = (
+            format_html("a certificate on whatever terminates TLS in front of this deployment covers {}.", names)
+            if scheme == "https"
+            else format_html(
+                "not needed while MEDIATOR_PUBLIC_SCHEME is <code>http</code> (development); in production "
+                "a certificate covers {}.",
+                names,
+            )
+        )
+        return format_html(
+            '<ol class="checklist" id="domain-checklist">'
+            "<li><strong>DNS</strong>: {} resolve{} to this deployment (an A/AAAA record, or a CNAME to its host name).</li>"
+            "<li><strong>TLS</strong>: {}</li>"
+            '<li><strong>DID document</strong>: <a class="text-primary-600" href="{}">{}</a> answers with '
+            "<code>{}</code> (a did:web resolver fetches it over https).</li>"
+            '<li><strong>Health</strong>: <a class="text-primary-600" href="{}/health">{}/health</a> answers 200.</li>'
+            "<li><strong>Clients</strong>: Decentrl clients use <code>{}</code>; wallets and agents scan or paste an "
+            "invitation below.</li></ol>",
+            names,
+            "" if len(hosts) > 1 else "s",
+            tls,
+            did_json,
+            did_json,
+            obj.did,
+            obj.public_url,
+            obj.public_url,
+            obj.did,
+        )
+
+    @display(description="DIDComm policy")
+    def didcomm_policy(self, obj: Tenant):
+        """Read-only, for those who may view the policy but not edit it."""
+        policy = policy_for(tenant=obj)
+        rows = []
+        for name in DidcommPolicy.EDITABLE:
+            value = getattr(policy, name)
+            if name in didcomm_texts.CHOICES or DidcommPolicy._meta.get_field(name).choices:
+                value = didcomm_texts.choices(name).get(value, value)
+            elif value is None:
+                value = "deployment default"
+            elif isinstance(value, bool):
+                value = "yes" if value else "no"
+            rows.append((didcomm_texts.label(name), value))
+        return _figures_table(rows, dom_id="didcomm-policy-values")
 
     @display(description="Out-of-Band invitations")
     def didcomm_invitation(self, obj: Tenant):
         """The tenant's invitation URLs, each with a Copy button and its QR code (made here as SVG): OOB 2.0
         for DIDComm v2 wallets, and the Aries OOB 1.1 one an operator hands to ACA-Py
         (`--mediator-invitation`) or Credo (DIDComm v1)."""
-        policy = policy_for(tenant=obj)
-        policy_url = reverse("admin:didcomm_didcommpolicy_change", args=[obj.pk])
-        if not policy.enabled:
-            return format_html('DIDComm is disabled. <a class="text-primary-600" href="{}">Policy</a>', policy_url)
+        if not policy_for(tenant=obj).enabled:
+            return mark_safe(  # noqa: S308 - constant markup
+                'DIDComm is disabled: switch it on under <a class="text-primary-600" href="#didcomm-policy">'
+                "DIDComm policy</a> below."
+            )
         _, url = invitation_for(tenant=obj)
         _, url_v1 = invitation_v1_for(tenant=obj)
         return format_html(
-            '{}{}<div class="my-2"><a class="text-primary-600" href="{}">DIDComm policy</a></div>',
-            _invitation_block("DIDComm v2 (Out-of-Band 2.0)", "didcomm-oob", url),
+            '<div class="invitations">{}{}</div>',
             _invitation_block(
-                "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo", "didcomm-oob-v1", url_v1
+                "DIDComm v2 (Out-of-Band 2.0)",
+                "didcomm-oob",
+                url,
+                alt=f"QR code of the DIDComm v2 invitation of {obj.slug}",
             ),
-            policy_url,
+            _invitation_block(
+                "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo",
+                "didcomm-oob-v1",
+                url_v1,
+                alt=f"QR code of the DIDComm v1 invitation of {obj.slug}",
+            ),
+        )
+
+    @display(description="DIDComm v1 outbound delivery")
+    def didcomm_delivery(self, obj: Tenant):
+        """How many connections' last outbound POST failed and how many messages wait to be POSTed,
+        with a link to those connections (docs/didcomm.md "When delivery fails")."""
+        summary = delivery_summary(tenant=obj)
+        url = reverse("admin:didcomm_connection_changelist") + f"?tenant__id__exact={obj.pk}&delivery=failing"
+        return format_html(
+            '<span data-figure="delivery-failing">{}</span> connection(s) failing, '
+            '<span data-figure="delivery-waiting">{}</span> message(s) waiting to be POSTed. '
+            '<a class="text-primary-600" href="{}">Failing connections</a>',
+            summary["failing"],
+            summary["waiting"],
+            url,
         )
 
     @display(description="Recent operator actions")
@@ -440,6 +685,8 @@ class TenantAdmin(ModelAdmin):
                 actor=_actor(request),
                 **policy,
             )
+        if changes := form.didcomm_changes():
+            policy_update(tenant=saved, actor=_actor(request), **changes)
         # The admin continues with `obj` (messages, redirects): make it the saved row.
         obj.__dict__.update({k: v for k, v in saved.__dict__.items() if not k.startswith("_")})
         obj._state = saved._state

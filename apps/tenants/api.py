@@ -189,6 +189,8 @@ DidcommIdentitySerializer = inline_serializer(
         "http_uri": serializers.CharField(),
         "ws_uri": serializers.CharField(),
         "invitation_url": serializers.CharField(),
+        "legacy_did": serializers.CharField(),
+        "legacy_invitation_url": serializers.CharField(),
         "previous": serializers.ListField(child=serializers.DictField()),
     },
 )

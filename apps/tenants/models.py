@@ -53,8 +53,10 @@ class Tenant(models.Model):
     max_page_size = models.PositiveIntegerField(default=100)
     max_body_bytes = models.PositiveIntegerField(default=6 * 1024 * 1024)
     # Rate limits per minute; null = the deployment default (MEDIATOR_RATE_LIMIT_PER_*), 0 = off.
+    # Per IP: a token bucket, the rate sustained with bursts of up to _burst.
     rate_limit_per_did = models.PositiveIntegerField(null=True, blank=True)
     rate_limit_per_ip = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_per_ip_burst = models.PositiveIntegerField(null=True, blank=True)
     contract_request_ttl_days = models.PositiveIntegerField(default=30)
     metering_retention_days = models.PositiveIntegerField(default=90)
     # Public channels (DCTRL-0007)

@@ -38,6 +38,7 @@ POLICY_BOUNDS: dict[str, tuple[int, int]] = {
     "max_body_bytes": (1024, 64 * 1024 * 1024),
     "rate_limit_per_did": (0, 1_000_000),
     "rate_limit_per_ip": (0, 1_000_000),
+    "rate_limit_per_ip_burst": (1, 1_000_000),
     "contract_request_ttl_days": (1, 3650),
     "metering_retention_days": (1, 3650),
     "public_event_max_bytes": (1, 16 * 1024 * 1024),
@@ -47,7 +48,7 @@ POLICY_BOUNDS: dict[str, tuple[int, int]] = {
     "prekey_grace_hours": (0, 24 * 365),
 }
 POLICY_FIELDS: tuple[str, ...] = ("registration_open", *POLICY_BOUNDS)
-NULLABLE_POLICY = {"rate_limit_per_did", "rate_limit_per_ip"}
+NULLABLE_POLICY = {"rate_limit_per_did", "rate_limit_per_ip", "rate_limit_per_ip_burst"}
 EDITABLE_FIELDS: tuple[str, ...] = ("name", "public_url", *POLICY_FIELDS)
 
 _HOST_RE = re.compile(

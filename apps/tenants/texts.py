@@ -45,7 +45,17 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     ),
     "metering_retention_days": ("Metering retention", "days", "How long usage-metering rows are kept."),
     "rate_limit_per_did": ("Rate limit per DID", "commands per minute", "429 RATE_LIMITED beyond it; 0 = off."),
-    "rate_limit_per_ip": ("Rate limit per IP address", "commands per minute", "429 RATE_LIMITED beyond it; 0 = off."),
+    "rate_limit_per_ip": (
+        "Rate limit per IP address",
+        "commands per minute",
+        "Sustained rate from one address (carrier NAT puts many clients behind one), after its burst; "
+        "429 RATE_LIMITED with Retry-After beyond it; 0 = off.",
+    ),
+    "rate_limit_per_ip_burst": (
+        "Burst per IP address",
+        "commands at once",
+        "How many commands one address may send at once before the per-minute rate applies.",
+    ),
     "max_body_bytes": (
         "Largest request body",
         "bytes",
@@ -69,6 +79,7 @@ _BYTES = {"max_body_bytes", "public_event_max_bytes"}
 _DEPLOYMENT_DEFAULT = {
     "rate_limit_per_did": "MEDIATOR_RATE_LIMIT_PER_DID",
     "rate_limit_per_ip": "MEDIATOR_RATE_LIMIT_PER_IP",
+    "rate_limit_per_ip_burst": "MEDIATOR_RATE_LIMIT_PER_IP_BURST",
 }
 
 

@@ -25,6 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 
+from apps.wire.display import printable
+
 from .models import DEFAULT_PROTOCOL, LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
 log = logging.getLogger("mediator.usage.metering")
@@ -72,11 +74,12 @@ def _values(record: Any) -> tuple:
     return (
         record.tenant_id,
         record.at,
-        (record.transport or "")[:8],
+        printable(record.transport or "")[:8],
         PROTOCOL_BY_CHANNEL.get(record.channel or "", DEFAULT_PROTOCOL),
-        (record.channel or "")[:32],
-        (record.command_type or "")[:LABEL_MAX],
-        (record.code or "")[:LABEL_MAX],
+        printable(record.channel or "")[:32],
+        # A client chooses its message type: control characters stored escaped (wire.display).
+        printable(record.command_type or "")[:LABEL_MAX],
+        printable(record.code or "")[:LABEL_MAX],
         _in_range(record.http_status, _INT2_MAX),
         _in_range(max(0, int(record.bytes_in)), _INT4_MAX),
         _in_range(max(0, int(record.bytes_out)), _INT4_MAX),

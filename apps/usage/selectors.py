@@ -75,10 +75,13 @@ class LiveCounters:
     errors_last_hour: int
     bytes_last_hour: int
     queue_depth: int
+    didcomm_queue_depth: int
 
 
-def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
-    """Cheap live figures per tenant: last hour's metering (index tenant, at) and unacked queue depth."""
+def live_counters(*, tenants: list[Tenant], didcomm_depths: dict[int, int] | None = None) -> list[LiveCounters]:
+    """Cheap live figures per tenant: last hour's metering (index tenant, at) and unacked queue depth;
+    `didcomm_depths` (tenant id → queued DIDComm messages) comes from the DIDComm front door, above
+    this app, through the dashboard's view."""
     since = timezone.now() - timedelta(hours=1)
     ids = [t.pk for t in tenants]
     meters = {
@@ -106,6 +109,7 @@ def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
                 errors_last_hour=m.get("errors", 0),
                 bytes_last_hour=m.get("b") or 0,
                 queue_depth=depth.get(t.pk, 0),
+                didcomm_queue_depth=(didcomm_depths or {}).get(t.pk, 0),
             )
         )
     return out

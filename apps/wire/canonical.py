@@ -200,7 +200,7 @@ def _parse_float(s: str) -> float:
     return value
 
 
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # A repeated key would let what was signed (the re-canonicalised object, last value wins)
     # differ from what another reader of the same bytes sees (first value wins, or an error).
     obj = dict(pairs)

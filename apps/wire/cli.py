@@ -48,7 +48,7 @@ class CliError(Exception):
 # -- identity files -----------------------------------------------------------------------------
 
 
-def load_identity(path: Path) -> tuple[Identity, dict]:
+def load_identity(path: Path) -> tuple[Identity, dict[str, Any]]:
     """Read an identity file; returns the identity and the whole JSON (for the CLI's own members)."""
     try:
         if path.stat().st_size > MAX_IDENTITY_FILE:
@@ -106,7 +106,7 @@ def who(did: str) -> str:
         alias = parse_decentrl(did).alias
     except DidError:
         return safe(did)
-    return f"{safe(alias)} ({safe(did)})"
+    return f"{safe(alias or '')} ({safe(did)})"
 
 
 def message_text(event: Any) -> str:
@@ -114,7 +114,7 @@ def message_text(event: Any) -> str:
     if isinstance(event, dict) and event.get("type") == "chat.message":
         data = event.get("data")
         if isinstance(data, dict) and isinstance(data.get("content"), str):
-            return data["content"]
+            return str(data["content"])
     return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -178,8 +178,8 @@ def cmd_request_contract(s: Session, args: argparse.Namespace) -> None:
     print(f"requested a contract with {who(args.to)}")
 
 
-def _all_pages(fetch: Callable[[int], dict], key: str) -> list[dict]:
-    items: list[dict] = []
+def _all_pages(fetch: Callable[[int], dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
     for page in range(MAX_PAGES):
         reply = fetch(page)
         items.extend(reply[key])

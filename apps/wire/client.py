@@ -24,7 +24,15 @@ from .crypto import (
     sign_json_object,
     verify_json_object,
 )
-from .did import DidError, ResolvedDid, decentrl_did, host_for_web_did, parse_decentrl, parse_mediator_document
+from .did import (
+    DidError,
+    ResolvedDid,
+    decentrl_did,
+    host_for_web_did,
+    mediator_did_of,
+    parse_decentrl,
+    parse_mediator_document,
+)
 from .encoding import EncodingError, b64decode, b64encode
 from .envelope import DIRECT_AUTHENTICATED, ONE_WAY_PUBLIC, TWO_WAY_PRIVATE
 
@@ -41,7 +49,7 @@ class Identity:
     mediator_did: str
     storage_key: bytes = field(default_factory=lambda: X25519KeyPair.generate().private)
     # contract hash -> (signed contract, own ephemeral private key)
-    contracts: dict[str, tuple[dict, bytes]] = field(default_factory=dict)
+    contracts: dict[str, tuple[dict[str, Any], bytes]] = field(default_factory=dict)
     # requests sent and not yet picked up: our ephemeral public key (b64) -> its private half
     requested: dict[str, bytes] = field(default_factory=dict)
 
@@ -68,7 +76,7 @@ class Identity:
         channel: str = DIRECT_AUTHENTICATED,
         timestamp: int | None = None,
         nonce: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A complete signed command envelope (DCTRL-0004 §4)."""
         header = {
             "channel": channel,
@@ -81,7 +89,7 @@ class Identity:
         signable = {"header": header, "payload": payload}
         return {**signable, "signature": sign_json_object(signable, self.signing)}
 
-    def ws_authenticate(self, *, timestamp: int | None = None, nonce: str | None = None) -> dict:
+    def ws_authenticate(self, *, timestamp: int | None = None, nonce: str | None = None) -> dict[str, Any]:
         """The WebSocket AUTHENTICATE frame (DCTRL-0004 §10.2)."""
         msg = {
             "did": self.did,
@@ -95,14 +103,15 @@ class Identity:
         """An encrypted tag (DCTRL-0002 §11)."""
         return encrypt_tag(plaintext_tag, self.signing)
 
-    def seal_for_storage(self, event: dict) -> str:
+    def seal_for_storage(self, event: dict[str, Any]) -> str:
         """Storage encryption of an event with the owner's storage key (DCTRL-0005)."""
         return aes_gcm_encrypt(self.storage_key, json.dumps(event, separators=(",", ":")).encode("utf-8"))
 
-    def open_from_storage(self, blob: str) -> dict:
-        return json.loads(aes_gcm_decrypt(self.storage_key, blob))
+    def open_from_storage(self, blob: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(aes_gcm_decrypt(self.storage_key, blob))
+        return data
 
-    def contract_with(self, other_did: str) -> tuple[dict, bytes] | None:
+    def contract_with(self, other_did: str) -> tuple[dict[str, Any], bytes] | None:
         """The newest live contract held with `other_did`, with our ephemeral private key."""
         best = None
         for signed, priv in self.contracts.values():
@@ -112,12 +121,12 @@ class Identity:
                     best = (signed, priv)
         return best
 
-    def remember_contract(self, signed: dict, ephemeral_private: bytes) -> str:
+    def remember_contract(self, signed: dict[str, Any], ephemeral_private: bytes) -> str:
         h = wc.contract_hash(signed["communication_contract"])
         self.contracts[h] = (signed, ephemeral_private)
         return h
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Everything needed to restore this identity, private keys included (keep it secret)."""
         return {
             "version": 1,
@@ -171,7 +180,9 @@ class Identity:
         return ident
 
 
-def agree_contract(requestor: Identity, recipient: Identity, *, lifetime_s: int = DAY_S) -> tuple[dict, bytes, bytes]:
+def agree_contract(
+    requestor: Identity, recipient: Identity, *, lifetime_s: int = DAY_S
+) -> tuple[dict[str, Any], bytes, bytes]:
     """A contract requested by `requestor` and accepted by `recipient`, both held here (tests, load
     generators): both remember it. Returns (signed, requestor's ephemeral private key, recipient's)."""
     req = wc.build_request(
@@ -190,7 +201,7 @@ def agree_contract(requestor: Identity, recipient: Identity, *, lifetime_s: int 
 class MediatorError(Exception):
     """The mediator answered with a protocol error."""
 
-    def __init__(self, status: int, body: dict):
+    def __init__(self, status: int, body: dict[str, Any]):
         super().__init__(f"{status} {body.get('code')}")
         self.status = status
         self.body = body
@@ -216,7 +227,7 @@ class MediatorClient:
         # Where the other party's mediator is found (cross-mediator flows); None = this one only.
         self.directory = directory
         # (status, body) of the last command sent: flows that return something else keep it reachable.
-        self.last_reply: tuple[int, dict] | None = None
+        self.last_reply: tuple[int, dict[str, Any]] | None = None
         if directory is not None:
             directory.add(self)
 
@@ -224,10 +235,11 @@ class MediatorClient:
         self.http.close()
 
     # -- raw endpoints --
-    def did_document(self) -> dict:
+    def did_document(self) -> dict[str, Any]:
         r = self.http.get(self.base_url + "/")
         r.raise_for_status()
-        return r.json()
+        document: dict[str, Any] = r.json()
+        return document
 
     @property
     def mediator(self) -> ResolvedDid:
@@ -239,30 +251,37 @@ class MediatorClient:
     def did(self) -> str:
         return self.mediator.did
 
-    def health(self) -> tuple[int, dict]:
+    def health(self) -> tuple[int, dict[str, Any]]:
         r = self.http.get(self.base_url + "/health")
         return r.status_code, r.json()
 
-    def post_raw(self, body: bytes | str) -> tuple[int, dict]:
+    def post_raw(self, body: bytes | str) -> tuple[int, dict[str, Any]]:
         """POST arbitrary bytes; returns (status, parsed reply)."""
         data = body.encode("utf-8") if isinstance(body, str) else body
         r = self.http.post(self.base_url + "/", content=data, headers={"Content-Type": "application/json"})
         return r.status_code, r.json()
 
-    def send(self, envelope: dict, *, raise_errors: bool = True) -> dict:
+    def send(self, envelope: dict[str, Any], *, raise_errors: bool = True) -> dict[str, Any]:
         status, reply = self.post_raw(canonical_bytes(envelope))
         self.last_reply = (status, reply)
         if raise_errors and (status != 200 or reply.get("type") != "SUCCESS"):
             raise MediatorError(status, reply)
         return reply
 
-    def command(self, who: Identity, payload: dict, *, recipient_did: str | None = None, **kw) -> dict:
+    def command(
+        self, who: Identity, payload: dict[str, Any], *, recipient_did: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
         """Sign and send a DIRECT_AUTHENTICATED command (recipient defaults to this mediator)."""
         env = who.sign_command(recipient_did=recipient_did or self.did, payload=payload)
         return self.send(env, **kw)
 
+    def command_payload(self, who: Identity, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send a command that must succeed and return its reply's payload."""
+        reply: dict[str, Any] = self.command(who, payload)["payload"]
+        return reply
+
     # -- flows --
-    def register(self, who: Identity, *, lifetime_s: int = 30 * DAY_S) -> dict:
+    def register(self, who: Identity, *, lifetime_s: int = 30 * DAY_S) -> dict[str, Any]:
         """Register `who` with this mediator (DCTRL-0003 §9); returns the signed contract."""
         req = wc.build_request(
             requestor_did=who.did,
@@ -279,7 +298,7 @@ class MediatorClient:
                 "requestor_ephemeral_public_key": req.ephemeral_public_b64,
             },
         )
-        signed = reply["payload"]["signed_communication_contract"]
+        signed: dict[str, Any] = reply["payload"]["signed_communication_contract"]
         if not wc.verify_signed_contract(
             signed, lambda d: self.mediator if d == self.did else parse_decentrl(d), now_s=int(time.time())
         ):
@@ -311,23 +330,23 @@ class MediatorClient:
 
     def mediator_for(self, did: str) -> MediatorClient:
         """The mediator hosting `did` (its DID's mediator segment): this one or one from the directory."""
-        mediator_did = did if did.startswith("did:web:") else parse_decentrl(did).mediator_did
+        mediator_did = mediator_did_of(did)
         if mediator_did == self.did:
             return self
         if self.directory is None:
             raise DidError(f"no directory to reach mediator {mediator_did}")
         return self.directory.client_for(mediator_did)
 
-    def pending_contract_requests(self, who: Identity, page: int = 0, page_size: int = 10) -> dict:
-        return self.command(
+    def pending_contract_requests(self, who: Identity, page: int = 0, page_size: int = 10) -> dict[str, Any]:
+        return self.command_payload(
             who,
             {
                 "type": "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS",
                 "pagination": {"page": page, "page_size": page_size},
             },
-        )["payload"]
+        )
 
-    def open_contract_request(self, who: Identity, item: dict) -> dict:
+    def open_contract_request(self, who: Identity, item: dict[str, Any]) -> dict[str, Any]:
         """Decrypt a pending contract request addressed to `who` and check it came from its sender."""
         request = wc.decrypt_request(
             item["encrypted_contract_request"], item["requestor_ephemeral_public_key"], who.prekey.private
@@ -344,8 +363,8 @@ class MediatorClient:
         return request
 
     def accept_contract_request(
-        self, who: Identity, item: dict, requestor_mediator: MediatorClient | None = None
-    ) -> dict:
+        self, who: Identity, item: dict[str, Any], requestor_mediator: MediatorClient | None = None
+    ) -> dict[str, Any]:
         """Decrypt a pending request, countersign, respond to the requestor's mediator, save on ours, ack.
 
         The requestor's mediator defaults to the one named in the requestor's DID (via the directory).
@@ -368,22 +387,27 @@ class MediatorClient:
         who.remember_contract(signed, eph.private)
         return signed
 
-    def contracts(self, who: Identity, flt: dict | None = None, page: int = 0, page_size: int = 10) -> dict:
-        payload: dict = {"type": "QUERY_COMMUNICATION_CONTRACTS", "pagination": {"page": page, "page_size": page_size}}
+    def contracts(
+        self, who: Identity, flt: dict[str, Any] | None = None, page: int = 0, page_size: int = 10
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "type": "QUERY_COMMUNICATION_CONTRACTS",
+            "pagination": {"page": page, "page_size": page_size},
+        }
         if flt:
             payload["filter"] = flt
-        return self.command(who, payload)["payload"]
+        return self.command_payload(who, payload)
 
-    def adopt_contract(self, who: Identity, signed: dict, ephemeral_private: bytes) -> None:
+    def adopt_contract(self, who: Identity, signed: dict[str, Any], ephemeral_private: bytes) -> None:
         """Requestor side: keep an accepted contract (after CONTRACTS_UPDATED / query)."""
         who.remember_contract(signed, ephemeral_private)
 
-    def pick_up_contracts(self, who: Identity, *, with_did: str | None = None) -> list[dict]:
+    def pick_up_contracts(self, who: Identity, *, with_did: str | None = None) -> list[dict[str, Any]]:
         """Requestor side: QUERY_COMMUNICATION_CONTRACTS on this (our own) mediator and adopt every
         accepted contract answering one of our outstanding requests; returns the adopted ones.
 
         Each is verified locally (both signatures) before it is trusted."""
-        adopted: list[dict] = []
+        adopted: list[dict[str, Any]] = []
         page = 0
         while who.requested:
             reply = self.contracts(who, {"did": with_did} if with_did else None, page=page, page_size=100)
@@ -405,7 +429,9 @@ class MediatorClient:
             page += 1
         return adopted
 
-    def seal_private(self, who: Identity, recipient_did: str, event: dict, *, timestamp: int | None = None) -> str:
+    def seal_private(
+        self, who: Identity, recipient_did: str, event: dict[str, Any], *, timestamp: int | None = None
+    ) -> str:
         """The TWO_WAY_PRIVATE payload: the signed envelope {contract_id, event, timestamp, signature}
         encrypted under the newest live contract's root secret (DCTRL-0005 transit encryption)."""
         held = who.contract_with(recipient_did)
@@ -430,13 +456,13 @@ class MediatorClient:
     def send_sealed(self, who: Identity, recipient_did: str, blob: str) -> str:
         """Send an already sealed payload as TWO_WAY_PRIVATE to this (the recipient's) mediator."""
         env = who.sign_command(recipient_did=recipient_did, payload=blob, channel=TWO_WAY_PRIVATE)
-        return self.send(env)["pendingEventId"]
+        return str(self.send(env)["pendingEventId"])
 
-    def send_private(self, who: Identity, recipient_did: str, event: dict) -> str:
+    def send_private(self, who: Identity, recipient_did: str, event: dict[str, Any]) -> str:
         """Encrypt `event` under the contract root secret and send TWO_WAY_PRIVATE; returns pendingEventId."""
         return self.send_sealed(who, recipient_did, self.seal_private(who, recipient_did, event))
 
-    def decrypt_private(self, who: Identity, sender_did: str, blob: str) -> dict:
+    def decrypt_private(self, who: Identity, sender_did: str, blob: str) -> dict[str, Any]:
         """Open a transit event from `sender_did` with any held contract's root secret, and verify
         the envelope signature with the sender's signing key (DCTRL-0005 receive loop step 3)."""
         sender_key = parse_decentrl(sender_did).signing_key
@@ -467,25 +493,29 @@ class MediatorClient:
             }
         raise ValueError("no contract opens this event")
 
-    def pending_events(self, who: Identity, sender_did: str | None = None, page: int = 0, page_size: int = 10) -> dict:
-        payload: dict = {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": page, "page_size": page_size}}
+    def pending_events(
+        self, who: Identity, sender_did: str | None = None, page: int = 0, page_size: int = 10
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": page, "page_size": page_size}}
         if sender_did:
             payload["filter"] = {"sender_did": sender_did}
-        return self.command(who, payload)["payload"]
+        return self.command_payload(who, payload)
 
-    def ack_events(self, who: Identity, ids: list[str]) -> dict:
+    def ack_events(self, who: Identity, ids: list[str]) -> dict[str, Any]:
         return self.command(who, {"type": "ACKNOWLEDGE_PENDING_EVENTS", "event_ids": ids})
 
-    def save_events(self, who: Identity, events: list[dict]) -> dict:
+    def save_events(self, who: Identity, events: list[dict[str, Any]]) -> dict[str, Any]:
         return self.command(who, {"type": "SAVE_EVENTS", "events": events})
 
-    def query_events(self, who: Identity, flt: dict | None = None, page: int = 0, page_size: int = 10) -> dict:
-        payload: dict = {"type": "QUERY_EVENTS", "pagination": {"page": page, "page_size": page_size}}
+    def query_events(
+        self, who: Identity, flt: dict[str, Any] | None = None, page: int = 0, page_size: int = 10
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {"type": "QUERY_EVENTS", "pagination": {"page": page, "page_size": page_size}}
         if flt:
             payload["filter"] = flt
-        return self.command(who, payload)["payload"]
+        return self.command_payload(who, payload)
 
-    def update_event_tags(self, who: Identity, updates: list[dict]) -> dict:
+    def update_event_tags(self, who: Identity, updates: list[dict[str, Any]]) -> dict[str, Any]:
         return self.command(who, {"type": "UPDATE_EVENT_TAGS", "events": updates})
 
     def stored_event(
@@ -494,11 +524,11 @@ class MediatorClient:
         *,
         sender_did: str,
         recipient_did: str,
-        event: dict,
+        event: dict[str, Any],
         tags: list[str],
         timestamp: int | None = None,
         contract_id: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Build a SAVE_EVENTS item: storage-encrypted payload and encrypted tags."""
         item = {
             "sender_did": sender_did,
@@ -516,19 +546,19 @@ class MediatorClient:
         self,
         who: Identity,
         channel_id: str,
-        event: str | dict,
-        tags: list[str] | tuple = (),
+        event: str | dict[str, Any],
+        tags: list[str] | tuple[Any, ...] = (),
         *,
         timestamp: int | None = None,
     ) -> str:
         """Sign and publish a public event; returns its public_event_id."""
         return wire_public.publish(self, who, channel_id=channel_id, event=event, tags=tags, timestamp=timestamp)
 
-    def delete_public_event(self, who: Identity, public_event_id: str) -> dict:
+    def delete_public_event(self, who: Identity, public_event_id: str) -> dict[str, Any]:
         """Delete one of `who`'s own public events."""
         return wire_public.delete(self, who, public_event_id)
 
-    def public_events(self, did: str, **kw) -> wire_public.PublicPage | None:
+    def public_events(self, did: str, **kw: Any) -> wire_public.PublicPage | None:
         """GET /public/<did>, every event verified against `did` (see wire_public.read)."""
         return wire_public.read(self, did, **kw)
 
@@ -554,7 +584,7 @@ class MediatorDirectory:
 
     def client_for(self, did: str) -> MediatorClient:
         """The client for a mediator DID, or for the mediator hosting a did:decentrl."""
-        mediator_did = did if did.startswith("did:web:") else parse_decentrl(did).mediator_did
+        mediator_did = mediator_did_of(did)
         if mediator_did in self.clients:
             return self.clients[mediator_did]
         if not mediator_did.startswith("did:web:"):

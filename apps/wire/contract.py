@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .canonical import CanonicalError, canonical_bytes, loads_strict
 from .crypto import (
@@ -54,12 +55,12 @@ class ContractInfo:
         return did in (self.requestor_did, self.recipient_did)
 
 
-def contract_hash(communication_contract: dict) -> str:
+def contract_hash(communication_contract: dict[str, Any]) -> str:
     """Contract id: lowercase hex SHA-256 of the canonical communication_contract (open point 12)."""
     return hashlib.sha256(canonical_bytes(communication_contract)).hexdigest()
 
 
-def requestor_signable(terms: dict) -> dict:
+def requestor_signable(terms: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in terms.items() if k != "recipient_ephemeral_public_key"}
 
 
@@ -89,16 +90,17 @@ def check_terms(terms: object, *, with_recipient_key: bool, now_s: int) -> Contr
     _key32(terms.get("requestor_ephemeral_public_key"), "requestor_ephemeral_public_key")
     if with_recipient_key:
         _key32(terms.get("recipient_ephemeral_public_key"), "recipient_ephemeral_public_key")
-    exp = terms.get("expires_at")
+    exp: Any = terms.get("expires_at")
     if not is_integral(exp) or not (0 < int(exp) < 2**53):
         raise ContractInvalid("expires_at must be an integer (Unix seconds)")
-    if int(exp) <= now_s:
+    expires_at = int(exp)
+    if expires_at <= now_s:
         raise ContractInvalid("contract already expired")
     try:
         h = contract_hash(terms)
     except CanonicalError as exc:
         raise ContractInvalid(str(exc)) from exc
-    return ContractInfo(requestor_did=req, recipient_did=rec, expires_at=int(exp), contract_hash=h)
+    return ContractInfo(requestor_did=req, recipient_did=rec, expires_at=expires_at, contract_hash=h)
 
 
 def verify_signed_contract(signed: object, resolve: Resolver, *, now_s: int) -> ContractInfo:
@@ -127,7 +129,7 @@ def verify_signed_contract(signed: object, resolve: Resolver, *, now_s: int) -> 
 class ContractRequest:
     """A signed request, its encryption, and the ephemeral private key the requestor keeps."""
 
-    request: dict
+    request: dict[str, Any]
     encrypted: str
     ephemeral: X25519KeyPair
 
@@ -153,7 +155,7 @@ def build_request(
     return ContractRequest(request=request, encrypted=encrypted, ephemeral=eph)
 
 
-def decrypt_request(encrypted_b64: str, ephemeral_public_b64: str, prekey_private: bytes) -> dict:
+def decrypt_request(encrypted_b64: str, ephemeral_public_b64: str, prekey_private: bytes) -> dict[str, Any]:
     """Decrypt a contract request with X25519(prekey_private, requestor ephemeral) and no KDF."""
     try:
         epk = _key32(ephemeral_public_b64, "requestor_ephemeral_public_key")
@@ -166,7 +168,7 @@ def decrypt_request(encrypted_b64: str, ephemeral_public_b64: str, prekey_privat
     return request
 
 
-def accept_request(request: dict, signing: Ed25519KeyPair) -> tuple[dict, X25519KeyPair]:
+def accept_request(request: dict[str, Any], signing: Ed25519KeyPair) -> tuple[dict[str, Any], X25519KeyPair]:
     """Add a fresh recipient ephemeral key and countersign: the SignedCommunicationContract."""
     eph = X25519KeyPair.generate()
     terms = dict(request["communication_contract"])
@@ -179,7 +181,7 @@ def accept_request(request: dict, signing: Ed25519KeyPair) -> tuple[dict, X25519
     return signed, eph
 
 
-def verify_request_signature(request: dict, requestor: ResolvedDid) -> bool:
+def verify_request_signature(request: dict[str, Any], requestor: ResolvedDid) -> bool:
     """The requestor's signature over the request terms."""
     terms = request.get("communication_contract")
     if not isinstance(terms, dict):

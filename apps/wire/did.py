@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 from .encoding import (
@@ -32,7 +33,7 @@ class ResolvedDid:
     pre_key: bytes  # X25519 public
     mediator_did: str | None = None
     alias: str | None = None
-    document: dict | None = None
+    document: dict[str, Any] | None = None
 
     def signing_key_for(self, key_id: str) -> bytes | None:
         """The signing key if `key_id` names it (absolute or relative `#signing`), else None."""
@@ -77,7 +78,16 @@ def parse_decentrl(did: str) -> ResolvedDid:
     return ResolvedDid(did=did, signing_key=signing, pre_key=pre, mediator_did=mediator, alias=alias)
 
 
-def decentrl_document(r: ResolvedDid) -> dict:
+def mediator_did_of(did: str) -> str:
+    """The mediator DID hosting `did`: a did:web is its own mediator, a did:decentrl names one."""
+    if did.startswith("did:web:"):
+        return did
+    mediator = parse_decentrl(did).mediator_did
+    assert mediator is not None  # parse_decentrl always sets it
+    return mediator
+
+
+def decentrl_document(r: ResolvedDid) -> dict[str, Any]:
     """The DID document of a did:decentrl (dctrl-0001 §4 reading)."""
     return {
         "@context": DID_CONTEXT,
@@ -116,7 +126,7 @@ def host_for_web_did(did: str) -> str:
     return unquote(did[len("did:web:") :].split(":", 1)[0])
 
 
-def mediator_document(did: str, signing_pub: bytes, pre_pub: bytes, uri: str) -> dict:
+def mediator_document(did: str, signing_pub: bytes, pre_pub: bytes, uri: str) -> dict[str, Any]:
     """A mediator's DID document, exactly as DCTRL-0004 §3.2."""
     return {
         "@context": DID_CONTEXT,
@@ -143,7 +153,7 @@ def mediator_document(did: str, signing_pub: bytes, pre_pub: bytes, uri: str) ->
     }
 
 
-def parse_mediator_document(doc: dict) -> ResolvedDid:
+def parse_mediator_document(doc: dict[str, Any]) -> ResolvedDid:
     """Extract the keys and endpoint from a mediator DID document (client side)."""
     try:
         did = doc["id"]

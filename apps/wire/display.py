@@ -7,6 +7,7 @@ Python, like the rest of the wire library, so the CLI prints exactly what the co
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 # The one time format. Django's spelling of it (templates, admin lists) is in
@@ -48,6 +49,22 @@ def human_ms(ms: float) -> str:
     if ms >= 1:
         return f"{ms:.1f} ms"
     return f"{ms:.2f} ms"
+
+
+# C0 controls (line feed, carriage return, ESC, NUL …), DEL, C1 controls and the Unicode line and
+# paragraph separators: what could end a log line, forge another or drive a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as a visible escape (`\\x0a`, `\\x1b`,
+    `\\u2028`): one line that cannot forge another in a log, nor drive a terminal."""
+    return _CONTROL.sub(_escape_control, text)
 
 
 # Words that keep their own capitals wherever they stand in a label.

@@ -63,13 +63,13 @@ def as_str(value: Any, name: str, max_len: int = MAX_STR, allow_empty: bool = Fa
     return value
 
 
-def as_obj(value: Any, name: str) -> dict:
+def as_obj(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid(f"{name} must be an object")
     return value
 
 
-def as_list(value: Any, name: str, max_items: int) -> list:
+def as_list(value: Any, name: str, max_items: int) -> list[Any]:
     if not isinstance(value, list):
         raise invalid(f"{name} must be an array")
     if len(value) > max_items:
@@ -77,7 +77,7 @@ def as_list(value: Any, name: str, max_items: int) -> list:
     return value
 
 
-def opt(obj: dict, key: str) -> Any:
+def opt(obj: dict[str, Any], key: str) -> Any:
     """Optional member: absent and null both mean 'not given'."""
     return obj.get(key)
 
@@ -91,11 +91,11 @@ class Pagination:
     def offset(self) -> int:
         return self.page * self.page_size
 
-    def reply(self, total: int) -> dict:
+    def reply(self, total: int) -> dict[str, Any]:
         return {"page": self.page, "page_size": self.page_size, "total": total}
 
 
-def parse_pagination(payload: dict, max_page_size: int = MAX_PAGE_SIZE) -> Pagination:
+def parse_pagination(payload: dict[str, Any], max_page_size: int = MAX_PAGE_SIZE) -> Pagination:
     """DCTRL-0004 §9 with PROTOCOL-DECISIONS §5 bounds: page ≥ 0, 1 ≤ page_size ≤ 100."""
     raw = payload.get("pagination")
     if raw is None:
@@ -126,7 +126,7 @@ class RequestContract:
 class SignedContract:
     """COMMUNICATION_CONTRACT_RESPONSE and SAVE_COMMUNICATION_CONTRACT: the contract as received."""
 
-    signed_communication_contract: dict
+    signed_communication_contract: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class UpdateEventTags:
 class PublishPublicEvent:
     """The public event as received: its publisher's signature covers exactly that object."""
 
-    public_event: dict
+    public_event: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -216,44 +216,44 @@ class DeletePublicEvent:
     public_event_id: str
 
 
-def _opt_int(f: dict, key: str, name: str) -> int | None:
+def _opt_int(f: dict[str, Any], key: str, name: str) -> int | None:
     return None if opt(f, key) is None else as_int(f[key], name, -(2**53), 2**53)
 
 
-def _opt_str(f: dict, key: str, name: str, max_len: int) -> str | None:
+def _opt_str(f: dict[str, Any], key: str, name: str, max_len: int) -> str | None:
     return None if opt(f, key) is None else as_str(f[key], name, max_len)
 
 
-def _filter(p: dict) -> dict:
+def _filter(p: dict[str, Any]) -> dict[str, Any]:
     f = p.get("filter")
     return {} if f is None else as_obj(f, "filter")
 
 
-def _v_request_contract(p: dict) -> RequestContract:
+def _v_request_contract(p: dict[str, Any]) -> RequestContract:
     return RequestContract(
         as_str(p.get("encrypted_contract_request"), "encrypted_contract_request", 64 * 1024),
         as_str(p.get("requestor_ephemeral_public_key"), "requestor_ephemeral_public_key", 64),
     )
 
 
-def _v_signed_contract(p: dict) -> SignedContract:
+def _v_signed_contract(p: dict[str, Any]) -> SignedContract:
     return SignedContract(as_obj(p.get("signed_communication_contract"), "signed_communication_contract"))
 
 
-def _v_query_with_page(p: dict) -> Listing:
+def _v_query_with_page(p: dict[str, Any]) -> Listing:
     return Listing(parse_pagination(p))
 
 
-def _v_ack_requests(p: dict) -> Acknowledge:
+def _v_ack_requests(p: dict[str, Any]) -> Acknowledge:
     ids = _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
     return Acknowledge(tuple(ids))
 
 
-def _v_ack_events(p: dict) -> Acknowledge:
+def _v_ack_events(p: dict[str, Any]) -> Acknowledge:
     return Acknowledge(tuple(_str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)))
 
 
-def _v_query_contracts(p: dict) -> QueryContracts:
+def _v_query_contracts(p: dict[str, Any]) -> QueryContracts:
     page = parse_pagination(p)
     f = _filter(p)
     return QueryContracts(
@@ -266,13 +266,13 @@ def _v_query_contracts(p: dict) -> QueryContracts:
     )
 
 
-def _v_query_pending(p: dict) -> QueryPendingEvents:
+def _v_query_pending(p: dict[str, Any]) -> QueryPendingEvents:
     page = parse_pagination(p)
     f = _filter(p)
     return QueryPendingEvents(PendingFilter(_opt_str(f, "sender_did", "filter.sender_did", MAX_DID_LEN)), page)
 
 
-def _v_save_events(p: dict) -> SaveEvents:
+def _v_save_events(p: dict[str, Any]) -> SaveEvents:
     events = as_list(p.get("events"), "events", MAX_EVENTS)
     if not events:
         raise invalid("events must not be empty")
@@ -294,7 +294,7 @@ def _v_save_events(p: dict) -> SaveEvents:
     return SaveEvents(tuple(out))
 
 
-def _v_query_events(p: dict) -> QueryEvents:
+def _v_query_events(p: dict[str, Any]) -> QueryEvents:
     page = parse_pagination(p)
     f = _filter(p)
     after = _opt_int(f, "after_timestamp", "filter.after_timestamp")
@@ -309,7 +309,7 @@ def _v_query_events(p: dict) -> QueryEvents:
     return QueryEvents(EventFilter(after, before, participant, tuple(tags), bool(unprocessed)), page)
 
 
-def _v_update_tags(p: dict) -> UpdateEventTags:
+def _v_update_tags(p: dict[str, Any]) -> UpdateEventTags:
     updates = []
     for ev in as_list(p.get("events"), "events", MAX_EVENTS):
         as_obj(ev, "event")
@@ -322,7 +322,7 @@ def _v_update_tags(p: dict) -> UpdateEventTags:
     return UpdateEventTags(tuple(updates))
 
 
-def _v_publish(p: dict) -> PublishPublicEvent:
+def _v_publish(p: dict[str, Any]) -> PublishPublicEvent:
     ev = as_obj(p.get("public_event"), "public_event")
     as_str(ev.get("channel_id"), "public_event.channel_id", 256)
     as_str(ev.get("event"), "public_event.event", allow_empty=True)
@@ -332,7 +332,7 @@ def _v_publish(p: dict) -> PublishPublicEvent:
     return PublishPublicEvent(ev)
 
 
-def _v_delete_public(p: dict) -> DeletePublicEvent:
+def _v_delete_public(p: dict[str, Any]) -> DeletePublicEvent:
     return DeletePublicEvent(as_str(p.get("public_event_id"), "public_event_id", 64))
 
 
@@ -370,7 +370,7 @@ class Command:
     header: Header
     payload: Any  # as received: the TWO_WAY_PRIVATE blob, or the payload object
     signature: str
-    signable: dict  # {"header": <as received>, "payload": <as received>}
+    signable: dict[str, Any]  # {"header": <as received>, "payload": <as received>}
     # The validated payload: a typed value per command type (RequestContract, QueryEvents, …);
     # for TWO_WAY_PRIVATE the blob itself.
     body: Any = None
@@ -379,7 +379,7 @@ class Command:
     def type(self) -> str:
         """The command type: the payload `type`, or the channel for TWO_WAY_PRIVATE."""
         if isinstance(self.payload, dict):
-            return self.payload["type"]
+            return str(self.payload["type"])
         return self.header.channel
 
 
@@ -429,7 +429,7 @@ def command_from_obj(obj: Any) -> Command:
         raise invalid("signature must be a string")
     payload = obj["payload"]
     if header.channel == TWO_WAY_PRIVATE:
-        body = as_str(payload, "payload")
+        body: object = as_str(payload, "payload")
     else:
         table = DIRECT_COMMANDS if header.channel == DIRECT_AUTHENTICATED else PUBLIC_COMMANDS
         as_obj(payload, "payload")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 
 class ErrorCode(str, Enum):
@@ -68,16 +69,17 @@ class ProtocolError(Exception):
         super().__init__(f"{code.value}: {detail}" if detail else code.value)
         self.code = code
         self.detail = detail
-        self.retry_after = retry_after
+        # A 429 always says when to come back (clients such as the Identus SDK give up without it).
+        self.retry_after = 1 if retry_after is None and code is ErrorCode.RATE_LIMITED else retry_after
 
     @property
     def status(self) -> int:
         return self.code.http_status
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return error_body(self.code)
 
 
-def error_body(code: ErrorCode) -> dict:
+def error_body(code: ErrorCode) -> dict[str, Any]:
     """The exact error shape of DCTRL-0004 §11.1."""
     return {"type": "ERROR", "code": code.value}

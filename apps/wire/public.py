@@ -27,7 +27,7 @@ DELETE = "DELETE_PUBLIC_EVENT"
 SIGNED_FIELDS = ("channel_id", "event", "tags", "timestamp")
 
 
-def public_event_signable(event: Mapping[str, Any]) -> dict:
+def public_event_signable(event: Mapping[str, Any]) -> dict[str, Any]:
     """The signed part of a public event: {channel_id, event, tags, timestamp}."""
     return {k: event[k] for k in SIGNED_FIELDS}
 
@@ -45,10 +45,10 @@ def sign_public_event(
     signing: Ed25519KeyPair,
     *,
     channel_id: str,
-    event: str | Mapping,
+    event: str | Mapping[str, Any],
     tags: Iterable[str] = (),
     timestamp: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A complete `public_event` object. A non-string `event` is serialised as compact JSON."""
     body = {
         "channel_id": channel_id,
@@ -87,7 +87,7 @@ def check_public_event(
 class PublicPage:
     """One page of `GET /public/<did>`; `verified[i]` says whether `events[i]` verified."""
 
-    events: list[dict]
+    events: list[dict[str, Any]]
     page: int
     page_size: int
     total: int
@@ -120,7 +120,7 @@ def publish(
     who: Identity,
     *,
     channel_id: str,
-    event: str | Mapping,
+    event: str | Mapping[str, Any],
     tags: Iterable[str] = (),
     timestamp: int | None = None,
 ) -> str:
@@ -129,10 +129,10 @@ def publish(
     env = who.sign_command(
         recipient_did=client.did, payload={"type": PUBLISH, "public_event": public_event}, channel=ONE_WAY_PUBLIC
     )
-    return client.send(env)["payload"]["public_event_id"]
+    return str(client.send(env)["payload"]["public_event_id"])
 
 
-def delete(client: MediatorClient, who: Identity, public_event_id: str) -> dict:
+def delete(client: MediatorClient, who: Identity, public_event_id: str) -> dict[str, Any]:
     """Delete one of `who`'s public events (others' ids are a silent no-op on our mediator)."""
     env = who.sign_command(
         recipient_did=client.did, payload={"type": DELETE, "public_event_id": public_event_id}, channel=ONE_WAY_PUBLIC

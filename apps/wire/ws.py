@@ -78,7 +78,7 @@ class MediatorSocket:
     async def send_json(self, obj: Any) -> None:
         await self.conn.send(canonical_str(obj))
 
-    async def recv(self, timeout: float = 10.0) -> dict:
+    async def recv(self, timeout: float = 10.0) -> dict[str, Any]:
         """The next frame, parsed; SocketClosed if the server closed, TimeoutError if none came."""
         try:
             async with asyncio.timeout(timeout):
@@ -86,9 +86,10 @@ class MediatorSocket:
         except ConnectionClosed as exc:
             rcvd = exc.rcvd
             raise SocketClosed(rcvd.code if rcvd else None, rcvd.reason if rcvd else "") from exc
-        return loads_strict(raw)
+        frame: dict[str, Any] = loads_strict(raw)
+        return frame
 
-    async def next_of(self, frame_type: str, timeout: float = 10.0, *, answer_pings: bool = True) -> dict:
+    async def next_of(self, frame_type: str, timeout: float = 10.0, *, answer_pings: bool = True) -> dict[str, Any]:
         """The next frame of `frame_type`, skipping (and answering) PINGs and other frames."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -99,11 +100,11 @@ class MediatorSocket:
             if frame.get("type") == "PING" and answer_pings:
                 await self.pong(frame)
 
-    async def pong(self, ping: dict) -> None:
+    async def pong(self, ping: dict[str, Any]) -> None:
         """§10.4: answer a PING with its timestamp."""
         await self.send_json({"type": "PONG", "timestamp": ping.get("timestamp", 0)})
 
-    async def authenticate(self, identity: Any, timeout: float = 10.0, **frame_kwargs: Any) -> dict:
+    async def authenticate(self, identity: Any, timeout: float = 10.0, **frame_kwargs: Any) -> dict[str, Any]:
         """Send `identity.ws_authenticate()` and return the server's answer (AUTH_SUCCESS or AUTH_FAILED)."""
         await self.send_json(identity.ws_authenticate(**frame_kwargs))
         return await self.recv(timeout)

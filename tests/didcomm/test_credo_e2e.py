@@ -135,3 +135,37 @@ def test_credo_with_pickup_1_0_gets_its_messages_in_a_batch(mediator, started):
         for o in opened
         if o.type.startswith("messagepickup/2.0/") and o.sender_verkey in {b.sender_verkey for b in batches}
     ]  # the recipient never used Pickup 2.0
+
+
+def test_credo_with_implicit_pickup_gets_its_messages_on_the_return_route_socket(mediator, started):
+    """Credo's `Implicit` strategy (what agents set up for ACA-Py mediators use): the recipient opens our
+    ws service, sends a trust ping with `return_route: "all"` and then only waits, never sending
+    live-delivery-change. The DID Exchange request a Credo sender routes through us, its basic messages
+    (one while the recipient is offline) arrive as pushes on that socket, and Credo's messages-received
+    empties the queue."""
+    recipient = started("recipient", mediator_invitation=mediator.invitation_url, pickup="Implicit")
+    sender = started("sender", mediator_invitation=mediator.invitation_url, pickup="PickUpV2")
+    assert recipient.call("mediation")["state"] == "granted"
+    assert {"event": "socket", "state": "open"} in recipient.seen  # opened before its mediation was ready
+    invitation = recipient.call("create-invitation")
+    sender_side = sender.call("receive-invitation", url=invitation["url"])  # its request reaches the socket
+    recipient.call("wait-connection", outOfBandId=invitation["outOfBandId"])
+    mark = len(recipient.seen)
+    sender.call("send-message", connectionId=sender_side["connectionId"], content="implicit")
+    recipient.wait_event({"event": "basic-message", "content": "implicit"}, timeout=20)
+    assert "socket-frame" in [e["event"] for e in recipient.seen[mark:]]  # it came on the socket
+    assert wait_queued(mediator, 0) == 0
+
+    # offline: the message waits; back, the new socket's first return-route message brings it
+    recipient.stop()
+    sender.call("send-message", connectionId=sender_side["connectionId"], content="while offline")
+    assert wait_queued(mediator, 1) == 1
+    recipient = started(
+        "recipient", mediator_invitation=mediator.invitation_url, pickup="Implicit", wallet_key=recipient.wallet_key
+    )
+    recipient.wait_event({"event": "basic-message", "content": "while offline"}, timeout=20)
+    assert wait_queued(mediator, 0) == 0
+    opened = open_recorded(mediator.record("credo_0.6.3_implicit.json", agent="Credo 0.6.3"))
+    on_socket = {o.type for o in opened if o.transport == "ws"}
+    assert "trust_ping/1.0/ping" in on_socket
+    assert not {t for t in on_socket if t.startswith("messagepickup/2.0/live-delivery-change")}

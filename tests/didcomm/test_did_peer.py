@@ -9,6 +9,7 @@ import pytest
 
 from apps.didcomm.core.did_peer import (
     encode_service,
+    mediator_legacy_did,
     mediator_peer_did,
     peer2_create,
     peer2_document_json,
@@ -55,6 +56,31 @@ def test_a_key_is_found_by_key_n_id_or_by_multibase_fingerprint(kid):
     assert vm is not None and vm.key.multibase == "z6LSg8zQom395jKLrGiBNruB9MM6V8PWuf2FpEy4uRFiqQBR"
 
 
+@pytest.mark.parametrize("kid", ["#6LSg8zQo", P2["did"] + "#6LSg8zQo"])
+def test_a_key_is_found_by_the_short_id_peerdid_0_5_gives_it(kid):
+    """SICPA peerdid 0.5 names a key `#` + the first 8 characters of its fingerprint, `z` left out."""
+    vm = resolve_did(P2["did"]).find(kid, "keyAgreement")
+    assert vm is not None and vm.key.multibase == "z6LSg8zQom395jKLrGiBNruB9MM6V8PWuf2FpEy4uRFiqQBR"
+
+
+def test_a_short_key_id_is_found_only_in_its_relationship_and_only_at_8_characters():
+    doc = resolve_did(P2["did"])
+    assert doc.find(P2["did"] + "#6Mkj3PUd", "authentication").key.multibase.startswith("z6Mkj3PUd")
+    assert doc.find(P2["did"] + "#6Mkj3PUd", "keyAgreement") is None
+    assert doc.find(P2["did"] + "#6LSg8zQ", "keyAgreement") is None
+    assert doc.find(P2["did"] + "#6LSg8zQom", "keyAgreement") is None
+
+
+def test_an_ambiguous_short_key_id_names_no_key():
+    """Two keys of one document starting with the same 8 fingerprint characters: the short id names neither."""
+    key = PrivateKey.generate(X25519).public
+    did = f"did:peer:2.E{key.multibase}.E{key.multibase}"
+    doc = resolve_did(did)
+    assert doc.find(f"{did}#key-2", "keyAgreement").key == key
+    assert doc.find(f"{did}#{key.multibase[1:9]}", "keyAgreement") is None
+    assert doc.find(f"{did}#{key.multibase[1:]}", "keyAgreement") is not None  # the whole fingerprint still does
+
+
 def test_the_resolver_lookups_take_a_key_only_from_its_relationship():
     assert key_agreement_key(P2["did"] + "#key-2").multibase == "z6LSg8zQom395jKLrGiBNruB9MM6V8PWuf2FpEy4uRFiqQBR"
     assert key_agreement_key(P2["did"] + "#key-1") is None  # the V key is not a key-agreement key
@@ -79,6 +105,19 @@ def test_our_mediator_did_is_v_then_e_then_the_http_service_then_the_ws_one():
     assert [(e.id, e.uri) for e in doc.didcomm_endpoints()] == [
         ("#service", "https://t.example/didcomm"),
         ("#service-1", "wss://t.example/ws"),
+    ]
+
+
+def test_our_legacy_mediator_did_has_the_same_keys_and_one_string_form_http_service():
+    auth, agree = PrivateKey.generate(ED25519).public, PrivateKey.generate(X25519).public
+    did = mediator_legacy_did(authentication=auth, agreement=agree, http_uri="https://t.example/didcomm")
+    svc = '{"t":"dm","s":"https://t.example/didcomm","r":[],"a":["didcomm/v2"],"recipientKeys":[]}'
+    assert did == f"did:peer:2.V{auth.multibase}.E{agree.multibase}.S{b64url_nopad(svc.encode())}"
+    doc = resolve_did(did)
+    assert doc.find(did + "#key-2", "keyAgreement").key == agree
+    assert doc.find(did + "#key-1", "authentication").key == auth
+    assert [(e.uri, e.accept, e.routing_keys) for e in doc.didcomm_endpoints()] == [
+        ("https://t.example/didcomm", ("didcomm/v2",), ())
     ]
 
 

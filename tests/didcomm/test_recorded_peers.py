@@ -23,9 +23,10 @@ ACAPY = json.loads((HERE / "acapy_1.7.0.json").read_text())
 CREDO = json.loads((HERE / "credo_0.6.3.json").read_text())
 CREDO_PICKUP_10 = json.loads((HERE / "credo_0.6.3_pickup_1.0.json").read_text())
 ACAPY_DIDX_10 = json.loads((HERE / "acapy_1.7.0_didexchange_1.0.json").read_text())
+CREDO_IMPLICIT = json.loads((HERE / "credo_0.6.3_implicit.json").read_text())
 
 
-@pytest.mark.parametrize("fixture", [ACAPY, CREDO], ids=["acapy", "credo"])
+@pytest.mark.parametrize("fixture", [ACAPY, CREDO, CREDO_IMPLICIT], ids=["acapy", "credo", "credo-implicit"])
 def test_every_recorded_envelope_opens_with_the_recorded_mediator_key(fixture):
     opened = open_recorded(fixture)
     assert len(opened) == len(fixture["messages"])
@@ -126,3 +127,16 @@ def test_credos_recorded_pickup_1_0_conversation_replays_with_the_batches_emptyi
     recipient = Connection.objects.get(their_verkey=batch_verkey)
     assert not QueuedMessage.objects.filter(mediation__connection=recipient).exists()
     assert QueuedMessage.objects.exclude(mediation__connection=recipient).count() == 1
+
+
+def test_credos_implicit_strategy_asks_for_return_routes_on_the_socket_and_never_for_live_delivery():
+    """Credo's `Implicit` pickup (docs/didcomm.md "Implicit pickup"): on the socket, its mediate-request
+    and a trust ping without a requested response, both `return_route: "all"`; never a
+    live-delivery-change; each pushed `delivery` acked with messages-received."""
+    opened = open_recorded(CREDO_IMPLICIT)
+    on_socket = [o for o in opened if o.transport == "ws"]
+    pings = [o for o in on_socket if o.type == "trust_ping/1.0/ping"]
+    assert pings and all(o.message["response_requested"] is False for o in pings)
+    assert {o.message["~transport"]["return_route"] for o in on_socket} == {"all"}
+    assert not [o for o in opened if o.type.endswith("live-delivery-change")]
+    assert [o for o in opened if o.type == "messagepickup/2.0/messages-received"]

@@ -198,7 +198,7 @@ def test_a_send_through_nginx_and_granian_is_pushed_to_a_socket_through_nginx_an
     client.close()
 
 
-@pytest.mark.parametrize("layout", [{"rate_limit_per_ip": 2}], indirect=True)
+@pytest.mark.parametrize("layout", [{"rate_limit_per_ip": 1, "rate_limit_per_ip_burst": 2}], indirect=True)
 def test_per_ip_limits_count_the_client_behind_nginx_not_nginx(layout):
     """Every request reaches Granian from nginx's 127.0.0.1; run_production.sh trusts nginx's
     X-Forwarded-For, so two clients (two loopback source addresses) get a bucket each. The

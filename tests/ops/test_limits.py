@@ -10,11 +10,12 @@ import pytest
 from django.test import Client
 
 from apps.decentrl import hooks
-from apps.ops import metrics
+from apps.ops import limits, metrics
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, ProtocolError
 from tests.conftest import HOST_A, HOST_B
 from tests.support.registration import contract_both_ways, register
+from tests.tenants.test_operator_hosts import _run_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -106,25 +107,72 @@ def test_a_tenant_limit_of_zero_switches_the_per_did_limit_off(limiter_clock, se
 
 
 def test_the_per_ip_limit_counts_every_command_from_an_address(limiter_clock, settings, tenant_a):
-    settings.MEDIATOR_RATE_LIMIT_PER_IP = 4
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 120  # per minute: one every 500 ms, sustained
+    settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 4
     before = _refused("ip")
     junk = b'{"not":"a command"}'
-    assert [_post(HOST_A, junk)[0] for _ in range(4)] == [400, 400, 400, 400]
-    assert _post(HOST_A, junk) == (429, RATE_LIMITED, "60")
+    assert [_post(HOST_A, junk)[0] for _ in range(4)] == [400, 400, 400, 400]  # the burst
+    assert _post(HOST_A, junk) == (429, RATE_LIMITED, "1")
     assert _refused("ip") == before + 1
     assert _post(HOST_A, junk, ip=IP_2)[0] == 400  # another address is not affected
-    limiter_clock["now"] += 60_000
-    assert _post(HOST_A, junk)[0] == 400
+    # The bucket refills at 120 a minute: one more after 500 ms, not before.
+    limiter_clock["now"] += 499
+    assert _post(HOST_A, junk)[0] == 429
+    limiter_clock["now"] += 1
+    assert [_post(HOST_A, junk)[0] for _ in range(2)] == [400, 429]
+    limiter_clock["now"] += 2_000  # full again: a whole burst
+    assert [_post(HOST_A, junk)[0] for _ in range(5)] == [400, 400, 400, 400, 429]
 
 
-def test_per_ip_windows_are_per_tenant_and_tenants_override_them(limiter_clock, settings, tenant_a, tenant_b):
+def test_per_ip_buckets_are_per_tenant_and_tenants_override_them(limiter_clock, settings, tenant_a, tenant_b):
     settings.MEDIATOR_RATE_LIMIT_PER_IP = 10
-    type(tenant_a).objects.filter(pk=tenant_a.pk).update(rate_limit_per_ip=2)
+    settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 10
+    type(tenant_a).objects.filter(pk=tenant_a.pk).update(rate_limit_per_ip=1, rate_limit_per_ip_burst=2)
+    assert type(tenant_a).objects.get(pk=tenant_a.pk).rate_limit_per_ip_burst == 2
     junk = b"[]"
     assert [_post(HOST_A, junk)[0] for _ in range(3)] == [400, 400, 429]
-    # The same address on tenant B uses B's window and the deployment default (10).
+    # The same address on tenant B uses B's bucket and the deployment default (10 at once).
     assert [_post(HOST_B, junk)[0] for _ in range(10)] == [400] * 10
     assert _post(HOST_B, junk)[0] == 429
+
+
+def test_the_default_per_ip_limit_lets_a_carrier_nat_address_through(limiter_clock, settings, tenant_a):
+    """The deployment defaults (a hosted mediator's: 100 a second, bursts of 50): 50 commands at
+    once and then 100 a second from one address all pass, for a minute (6 050 commands; the
+    former default refused the 121st); beyond the rate, Retry-After."""
+    settings.MEDIATOR_RATE_LIMIT_PER_IP, settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 6000, 50
+    for _ in range(50):
+        limits.per_ip_check(tenant_a, _Meta(IP_1))
+    for _ in range(6_000):
+        limiter_clock["now"] += 10
+        limits.per_ip_check(tenant_a, _Meta(IP_1))
+    with pytest.raises(ProtocolError) as refused:
+        limits.per_ip_check(tenant_a, _Meta(IP_1))
+    assert (refused.value.code, refused.value.retry_after) == (ErrorCode.RATE_LIMITED, 1)
+
+
+class _Meta:
+    def __init__(self, remote_addr: str):
+        self.remote_addr = remote_addr
+
+
+@pytest.mark.parametrize(
+    ("name", "per_second", "burst"),
+    [("MEDIATOR_RATE_LIMIT_PER_IP", "6000", "50"), ("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", "6000", "50")],
+)
+def test_the_deployment_defaults_are_a_hosted_mediators(name, per_second, burst, tmp_path):
+    code = f"import django; django.setup(); from django.conf import settings as s; print(s.{name}, s.{name}_BURST)"
+    result = _run_settings(code, {"MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert result.stdout.split() == [per_second, burst], result.stderr
+
+
+def test_a_429_always_carries_retry_after():
+    from apps.didcomm.problems import Problem
+
+    assert ProtocolError(ErrorCode.RATE_LIMITED).retry_after == 1
+    assert ProtocolError(ErrorCode.RATE_LIMITED, retry_after=7).retry_after == 7
+    assert Problem("e.p.xfer.rate-limited", "rate limit exceeded", 429).retry_after == 1
+    assert Problem("e.p.msg.invalid-body", "bad", 400).retry_after is None
 
 
 def test_a_rate_limited_sender_on_tenant_a_does_not_touch_carol_on_tenant_b(
@@ -263,7 +311,8 @@ def test_the_client_address_trusts_only_configured_proxies(settings, trusted, pe
 
 def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_ip_window(limiter_clock, settings, tenant_a):
     settings.MEDIATOR_TRUSTED_PROXIES = ["127.0.0.1/32"]
-    settings.MEDIATOR_RATE_LIMIT_PER_IP = 2
+    settings.MEDIATOR_RATE_LIMIT_PER_IP = 1
+    settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 2
 
     def post(xff: str) -> int:
         return (

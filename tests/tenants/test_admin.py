@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.didcomm.models import DidcommPolicy
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
 from apps.ops import console
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
@@ -59,8 +60,23 @@ def _add_form(**overrides) -> dict:
         "public_channel_id_max_length": "128",
         "public_publish_per_minute": "30",
         "prekey_grace_hours": "72",
+        **didcomm_form(),
     }
     data.update(overrides)
+    return data
+
+
+def didcomm_form(**overrides) -> dict:
+    """The tenant form's DIDComm policy fields at the model's defaults, as a browser posts them
+    (every field of DidcommPolicy.EDITABLE, so that a field added there needs no change here)."""
+    data = {}
+    for name in DidcommPolicy.EDITABLE:
+        default = DidcommPolicy._meta.get_field(name).get_default()
+        if default is True:
+            data[f"didcomm_{name}"] = "on"
+        elif default is not False:
+            data[f"didcomm_{name}"] = "" if default is None else str(default)
+    data.update({f"didcomm_{k}": v for k, v in overrides.items()})
     return data
 
 
@@ -100,9 +116,14 @@ def test_the_change_page_shows_figures_and_fingerprints_but_no_secrets(staff_cli
     resp = staff_client.get(change_url(busy_a))
     assert resp.status_code == 200
     html = _text(resp)
-    cells = re.findall(r"<td class=\"py-1\" data-figure>(.*?)</td>", html)
+    decentrl = html[html.index('id="figures-decentrl"') : html.index('id="figures-didcomm"')]
+    cells = re.findall(r"<td data-figure>(.*?)</td>", decentrl)
     # identities, contracts live/stored, pending, largest queue, pending requests, events, bytes, last activity
-    assert cells[:7] == ["2", "3 / 3", "2", f"2 ({alice.did})", "0", "1", "100 B"]
+    assert [cells[i] for i in (0, 1, 2, 4, 5, 6)] == ["2", "3 / 3", "2", "0", "1", "100 B"]
+    # the largest queue's DID shortened, the full one in its title and copy button
+    assert cells[3].startswith('<span class="queue-cell">2 <span class="did-cell">')
+    assert f'title="{alice.did}"' in cells[3] and f'data-copy="{alice.did}"' in cells[3]
+    assert f">{alice.did}<" not in html
     assert busy_a.signing_private_sealed not in html and busy_a.prekey_private_sealed not in html
     assert "tag-secret" not in html and "x" * 100 not in html
     assert Contract.objects.first().signed_contract not in html

@@ -67,7 +67,7 @@ def test_a_wrong_key_or_an_inactive_user_does_not_authenticate(operator):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_plaintext_key_from_before_the_migration_keeps_working_and_leaves_the_database(django_user_model):
-    before, after = [("tenants", "0003_console_labels")], [("tenants", "0004_api_tokens")]
+    before, after = [("tenants", "0004_ip_rate_burst")], [("tenants", "0005_api_tokens")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     user = django_user_model.objects.create_superuser("olivia", "olivia@ops.test", "correct-horse-battery")

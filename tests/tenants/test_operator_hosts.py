@@ -26,7 +26,7 @@ from tests.conftest import HOST_A
 from tests.conftest import wsgi_call as call
 from tests.support import servers
 from tests.support.registration import register
-from tests.tenants.test_services import _import_settings
+from tests.tenants.test_services import STRONG_SECRET, _import_settings
 
 OPS_HOST = "ops.mediator.test"
 API_404 = (404, "application/json", b'{"detail":"Not found."}')
@@ -180,7 +180,7 @@ def _run_settings(code: str, env_extra: dict) -> subprocess.CompletedProcess:
     )
 
 
-PRODUCTION = {"MEDIATOR_ENV": "production", "DJANGO_SECRET_KEY": "x" * 50, "MEDIATOR_DEPLOYMENT_KEY": "ab" * 32}
+PRODUCTION = {"MEDIATOR_ENV": "production", "DJANGO_SECRET_KEY": STRONG_SECRET, "MEDIATOR_DEPLOYMENT_KEY": "ab" * 32}
 
 
 def test_production_fails_at_startup_without_operator_hosts(tmp_path):

@@ -22,7 +22,7 @@ from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import METHOD_VERBS, OperatorPermissions
 from apps.tenants.services import Actor, api_token_issue, audit_record, tenant_suspend
 from apps.usage.models import ReportRun
-from tests.tenants.test_admin import _add_form
+from tests.tenants.test_admin import _add_form, didcomm_form
 
 DENIED = {"detail": "You do not have permission to perform this action."}
 
@@ -51,15 +51,6 @@ ROLES = {
 }
 VIEW_TENANT = {"tenants.view_tenant", "tenants.change_tenant"}
 VIEW_DIDCOMM_POLICY = {"didcomm.view_didcommpolicy", "didcomm.change_didcommpolicy"}
-DIDCOMM_POLICY_FORM = {
-    "enabled": "on",
-    "mediation": "closed",
-    "max_grants": "0",
-    "max_recipients_per_grant": "100",
-    "queue_cap": "10",
-    "overflow": "evict",
-    "message_ttl_hours": "72",
-}
 
 
 @dataclass(frozen=True)
@@ -166,7 +157,7 @@ OPS = [
         "didcomm policy retrieve",
         VIEW_DIDCOMM_POLICY,
         lambda c, w: c.get(f"/admin/didcomm/didcommpolicy/{w.a.pk}/change/"),
-        200,
+        302,  # a policy is shown on its tenant's page
         lambda c, w: c.get("/api/v1/didcomm/policies/tenant-a/"),
         200,
     ),
@@ -181,7 +172,11 @@ OPS = [
     Op(
         "didcomm policy update",
         {"didcomm.change_didcommpolicy"},
-        lambda c, w: c.post(f"/admin/didcomm/didcommpolicy/{w.a.pk}/change/", DIDCOMM_POLICY_FORM),
+        # edited on the tenant's page (which also needs tenants.change_tenant: every role here holding
+        # change_didcommpolicy holds it)
+        lambda c, w: c.post(
+            f"/admin/tenants/tenant/{w.a.pk}/change/", {**_change_form(), **didcomm_form(mediation="closed")}
+        ),
         302,
         lambda c, w: c.patch("/api/v1/didcomm/policies/tenant-a/", {"mediation": "closed"}, format="json"),
         200,

@@ -22,6 +22,8 @@ from apps.tenants.services import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# A Django secret production accepts (50 or more characters, 5 or more distinct).
+STRONG_SECRET = "k3y-" + "0123456789abcdef" * 4
 
 
 def test_create_sets_did_web_from_the_domain_and_records_an_audit_entry(db, actor):
@@ -148,7 +150,7 @@ def _import_settings(env_extra: dict) -> subprocess.CompletedProcess:
 
 def test_production_settings_fail_loudly_without_a_deployment_key(tmp_path):
     result = _import_settings(
-        {"MEDIATOR_ENV": "production", "DJANGO_SECRET_KEY": "x" * 50, "MEDIATOR_VAR_DIR": str(tmp_path)}
+        {"MEDIATOR_ENV": "production", "DJANGO_SECRET_KEY": STRONG_SECRET, "MEDIATOR_VAR_DIR": str(tmp_path)}
     )
     assert result.returncode != 0
     assert (
@@ -157,13 +159,53 @@ def test_production_settings_fail_loudly_without_a_deployment_key(tmp_path):
     )
 
 
+PRODUCTION_ENV = {
+    "MEDIATOR_ENV": "production",
+    "DJANGO_SECRET_KEY": STRONG_SECRET,
+    "MEDIATOR_DEPLOYMENT_KEY": "ab" * 32,
+    "MEDIATOR_OPERATOR_HOSTS": "ops.example",
+}
+
+
+@pytest.mark.parametrize("key", ["zzzz", "ab" * 16, "ab" * 33, "zz" * 32, "correct horse battery staple"])
+def test_production_refuses_a_deployment_key_that_is_not_32_bytes_of_hex(tmp_path, key):
+    result = _import_settings({**PRODUCTION_ENV, "MEDIATOR_DEPLOYMENT_KEY": key, "MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: MEDIATOR_DEPLOYMENT_KEY must be 64 hex characters (32 bytes) in production" in (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "secret", ["x", "x" * 50, "abcd" * 20, "short-but-varied-0123456789", "django-insecure-" + STRONG_SECRET]
+)
+def test_production_refuses_a_weak_django_secret(tmp_path, secret):
+    result = _import_settings({**PRODUCTION_ENV, "DJANGO_SECRET_KEY": secret, "MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is weak: production needs 50 or more characters" in result.stderr
+
+
+def test_production_starts_with_a_hex_deployment_key_and_a_strong_secret(tmp_path):
+    result = _import_settings(
+        {**PRODUCTION_ENV, "MEDIATOR_DEPLOYMENT_KEY": "AB" * 32, "MEDIATOR_VAR_DIR": str(tmp_path)}
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "loaded"), result.stderr
+
+
+def test_development_still_generates_its_keys_into_var(tmp_path):
+    result = _import_settings({"MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert (result.returncode, result.stdout.strip()) == (0, "loaded"), result.stderr
+    key = (tmp_path / "deployment.key").read_text()
+    assert len(bytes.fromhex(key)) == 32 and len((tmp_path / "django-secret.key").read_text()) >= 50
+
+
 def test_production_settings_accept_the_deployment_key_from_a_file(tmp_path):
     key_file = tmp_path / "deployment.key"
     key_file.write_text("ab" * 32)
     result = _import_settings(
         {
             "MEDIATOR_ENV": "production",
-            "DJANGO_SECRET_KEY": "x" * 50,
+            "DJANGO_SECRET_KEY": STRONG_SECRET,
             "MEDIATOR_DEPLOYMENT_KEY_FILE": str(key_file),
             "MEDIATOR_OPERATOR_HOSTS": "ops.example",
             "MEDIATOR_VAR_DIR": str(tmp_path),

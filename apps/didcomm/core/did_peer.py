@@ -81,6 +81,18 @@ def mediator_peer_did(
     return peer2_create([("V", authentication), ("E", agreement)], services)
 
 
+def mediator_legacy_did(*, authentication: PublicKey, agreement: PublicKey, http_uri: str) -> str:
+    """The same mediator keys for older did:peer:2 libraries (SICPA `peerdid` 0.5 with `didcomm` 0.3):
+    V then E, then ONE service segment in the string form, which is all they parse.
+
+    Their regex takes one `S` segment; pydid 0.3 types a service as DIDComm (routing keys, accept)
+    only with a string `serviceEndpoint` and a `recipientKeys` list (empty here: the keys are the
+    DID's own). Only the http(s) endpoint: these libraries make no socket connections.
+    """
+    service = {"type": "DIDCommMessaging", "serviceEndpoint": http_uri, "routingKeys": [], "accept": ["didcomm/v2"]}
+    return peer2_create([("V", authentication), ("E", agreement)], [{**service, "recipientKeys": []}])
+
+
 def _decode_service_segment(body: str) -> list[dict]:
     try:
         value = untrusted.loads(b64decode(body).decode("utf-8"))

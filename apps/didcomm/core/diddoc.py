@@ -1,7 +1,8 @@
 """A resolved DID document, built from DID-Core JSON the same way for every method (did:key, did:peer:2/4).
 
 Key references are looked up by their `#key-N`-style id and also by the key's multibase
-fingerprint (`#z6LS…` or `#6LS…`), the form older did:peer:2 libraries and did:key use.
+fingerprint (`#z6LS…` or `#6LS…`), the form older did:peer:2 libraries and did:key use, or by its
+first SHORT_FINGERPRINT characters without the `z` (`#6LSqg4J8`), the ids SICPA `peerdid` 0.5 gives.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ _BARE_KEY_TYPES = {
     "X25519KeyAgreementKey2019": X25519,
     "X25519KeyAgreementKey2020": X25519,
 }
+# peerdid 0.5 (SICPA) names a did:peer:2 key `#` + the first 8 characters of its fingerprint, `z` left out.
+SHORT_FINGERPRINT = 8
 RELATIONSHIPS = ("authentication", "assertionMethod", "keyAgreement", "capabilityInvocation", "capabilityDelegation")
 
 
@@ -67,7 +70,8 @@ class DidDocument:
         return {vm.id: vm for vm in self.verification_methods}
 
     def find(self, kid: str, relationship: str | None = None) -> VerificationMethod | None:
-        """The method `kid` names (absolute or relative; `#key-N` or multibase fingerprint), optionally within one relationship."""
+        """The method `kid` names (absolute or relative; `#key-N`, the multibase fingerprint or its short
+        form), optionally within one relationship."""
         if not isinstance(kid, str) or "#" not in kid:
             return None
         did, fragment = kid.split("#", 1)
@@ -79,7 +83,13 @@ class DidDocument:
                 continue
             if vm.id.split("#", 1)[1] == fragment or fragment in (vm.key.multibase, vm.key.multibase[1:]):
                 return vm
-        return None
+        if len(fragment) != SHORT_FINGERPRINT:
+            return None
+        # The short form names a key only when no other key of the document starts the same way.
+        named = [vm for vm in self.verification_methods if vm.key.multibase[1 : 1 + SHORT_FINGERPRINT] == fragment]
+        if len(named) != 1 or (allowed is not None and named[0].id not in allowed):
+            return None
+        return named[0]
 
     def didcomm_endpoints(self) -> list[DidcommEndpoint]:
         """DIDComm services in document order, whether `serviceEndpoint` is an object (v2 final) or a string."""

@@ -117,18 +117,47 @@ def pack(message: bytes, *, to_verkeys: Sequence[str], sender: PrivateKey | None
     }
 
 
-def protected_header(envelope: Mapping) -> dict | None:
-    """The decoded `protected` header if `envelope` is an RFC 0019 envelope (`enc` says so), else None."""
-    protected = envelope.get("protected") if isinstance(envelope, Mapping) else None
-    if not isinstance(protected, str) or "ciphertext" not in envelope:
-        return None
+def _decoded_protected(envelope: Mapping) -> dict:
+    """`protected` decoded, and saying this is RFC 0019 (`enc`); MalformedEnvelope saying why not."""
+    protected = envelope.get("protected")
+    if not isinstance(protected, str):
+        raise MalformedEnvelope("an RFC 0019 envelope needs protected (a base64url string)")
     try:
         header = untrusted.loads(b64decode(protected))
-    except (EncodingError, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(header, dict) or header.get("enc") != ENC:
-        return None
+    except (EncodingError, ValueError, UnicodeDecodeError) as exc:
+        raise MalformedEnvelope("protected is not base64url of a JSON object") from exc
+    if not isinstance(header, dict):
+        raise MalformedEnvelope("protected is not base64url of a JSON object")
+    if header.get("enc") != ENC:
+        raise MalformedEnvelope(f"protected.enc must be {ENC}")
     return header
+
+
+def envelope_header(envelope: object) -> dict:
+    """The decoded `protected` header of an RFC 0019 envelope; MalformedEnvelope saying what is
+    wrong with the envelope otherwise (what an agent that sent `application/didcomm-envelope-enc`
+    is told)."""
+    if not isinstance(envelope, Mapping):
+        raise MalformedEnvelope("an RFC 0019 envelope is a JSON object")
+    if "recipients" in envelope:
+        raise MalformedEnvelope(
+            "top-level recipients: a DIDComm v2 JWE, not an RFC 0019 envelope "
+            "(send it as application/didcomm-encrypted+json)"
+        )
+    for name in ("iv", "ciphertext", "tag"):
+        if not isinstance(envelope.get(name), str):
+            raise MalformedEnvelope(f"an RFC 0019 envelope needs {name} (a base64url string)")
+    return _decoded_protected(envelope)
+
+
+def protected_header(envelope: Mapping) -> dict | None:
+    """The decoded `protected` header if `envelope` is an RFC 0019 envelope (`enc` says so), else None."""
+    if not isinstance(envelope, Mapping) or "ciphertext" not in envelope:
+        return None
+    try:
+        return _decoded_protected(envelope)
+    except MalformedEnvelope:
+        return None
 
 
 def is_v1(envelope: Mapping) -> bool:
@@ -151,9 +180,7 @@ def _b64(value: object, what: str) -> bytes:
 
 def unpack(envelope: Mapping, *, private_key_for: PrivateKeyLookup) -> Unpacked:
     """Open an RFC 0019 envelope with the first recipient `kid` (base58 verkey) we hold a key for."""
-    header = protected_header(envelope)
-    if header is None:
-        raise MalformedEnvelope("not a DIDComm v1 envelope")
+    header = envelope_header(envelope)
     alg = header.get("alg")
     if alg not in (AUTHCRYPT, ANONCRYPT):
         raise UnsupportedAlgorithm("alg must be Authcrypt or Anoncrypt")

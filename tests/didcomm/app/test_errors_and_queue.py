@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from apps.didcomm import metrics
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
 from apps.didcomm.services import identity_rotate, policy_for
+from apps.ops import ratelimit
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor
 
@@ -140,14 +142,15 @@ def test_keylist_update_results_per_entry(didcomm_a, didcomm_b, wallet):
         "success",
         "no_change",
     ]
-    # another client cannot take over a DID someone else registered
+    # another client cannot take over a DID someone else registered: a problem report (docs/didcomm.md
+    # "Who may register a recipient"; tests/didcomm/app/test_recipient_proof.py)
     didcomm_a.send(
         wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
     )
-    _, answer, _ = didcomm_a.send(
+    status, answer, _ = didcomm_a.send(
         other, other.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
     )
-    assert answer["body"]["updated"][0]["result"] == "client_error"
+    assert (status, answer["body"]["code"]) == (409, "e.p.req.recipient-conflict")
 
 
 def test_the_x25519_did_key_and_did_url_forms_of_a_recipient_route_to_it(didcomm_a, wallet):
@@ -213,7 +216,9 @@ def test_the_ttl_job_removes_expired_messages_only(didcomm_a, tenant_a, wallet):
     assert QueuedMessage.objects.count() == 1
 
 
-def test_rate_limits_per_ip_and_per_sender_are_429_with_retry_after(didcomm_a, tenant_a, wallet, settings):
+def test_rate_limits_per_ip_and_per_sender_are_429_with_retry_after(didcomm_a, tenant_a, wallet, settings, monkeypatch):
+    settings.MEDIATOR_RATE_LIMIT_PREFIX = f"test-rl-{uuid.uuid4().hex}"
+    monkeypatch.setattr(ratelimit, "_now_ms", lambda: 1_900_000_000_000)  # the limiter's clock stands still
     DidcommPolicy.objects.filter(pk=policy_for(tenant=tenant_a).pk).update(rate_limit_per_sender=2)
     for _ in range(2):
         assert didcomm_a.send(wallet, wallet.message("https://didcomm.org/trust-ping/2.0/ping"))[0] == 200
@@ -221,10 +226,12 @@ def test_rate_limits_per_ip_and_per_sender_are_429_with_retry_after(didcomm_a, t
     assert status == 429 and int(resp["Retry-After"]) >= 1 and report["body"]["code"] == "e.p.xfer.rate-limited"
     other = Agent()  # another sender from the same address still passes
     assert didcomm_a.send(other, other.message("https://didcomm.org/trust-ping/2.0/ping"))[0] == 200
-    DidcommPolicy.objects.filter(pk=tenant_a.pk).update(rate_limit_per_ip=1)
-    assert didcomm_a.post(b"{}").status_code == 400  # counted by IP before anything else
+    # Per IP: a token bucket, here 1 a minute with bursts of 2.
+    DidcommPolicy.objects.filter(pk=tenant_a.pk).update(rate_limit_per_ip=1, rate_limit_per_ip_burst=2)
+    assert [didcomm_a.post(b"{}").status_code for _ in range(2)] == [400, 400]  # counted by IP before anything else
     resp = didcomm_a.post(b"{}")
     assert resp.status_code == 429 and _plain(resp)["body"]["code"] == "e.p.xfer.rate-limited"
+    assert resp["Retry-After"] == "60"
 
 
 def test_trust_ping_and_discover_features(didcomm_a, wallet):

@@ -67,14 +67,65 @@ def test_the_grant_list_shows_short_dids_with_a_copy_button_and_searches_recipie
 def test_a_revoked_grant_no_longer_routes(didcomm_a, grant, admin_client):
     mediation, rcpt = grant
     page = admin_client.get(f"/admin/didcomm/mediation/{mediation.pk}/change/")
-    assert page.status_code == 200 and rcpt.did.encode() in page.content
-    resp = admin_client.post(
-        "/admin/didcomm/mediation/", {"action": "revoke_selected", "_selected_action": [mediation.pk]}
-    )
+    assert page.status_code == 200 and f'title="{rcpt.did}"'.encode() in page.content
+    bulk = {"action": "revoke_selected", "_selected_action": [mediation.pk]}
+    # The bulk action confirms first and says what goes; nothing is revoked yet.
+    resp = admin_client.post("/admin/didcomm/mediation/", bulk)
+    assert resp.status_code == 200 and "1 queued message</strong> and <strong>1 recipient DID" in resp.content.decode()
+    assert Mediation.objects.get().state == "granted" and QueuedMessage.objects.count() == 1
+    resp = admin_client.post("/admin/didcomm/mediation/", {**bulk, "confirm": "yes"})
     assert resp.status_code == 302
     assert Mediation.objects.get().state == "revoked"
     resp = didcomm_a.post(forward_for(rcpt, didcomm_a.mediator_did))
     assert resp.status_code == 400
+
+
+def test_a_grant_page_is_read_only_with_a_revoke_button_that_confirms_what_it_deletes(grant, admin_client):
+    from apps.tenants.models import AuditEntry
+
+    mediation, rcpt = grant
+    url = f"/admin/didcomm/mediation/{mediation.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    # Nothing to save or delete; one action: Revoke. DIDs shortened, the full DID in title and copy button.
+    for absent in ('name="_save"', 'name="_continue"', 'name="_addanother"', "/delete/"):
+        assert absent not in page, absent
+    assert f'href="/admin/didcomm/mediation/{mediation.pk}/revoke/"' in page
+    assert f'data-copy="{mediation.client_did}"' in page and f'data-copy="{rcpt.did}"' in page
+    assert f">{rcpt.did}<" not in page and f">{mediation.client_did}<" not in page
+    assert admin_client.get(f"/admin/didcomm/mediation/{mediation.pk}/delete/").status_code == 403
+
+    confirm = admin_client.get(f"/admin/didcomm/mediation/{mediation.pk}/revoke/")
+    text = confirm.content.decode()
+    assert confirm.status_code == 200
+    assert (
+        "This deletes <strong>1 queued message</strong> and <strong>1 recipient DID</strong>; they cannot be restored."
+        in text
+    )
+    assert f'title="{rcpt.did}"' in text and ">Revoke the grant<" in text.replace("\n", "").replace("  ", "")
+    assert Mediation.objects.get().state == "granted" and QueuedMessage.objects.count() == 1  # GET changes nothing
+
+    resp = admin_client.post(f"/admin/didcomm/mediation/{mediation.pk}/revoke/")
+    assert (resp.status_code, resp["Location"]) == (302, url)
+    assert Mediation.objects.get().state == "revoked" and QueuedMessage.objects.count() == 0
+    assert AuditEntry.objects.get(action="didcomm.revoke_grant").via == "admin"
+    # A revoked grant's page offers no Revoke; asking again is answered, not repeated.
+    assert f"/admin/didcomm/mediation/{mediation.pk}/revoke/" not in admin_client.get(url).content.decode()
+    again = admin_client.post(f"/admin/didcomm/mediation/{mediation.pk}/revoke/")
+    assert again.status_code == 302 and AuditEntry.objects.filter(action="didcomm.revoke_grant").count() == 1
+
+
+def test_revoking_needs_the_change_permission_on_grants(grant, client, django_user_model):
+    mediation, _ = grant
+    viewer, _ = _staff(django_user_model, "view_mediation")
+    client.force_login(viewer)
+    assert client.get(f"/admin/didcomm/mediation/{mediation.pk}/change/").status_code == 200
+    assert (
+        f"/admin/didcomm/mediation/{mediation.pk}/revoke/"
+        not in client.get(f"/admin/didcomm/mediation/{mediation.pk}/change/").content.decode()
+    )
+    assert client.get(f"/admin/didcomm/mediation/{mediation.pk}/revoke/").status_code == 403
+    assert client.post(f"/admin/didcomm/mediation/{mediation.pk}/revoke/").status_code == 403
+    assert Mediation.objects.get().state == "granted"
 
 
 def test_metrics_show_the_queue_per_tenant_without_dids(client, grant):
@@ -97,6 +148,8 @@ DEFAULT_POLICY = {
     "message_ttl_hours": 72,
     "rate_limit_per_sender": None,
     "rate_limit_per_ip": None,
+    "rate_limit_per_ip_burst": None,
+    "unproven_recipients": "accept",
 }
 
 
@@ -139,6 +192,7 @@ def test_the_api_refuses_a_bad_policy_in_its_error_shape_and_writes_nothing(api,
             "rate_limit_per_ip": -1,
             "max_recipients_per_grant": "many",
             "enabled": "perhaps",
+            "unproven_recipients": "sometimes",
         },
         format="json",
     )
@@ -151,6 +205,7 @@ def test_the_api_refuses_a_bad_policy_in_its_error_shape_and_writes_nothing(api,
         "rate_limit_per_ip": ["Ensure this value is greater than or equal to 0."],
         "max_recipients_per_grant": ["A valid integer is required."],
         "enabled": ["Must be a valid boolean."],
+        "unproven_recipients": ['"sometimes" is not a valid choice.'],
     }
     assert api.patch("/api/v1/didcomm/policies/tenant-a/", [1], format="json").status_code == 400
     assert api.get("/api/v1/didcomm/policies/tenant-a/").json() == DEFAULT_POLICY
@@ -178,22 +233,81 @@ def test_the_api_edits_the_policy_audited_and_the_mediator_follows_it(api, didco
     assert api.get("/api/v1/didcomm/policies/tenant-b/").json() == {**DEFAULT_POLICY, "tenant": "tenant-b"}
 
 
-def test_the_admin_policy_form_applies_the_same_bounds_and_audits(admin_client, tenant_a):
+def test_the_tenant_form_edits_the_didcomm_policy_with_the_same_bounds_and_audits(admin_client, tenant_a):
     from apps.didcomm.models import DidcommPolicy
     from apps.didcomm.services import policy_for
     from apps.tenants.models import AuditEntry
+    from tests.tenants.test_admin import _add_form, didcomm_form
 
     policy_for(tenant=tenant_a)
-    url = f"/admin/didcomm/didcommpolicy/{tenant_a.pk}/change/"
-    form = {k: v for k, v in DEFAULT_POLICY.items() if k != "tenant" and v is not None}
-    form = {**form, "enabled": "on", "queue_cap": "0"}
-    resp = admin_client.post(url, form)
-    assert resp.status_code == 200 and b"Ensure this value is greater than or equal to 1." in resp.content
+    url = f"/admin/tenants/tenant/{tenant_a.pk}/change/"
+    form = {
+        k: v for k, v in _add_form(name="Tenant A", aliases="", public_url="").items() if k not in ("slug", "domain")
+    }
+    resp = admin_client.post(url, {**form, **didcomm_form(queue_cap="0")})
+    assert resp.status_code == 200
+    assert resp.context["adminform"].form.errors["didcomm_queue_cap"] == [
+        "Ensure this value is greater than or equal to 1."
+    ]
     assert DidcommPolicy.objects.get().queue_cap == 1000
-    resp = admin_client.post(url, {**form, "queue_cap": "7"})
+    resp = admin_client.post(url, {**form, **didcomm_form(queue_cap="7", overflow="reject")})
     assert resp.status_code == 302 and DidcommPolicy.objects.get().queue_cap == 7
     entry = AuditEntry.objects.get(action="didcomm.update_policy")
-    assert (entry.via, entry.before, entry.after) == ("admin", {"queue_cap": 1000}, {"queue_cap": 7})
+    assert (entry.via, entry.before, entry.after) == (
+        "admin",
+        {"queue_cap": 1000, "overflow": "evict"},
+        {"queue_cap": 7, "overflow": "reject"},
+    )
+    # The old policy page is not a second form: it opens the tenant's page at its DIDComm section.
+    old = admin_client.get(f"/admin/didcomm/didcommpolicy/{tenant_a.pk}/change/")
+    assert (old.status_code, old["Location"]) == (302, f"{url}#didcomm-policy")
+    listing = admin_client.get("/admin/didcomm/didcommpolicy/").content.decode()
+    assert "/admin/didcomm/didcommpolicy/add/" not in listing and "UC-021" not in listing
+    assert "Refuse the new message<" in listing
+
+
+def test_the_tenant_page_labels_the_didcomm_policy_in_words_with_units_ranges_and_defaults(admin_client, tenant_a):
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    section = page[page.index('id="didcomm-policy"') :]
+    for text in (
+        "DIDComm message lifetime (hours)",
+        "Queued DIDComm messages not picked up within this are purged. Allowed 1–8 784. Default 72.",
+        "DIDComm queue cap (messages per recipient)",
+        "Decentrl events have their own cap (Queues and storage: Pending queue cap). Allowed 1–100 000. Default 1 000.",
+        "DIDComm rate limit per IP address (requests per minute)",
+        "Blank = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP, now 0).",
+        "Evict the oldest queued message (the sender gets 202)",
+        "Refuse the new message (the sender gets a problem report, HTTP 507)",
+    ):
+        assert text in section, text
+    for stock in ("Message ttl hours", "Rate limit per ip", "UC-021", "DIDComm policy of tenant"):
+        assert stock not in page, stock
+    # Decentrl's queue section points at DIDComm's own cap.
+    assert "DIDComm messages have their own queue cap and lifetime under DIDComm policy." in page
+
+
+def test_a_user_who_may_only_view_the_didcomm_policy_sees_it_read_only_on_the_tenant_page(
+    client, django_user_model, tenant_a
+):
+    from apps.didcomm.models import DidcommPolicy
+    from apps.didcomm.services import policy_update
+
+    policy_update(tenant=tenant_a, actor=Actor(None, "cli"), queue_cap=42)
+    user = django_user_model.objects.create_user("vera", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["change_tenant", "view_didcommpolicy"]))
+    client.force_login(user)
+    page = client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
+    assert 'name="didcomm_queue_cap"' not in page
+    section = page[page.index('id="didcomm-policy"') :]
+    assert "DIDComm queue cap (messages per recipient)</th><td data-figure>42<" in section
+    # Saving the tenant form leaves the policy alone (the user may not change it).
+    from tests.tenants.test_admin import _add_form
+
+    form = {
+        k: v for k, v in _add_form(name="Tenant A", aliases="", public_url="").items() if k not in ("slug", "domain")
+    }
+    resp = client.post(f"/admin/tenants/tenant/{tenant_a.pk}/change/", {**form, "didcomm_queue_cap": "7"})
+    assert resp.status_code == 302 and DidcommPolicy.objects.get().queue_cap == 42
 
 
 # --- rotation of the DIDComm identity -------------------------------------------------------------
@@ -240,19 +354,27 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
 
     _, url = invitation_for(tenant=tenant_a)
     page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
-    assert f'<textarea id="didcomm-oob-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{url}' in page
+    assert (
+        '<textarea id="didcomm-oob-url" readonly rows="3" class="font-mono text-xs w-full" '
+        f'aria-label="DIDComm v2 (Out-of-Band 2.0): URL">{url}'
+    ) in page
     assert '<button type="button" data-copy-target="didcomm-oob-url"' in page
-    assert invitation_qr_svg(url) in page and "/static/didcomm/copy.js" in page
-    assert '<figure id="didcomm-oob-qr">' + invitation_qr_svg(url) + "</figure>" in page
+    qr = invitation_qr_svg(url, alt="QR code of the DIDComm v2 invitation of tenant-a")
+    assert "/static/didcomm/copy.js" in page
+    assert '<figure id="didcomm-oob-qr">' + qr + "</figure>" in page
+    # the QR's text alternative
+    assert qr.startswith('<svg role="img" aria-label="QR code of the DIDComm v2 invitation of tenant-a" viewBox=')
+    assert "<title>QR code of the DIDComm v2 invitation of tenant-a</title>" in qr
     # the Aries OOB 1.1 invitation (ACA-Py, Credo) beside it: its own Copy button and QR, the same helper
     _, url_v1 = invitation_v1_for(tenant=tenant_a)
     assert url_v1.startswith("http://a.mediator.test/didcomm?oob=")
     assert (
-        f'<textarea id="didcomm-oob-v1-url" readonly rows="3" cols="80" class="font-mono text-xs w-full">{url_v1}'
-        in page
-    )
+        '<textarea id="didcomm-oob-v1-url" readonly rows="3" class="font-mono text-xs w-full" '
+        f'aria-label="DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo: URL">{url_v1}'
+    ) in page
     assert '<button type="button" data-copy-target="didcomm-oob-v1-url"' in page
-    assert '<figure id="didcomm-oob-v1-qr">' + invitation_qr_svg(url_v1) + "</figure>" in page
+    qr_v1 = invitation_qr_svg(url_v1, alt="QR code of the DIDComm v1 invitation of tenant-a")
+    assert '<figure id="didcomm-oob-v1-qr">' + qr_v1 + "</figure>" in page
     assert "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo" in page
     assert "<script>" not in page.split("didcomm-invitation", 1)[1].split("</fieldset>", 1)[0]
 
@@ -270,4 +392,24 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
 
     policy_update(tenant=tenant_a, actor=Actor(None, "cli"), enabled=False)
     page = admin_client.get(f"/admin/tenants/tenant/{tenant_a.pk}/change/").content.decode()
-    assert "DIDComm is disabled." in page and "didcomm-oob-url" not in page and "didcomm-oob-v1-url" not in page
+    assert (
+        "DIDComm is disabled: switch it on under" in page
+        and "didcomm-oob-url" not in page
+        and "didcomm-oob-v1-url" not in page
+    )
+
+
+def test_the_identity_and_connection_pages_show_dids_shortened(admin_client, tenant_a):
+    from apps.didcomm.models import Connection
+    from apps.didcomm.services import identity_current
+
+    identity = identity_current(tenant=tenant_a)
+    page = admin_client.get(f"/admin/didcomm/mediatoridentity/{identity.pk}/change/").content.decode()
+    assert f'data-copy="{identity.did}"' in page and f">{identity.did}<" not in page
+    their = "did:peer:4" + "z" * 400
+    connection = Connection.objects.create(
+        tenant=tenant_a, identity=identity, their_did=their, their_verkey="v" * 44, thread_id="t",
+        protocol="didexchange/1.1", state=Connection.State.COMPLETED,
+    )  # fmt: skip
+    page = admin_client.get(f"/admin/didcomm/connection/{connection.pk}/change/").content.decode()
+    assert f'data-copy="{their}"' in page and f">{their}<" not in page

@@ -5,6 +5,7 @@ ACA-Py story (no return route: everything POSTed to the agent's endpoint) and ev
 from __future__ import annotations
 
 import base64
+import html as html_lib
 import json
 from datetime import timedelta
 
@@ -14,11 +15,15 @@ from django.utils import timezone
 
 from apps.didcomm import handlers_v1, outbound
 from apps.didcomm import hooks as didcomm_hooks
+from apps.didcomm import metrics as didcomm_metrics
+from apps.didcomm import selectors as didcomm_selectors
 from apps.didcomm.core.message_v1 import key_to_verkey, verify_attachment
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
-from apps.wire.encoding import b64decode
+from apps.wire.encoding import b64decode, b64url_nopad
 from tests.conftest import HOST_A, HOST_B
+from tests.tenants.test_operator_hosts import _run_settings
+from tests.tenants.test_services import PRODUCTION_ENV
 
 from .agent_v1 import CM1, DIDX, ENVELOPE, PICKUP1, PICKUP2, AgentV1, Inbox, forward_to
 
@@ -227,8 +232,13 @@ def test_a_key_of_one_connection_cannot_be_registered_by_another(door):
     add = [{"recipient_key": key.did_key, "action": "add"}]
     assert door.send(alice, alice.message(CM1 + "keylist-update", updates=add))[1]["updated"][0]["result"] == "success"
     raw = [{"recipient_key": key.verkey, "action": "add"}]
-    answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[1]
-    assert answer["updated"] == [{"recipient_key": key.verkey, "action": "add", "result": "client_error"}]
+    assert _problem(door.send(mallory, mallory.message(CM1 + "keylist-update", updates=raw))[2], mallory) == (
+        409,
+        {
+            "code": "e.p.req.recipient-conflict",
+            "en": "updates[0]: this DID is registered to another client of this mediator",
+        },
+    )
     remove = [{"recipient_key": key.did_key, "action": "remove"}]
     answer = door.send(mallory, mallory.message(CM1 + "keylist-update", updates=remove))[1]
     assert answer["updated"][0]["result"] == "no_change"
@@ -381,6 +391,16 @@ def test_the_ttl_purge_counts_the_messages_not_their_outbound_rows(door, inbox):
         "http://169.254.169.254/latest",
         "http://[::1]/x",
         "ftp://example.org/",
+        # IPv4 inside IPv6: NAT64 (10.0.0.1, 169.254.169.254), 6to4, IPv4-compatible and -mapped,
+        # Teredo (client 10.0.0.1, obfuscated), local-use NAT64 at its /96 and /48 places
+        "http://[64:ff9b::a00:1]/x",
+        "http://[64:ff9b::a9fe:a9fe]/x",
+        "http://[2002:a00:1::]/x",
+        "http://[::127.0.0.1]:8843/agent",
+        "http://[::ffff:10.0.0.1]/x",
+        "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/x",
+        "http://[64:ff9b:1::a00:1]/x",
+        "http://[64:ff9b:1:a00:0:100::]/x",
     ],
 )
 def test_outbound_refuses_private_loopback_and_link_local_targets(url):
@@ -389,11 +409,102 @@ def test_outbound_refuses_private_loopback_and_link_local_targets(url):
 
 
 @override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
+@pytest.mark.parametrize("url", ["http://[64:ff9b::808:808]/x", "http://[2002:808:808::]/x", "http://8.8.8.8/x"])
+def test_outbound_lets_ipv6_forms_of_a_public_ipv4_address_through(url):
+    outbound.check_target(url)
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False, MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK=True)
+def test_outbound_allows_loopback_but_not_private_targets_when_loopback_is_allowed():
+    for url in ("http://127.0.0.1:9/x", "http://[::1]/x", "http://[::ffff:127.0.0.1]/x"):
+        outbound.check_target(url)
+    for url in ("http://10.1.2.3/x", "http://169.254.169.254/latest", "http://[64:ff9b::a00:1]/x"):
+        with pytest.raises(outbound.TargetRefused):
+            outbound.check_target(url)
+
+
+@pytest.mark.parametrize(("env", "allowed"), [({}, "True"), (PRODUCTION_ENV, "False")])
+def test_loopback_targets_are_allowed_by_default_in_development_only(tmp_path, env, allowed):
+    code = "import django; django.setup(); from django.conf import settings; print(settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK)"
+    result = _run_settings(code, {**env, "MEDIATOR_VAR_DIR": str(tmp_path)})
+    assert result.stdout.strip() == allowed, result.stderr
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
 def test_a_refused_target_is_dropped_without_a_request(door, inbox):
     agent = AgentV1(endpoint=inbox.url)
     door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
     assert _drain() == ["refused"]
     assert inbox.bodies == [] and Outbound.objects.count() == 0
+
+
+def _failures(reason: str) -> float:
+    return didcomm_metrics.OUTBOUND_FAILURES.labels(reason)._value.get()
+
+
+def _console(admin_client, tenant) -> tuple[str, str]:
+    """The tenant page's delivery line and the failing-connections list, as an operator sees them."""
+    page = admin_client.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    listing = admin_client.get("/admin/didcomm/connection/", {"tenant__id__exact": tenant.pk, "delivery": "failing"})
+    assert (page.status_code, listing.status_code) == (200, 200)
+    return html_lib.unescape(page.content.decode()), html_lib.unescape(listing.content.decode())
+
+
+@override_settings(MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE=False)
+def test_a_refused_delivery_is_counted_and_shown_on_its_connection_and_its_tenant(door, inbox, admin_client, tenant_a):
+    before = _failures("refused")
+    agent = AgentV1(endpoint=inbox.url)
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["refused"]
+    assert _failures("refused") == before + 1
+    conn = Connection.objects.get()
+    assert conn.last_delivery_error == "refused: host resolves to a non-public address"
+    assert conn.last_delivery_error_at is not None and conn.delivery_failures == 1 and conn.last_delivered_at is None
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 1, "waiting": 0}
+    page, listing = _console(admin_client, tenant_a)
+    assert 'data-figure="delivery-failing">1</span> connection(s) failing' in page
+    assert f"/admin/didcomm/connection/{conn.pk}/change/" in listing
+    assert "failing: refused: host resolves to a non-public address at " in listing
+    detail = html_lib.unescape(admin_client.get(f"/admin/didcomm/connection/{conn.pk}/change/").content.decode())
+    assert "refused: host resolves to a non-public address" in detail
+
+
+def test_a_failing_endpoint_is_counted_shown_with_its_waiting_messages_and_cleared_by_a_delivery(
+    door, inbox, admin_client, tenant_a
+):
+    before = _failures("http_status")
+    inbox.status = 503
+    agent = AgentV1(endpoint=inbox.url)
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["retry"]
+    assert _failures("http_status") == before + 1
+    conn = didcomm_selectors.connections_with_delivery(Connection.objects.all()).get()
+    assert (conn.last_delivery_error, conn.delivery_failures, conn.n_waiting) == ("HTTP 503", 1, 1)
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 1, "waiting": 1}
+    page, listing = _console(admin_client, tenant_a)
+    assert 'data-figure="delivery-waiting">1</span> message(s) waiting to be POSTed' in page
+    assert "failing: HTTP 503 at " in listing
+    # The agent comes back: the retry delivers, the connection is no longer failing (its last error is kept).
+    inbox.status = 200
+    Outbound.objects.update(next_attempt_at=timezone.now())
+    assert _drain() == ["delivered"]
+    conn.refresh_from_db()
+    assert conn.last_delivered_at >= conn.last_delivery_error_at and conn.last_delivery_error == "HTTP 503"
+    assert didcomm_selectors.delivery_summary(tenant=tenant_a) == {"failing": 0, "waiting": 0}
+    assert f"/admin/didcomm/connection/{conn.pk}/change/" not in _console(admin_client, tenant_a)[1]
+
+
+def test_an_unreachable_endpoint_is_counted_as_a_network_failure(door, tenant_a):
+    before = _failures("network")
+    agent = AgentV1(endpoint="http://127.0.0.1:9/agent")  # nothing listens on the discard port
+    door.post(agent.pack(agent.didx_request(door.invitation, return_route=None), door.key))
+    assert _drain() == ["retry"]
+    assert _failures("network") == before + 1
+    assert Connection.objects.get().last_delivery_error == "ConnectError"
+
+
+def test_the_delivery_failure_metric_has_no_did_label():
+    assert didcomm_metrics.OUTBOUND_FAILURES._labelnames == ("reason",)
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -478,6 +589,71 @@ def test_undecryptable_and_foreign_envelopes(door, door_b):
     assert _problem(door.post(json.dumps(env).encode()))[1]["code"] == "e.p.trust.crypto"
     resp = door.post(agent.pack(agent.message(CM1 + "mediate-request"), door.key), content_type="text/plain")
     assert resp.status_code == 415
+
+
+def _broken_envelopes() -> dict[str, tuple[object, str]]:
+    """name -> (what replaces a good envelope, the `en` of the v1 problem report it must get)."""
+    agent = AgentV1()
+    good = json.loads(agent.pack(agent.message(CM1 + "mediate-request"), AgentV1().verkey))
+    header = json.loads(b64decode(good["protected"]))
+    with_header = lambda h: {**good, "protected": b64url_nopad(json.dumps(h).encode())}  # noqa: E731
+    return {
+        "not JSON": (b"{not json", "the body is not JSON: an RFC 0019 envelope is a JSON object"),
+        "a JSON array": (b"[1, 2]", "the body is not a JSON object: an RFC 0019 envelope is a JSON object"),
+        "no protected": (
+            {k: v for k, v in good.items() if k != "protected"},
+            "an RFC 0019 envelope needs protected (a base64url string)",
+        ),
+        "protected not a string": (
+            {**good, "protected": 5},
+            "an RFC 0019 envelope needs protected (a base64url string)",
+        ),
+        "no ciphertext": (
+            {k: v for k, v in good.items() if k != "ciphertext"},
+            "an RFC 0019 envelope needs ciphertext (a base64url string)",
+        ),
+        "no iv": ({k: v for k, v in good.items() if k != "iv"}, "an RFC 0019 envelope needs iv (a base64url string)"),
+        "no tag": (
+            {k: v for k, v in good.items() if k != "tag"},
+            "an RFC 0019 envelope needs tag (a base64url string)",
+        ),
+        "protected not base64url": ({**good, "protected": "!!!"}, "protected is not base64url of a JSON object"),
+        "protected not JSON": (
+            {**good, "protected": b64url_nopad(b"not json")},
+            "protected is not base64url of a JSON object",
+        ),
+        "protected a JSON list": (
+            {**good, "protected": b64url_nopad(b"[]")},
+            "protected is not base64url of a JSON object",
+        ),
+        "another enc": (with_header({**header, "enc": "A256GCM"}), "protected.enc must be xchacha20poly1305_ietf"),
+        "a DIDComm v2 JWE": (
+            {**good, "recipients": [{"header": {"kid": "x"}, "encrypted_key": "AA"}]},
+            "top-level recipients: a DIDComm v2 JWE, not an RFC 0019 envelope "
+            "(send it as application/didcomm-encrypted+json)",
+        ),
+        "no recipients in protected": (
+            with_header({k: v for k, v in header.items() if k != "recipients"}),
+            "recipients are required",
+        ),
+    }
+
+
+@pytest.mark.parametrize("media", [ENVELOPE, "application/ssi-agent-wire; charset=utf-8"])
+@pytest.mark.parametrize("shape", list(_broken_envelopes()))
+def test_a_broken_envelope_sent_as_v1_is_a_400_v1_problem_report_saying_what_is_wrong(door, shape, media):
+    body, explanation = _broken_envelopes()[shape]
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    resp = door.post(raw, content_type=media)
+    assert resp["Content-Type"] == "application/json"
+    assert _problem(resp) == (400, {"code": "e.p.msg", "en": explanation})
+    assert not QueuedMessage.objects.exists() and not Connection.objects.exists()
+
+
+def test_a_broken_envelope_sent_as_v2_still_gets_the_v2_answer(door):
+    resp = door.post(b"{not json", content_type="application/didcomm-encrypted+json")
+    assert resp.status_code == 400
+    assert json.loads(resp.content)["type"] == "https://didcomm.org/report-problem/2.0/problem-report"
 
 
 def test_cross_tenant_a_key_registered_on_tenant_a_is_unknown_on_tenant_b(door, door_b):

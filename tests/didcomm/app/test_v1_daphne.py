@@ -19,6 +19,7 @@ from .agent_v1 import CM1, ENVELOPE, PICKUP2, AgentV1, Inbox, forward_to
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 BASE = "https://didcomm.org/"
+TRUST_PING1 = BASE + "trust_ping/1.0/"
 
 
 class Server:
@@ -267,5 +268,96 @@ def test_a_socket_that_drops_before_the_ack_loses_nothing(transactional_db, tmp_
 
         asyncio.run(run())
         assert QueuedMessage.objects.count() == 0
+    finally:
+        server.close()
+
+
+async def _open(server: Server):
+    return await connect(
+        f"ws://{server.host}/didcomm/ws", host="127.0.0.1", port=server.port, compression=None, proxy=None
+    )
+
+
+def _ping(agent: AgentV1) -> dict:
+    """What Credo's `Implicit` strategy sends on the socket, and then only waits (RFC 0092)."""
+    return agent.message(TRUST_PING1 + "ping", response_requested=False)
+
+
+def test_implicit_pickup_a_return_route_all_socket_gets_the_backlog_and_new_messages_until_acked(
+    transactional_db, tmp_path
+):
+    """Implicit pickup: a v1 socket on which a granted connection's message asks `return_route: "all"`
+    gets what is queued and every new message as Pickup 2.0 `delivery` pushes, without any
+    live-delivery-change; they stay queued until messages-received (here on the same socket)."""
+    from apps.didcomm.models import QueuedMessage
+
+    server = Server(tmp_path)
+    try:
+        agent, key = _mediated(server)
+        queued = _inner(key, "queued")
+        assert server.post(forward_to(key.did_key, server.key, queued)).status_code == 200
+
+        async def run():
+            ws = await _open(server)
+            await ws.send(agent.pack(_ping(agent), server.key))
+            backlog = await _pushed(ws, agent)  # no answer to the ping (none requested): the push is next
+            assert [m for _, m in backlog] == [queued]
+            fresh = _inner(key, "fresh")
+            assert (await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, fresh))).status_code == 200
+            pushed = await _pushed(ws, agent)
+            assert [m for _, m in pushed] == [fresh]
+            assert await asyncio.to_thread(QueuedMessage.objects.count) == 2  # pushed, not yet acked
+            ack = agent.message(PICKUP2 + "messages-received", message_id_list=[i for i, _ in backlog + pushed])
+            await ws.send(agent.pack(ack, server.key))
+            status, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+            assert status["@type"] == PICKUP2 + "status" and status["message_count"] == 0
+            assert status["live_delivery"] is True
+            await ws.close()
+
+        asyncio.run(run())
+        assert QueuedMessage.objects.count() == 0
+    finally:
+        server.close()
+
+
+def test_implicit_pickup_needs_a_grant_and_a_return_route_and_yields_to_live_delivery_change(
+    transactional_db, tmp_path
+):
+    """No pushes for a connection without a grant, nor after a message without `return_route: "all"`
+    or a pickup message (a client speaking Pickup chooses live mode itself); `live_delivery: false`
+    ends it for good on that socket. A socket handles its frames in order, so the `status` answer to
+    a status-request says whether the frames before it made the socket live."""
+    server = Server(tmp_path)
+    try:
+        agent, key = _mediated(server)
+        stranger = AgentV1()
+        server.send(stranger, stranger.didx_request(server.invitation))  # connected, never granted
+
+        async def live(ws) -> bool:
+            await ws.send(agent.pack(agent.message(PICKUP2 + "status-request"), server.key))
+            status, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+            assert status["@type"] == PICKUP2 + "status"
+            return status["live_delivery"]
+
+        async def run():
+            ws = await _open(server)
+            await ws.send(stranger.pack(_ping(stranger), server.key))
+            no_route = agent.message(TRUST_PING1 + "ping", response_requested=False, return_route=None)
+            await ws.send(agent.pack(no_route, server.key))
+            assert await live(ws) is False  # neither, and not the status-request either
+            one = _inner(key, "one")
+            assert (await asyncio.to_thread(server.post, forward_to(key.did_key, server.key, one))).status_code == 200
+            await ws.send(agent.pack(_ping(agent), server.key))
+            assert [m for _, m in await _pushed(ws, agent)] == [one]
+            assert await live(ws) is True
+            off = agent.message(PICKUP2 + "live-delivery-change", live_delivery=False)
+            await ws.send(agent.pack(off, server.key))
+            status, _ = agent.unpack(await asyncio.wait_for(ws.recv(), 10))
+            assert status["live_delivery"] is False
+            await ws.send(agent.pack(_ping(agent), server.key))
+            assert await live(ws) is False  # turned off explicitly: a return route does not turn it on
+            await ws.close()
+
+        asyncio.run(run())
     finally:
         server.close()

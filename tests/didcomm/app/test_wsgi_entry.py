@@ -99,6 +99,22 @@ def test_problem_reports_are_the_same(handlers, tenant_a, settings):
     assert too_big[1][2]["body"] == {"code": "e.p.xfer.too-big", "comment": "message too large"}
 
 
+def test_a_broken_v1_envelope_is_the_same_400_v1_problem_report_on_both(handlers, tenant_a):
+    full, entry = handlers
+    answers = []
+    for app in (full, entry):
+        status, headers, body = call(app, b'{"protected": 5}', content_type="application/didcomm-envelope-enc")
+        report = json.loads(body)
+        report.pop("@id")
+        answers.append((status, headers, report))
+    assert answers[0] == answers[1]
+    assert answers[1][0] == "400 Bad Request"
+    assert answers[1][2] == {
+        "@type": "https://didcomm.org/report-problem/1.0/problem-report",
+        "description": {"code": "e.p.msg", "en": "an RFC 0019 envelope needs iv (a base64url string)"},
+    }
+
+
 def test_get_and_other_paths_still_go_to_django(handlers, tenant_a):
     _, entry = handlers
     status, _, body = wsgi_call(entry, method="GET", path="/didcomm/invitation")

@@ -1,0 +1,136 @@
+"""What each DIDComm policy field is called and means in the console: label with its unit, help with
+the allowed range and the default, and the choices in words. The bounds and defaults are read from
+the model (one rule with the operator API); a field missing from the table falls back to the
+model's own name and help, so a new policy field shows up labelled without an entry here."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.utils.text import capfirst
+
+from .models import DidcommPolicy
+
+# name: (label, unit or "", meaning). Units are plural nouns, as in apps/tenants/texts.py.
+FIELDS: dict[str, tuple[str, str, str]] = {
+    "enabled": (
+        "DIDComm enabled",
+        "",
+        "Serve DIDComm v2 and v1 (POST /didcomm, /didcomm/ws, the invitations). Off: they answer "
+        "e.p.xfer.unknown-mediator (404) and open DIDComm sockets close; Decentrl is not affected.",
+    ),
+    "mediation": ("Mediation requests", "", "Who is granted mediation when a wallet or agent asks."),
+    "max_grants": ("Maximum mediation grants", "clients", "Granted mediation clients at once; 0 = unlimited."),
+    "max_recipients_per_grant": (
+        "Recipients per grant",
+        "recipient DIDs",
+        "Recipient DIDs (keys) one mediation client may register.",
+    ),
+    "queue_cap": (
+        "DIDComm queue cap",
+        "messages per recipient",
+        "Queued DIDComm messages one recipient DID may hold; beyond it the overflow rule below applies. "
+        "Decentrl events have their own cap (Queues and storage: Pending queue cap).",
+    ),
+    "overflow": ("When a DIDComm queue is full", "", "What a forward to a recipient at its queue cap does."),
+    "message_ttl_hours": (
+        "DIDComm message lifetime",
+        "hours",
+        "Queued DIDComm messages not picked up within this are purged.",
+    ),
+    "rate_limit_per_sender": (
+        "DIDComm rate limit per sender",
+        "messages per minute",
+        "Per authenticated sender DID; beyond it a problem report (HTTP 429); 0 = off.",
+    ),
+    "rate_limit_per_ip": (
+        "DIDComm rate limit per IP address",
+        "requests per minute",
+        "Sustained rate per client address (carrier NAT puts many wallets behind one), before "
+        "decryption, after its burst; beyond it HTTP 429 with Retry-After; 0 = off.",
+    ),
+    "rate_limit_per_ip_burst": (
+        "DIDComm burst per IP address",
+        "requests",
+        "Requests one address may send at once before the sustained per-IP rate applies.",
+    ),
+    "unproven_recipients": (
+        "Recipient DIDs without proof of control",
+        "",
+        "Recipient DIDs a request registers without being authcrypted or signed with one of their keys. "
+        "Another client's own DID always needs the proof.",
+    ),
+}
+# Choice labels in words (the model's own mention use-case references).
+CHOICES: dict[str, dict[str, str]] = {
+    "mediation": {
+        DidcommPolicy.Mediation.OPEN: "Open: anyone who asks is granted",
+        DidcommPolicy.Mediation.CLOSED: "Closed: every request is denied",
+    },
+    "overflow": {
+        DidcommPolicy.Overflow.EVICT: "Evict the oldest queued message (the sender gets 202)",
+        DidcommPolicy.Overflow.REJECT: "Refuse the new message (the sender gets a problem report, HTTP 507)",
+    },
+    "unproven_recipients": {
+        DidcommPolicy.UnprovenRecipients.ACCEPT: "Accept: first come, first served (wallets registering fresh DIDs)",
+        DidcommPolicy.UnprovenRecipients.REFUSE: "Refuse: a problem report, HTTP 403",
+    },
+}
+# Nullable fields whose blank means a deployment setting.
+DEPLOYMENT_DEFAULT = {
+    "rate_limit_per_sender": "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER",
+    "rate_limit_per_ip": "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP",
+    "rate_limit_per_ip_burst": "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST",
+}
+
+
+def label(name: str) -> str:
+    """`DIDComm message lifetime (hours)`."""
+    if name not in FIELDS:
+        return capfirst(DidcommPolicy._meta.get_field(name).verbose_name)
+    text, unit, _ = FIELDS[name]
+    return f"{text} ({unit})" if unit else text
+
+
+def _bounds(name: str) -> tuple[int | None, int | None]:
+    lo = hi = None
+    for v in DidcommPolicy._meta.get_field(name).validators:
+        if isinstance(v, MinValueValidator):
+            lo = v.limit_value
+        elif isinstance(v, MaxValueValidator):
+            hi = v.limit_value
+    return lo, hi
+
+
+def _amount(value) -> str:
+    return f"{value:,}".replace(",", " ") if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def help_text(name: str) -> str:
+    """The meaning, then the allowed range and the default, e.g. "… Allowed 1–100 000; default 1 000."."""
+    field = DidcommPolicy._meta.get_field(name)
+    meaning = FIELDS[name][2] if name in FIELDS else str(field.help_text)
+    parts = [meaning] if meaning else []
+    lo, hi = _bounds(name)
+    if lo is not None and hi is not None:
+        parts.append(f"Allowed {_amount(lo)}–{_amount(hi)}.")
+    if field.null:
+        setting = DEPLOYMENT_DEFAULT.get(name)
+        if setting and hasattr(settings, setting):
+            parts.append(f"Blank = the deployment default ({setting}, now {getattr(settings, setting)}).")
+        else:
+            parts.append("Blank = the deployment default.")
+    elif field.has_default() and not callable(field.default):
+        default = field.default
+        if field.choices:
+            default = choices(name).get(default, default)
+        elif isinstance(default, bool):
+            default = "on" if default else "off"
+        parts.append(f"Default: {default}." if isinstance(default, str) else f"Default {_amount(default)}.")
+    return " ".join(parts)
+
+
+def choices(name: str) -> dict[str, str]:
+    """A choice field's values and their labels in words (the model's labels where none is given)."""
+    words = CHOICES.get(name, {})
+    return {value: words.get(value, text) for value, text in DidcommPolicy._meta.get_field(name).choices}
