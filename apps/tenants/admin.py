@@ -77,7 +77,7 @@ from .services import (
     validate_aliases,
     validate_policy,
 )
-from .templatetags.mediator import did_cell
+from .templatetags.mediator import did_cell, utc
 
 PAGE = 50
 # Open sockets listed on a tenant's page (the counts cover them all).
@@ -296,7 +296,7 @@ class TenantAdmin(ModelAdmin):
         "pending_depth",
         "didcomm_depth",
         "registration_open",
-        "keys_rotated_at",
+        "keys_rotated",
     ]
     list_display_links = ["slug", "name"]
     list_filter = ["status", "registration_open"]
@@ -646,6 +646,10 @@ class TenantAdmin(ModelAdmin):
             summary["waiting"],
             url,
         )
+
+    @display(description="Keys last rotated", ordering="keys_rotated_at")
+    def keys_rotated(self, obj: Tenant):
+        return utc(obj.keys_rotated_at) or "never"
 
     @display(description="Recent operator actions")
     def recent_audit(self, obj: Tenant):

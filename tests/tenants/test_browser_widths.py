@@ -27,9 +27,12 @@ SIDEWAYS = """() => {
     if (["auto", "scroll"].includes(style.overflowX) && e.scrollWidth > e.clientWidth + 1)
       problems.push(`${e.tagName}.${e.className.toString().slice(0, 40)} ${e.scrollWidth} > ${e.clientWidth}`);
   }
-  for (const t of document.querySelectorAll("time.utc, .field-time, .field-keys_rotated_at, .field-at"))
-    if (t.textContent.trim() && t.getClientRects().length > 1 || t.getBoundingClientRect().height > 40 && t.tagName === "TIME")
-      problems.push(`"${t.textContent.trim()}" wraps`);
+  // A timestamp never wraps at a hyphen: a list's time column is one line, and a <time> breaks at
+  // most before its T (each of its two halves is one line).
+  const lines = (node) => { const r = document.createRange(); r.selectNodeContents(node);
+    return new Set([...r.getClientRects()].filter(x => x.width > 0).map(x => Math.round(x.top))).size; };
+  for (const t of document.querySelectorAll("time.utc > span, td.field-time, th.field-time, td.field-at, th.field-at"))
+    if (t.textContent.trim() && lines(t) > 1) problems.push(`"${t.textContent.trim()}" wraps`);
   return problems;
 }"""
 

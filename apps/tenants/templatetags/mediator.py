@@ -16,12 +16,14 @@ register = template.Library()
 
 @register.filter
 def utc(value) -> str:
-    """`2026-11-23T08:36:12Z` in a `<time class="utc">` that never wraps at its hyphens
-    (console.css); an empty value stays empty (templates add their own "never")."""
+    """`2026-11-23T08:36:12Z` in a `<time class="utc">` that never wraps at its hyphens; where it must
+    wrap, it wraps before the `T` (console.css). An empty value stays empty (templates add their own
+    "never")."""
     if value in (None, ""):
         return ""
     text = display.utc_iso(value)
-    return format_html('<time class="utc" datetime="{}">{}</time>', text, text)
+    day, clock = text.split("T", 1)
+    return format_html('<time class="utc" datetime="{}"><span>{}</span><wbr><span>T{}</span></time>', text, day, clock)
 
 
 @register.filter
