@@ -32,6 +32,7 @@ def test_a_tenants_history_lists_its_audit_entries(staff_client, tenant_a, actor
         "tenant.suspend",
     ]
     assert section.index("tenant.rotate_keys") < section.index("tenant.resume") < section.index("tenant.suspend")
+    assert "doesn’t have a change history" not in html  # it has: the audit log's
 
 
 def test_scheduled_jobs_are_counted_under_names_not_dotted_paths():
