@@ -23,10 +23,12 @@ run: install
 	@PORT=$(PORT) exec scripts/run_embedded.sh $(BIND) $(PORT)
 
 # The first operator (a superuser) for the console at /admin/ and the operator API; asks for a
-# name and a password. `make operator OPERATOR=olivia` skips the name prompt.
+# name and a password. `make operator OPERATOR=olivia` skips the name prompt. Without a terminal
+# (a script, a pipe) it reads DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD and fails
+# (non-zero) when they are missing.
 operator: install
 	$(PY) manage.py migrate --noinput -v0
-	$(PY) manage.py createsuperuser $(if $(OPERATOR),--username $(OPERATOR))
+	$(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))
 
 # The messaging commands, every database seam's oracle tests and the /ws pushes again on SQLite, the embedded
 # default's database, configured as it runs (a file, WAL, IMMEDIATE: mediator_project/settings_test.py;

@@ -76,7 +76,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "apps.tenants",
@@ -391,7 +390,7 @@ REST_FRAMEWORK = {
     # A token for scripts; the console's session (with its CSRF token) for a logged-in operator,
     # so that Swagger UI's "Try it out" works from the browser (issue 18).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.tenants.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # Staff plus the model permission the console needs for the same action (issue 13).
@@ -409,7 +408,7 @@ SPECTACULAR_SETTINGS = {
         "Manage hosted mediators (tenants): policy, status, key rotation, statistics, the audit log and "
         "usage reports.\n\n"
         "**Authentication.** Scripts send `Authorization: Token <key>`; `manage.py operator_token <user>` "
-        "prints a staff user's key. In a browser logged into the console (`/admin/`), *Try it out* uses "
+        "issues a staff user's key and prints it once (only its digest is stored). In a browser logged into the console (`/admin/`), *Try it out* uses "
         "that session. Every call also needs the model permission the console needs for the same action "
         "(docs/operators.md#permissions).\n\n"
         "**Errors.** 400 maps each field to its messages and changes nothing; 401 means no credentials; "
@@ -454,7 +453,7 @@ CONSOLE_NAVIGATION = [
         [
             {"title": "Users", "icon": "person", "model": "auth.User"},
             {"title": "Groups", "icon": "group", "model": "auth.Group"},
-            {"title": "API tokens", "icon": "key", "model": "authtoken.TokenProxy"},
+            {"title": "API tokens", "icon": "key", "model": "tenants.ApiToken"},
         ],
     ),
 ]
@@ -468,8 +467,10 @@ UNFOLD = {
     "SITE_TITLE": "Mediator operator console",
     "SITE_HEADER": "Decentrl mediator",
     "SITE_SYMBOL": "hub",
-    # The header's site link leads to the usage dashboard, not to / (a tenant's DID document).
-    "SITE_URL": "/dashboard/",
+    # The header's site link leads to the usage dashboard (not to /, a tenant's DID document), for
+    # those who may open it; none on the login page, where it would only lead back to the login.
+    "SITE_URL": "apps.ops.admin.console_site_url",
+    "SITE_FAVICONS": [{"rel": "icon", "type": "image/svg+xml", "href": _static("console/favicon.svg")}],
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
     "DASHBOARD_CALLBACK": "apps.ops.admin.console_overview",

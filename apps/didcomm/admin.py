@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 from unfold.decorators import action
 
@@ -304,7 +305,7 @@ class ConnectionAdmin(ModelAdmin):
         for connection in queryset:
             connection_remove(connection=connection, actor=Actor(user=request.user, via="admin"))
             count += 1
-        messages.success(request, f"Removed {count} connection(s).")
+        messages.success(request, ngettext("Removed %d connection.", "Removed %d connections.", count) % count)
 
 
 class ContestedFilter(admin.SimpleListFilter):

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from apps.tenants.api import StrictSerializer, _call
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
+from apps.wire.display import utc_iso
 
 from .models import DidcommPolicy, Mediation
 from .selectors import grants_with_depths, queued_for, recipient_depths
@@ -72,7 +73,7 @@ def _grant(m: Mediation, *, detail: bool) -> dict:
         "tenant": m.tenant.slug,
         "client_did": m.client_did,
         "state": m.state,
-        "created_at": m.created_at,
+        "created_at": utc_iso(m.created_at),
         "queued": queued_for(mediation=m),
     }
     if detail:

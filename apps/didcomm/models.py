@@ -213,7 +213,7 @@ class Mediation(models.Model):
         indexes = [models.Index(fields=["tenant", "state"], name="didcomm_mediation_state")]
 
     def __str__(self) -> str:
-        return f"{self.client_did[:48]}… ({self.state})"
+        return f"Grant to {self.client_did[:40]}… ({self.get_state_display().lower()})"
 
 
 class Connection(models.Model):

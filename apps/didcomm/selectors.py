@@ -11,6 +11,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Coalesce
 
 from apps.messaging.selectors import live_presence, presence_rows
+from apps.wire.display import utc_iso
 
 from .models import PRESENCE_PREFIX, Connection, Mediation, Outbound, QueuedMessage, RecipientKey
 from .services import identities_accepting, invitation_for
@@ -52,14 +53,14 @@ def identity_summary(*, tenant, now: datetime | None = None) -> dict:
     grace = timedelta(hours=tenant.prekey_grace_hours)
     return {
         "did": current.did,
-        "created_at": current.created_at.isoformat(),
+        "created_at": utc_iso(current.created_at),
         "http_uri": current.http_uri,
         "ws_uri": current.ws_uri,
         "invitation_url": invitation_for(tenant=tenant)[1],
         "legacy_did": current.legacy_did,
         "legacy_invitation_url": invitation_for(tenant=tenant, legacy=True)[1],
         "previous": [
-            {"did": r.did, "retired_at": r.retired_at.isoformat(), "accepted_until": (r.retired_at + grace).isoformat()}
+            {"did": r.did, "retired_at": utc_iso(r.retired_at), "accepted_until": utc_iso(r.retired_at + grace)}
             for r in retired
         ],
     }

@@ -11,13 +11,13 @@ from apps.ops.jobs import run_job
 from .outbound import outbound_deliver, outbound_deliver_due
 
 
-@shared_task(name="apps.didcomm.tasks.purge_messages", ignore_result=True)
+@shared_task(name="apps.didcomm.tasks.purge_messages", ignore_result=True, counts_itself=True)
 def purge_messages(tenant_id: int | None = None) -> str:
     """UC-021 AF-5: queued DIDComm messages past their tenant's TTL."""
     return run_job("purge_didcomm_messages", tenant_id=tenant_id)
 
 
-@shared_task(name="apps.didcomm.tasks.prune_message_ids", ignore_result=True)
+@shared_task(name="apps.didcomm.tasks.prune_message_ids", ignore_result=True, counts_itself=True)
 def prune_message_ids(tenant_id: int | None = None) -> str:
     """Replay protection: remembered message ids past their expiry."""
     return run_job("prune_didcomm_message_ids", tenant_id=tenant_id)

@@ -37,6 +37,12 @@ class JobStatAdmin(ModelAdmin):
         return False
 
 
+def console_site_url(request) -> str | None:
+    """UNFOLD["SITE_URL"]: the usage dashboard for a user who may open it, else no site link (the
+    login page's "Return to site" would lead an anonymous visitor back to the login)."""
+    return "/dashboard/" if operator_may(request.user, ReportRun, "view") else None
+
+
 # --- The console's sidebar and home page (UNFOLD["SIDEBAR"]["navigation"], DASHBOARD_CALLBACK) ---
 
 
@@ -104,7 +110,13 @@ def console_overview(request, context: dict) -> dict:
     if operator_may(user, AuditEntry, "view"):
         overview["recent_actions"] = list(AuditEntry.objects.order_by("-at", "-id")[:8])
     if operator_may(user, ReportRun, "view"):
-        overview["last_run"] = ReportRun.objects.order_by("-created_at", "-id").first()
+        # The headline is the latest published report; a newer run that did not publish (queued,
+        # running, failed, cancelled) is mentioned after it.
+        overview["last_good_run"] = (
+            ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED).order_by("-finished_at", "-id").first()
+        )
+        newest = ReportRun.objects.order_by("-created_at", "-id").first()
+        overview["newer_run"] = newest if newest and newest != overview["last_good_run"] else None
         overview["may_view_runs"] = True
     context.update(overview=overview, title="Overview")
     return context

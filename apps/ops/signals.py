@@ -9,14 +9,16 @@ from apps.messaging.notify import pending_events_acknowledged, pushes_dropped
 
 log = logging.getLogger("mediator.jobs")
 
-_OPS_PREFIX = "apps.ops.tasks."
-
 
 def _task_name(sender) -> str | None:
+    """The job name a task's run is counted under: its function's name (`prune_metering`), like the
+    jobs run_job counts (`purge_didcomm_messages`), so the console's Scheduled jobs list names only.
+    None for Celery's own tasks and for tasks marked `counts_itself` (they run through run_job,
+    which counts them, also when run by hand)."""
     name = getattr(sender, "name", None)
-    if not name or name.startswith(_OPS_PREFIX) or name.startswith("celery."):
-        return None  # ops jobs record themselves in run_job (also when run by hand)
-    return name
+    if not name or name.startswith("celery.") or getattr(sender, "counts_itself", False):
+        return None
+    return name.rsplit(".", 1)[-1]
 
 
 def on_task_success(sender=None, **kwargs) -> None:

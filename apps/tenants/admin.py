@@ -24,14 +24,14 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
-from rest_framework.authtoken.admin import TokenAdmin as BaseTokenAdmin
-from rest_framework.authtoken.models import TokenProxy
+from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 from unfold.decorators import action, display
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
@@ -58,12 +58,14 @@ from apps.ops import console
 from apps.wire.display import human_bytes, utc_iso
 
 from . import texts
-from .models import AuditEntry, Tenant
+from .models import ApiToken, AuditEntry, Tenant
 from .permissions import TENANT_ACTIONS, operator_may
 from .selectors import domain_owner
 from .services import (
+    POLICY_BOUNDS,
     POLICY_FIELDS,
     Actor,
+    api_token_issue,
     fingerprint,
     normalize_domain,
     normalize_public_url,
@@ -75,7 +77,7 @@ from .services import (
     validate_aliases,
     validate_policy,
 )
-from .templatetags.mediator import did_cell
+from .templatetags.mediator import did_cell, utc
 
 PAGE = 50
 # Open sockets listed on a tenant's page (the counts cover them all).
@@ -121,6 +123,13 @@ class TenantAdminForm(forms.ModelForm):
             if name in texts.FIELDS:
                 field.label = texts.label(name)
                 field.help_text = texts.help_text(name)
+            if name in POLICY_BOUNDS:
+                # One rule, one message: the bounds are validate_policy's (the model field's own
+                # minimum would answer -1 in other words than 0); the widget only offers them.
+                field.validators = [
+                    v for v in field.validators if not isinstance(v, MinValueValidator | MaxValueValidator)
+                ]
+                field.widget.attrs.update(min=POLICY_BOUNDS[name][0], max=POLICY_BOUNDS[name][1])
         if self.instance.pk:
             self.initial["aliases"] = "\n".join(self.instance.aliases.values_list("domain", flat=True))
             if self.didcomm_fields():
@@ -169,12 +178,12 @@ class TenantAdminForm(forms.ModelForm):
             for field, errors in exc.message_dict.items():
                 self.add_error(field if field in self.fields else None, errors)
         self._clean_didcomm()
-        primary = data.get("domain") or self.instance.domain
-        if primary:
-            try:
-                data["alias_list"] = validate_aliases(self.alias_list(), primary=primary, tenant_id=self.instance.pk)
-            except ValidationError as exc:
-                self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
+        # Aliases are checked even when the primary domain is wrong, so that every error shows at once.
+        primary = data.get("domain") or self.instance.domain or ""
+        try:
+            data["alias_list"] = validate_aliases(self.alias_list(), primary=primary, tenant_id=self.instance.pk)
+        except ValidationError as exc:
+            self.add_error("aliases", exc.message_dict.get("aliases", exc.messages))
         return data
 
     def _clean_didcomm(self) -> None:
@@ -256,6 +265,15 @@ def _invitation_block(title: str, dom_id: str, url: str, *, alt: str) -> str:
     )
 
 
+# What a key rotation rotated, in words ("Rotated the signing key and pre-key of globex.").
+ROTATED_KEYS = {"both": "signing key and pre-key", "signing": "signing key", "prekey": "pre-key"}
+
+
+def _count_words(verb: str, n: int, noun: str) -> str:
+    """`Suspended 1 mediator.`, `Suspended 3 mediators.`: a count with its noun in the right number."""
+    return ngettext("%(verb)s %(n)d %(noun)s.", "%(verb)s %(n)d %(noun)ss.", n) % {"verb": verb, "n": n, "noun": noun}
+
+
 def _queue_cell(depth: int, did: str | None):
     return format_html('<span class="queue-cell">{} {}</span>', depth, did_cell(did)) if did else depth
 
@@ -278,7 +296,7 @@ class TenantAdmin(ModelAdmin):
         "pending_depth",
         "didcomm_depth",
         "registration_open",
-        "keys_rotated_at",
+        "keys_rotated",
     ]
     list_display_links = ["slug", "name"]
     list_filter = ["status", "registration_open"]
@@ -629,6 +647,10 @@ class TenantAdmin(ModelAdmin):
             url,
         )
 
+    @display(description="Keys last rotated", ordering="keys_rotated_at")
+    def keys_rotated(self, obj: Tenant):
+        return utc(obj.keys_rotated_at) or "never"
+
     @display(description="Recent operator actions")
     def recent_audit(self, obj: Tenant):
         entries = list(obj.audit_entries.all()[:5])
@@ -683,20 +705,22 @@ class TenantAdmin(ModelAdmin):
     def suspend_selected(self, request, queryset):
         for tenant in queryset:
             tenant_suspend(tenant=tenant, actor=_actor(request))
-        self.message_user(request, f"Suspended {len(queryset)} mediator(s).", messages.SUCCESS)
+        self.message_user(request, _count_words("Suspended", len(queryset), "mediator"), messages.SUCCESS)
 
     @admin.action(description="Resume selected mediators", permissions=[TENANT_ACTIONS["resume"]])
     def resume_selected(self, request, queryset):
         for tenant in queryset:
             tenant_resume(tenant=tenant, actor=_actor(request))
-        self.message_user(request, f"Resumed {len(queryset)} mediator(s).", messages.SUCCESS)
+        self.message_user(request, _count_words("Resumed", len(queryset), "mediator"), messages.SUCCESS)
 
     @admin.action(description="Rotate keys of selected mediators", permissions=[TENANT_ACTIONS["rotate_keys"]])
     def rotate_keys_selected(self, request, queryset):
         if request.POST.get("confirm") == "yes":
             for tenant in queryset:
                 tenant_rotate_keys(tenant=tenant, actor=_actor(request))
-            self.message_user(request, f"Rotated the keys of {len(queryset)} mediator(s).", messages.SUCCESS)
+            n = len(queryset)
+            done = ngettext("Rotated the keys of %(n)d mediator.", "Rotated the keys of %(n)d mediators.", n)
+            self.message_user(request, done % {"n": n}, messages.SUCCESS)
             return None
         return self._confirm(
             request,
@@ -821,13 +845,15 @@ class TenantAdmin(ModelAdmin):
         tenant = self._object_or_deny(request, object_id, "rotate_keys")
         if request.method == "POST":
             which = request.POST.get("keys", "both")
+            if which not in ROTATED_KEYS:
+                return HttpResponseBadRequest("keys must be both, signing or prekey")
             tenant_rotate_keys(
                 tenant=tenant,
                 actor=_actor(request),
                 signing=which in ("both", "signing"),
                 prekey=which in ("both", "prekey"),
             )
-            self.message_user(request, f"Rotated the {which} key(s) of {tenant.slug}.", messages.SUCCESS)
+            self.message_user(request, f"Rotated the {ROTATED_KEYS[which]} of {tenant.slug}.", messages.SUCCESS)
             return HttpResponseRedirect(self._change_url(tenant))
         return self._detail_confirm(
             request,
@@ -975,10 +1001,9 @@ class AuditEntryAdmin(ModelAdmin):
         return False
 
 
-# Users, groups and API tokens in the same theme.
+# Users and groups in the same theme.
 admin.site.unregister(User)
 admin.site.unregister(Group)
-admin.site.unregister(TokenProxy)
 
 
 @admin.register(User)
@@ -993,6 +1018,68 @@ class GroupAdmin(BaseGroupAdmin, ModelAdmin):
     pass
 
 
-@admin.register(TokenProxy)
-class TokenAdmin(BaseTokenAdmin, ModelAdmin):
-    pass
+class ApiTokenForm(forms.ModelForm):
+    """Adding a token names its user; the key is made by the service, not typed."""
+
+    class Meta:
+        model = ApiToken
+        fields = ["user"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "user" in self.fields:  # the add form; a token's own page is read-only
+            self.fields["user"].queryset = User.objects.filter(is_staff=True, is_active=True).order_by("username")
+            self.fields["user"].help_text = "A staff user; the API allows what this user's permissions allow."
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ModelAdmin):
+    """Operator API tokens: issued here or by `manage.py operator_token`; the key shows once, on
+    the page after Add, and every list shows only its first characters (only a digest is stored)."""
+
+    form = ApiTokenForm
+    list_display = ["key_prefix", "user", "created"]
+    list_select_related = ["user"]
+    fields = ["user"]
+    readonly_fields: list[str] = []
+
+    @display(description="Key")
+    def key_prefix(self, obj: ApiToken) -> str:
+        return f"{obj.prefix}…"
+
+    @display(description="Created", ordering="created_at")
+    def created(self, obj: ApiToken) -> str:
+        return utc_iso(obj.created_at)
+
+    def get_fields(self, request, obj=None):
+        return ["user"] if obj is None else ["key_prefix", "user", "created"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["key_prefix", "user", "created"]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a token is issued or deleted, never edited
+
+    def save_model(self, request, obj, form, change) -> None:
+        issued = api_token_issue(user=form.cleaned_data["user"])
+        obj.pk, obj.prefix, obj.digest, obj.created_at = (
+            issued.token.pk,
+            issued.token.prefix,
+            issued.token.digest,
+            issued.token.created_at,
+        )
+        obj._state.adding = False
+        request.issued_api_key = issued.key
+
+    def response_add(self, request, obj, post_url_continue=None):
+        """The only page that shows the key: rendered in this response, stored nowhere."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"API token for {obj.user}",
+            "token": obj,
+            "key": request.issued_api_key,
+        }
+        response = TemplateResponse(request, "admin/tenants/apitoken/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response

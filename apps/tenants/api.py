@@ -29,6 +29,7 @@ from .services import (
     POLICY_BOUNDS,
     Actor,
     fingerprint,
+    policy_range_message,
     tenant_create,
     tenant_resume,
     tenant_rotate_keys,
@@ -73,6 +74,7 @@ def _policy_fields(*, required: bool) -> dict:
         fields[name] = serializers.IntegerField(
             min_value=lo,
             max_value=hi,
+            error_messages={"min_value": policy_range_message(name), "max_value": policy_range_message(name)},
             required=False,
             allow_null=name in NULLABLE_POLICY,
             label=texts.label(name),

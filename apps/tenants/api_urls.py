@@ -2,11 +2,12 @@
 
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAdminUser
 from rest_framework.routers import DefaultRouter
 
 from .api import AuditEntryViewSet, TenantViewSet
+from .auth import ApiTokenAuthentication
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -16,7 +17,10 @@ router.register("audit", AuditEntryViewSet, basename="audit")
 # The schema is for staff, by token or the admin session; the docs pages are for a browser, by the
 # session only (a token header a page cannot use would otherwise be authenticated while the error
 # page renders, a 500), and only GET them (OPTIONS has no page template: another 500).
-schema = {"permission_classes": [IsAdminUser], "authentication_classes": [SessionAuthentication, TokenAuthentication]}
+schema = {
+    "permission_classes": [IsAdminUser],
+    "authentication_classes": [SessionAuthentication, ApiTokenAuthentication],
+}
 pages = {
     "permission_classes": [IsAdminUser],
     "authentication_classes": [SessionAuthentication],

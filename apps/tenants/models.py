@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from functools import cached_property
 
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import ResolvedDid, mediator_document
+from apps.wire.display import utc_iso
 
 from . import keystore
 
@@ -160,7 +162,7 @@ class TenantKey(models.Model):
         indexes = [models.Index(fields=["tenant", "purpose", "retired_at"], name="tenantkey_recent")]
 
     def __str__(self) -> str:
-        return f"{self.purpose} key retired {self.retired_at:%Y-%m-%d %H:%M}"
+        return f"{self.purpose} key retired {utc_iso(self.retired_at)}"
 
     def x25519_pair(self, slug: str) -> X25519KeyPair:
         """The retired pre-key pair; the sealed blob moved here unchanged, so its AAD is "<slug>:prekey"."""
@@ -189,4 +191,33 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["tenant", "at"], name="audit_tenant_at")]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or '-'} {self.action} {self.tenant_slug}"
+        return f"{utc_iso(self.at)} {self.actor_name or '-'} {self.action} {self.tenant_slug}".rstrip()
+
+
+class ApiToken(models.Model):
+    """An operator API key (`Authorization: Token <key>`), stored only as its SHA-256 digest.
+
+    The key is 160 random bits, so a fast digest is enough to make a stolen database useless for
+    logging in; the console and the API show only `prefix`, the key's first characters, to tell
+    tokens apart. The key itself is shown once, when it is issued (services.api_token_issue).
+    """
+
+    PREFIX_LENGTH = 8
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    prefix = models.CharField("key starts with", max_length=PREFIX_LENGTH, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField("created", default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+        verbose_name_plural = "API tokens"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… of {self.user}"
+
+    @staticmethod
+    def digest_of(key: str) -> str:
+        """The stored form of a key: SHA-256, hex."""
+        return hashlib.sha256(key.encode()).hexdigest()

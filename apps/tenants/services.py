@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from django.utils import timezone
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import web_did_for_host
 
-from .models import AuditEntry, Tenant, TenantDomain, TenantKey
+from .models import ApiToken, AuditEntry, Tenant, TenantDomain, TenantKey
 from .selectors import domain_owner, tenant_cache_clear
 
 # Editable policy and their bounds (PROTOCOL-DECISIONS defaults live on the model fields).
@@ -106,13 +107,13 @@ def audit_record(
 
 
 def normalize_domain(domain: str) -> str:
-    """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/`) is reduced to
-    its host[:port]. Raises ValidationError."""
+    """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/path?q`) is reduced
+    to its host[:port] (a URL with a user name or password is refused). Raises ValidationError."""
     value = (domain or "").strip()
     if "://" in value:
         parts = urlsplit(value)
-        if parts.username or parts.password or parts.query or parts.fragment or parts.path not in ("", "/"):
-            raise ValidationError(f"{domain!r} is a URL with more than a host: give the host (and :port) only")
+        if parts.username or parts.password:
+            raise ValidationError(f"{domain!r} carries a user name or password: give the host (and :port) only")
         value = parts.netloc
     value = value.lower().rstrip("/").rstrip(".")
     if not _HOST_RE.match(value):
@@ -141,6 +142,12 @@ def _served_elsewhere(host: str, *, tenant_id: int | None) -> str | None:
     return f"{host} is already served by tenant {owner}" if owner else None
 
 
+def policy_range_message(field: str) -> str:
+    """The one message for a policy value out of its bounds, in the console and the API alike."""
+    lo, hi = POLICY_BOUNDS[field]
+    return f"Must be between {lo:,} and {hi:,}.".replace(",", " ")
+
+
 def validate_policy(values: dict) -> dict:
     """Check policy values against POLICY_BOUNDS; returns them or raises a per-field ValidationError."""
     errors: dict[str, list[str]] = {}
@@ -163,7 +170,7 @@ def validate_policy(values: dict) -> dict:
             continue
         lo, hi = POLICY_BOUNDS[field]
         if not lo <= value <= hi:
-            errors[field] = [f"Must be between {lo} and {hi}."]
+            errors[field] = [policy_range_message(field)]
             continue
         clean[field] = value
     if errors:
@@ -350,3 +357,22 @@ def tenant_ensure_default(*, port: int, host: str = "localhost") -> tuple[Tenant
         tenant.public_url = f"{settings.MEDIATOR_PUBLIC_SCHEME}://{domain}"
         tenant.save(update_fields=["domain", "did", "public_url", "updated_at"])
     return tenant, False
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new API token and its key: the only moment the key exists outside the client."""
+
+    token: ApiToken
+    key: str
+
+
+@transaction.atomic
+def api_token_issue(*, user, replace: bool = False) -> IssuedToken:
+    """Issue an API token for `user` (with `replace`, after deleting the user's other tokens); the
+    key is returned once and only its digest is stored."""
+    if replace:
+        ApiToken.objects.filter(user=user).delete()
+    key = secrets.token_hex(20)
+    token = ApiToken.objects.create(user=user, prefix=key[: ApiToken.PREFIX_LENGTH], digest=ApiToken.digest_of(key))
+    return IssuedToken(token=token, key=key)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from django.contrib import admin, messages
+import re
+
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from apps.tenants.permissions import operator_may
-from apps.wire.display import human_bytes, human_ms
+from apps.tenants.templatetags.mediator import did_cell
+from apps.wire.display import human_bytes, human_ms, utc_iso
 
 from . import services
 from .forms import ReportRequestForm
@@ -93,7 +96,8 @@ class ReportRunAdmin(BaseModelAdmin):
                 tenants=list(form.cleaned_data["tenants"]),
                 requested_by=request.user,
             )
-            messages.success(request, f"Usage report #{run.pk} queued.")
+            # No "queued" note: the run's page says what the run is doing, and a note would stay
+            # there, stale, after the run has finished.
             return HttpResponseRedirect(reverse("usage:run-detail", args=[run.pk]))
         context = {
             **self.admin_site.each_context(request),
@@ -104,25 +108,67 @@ class ReportRunAdmin(BaseModelAdmin):
         return TemplateResponse(request, "usage/admin/generate.html", context)
 
 
+def _breakable(text: str):
+    """`QUERY_PENDING_CONTRACT_REQUESTS` with a line-break chance after each _ and /, so a long
+    command type or code wraps inside its column instead of widening the list."""
+    return format_html_join("", "{}<wbr>", ((part,) for part in re.split(r"(?<=[_/])", text)))
+
+
 @admin.register(CommandMeter)
 class CommandMeterAdmin(BaseModelAdmin):
     """Metadata only; never editable (the admin is not a second write path)."""
 
-    list_display = (
-        "at",
-        "tenant",
-        "transport",
-        "command_type",
-        "code",
-        "http_status",
-        "size_in",
-        "size_out",
-        "duration",
-    )
+    # Fits 1280 px beside the sidebar: the tenant by slug, long names breakable at _ and /, sizes
+    # in one column.
+    list_display = ("time", "tenant_slug", "transport", "command", "result", "status", "sizes", "duration")
     list_filter = ("transport", "code")
     list_select_related = ("tenant",)
     date_hierarchy = "at"
     show_full_result_count = False
+    # A meter's page, in words (the model's field names would read "Http status", "Sender did").
+    fields = (
+        "time",
+        "tenant",
+        "transport",
+        "protocol",
+        "channel",
+        "command_type",
+        "code",
+        "status",
+        "size_in",
+        "size_out",
+        "duration",
+        "sender",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="tenant", ordering="tenant__slug")
+    def tenant_slug(self, obj: CommandMeter) -> str:
+        return obj.tenant.slug
+
+    @admin.display(description="command type", ordering="command_type")
+    def command(self, obj: CommandMeter):
+        return _breakable(obj.command_type or "–")
+
+    @admin.display(description="code", ordering="code")
+    def result(self, obj: CommandMeter):
+        return _breakable(obj.code)
+
+    @admin.display(description="bytes in / out")
+    def sizes(self, obj: CommandMeter) -> str:
+        return f"{human_bytes(obj.bytes_in)} / {human_bytes(obj.bytes_out)}"
+
+    @admin.display(description="time (UTC)", ordering="at")
+    def time(self, obj: CommandMeter) -> str:
+        return utc_iso(obj.at)
+
+    @admin.display(description="HTTP status", ordering="http_status")
+    def status(self, obj: CommandMeter) -> int:
+        return obj.http_status
+
+    @admin.display(description="sender DID")
+    def sender(self, obj: CommandMeter):
+        return did_cell(obj.sender_did) if obj.sender_did else "none verified"
 
     @admin.display(description="bytes in", ordering="bytes_in")
     def size_in(self, obj: CommandMeter) -> str:

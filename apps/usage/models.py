@@ -13,6 +13,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from apps.wire.display import utc_iso
+
 # Caps on what a metering row keeps (a verified sender DID can still be up to MAX_DID_LEN long).
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
@@ -52,7 +54,7 @@ class CommandMeter(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.command_type or '-'} {self.code}"
+        return f"{utc_iso(self.at)} {self.command_type or '-'} {self.code}"
 
 
 class ReportRun(models.Model):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from datetime import date
+from functools import wraps
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -16,11 +17,28 @@ from django.views.decorators.http import require_POST
 from apps.didcomm.selectors import queued_by_tenant
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import operator_may
+from apps.wire.display import utc_iso
 
 from . import charts, metering, selectors, services
 from .forms import DASHBOARD_DAYS, DashboardFilterForm
 from .models import ReportRun
 from .permissions import REPORT_RUN_ACTIONS
+
+
+def _operator_view(action: str):
+    """A staff page that needs the model permission the API needs for `action` (403 without it);
+    anonymous visitors go to the login page as on every console page."""
+
+    def decorate(view):
+        @wraps(view)
+        def checked(request: HttpRequest, *args, **kwargs):
+            if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS[action]):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return staff_member_required(checked)
+
+    return decorate
 
 
 class _Echo:
@@ -127,7 +145,7 @@ def _page(request: HttpRequest, template: str, context: dict, *, title: str, tab
     )
 
 
-@staff_member_required
+@_operator_view("dashboard")
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Per-tenant usage over time from the latest published reports, plus live counters."""
     tenants = list(Tenant.objects.order_by("slug"))
@@ -183,13 +201,13 @@ def _live_counters(tenants: list[Tenant]) -> list[selectors.LiveCounters]:
     return selectors.live_counters(tenants=tenants, didcomm_depths=didcomm)
 
 
-@staff_member_required
+@_operator_view("list")
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = ReportRun.objects.select_related("requested_by").prefetch_related("tenants")[:100]
     return _page(request, "usage/run_list.html", {"runs": runs}, title="Usage reports", tab="reports")
 
 
-@staff_member_required
+@_operator_view("retrieve")
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The one page of a run: live progress while it works (run_status, no reload), Cancel, then
     its charts and tables, or why it failed in words with the technical tail folded away."""
@@ -211,7 +229,13 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             days = selectors.days_between(run.date_from, run.date_to)
             series = selectors.chart_series(results["daily"], results["by_type"], days)
             context.update(tables=results, charts=_charts(series, _labels(days)))
-    return _page(request, "usage/run_detail.html", context, title=f"Usage report #{run.pk}", tab="reports")
+    return _page(request, "usage/run_detail.html", context, title=run_title(run), tab="reports")
+
+
+def run_title(run: ReportRun) -> str:
+    """A run's page title, what it covers: `Usage report #3: 2026-11-22 – 2026-11-27, all tenants`."""
+    tenants = ", ".join(t.slug for t in run.tenants.all()) or "all tenants"
+    return f"Usage report #{run.pk}: {run.date_from} – {run.date_to}, {tenants}"
 
 
 # The job's steps (spark_reports.usage_report.STEPS) in staff words.
@@ -248,24 +272,24 @@ def _status(run: ReportRun) -> dict:
         "progress": run.progress,
         "step_words": step_words(run),
         "elapsed_s": None if elapsed is None else round(elapsed, 1),
+        "started_at": utc_iso(run.started_at) if run.started_at else None,
+        "finished_at": utc_iso(run.finished_at) if run.finished_at else None,
         "typical_s": selectors.typical_duration_s(),
         "cancel_requested": run.cancel_requested_at is not None,
         "error": run.error,
     }
 
 
-@staff_member_required
+@_operator_view("retrieve")
 def run_status(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse(_status(get_object_or_404(ReportRun, pk=pk)))
 
 
 @require_POST
-@staff_member_required
+@_operator_view("cancel")
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a queued or running run, then back to its page."""
     run = get_object_or_404(ReportRun, pk=pk)
-    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["cancel"]):
-        raise PermissionDenied
     try:
         services.report_run_cancel(run_id=run.pk)
         messages.info(request, f"Usage report #{run.pk}: cancel requested.")
@@ -275,11 +299,9 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-@staff_member_required
+@_operator_view("request")
 def dashboard_refresh(request: HttpRequest) -> HttpResponse:
     """Request a report over the dashboard's range (through today) and follow it on its page."""
-    if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS["request"]):
-        raise PermissionDenied
     tenants = list(Tenant.objects.order_by("slug"))
     form = DashboardFilterForm(request.POST, tenants=tenants)
     if not form.is_valid():
@@ -307,7 +329,7 @@ def csv_response(run: ReportRun, table: str) -> StreamingHttpResponse:
     return response
 
 
-@staff_member_required
+@_operator_view("csv")
 def run_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     run = get_object_or_404(ReportRun, pk=pk)
     return csv_response(run, request.GET.get("table", "daily"))

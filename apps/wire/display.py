@@ -65,3 +65,16 @@ def printable(text: str) -> str:
     """`text` with every control character written as a visible escape (`\\x0a`, `\\x1b`,
     `\\u2028`): one line that cannot forge another in a log, nor drive a terminal."""
     return _CONTROL.sub(_escape_control, text)
+
+
+# Words that keep their own capitals wherever they stand in a label.
+ACRONYMS = {"did": "DID", "dids": "DIDs", "didcomm": "DIDComm", "http": "HTTP", "ip": "IP", "url": "URL", "id": "ID"}
+
+
+def words(key: str) -> str:
+    """A snake_case key as a label: `pending_events` → `Pending events`, `didcomm_messages` →
+    `DIDComm messages`, `http_status` → `HTTP status`."""
+    parts = [ACRONYMS.get(p.lower(), p.lower()) for p in key.replace("_", " ").split()]
+    if parts and parts[0] == parts[0].lower():
+        parts[0] = parts[0][:1].upper() + parts[0][1:]
+    return " ".join(parts)

@@ -25,14 +25,23 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 @contextmanager
-def admin_page(base_url: str, username: str, password: str, *, width: int = 1440, height: int = 1000) -> Iterator[Page]:
-    """A page logged into `base_url`/admin/ (never `playwright install`: Debian's chromium)."""
+def admin_page(
+    base_url: str,
+    username: str,
+    password: str,
+    *,
+    width: int = 1440,
+    height: int = 1000,
+    color_scheme: str = "light",
+) -> Iterator[Page]:
+    """A page logged into `base_url`/admin/ (never `playwright install`: Debian's chromium); the
+    console follows the browser's `color_scheme` ("light" or "dark")."""
     assert shutil.which(CHROMIUM), "run scripts/ensure_extra_chromium.sh (make test does)"
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(viewport={"width": width, "height": height}, color_scheme=color_scheme)
             page.set_default_timeout(20_000)
             page.goto(f"{base_url}/admin/login/")
             page.fill("input[name=username]", username)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from apps.tenants.services import Actor
+from apps.tenants.services import Actor, api_token_issue
 
 
 @pytest.fixture
@@ -35,12 +34,12 @@ def staff_client(operator) -> Client:
 @pytest.fixture
 def api(operator) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=operator).key}")
     return client
 
 
 @pytest.fixture
 def plain_api(plain_user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=plain_user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=plain_user).key}")
     return client

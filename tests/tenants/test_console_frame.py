@@ -28,9 +28,15 @@ def test_the_sidebar_leads_with_tenants_then_dashboard_reports_audit_and_api_doc
     html = staff_client.get("/admin/").content.decode()
     titles = sidebar_titles(html)
     assert titles[:5] == ["Tenants", "Usage dashboard", "Report runs", "Audit log", "API docs"]
-    didcomm = ["DIDComm mediation grants", "DIDComm mediator identities", "DIDComm policies", "DIDComm v1 connections"]
-    assert sorted(titles[5:9]) == didcomm  # the DIDComm group: every admin page of apps/didcomm
-    assert titles[9:] == ["Scheduled jobs", "Command meters", "Users", "Groups", "API tokens"]
+    didcomm = [
+        "DIDComm mediation grants",
+        "DIDComm mediator identities",
+        "DIDComm policies",
+        "DIDComm recipient DIDs",
+        "DIDComm v1 connections",
+    ]
+    assert sorted(titles[5:10]) == didcomm  # the DIDComm group: every admin page of apps/didcomm
+    assert titles[10:] == ["Scheduled jobs", "Command meters", "Users", "Groups", "API tokens"]
     assert 'href="/dashboard/"' in html and 'href="/api/v1/docs/"' in html
 
 
@@ -73,7 +79,7 @@ def test_the_home_page_is_an_overview(staff_client, tenant_a, tenant_b, actor, a
         ("tenant-a", "3")
     ]
     assert "tenant.suspend" in html[html.index('id="overview-actions"') :]
-    assert f"Last report #{run.pk} : succeeded, days 2026-11-01 – 2026-11-07" in text
+    assert f"Latest report #{run.pk} : days 2026-11-01 – 2026-11-07, published" in text
     assert "Auth Token" not in text
 
 

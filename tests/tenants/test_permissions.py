@@ -13,7 +13,6 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.permissions import IsAdminUser
 from rest_framework.test import APIClient
 
@@ -21,7 +20,7 @@ from apps.didcomm.models import DidcommPolicy, MediatorIdentity
 from apps.didcomm.services import identity_current, policy_for
 from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import METHOD_VERBS, OperatorPermissions
-from apps.tenants.services import Actor, audit_record, tenant_suspend
+from apps.tenants.services import Actor, api_token_issue, audit_record, tenant_suspend
 from apps.usage.models import ReportRun
 from tests.tenants.test_admin import _add_form, didcomm_form
 
@@ -239,6 +238,63 @@ OPS = [
         lambda c, w: c.get(f"/api/v1/usage/reports/{w.run.pk}/csv"),
         200,
     ),
+    # The staff pages under /dashboard/ check what the API checks (issue 33 item 7).
+    Op(
+        "dashboard",
+        {"usage.view_reportrun"},
+        lambda c, w: c.get("/dashboard/"),
+        200,
+        None,
+        None,
+    ),
+    Op(
+        "dashboard report list",
+        {"usage.view_reportrun"},
+        lambda c, w: c.get("/dashboard/reports/"),
+        200,
+        None,
+        None,
+    ),
+    Op(
+        "dashboard report page",
+        {"usage.view_reportrun"},
+        lambda c, w: c.get(f"/dashboard/reports/{w.run.pk}/"),
+        200,
+        lambda c, w: c.get(f"/api/v1/usage/reports/{w.run.pk}/"),
+        200,
+    ),
+    Op(
+        "dashboard report status",
+        {"usage.view_reportrun"},
+        lambda c, w: c.get(f"/dashboard/reports/{w.run.pk}/status"),
+        200,
+        None,
+        None,
+    ),
+    Op(
+        "dashboard report csv",
+        {"usage.view_reportrun"},
+        lambda c, w: c.get(f"/dashboard/reports/{w.run.pk}/csv?table=daily"),
+        200,
+        lambda c, w: c.get(f"/api/v1/usage/reports/{w.run.pk}/csv"),
+        200,
+    ),
+    Op(
+        "dashboard refresh",
+        {"usage.add_reportrun"},
+        lambda c, w: c.post("/dashboard/refresh", {"days": "7"}),
+        302,
+        None,
+        None,
+    ),
+    Op(
+        "dashboard report cancel",
+        {"usage.add_reportrun"},
+        lambda c, w: c.post(f"/dashboard/reports/{w.run.pk}/cancel"),
+        302,
+        None,
+        None,
+    ),
     Op(
         "report request",
         {"usage.add_reportrun"},
@@ -308,7 +364,7 @@ def test_the_console_allows_exactly_the_users_holding_the_permission(client, dja
 @pytest.mark.parametrize(("op", "role"), list(_cases("api")))
 def test_the_api_allows_exactly_the_users_holding_the_permission(django_user_model, world, op, role):
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=_staff(django_user_model, role)).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=_staff(django_user_model, role)).key}")
     before = _state()
     resp = op.api(api, world)
     if ROLES[role] & op.needs:
@@ -325,7 +381,7 @@ def test_the_console_and_the_api_agree_for_every_role(client, django_user_model,
         user = _staff(django_user_model, role)
         client.force_login(user)
         api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
         admin_allowed = op.admin(client, world).status_code != 403
         api_allowed = op.api(api, world).status_code != 403
         assert admin_allowed == api_allowed == bool(ROLES[role] & op.needs), role
@@ -336,7 +392,7 @@ def test_a_non_staff_user_holding_every_permission_is_refused_by_the_api(django_
     user.is_staff = False
     user.save()
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
     resp = api.post("/api/v1/tenants/tenant-a/suspend/")
     assert (resp.status_code, resp.json()) == (403, DENIED)
     assert api.get("/api/v1/tenants/").status_code == 403
@@ -348,7 +404,7 @@ def test_a_non_staff_user_holding_every_permission_is_refused_by_the_api(django_
 )
 def test_a_method_no_route_handles_needs_its_permission_before_the_405(django_user_model, world, role, status):
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=_staff(django_user_model, role)).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=_staff(django_user_model, role)).key}")
     assert api.put("/api/v1/tenants/tenant-a/", {}, format="json").status_code == status
 
 

@@ -61,12 +61,54 @@ def test_a_pasted_url_is_reduced_to_its_host(staff_client):
 
 
 @pytest.mark.parametrize(
-    "value", ["https://mediator.example/path", "https://user@mediator.example/", "https://mediator.example/?q=1"]
+    "value",
+    [
+        "https://Mediator.Other.example/path",
+        "https://mediator.other.example/?q=1",
+        "HTTP://MEDIATOR.OTHER.EXAMPLE/a/b#frag",
+        "mediator.other.example",
+    ],
 )
-def test_a_url_with_more_than_a_host_is_refused_with_a_reason(value):
+def test_a_pasted_url_is_reduced_to_its_lowercase_host_whatever_follows_it(value):
+    assert normalize_domain(value) == "mediator.other.example"
+
+
+def test_a_url_with_a_user_name_is_refused_with_a_reason():
     with pytest.raises(ValidationError) as exc:
-        normalize_domain(value)
-    assert exc.value.messages == [f"{value!r} is a URL with more than a host: give the host (and :port) only"]
+        normalize_domain("https://user@mediator.example/")
+    assert exc.value.messages == [
+        "'https://user@mediator.example/' carries a user name or password: give the host (and :port) only"
+    ]
+
+
+def test_a_pasted_url_with_a_path_makes_a_tenant_in_the_console(staff_client):
+    data = _add_form(domain="https://Mediator.Other.example/path", aliases="https://Alias.Other.example/x?y=1")
+    resp = staff_client.post(ADD, data)
+    assert resp.status_code == 302, resp.context["adminform"].form.errors
+    tenant = Tenant.objects.get(slug="acme")
+    assert tenant.domain == "mediator.other.example"
+    assert list(tenant.aliases.values_list("domain", flat=True)) == ["alias.other.example"]
+
+
+@pytest.mark.parametrize("cap", ["-1", "0", "10000001"])
+def test_a_queue_cap_out_of_bounds_gets_one_message_whatever_side(staff_client, cap):
+    resp = staff_client.post(ADD, _add_form(pending_queue_cap=cap))
+    assert resp.context["adminform"].form.errors["pending_queue_cap"] == ["Must be between 1 and 10 000 000."]
+
+
+def test_the_api_says_the_same_for_a_policy_value_out_of_bounds(api):
+    for cap in (-1, 0):
+        resp = api.post(
+            "/api/v1/tenants/", {"slug": "x", "domain": "x.test", "policy": {"pending_queue_cap": cap}}, format="json"
+        )
+        assert resp.json() == {"policy": {"pending_queue_cap": ["Must be between 1 and 10 000 000."]}}
+
+
+def test_alias_errors_show_with_the_other_errors_at_once(staff_client):
+    data = _add_form(domain="not a host!", aliases="bad alias!", pending_queue_cap="-1")
+    errors = staff_client.post(ADD, data).context["adminform"].form.errors
+    assert set(errors) == {"domain", "aliases", "pending_queue_cap"}, errors
+    assert errors["aliases"] == ["'bad alias!' is not a host name (host or host:port)"]
 
 
 def test_public_urls_are_normalised_the_same_way_in_the_api(api):

@@ -26,7 +26,12 @@ def daphne(transactional_db, tmp_path):
 
 @pytest.fixture
 def stella(django_user_model):
-    return django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
+    """A staff member who may read usage reports (the dashboard needs usage.view_reportrun)."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="usage", codename="view_reportrun"))
+    return user
 
 
 def server_errors(page) -> list[str]:
@@ -80,7 +85,12 @@ def test_a_tenant_without_traffic_and_an_empty_range_say_so(daphne, stella, tena
         assert errors.inner_text() == (
             "The range 2026-11-07 – 2026-11-01 has no days: the end date is before the start date."
         )
-        assert errors.locator("li").evaluate("e => getComputedStyle(e).color") == "rgb(220, 38, 38)"  # --bad
+        # --bad: the theme's red (unfold's --color-red-600), as its own .text-red-600 draws it.
+        theme_red = page.evaluate(
+            """() => { const p = document.createElement("span"); p.className = "text-red-600";
+                 document.body.appendChild(p); const c = getComputedStyle(p).color; p.remove(); return c; }"""
+        )
+        assert errors.locator("li").evaluate("e => getComputedStyle(e).color") == theme_red
         assert page.locator("svg.usage-chart").count() == 0
         page.screenshot(path=str(ARTIFACTS / "usage-dashboard-empty-range.png"), full_page=True)
         assert errors_5xx == []

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
+from apps.tenants.services import api_token_issue
 from apps.usage.models import CommandMeter, ReportDaily, ReportRun
 from tests.support.browser import ARTIFACTS, admin_page
 from tests.support.servers import start_celery_worker, start_daphne
@@ -120,7 +120,7 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
     assert run.started_at and run.finished_at and run.row_counts["daily"] == 2
 
     # The operator API over the real server: list, retrieve, download.
-    headers = {"Authorization": f"Token {Token.objects.create(user=staff).key}"}
+    headers = {"Authorization": f"Token {api_token_issue(user=staff).key}"}
     listing = httpx.get(f"{daphne.url}/api/v1/usage/reports/", headers=headers, timeout=10).json()
     assert [r["id"] for r in listing["results"]] == [run.pk]
     detail = httpx.get(f"{daphne.url}/api/v1/usage/reports/{run.pk}/", headers=headers, timeout=10).json()

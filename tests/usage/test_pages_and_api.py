@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from apps.tenants.services import api_token_issue
 from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportRun
 from apps.wire.display import utc_iso
 
@@ -114,6 +114,9 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
     status = client.get(f"/dashboard/reports/{running.pk}/status").json()
     assert 30 <= status.pop("elapsed_s") < 40
+    # The page's facts follow too: a page opened while the run was queued says when it started.
+    assert status.pop("started_at") == utc_iso(ReportRun.objects.get(pk=running.pk).started_at)
+    assert status.pop("finished_at") is None
     assert status == {
         "id": running.pk,
         "status": "running",
@@ -170,7 +173,12 @@ def test_the_dashboard_says_how_fresh_it_is_and_offers_a_refresh(
     ReportRun.objects.filter(status=ReportRun.Status.RUNNING).delete()
     client.force_login(staff_user)
     html = client.get(f"/dashboard/?tenant={tenant_a.slug}&days=7").content.decode()
-    assert f'Numbers as of the report that finished <span class="when">{utc_iso(published.finished_at)}</span>' in html
+    stamp = utc_iso(published.finished_at)
+    day, clock = stamp.split("T")
+    assert (
+        f'finished <span class="when"><time class="utc" datetime="{stamp}"><span>{day}</span><wbr><span>T{clock}</span>'
+        in html
+    )
     assert 'id="refresh-report"' in html
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):
@@ -211,7 +219,7 @@ def test_the_admin_button_queues_a_run_for_the_chosen_tenants(
 @pytest.fixture
 def api(staff_user) -> APIClient:
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff_user).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=staff_user).key}")
     return c
 
 
@@ -247,7 +255,7 @@ def test_the_api_triggers_a_run_for_one_tenant_only(api, tenant_a, tenant_b, dja
 def test_the_api_refuses_non_staff_tokens(django_user_model):
     user = django_user_model.objects.create_user("plain", password="pw-123456")
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
     assert c.get("/api/v1/usage/reports/").status_code == 403
     assert APIClient().get("/api/v1/usage/reports/").status_code in (401, 403)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from django import template
 from django.utils.html import format_html
 
+from apps.tenants.models import AuditEntry
+from apps.tenants.permissions import AUDIT_ACTIONS, operator_may
 from apps.wire import display
 from apps.wire.did import DidError, parse_decentrl
 
@@ -14,10 +16,14 @@ register = template.Library()
 
 @register.filter
 def utc(value) -> str:
-    """`2026-11-23T08:36:12Z`; an empty value stays empty (templates add their own "never")."""
+    """`2026-11-23T08:36:12Z` in a `<time class="utc">` that never wraps at its hyphens; where it must
+    wrap, it wraps before the `T` (console.css). An empty value stays empty (templates add their own
+    "never")."""
     if value in (None, ""):
         return ""
-    return display.utc_iso(value)
+    text = display.utc_iso(value)
+    day, clock = text.split("T", 1)
+    return format_html('<time class="utc" datetime="{}"><span>{}</span><wbr><span>T{}</span></time>', text, day, clock)
 
 
 @register.filter
@@ -66,5 +72,19 @@ def did_cell(did: str):
 
 @register.filter
 def words(value) -> str:
-    """`pending_events` → `Pending events` (column headings from keys)."""
-    return str(value).replace("_", " ").capitalize()
+    """`pending_events` → `Pending events`, `didcomm_messages` → `DIDComm messages` (column headings
+    from keys; acronyms keep their capitals)."""
+    return display.words(str(value))
+
+
+# A tenant's History page lists its audit entries (every change through the console, the API and
+# the CLI), not only the admin's own LogEntry rows, which knew of nothing but "Added.".
+HISTORY_ENTRIES = 200
+
+
+@register.simple_tag(takes_context=True)
+def tenant_audit_history(context, tenant) -> list[AuditEntry] | None:
+    """The tenant's latest audit entries, newest first; None for a user who may not read the audit log."""
+    if not operator_may(context["request"].user, AuditEntry, AUDIT_ACTIONS["list"]):
+        return None
+    return list(AuditEntry.objects.filter(tenant=tenant).order_by("-at", "-id")[:HISTORY_ENTRIES])

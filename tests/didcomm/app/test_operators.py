@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
 from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, QueuedMessage
 from apps.ops.metrics import DATABASE_COLLECTOR
-from apps.tenants.services import Actor
+from apps.tenants.services import Actor, api_token_issue
 
 
 @pytest.fixture
@@ -28,7 +27,7 @@ def grant(didcomm_a, wallet):
 def _staff(django_user_model, *perms):
     user = django_user_model.objects.create_user("op", password="pw", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(content_type__app_label="didcomm", codename__in=perms))
-    return user, Token.objects.create(user=user).key
+    return user, api_token_issue(user=user).key
 
 
 def test_the_api_lists_grants_and_revokes_with_the_model_permissions(client, django_user_model, grant, tenant_b):
@@ -50,7 +49,7 @@ def test_the_api_lists_grants_and_revokes_with_the_model_permissions(client, dja
 def _staff_change(django_user_model):
     user = django_user_model.objects.create_user("op2", password="pw", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(content_type__app_label="didcomm", codename="change_mediation"))
-    return user, Token.objects.create(user=user).key
+    return user, api_token_issue(user=user).key
 
 
 def test_the_grant_list_shows_short_dids_with_a_copy_button_and_searches_recipients(grant, admin_client):
@@ -166,7 +165,7 @@ def api(django_user_model):
         )
     )
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
     return client
 
 

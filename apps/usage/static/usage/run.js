@@ -12,6 +12,9 @@
     const p = s.progress || {};
     $("run-status").textContent = s.status_display;
     $("run-status").className = "status status-" + s.status;
+    // The facts above the progress, as they are now (a page opened while queued said "Started –").
+    $("run-started").textContent = s.started_at || "–";
+    $("run-finished").textContent = s.finished_at || "–";
     if (s.finished) {
       const page = new DOMParser().parseFromString(await (await fetch(location.href)).text(), "text/html");
       // The usage part of the console page (the admin theme around it stays as it is).
