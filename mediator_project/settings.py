@@ -136,7 +136,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_CONN
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
     # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
+    # Added to the URL's own options (target_session_attrs of a multi-host URL, connect_timeout).
     DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"]["OPTIONS"],
         "pool": {
             "min_size": env_int("DB_POOL_MIN_SIZE", 2),
             "max_size": env_int("DB_POOL_MAX_SIZE", 16),
