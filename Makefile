@@ -66,3 +66,18 @@ report: install
 
 clean:
 	rm -rf var/ .pytest_cache .ruff_cache
+
+# The product as a cluster on one machine (docs/serving.md, "Past one box"): network namespaces
+# mci-* with HAProxy, two app nodes, Patroni/etcd/PostgreSQL ×3 and Redis. Root only.
+# cluster-drill brings one up if none is, runs scripts/cluster/drill.py (DRILL_ARGS, e.g.
+# "--only app --seconds 20") and leaves it up; cluster-down removes everything it made.
+.PHONY: cluster cluster-down cluster-drill
+cluster: install
+	scripts/cluster/up.sh
+
+cluster-down:
+	scripts/cluster/down.sh
+
+cluster-drill: install
+	@ip netns list | grep -q '^mci-client' || scripts/cluster/up.sh
+	ip netns exec mci-client $(PY) scripts/cluster/drill.py $(DRILL_ARGS)
