@@ -21,3 +21,39 @@ DATABASE_URL="postgresql://mediator@$DB_HOSTS/mediator?target_session_attrs=read
 REDIS_URL="redis://${ADDR[redis]}:6379/0"
 in_ns() { local host=$1; shift; ip netns exec "$NS-$host" "$@"; }
 log() { echo "[cluster] $*"; }
+
+# A daemon inside a host's namespace, detached from the caller, output appended to its log.
+spawn() { local host=$1 name=$2; shift 2; setsid ip netns exec "$NS-$host" "$@" >>"$CLUSTER_DIR/$host/$name.log" 2>&1 < /dev/null & }
+start_patroni() { spawn "$1" patroni runuser -u postgres -- patroni "$CLUSTER_DIR/$1/patroni.yml"; }
+# No persistence: what Redis holds (channel-layer groups and pushes in flight, Celery's queue of
+# maintenance tasks, rate-limit counters) is rebuilt or re-sent; messages live in PostgreSQL.
+start_redis() {
+  spawn redis redis redis-server --bind "${ADDR[redis]}" --port 6379 --protected-mode no --save "" --appendonly no \
+    --dir "$CLUSTER_DIR/redis"
+}
+start_app() {
+  mkdir -p "$CLUSTER_DIR/$1/run"
+  (cd "$ROOT" && spawn "$1" layout env $(xargs < "$CLUSTER_DIR/app.env") RUN_DIR="$CLUSTER_DIR/$1/run" scripts/run_production.sh)
+}
+# Every process of a host, SIGKILLed (a machine losing power).
+kill_host() { local pids; pids="$(ip netns pids "$NS-$1")"; [ -z "$pids" ] || kill -KILL $pids; }
+# The PostgreSQL side of a database host (Patroni and every postgres process), SIGKILLed; its
+# etcd member stays.
+kill_postgres() {
+  local p
+  for p in $(ip netns pids "$NS-$1"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etcd ] || kill -KILL "$p" 2>/dev/null || true
+  done
+}
+# The app host's routes to the database hosts replaced by unreachable ones (its link to them down),
+# and back.
+cut_db() { local db; for db in "${DBS[@]}"; do ip -n "$NS-$1" route add unreachable "${ADDR[$db]}/32"; done; }
+heal_db() { local db; for db in "${DBS[@]}"; do ip -n "$NS-$1" route del unreachable "${ADDR[$db]}/32" 2>/dev/null || true; done; }
+# The Patroni leader's name.
+primary() {
+  local db
+  for db in "${DBS[@]}"; do
+    ip netns exec "$NS-client" curl -fsS -o /dev/null -m 2 "http://${ADDR[$db]}:8008/primary" 2>/dev/null && { echo "$db"; return 0; }
+  done
+  return 1
+}

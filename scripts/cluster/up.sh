@@ -25,8 +25,6 @@ wait_for() { # description, seconds, command...
     sleep 0.5
   done
 }
-# A daemon inside a host's namespace, detached, output to its log.
-spawn() { local host=$1 name=$2; shift 2; setsid ip netns exec "$NS-$host" "$@" >"$CLUSTER_DIR/$host/$name.log" 2>&1 < /dev/null & }
 
 # --- network ---------------------------------------------------------------------------------
 log "network $NET.0/24 in namespaces $NS-*"
@@ -113,27 +111,16 @@ tags: {}
 YML
   chown -R postgres:postgres "$CLUSTER_DIR/$db"
 done
-for db in "${DBS[@]}"; do spawn "$db" patroni runuser -u postgres -- patroni "$CLUSTER_DIR/$db/patroni.yml"; done
-
-primary() { # the Patroni leader's address
-  local db
-  for db in "${DBS[@]}"; do
-    in_ns client curl -fsS -o /dev/null -m 2 "http://${ADDR[$db]}:8008/primary" 2>/dev/null && { echo "${ADDR[$db]}"; return 0; }
-  done
-  return 1
-}
+for db in "${DBS[@]}"; do start_patroni "$db"; done
 wait_for "a Patroni primary" 180 primary
-synced() { in_ns client curl -fsS -m 2 "http://$(primary):8008/cluster" | grep -q '"sync_standby"'; }
+synced() { in_ns client curl -fsS -m 2 "http://${ADDR[$(primary)]}:8008/cluster" | grep -q '"sync_standby"'; }
 wait_for "a synchronous standby" 180 synced
-p="$(primary)"
-log "primary $p"
+p="${ADDR[$(primary)]}"
+log "primary $(primary)"
 in_ns client "$PG_BIN/psql" -qAt -h "$p" -U postgres -d postgres -c "CREATE ROLE mediator LOGIN" -c "CREATE DATABASE mediator OWNER mediator"
 
 # --- Redis -----------------------------------------------------------------------------------
-# No persistence: what Redis holds (channel-layer groups and pushes in flight, Celery's queue of
-# maintenance tasks, rate-limit counters) is rebuilt or re-sent; messages live in PostgreSQL.
-spawn redis redis redis-server --bind "${ADDR[redis]}" --port 6379 --protected-mode no --save "" --appendonly no \
-  --dir "$CLUSTER_DIR/redis"
+start_redis
 wait_for "Redis" 20 in_ns client redis-cli -h "${ADDR[redis]}" ping
 
 # --- the apps --------------------------------------------------------------------------------
@@ -171,10 +158,7 @@ ENV
 log "migrating"
 in_ns app1 env $(xargs < "$CLUSTER_DIR/app.env") .venv/bin/python manage.py migrate --noinput -v0
 in_ns app1 env $(xargs < "$CLUSTER_DIR/app.env") .venv/bin/python manage.py bootstrap_tenant --host "$TENANT_HOST" --port 80
-for app in "${APPS[@]}"; do
-  mkdir -p "$CLUSTER_DIR/$app/run"
-  spawn "$app" layout env $(xargs < "$CLUSTER_DIR/app.env") RUN_DIR="$CLUSTER_DIR/$app/run" scripts/run_production.sh
-done
+for app in "${APPS[@]}"; do start_app "$app"; done
 for app in "${APPS[@]}"; do
   wait_for "$app" 180 in_ns client curl -fsS -m 3 -H "Host: $TENANT_HOST" "http://${ADDR[$app]}:$APP_PORT/health"
 done
