@@ -80,4 +80,4 @@ cluster-down:
 
 cluster-drill: install
 	@ip netns list | grep -q '^mci-client' || scripts/cluster/up.sh
-	ip netns exec mci-client $(PY) scripts/cluster/drill.py $(DRILL_ARGS)
+	ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py $(DRILL_ARGS)

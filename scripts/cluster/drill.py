@@ -65,13 +65,13 @@ def node(*args: str) -> str:
     return subprocess.run([NODE, *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def poll(what: str, limit_s: float, check) -> float:
-    """Seconds until check() is true; raises after limit_s."""
+def poll(what: str, limit_s: float, check, since: float | None = None) -> float:
+    """Seconds from `since` (default: now) until check() is true; raises after limit_s."""
     start = time.monotonic()
     while time.monotonic() - start < limit_s:
         try:
             if check():
-                return time.monotonic() - start
+                return time.monotonic() - (start if since is None else since)
         except Exception:  # noqa: BLE001 - not there yet
             pass
         time.sleep(0.2)
@@ -427,10 +427,13 @@ def run_drill(world: World, name: str, args: argparse.Namespace) -> Result:
         time.sleep(args.seconds / 2)
     elif name == "cut":
         node("cut", "app2")
+        # Both from the cut: the node's own /health, and the balancer taking it out of service.
         result.facts["health_503_after_s"] = round(
-            poll("app2 /health 503", 30, lambda: health(APP_ADDR["app2"]) == 503), 1
+            poll("app2 /health 503", 30, lambda: health(APP_ADDR["app2"]) == 503, since=fault), 1
         )
-        result.facts["drained_after_s"] = round(poll("app2 drained", 30, lambda: haproxy_state("app2") == "DOWN"), 1)
+        result.facts["drained_after_s"] = round(
+            poll("app2 drained", 30, lambda: haproxy_state("app2") == "DOWN", since=fault), 1
+        )
         time.sleep(max(0.0, args.seconds - (time.monotonic() - fault)))
         node("heal", "app2")
         result.facts["back_in_service_after_heal_s"] = round(
