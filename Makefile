@@ -71,7 +71,9 @@ clean:
 # mci-* with HAProxy, two app nodes, Patroni/etcd/PostgreSQL ×3 and Redis. Root only.
 # cluster-drill brings one up if none is, runs scripts/cluster/drill.py (DRILL_ARGS, e.g.
 # "--only app --seconds 20") and leaves it up; cluster-down removes everything it made.
-.PHONY: cluster cluster-down cluster-drill
+# cluster-ci (.ci/run): a fresh cluster, the four drills shortened, the cluster removed whatever
+# their outcome; fails like cluster-drill.
+.PHONY: cluster cluster-down cluster-drill cluster-ci
 cluster: install
 	scripts/cluster/up.sh
 
@@ -81,3 +83,8 @@ cluster-down:
 cluster-drill: install
 	@ip netns list | grep -q '^mci-client' || scripts/cluster/up.sh
 	ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py $(DRILL_ARGS)
+
+cluster-ci: install
+	scripts/cluster/down.sh
+	scripts/cluster/up.sh && ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py \
+	  --warmup 3 --seconds 12 --after 5; rc=$$?; scripts/cluster/down.sh; exit $$rc
