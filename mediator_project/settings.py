@@ -143,7 +143,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "min_size": env_int("DB_POOL_MIN_SIZE", 2),
             "max_size": env_int("DB_POOL_MAX_SIZE", 16),
             "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
-        }
+        },
     }
 # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
 # A transaction begins IMMEDIATE: it holds SQLite's one write lock from its start, so writers run
