@@ -138,7 +138,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
     # Added to the URL's own options (target_session_attrs of a multi-host URL, connect_timeout).
     DATABASES["default"]["OPTIONS"] = {
-        **DATABASES["default"]["OPTIONS"],
+        **DATABASES["default"].get("OPTIONS", {}),
         "pool": {
             "min_size": env_int("DB_POOL_MIN_SIZE", 2),
             "max_size": env_int("DB_POOL_MAX_SIZE", 16),
