@@ -40,10 +40,13 @@ SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py t
 	tests/didcomm/app/test_forward_storage.py tests/decentrl/test_presence.py tests/realtime/test_push.py \
 	tests/realtime/test_ws_presence.py
 
+# The whole suite: the simulated cluster's drills (short), the Spark standalone cluster test, then pytest
+# (last, so its closing line ends the output). `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
 test: install
 	scripts/ensure_services.sh
-	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
+	$(MAKE) cluster-ci
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py
+	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
 	env -u MEDIATOR_TEST_DB_NAME TEST_DATABASE_URL=sqlite:///$(CURDIR)/var/test-sqlite.sqlite3 USAGE_METERING_MODE=sync $(PY) -m pytest $(SQLITE_TESTS)
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy covers the packages in
@@ -80,3 +83,25 @@ report: install
 
 clean:
 	rm -rf var/ .pytest_cache .ruff_cache
+
+# The product as a cluster on one machine (docs/serving.md, "Past one box"): network namespaces
+# mci-* with HAProxy, two app nodes, Patroni/etcd/PostgreSQL ×3 and Redis. Root only.
+# cluster-drill brings one up if none is, runs scripts/cluster/drill.py (DRILL_ARGS, e.g.
+# "--only app --seconds 20") and leaves it up; cluster-down removes everything it made.
+# cluster-ci (.ci/run): a fresh cluster, the four drills shortened, the cluster removed whatever
+# their outcome; fails like cluster-drill.
+.PHONY: cluster cluster-down cluster-drill cluster-ci
+cluster: install
+	scripts/cluster/up.sh
+
+cluster-down:
+	scripts/cluster/down.sh
+
+cluster-drill: install
+	@ip netns list | grep -q '^mci-client' || scripts/cluster/up.sh
+	ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py $(DRILL_ARGS)
+
+cluster-ci: install
+	scripts/cluster/down.sh
+	scripts/cluster/up.sh && ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py \
+	  --warmup 3 --seconds 12 --after 5; rc=$$?; scripts/cluster/down.sh; exit $$rc

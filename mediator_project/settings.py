@@ -135,12 +135,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_CONN
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
     # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
+    # Added to the URL's own options (target_session_attrs of a multi-host URL, connect_timeout).
     DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
         "pool": {
             "min_size": env_int("DB_POOL_MIN_SIZE", 2),
             "max_size": env_int("DB_POOL_MAX_SIZE", 16),
             "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
-        }
+        },
     }
 # WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
 # A transaction begins IMMEDIATE: it holds SQLite's one write lock from its start, so writers run

@@ -9,7 +9,7 @@
 # foreground in place of this script: a process that dies is restarted alone while the others keep
 # serving; SIGTERM or SIGINT stops them all. Requires REDIS_URL and DATABASE_URL (PostgreSQL);
 # MEDIATOR_ENV defaults to production, which needs DJANGO_SECRET_KEY and MEDIATOR_DEPLOYMENT_KEY.
-# NO_PROXY=1 skips nginx (clients then use HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1
+# NGINX_LISTEN (127.0.0.1) is nginx's address. NO_PROXY=1 skips nginx (clients then use HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1
 # skips the Celery processes. `scripts/run_production.sh render` writes the configuration to
 # RUN_DIR and exits (the systemd units of deploy/systemd/ run it before they start).
 set -euo pipefail
@@ -50,7 +50,7 @@ if [ "${NO_PROXY:-0}" != 1 ]; then
   export MEDIATOR_TRUSTED_PROXIES="${MEDIATOR_TRUSTED_PROXIES:-127.0.0.1/32}"
   NGINX="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
   [ -x "$NGINX" ] || { echo "nginx missing: scripts/ensure_extra_nginx.sh (nginx-light), or NO_PROXY=1"; exit 1; }
-  sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
+  sed -e "s/@PORT@/$PORT/g" -e "s/@LISTEN@/${NGINX_LISTEN:-127.0.0.1}/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
     -e "s/@USER@/$(id -un)/g" -e "s/@MAX_BODY_BYTES@/$MAX_BODY_BYTES/g" -e "s/@PUBLIC_SCHEME@/$PUBLIC_SCHEME/g" \
     -e "s#@CORS_MAPS@#$CORS_MAPS#g" -e "s/@CLIENT_TIMEOUT@/${NGINX_CLIENT_TIMEOUT:-60s}/g" \
     deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"

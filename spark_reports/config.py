@@ -18,7 +18,13 @@ REPORT_WORK_MEM         PostgreSQL work_mem of the job's JDBC reads, default 256
                         memory used follows the real groups); they also set enable_sort=off, jit=off
                         (see database_from_url)
 REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db or sqlite:////path);
-                        falls back to DATABASE_URL, then to the embedded default var/mediator.sqlite3
+                        falls back to DATABASE_URL, then to the embedded default var/mediator.sqlite3.
+                        Several hosts (postgresql://user@h1,h2,h3/db?target_session_attrs=read-write,
+                        libpq's multi-host form) are tried in turn; the result rows and the small
+                        bounds query go where target_session_attrs says (the primary)
+REPORT_READ_FROM        primary (default) or standby: where the JDBC scans of a multi-host URL read;
+                        standby prefers a replica (pgjdbc targetServerType=preferSecondary, the primary
+                        when none answers), keeping the scans off the primary; a replica may lag
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JARS = "/usr/share/java/postgresql.jar,/usr/share/java/sqlite-jdbc.jar"
@@ -55,9 +61,11 @@ def database_from_url(url: str) -> Database:
     parts = urlsplit(url)
     scheme = parts.scheme.split("+")[0]
     if scheme in ("postgres", "postgresql", "pgsql"):
+        # libpq's multi-host form (h1,h2,h3): urlsplit keeps the list as the host name.
         host = parts.hostname or "127.0.0.1"
         port = parts.port or 5432
         name = unquote(parts.path.lstrip("/"))
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
         # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
         # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
@@ -75,10 +83,18 @@ def database_from_url(url: str) -> Database:
         )
         if parts.password:
             props["password"] = unquote(parts.password)
-        connect = {"host": host, "port": port, "dbname": name, "user": props["user"]}
+        connect: dict[str, str | int] = {"host": host, "port": port, "dbname": name, "user": props["user"]}
         if parts.password:
             connect["password"] = props["password"]
-        return Database("postgresql", f"jdbc:postgresql://{host}:{port}/{name}", props, connect)
+        for option in ("target_session_attrs", "connect_timeout"):
+            if option in query:
+                connect[option] = query[option]
+        if os.environ.get("REPORT_READ_FROM", "primary") == "standby":
+            props["targetServerType"] = "preferSecondary"
+        elif query.get("target_session_attrs") in ("read-write", "primary"):
+            props["targetServerType"] = "primary"
+        hosts = ",".join(f"{h}:{port}" for h in host.split(","))
+        return Database("postgresql", f"jdbc:postgresql://{hosts}/{name}", props, connect)
     if scheme == "sqlite":
         path = unquote(parts.path)
         if url.startswith("sqlite:////"):

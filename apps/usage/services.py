@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -95,7 +95,10 @@ def report_database_url() -> str:
     user = quote(s.get("USER") or "postgres", safe="")
     password = quote(s.get("PASSWORD") or "", safe="")
     auth = f"{user}:{password}" if password else user
-    return f"postgresql://{auth}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+    # A multi-host HOST (h1,h2,h3) needs its target_session_attrs to reach the primary.
+    options = {k: v for k, v in (s.get("OPTIONS") or {}).items() if k in ("target_session_attrs", "connect_timeout")}
+    query = f"?{urlencode(options)}" if options else ""
+    return f"postgresql://{auth}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}{query}"
 
 
 def _claim(run_id: int) -> bool:
