@@ -201,7 +201,7 @@ class Layout(SessionServer):
             env["NO_PROXY"] = "1"
             self.http_port = args.port + 1
         elif args.layout == "daphne":  # the embedded default's server: one Daphne for everything
-            cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(args.port), "mediator_project.asgi:application"]  # fmt: skip
+            cmd = [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(args.port), "mediator_project.asgi:application"]  # fmt: skip
         self.host = f"localhost:{args.port}"
         self.launch(
             "the production layout",

@@ -331,6 +331,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES
 # allowed, so tests can shorten them).
 MEDIATOR_WS_AUTH_TIMEOUT_S = float(env("MEDIATOR_WS_AUTH_TIMEOUT_S", "10") or "10")
 MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or "30")
+# /didcomm/ws: a socket with no live client is closed (4408) once this many seconds passed without
+# a frame the mediator accepted (apps/didcomm/consumers.py; 0 = never).
+MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S = float(env("MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S", "60") or "60")
+if MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S < 0:
+    raise ImproperlyConfigured("MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S must be 0 or more")
 # How long an open socket vouches for its DID's presence (apps/messaging/presence.py): a stored
 # event is pushed only to a DID with a socket open, renewed every third of this; a socket tier that
 # died without closing its sockets stops vouching this long after (its DIDs are pushed to meanwhile).

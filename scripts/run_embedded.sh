@@ -31,5 +31,5 @@ fi
 echo "Serving the default tenant at http://localhost:${PORT} (DID did:web:localhost%3A${PORT}); console at http://localhost:${PORT}/admin/ (make operator creates the first operator). Ctrl+C stops."
 # Daphne runs in the background and we wait for it: bash defers traps while a foreground child
 # runs, so this is what lets a TERM to this script (or to `make run`) stop Daphne and the helpers.
-"$VENV/bin/daphne" -b "$BIND" -p "$PORT" mediator_project.asgi:application & pids+=($!)
+"$VENV/bin/python" -m mediator_project.socket_server -b "$BIND" -p "$PORT" & pids+=($!)
 wait "$!"

@@ -52,7 +52,8 @@ if [ "${NO_PROXY:-0}" != 1 ]; then
   [ -x "$NGINX" ] || { echo "nginx missing: scripts/ensure_extra_nginx.sh (nginx-light), or NO_PROXY=1"; exit 1; }
   sed -e "s/@PORT@/$PORT/g" -e "s/@HTTP_PORT@/$HTTP_PORT/g" -e "s/@WS_PORT@/$WS_PORT/g" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" \
     -e "s/@USER@/$(id -un)/g" -e "s/@MAX_BODY_BYTES@/$MAX_BODY_BYTES/g" -e "s/@PUBLIC_SCHEME@/$PUBLIC_SCHEME/g" \
-    -e "s#@CORS_MAPS@#$CORS_MAPS#g" deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
+    -e "s#@CORS_MAPS@#$CORS_MAPS#g" -e "s/@CLIENT_TIMEOUT@/${NGINX_CLIENT_TIMEOUT:-60s}/g" \
+    deploy/nginx.conf.template > "$RUN_DIR_ABS/nginx.conf"
 fi
 [ "${NO_CELERY:-0}" = 1 ] && celery='/^@CELERY@/d' || celery='s/^@CELERY@//'
 [ "${NO_PROXY:-0}" = 1 ] && proxy='/^@PROXY@/d' || proxy='s/^@PROXY@//'

@@ -16,7 +16,7 @@ checked over what was received (STYLE §8). Life of a socket:
 
 Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type":"ERROR"} frame:
 4029 RATE_LIMITED (a WS_CONNECT_CHECKS/WS_AUTH_CHECKS refusal), 4404 UNKNOWN_MEDIATOR,
-4503 MEDIATOR_UNAVAILABLE (tenant suspended or database unreachable), 4509 SEND_BUDGET_EXCEEDED
+4503 MEDIATOR_UNAVAILABLE (tenant suspended, database or channel layer unreachable), 4509 SEND_BUDGET_EXCEEDED
 (a push found more than MEDIATOR_WS_SEND_BUDGET_BYTES unsent: the client is not reading).
 
 Every accepted socket is in its tenant's group (realtime.groups.tenant_group_name): when the tenant
@@ -39,6 +39,7 @@ from django.utils import timezone
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
+from apps.realtime.layerloss import LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
@@ -169,7 +170,7 @@ def _backlog_frames(rows: list[dict]) -> list[str]:
     return frames
 
 
-class SocketConsumer(AsyncWebsocketConsumer):
+class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     """One client socket on `/ws`."""
 
     async def connect(self) -> None:
@@ -284,6 +285,11 @@ class SocketConsumer(AsyncWebsocketConsumer):
         if event.get("deleted"):
             await self._refuse(ErrorCode.UNKNOWN_MEDIATOR)
         elif event.get("active") is False:
+            await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
+
+    async def layer_lost(self) -> None:
+        """The channel layer is gone (realtime.layerloss): no pushes could reach this socket."""
+        if getattr(self, "state", NEW) != CLOSED:  # NEW too when the layer failed before connect()
             await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
 
     async def disconnect(self, code: int) -> None:

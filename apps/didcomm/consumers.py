@@ -22,10 +22,19 @@ suspended or deleted, or DIDComm switched off, it gets a problem report and clos
 codes a new connection is refused with). Each frame also meets the tenant's current state (the
 per-process caches `POST /didcomm` uses): a socket that missed that message answers a refusal, then
 closes.
+
+Admission and idleness (docs/didcomm.md): an upgrade counts against the per-address connect limit
+of `/ws` (apps.ops.limits.ws_connect_check, one window for both socket paths; over it a problem
+report and close 4029). A socket is *in use* while a client on it is live (`_in_use`: a v2 client
+that sent live-delivery-change, a v1 connection in live delivery, such as return_route "all");
+otherwise each frame the mediator accepts (answered without a problem report) keeps it open for
+MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S, and once that passes without one it gets a problem report and
+close 4408. Refused frames (garbage, bad envelopes, rate-limited) do not keep a socket open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -38,12 +47,15 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.didcomm.core.errors import DidcommError
+from apps.ops import limits
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
+from apps.realtime.layerloss import LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
+from apps.wire.errors import ProtocolError
 
 from . import dispatch_v1, metrics, services
 from .dispatch import LiveTarget, Row, live_start, log_failure
@@ -57,6 +69,8 @@ log = logging.getLogger("mediator.didcomm")
 
 CLOSE_UNKNOWN_MEDIATOR = 4404
 CLOSE_UNAVAILABLE = 4503
+CLOSE_RATE_LIMITED = 4029  # as /ws
+CLOSE_IDLE = 4408
 # A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
 # on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
 LIVE_STATE_MAX_AGE_S = 60.0
@@ -86,8 +100,8 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
 
 
-def _admit(host: str):
-    """The tenant for `host` if it serves DIDComm; Problem otherwise."""
+def _admit(host: str, ip: str | None):
+    """The tenant for `host` if it serves DIDComm and `ip` is within the connect limit; Problem otherwise."""
     tenant = tenant_for_host(host)
     if tenant is None:
         raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
@@ -95,6 +109,10 @@ def _admit(host: str):
         raise Problem(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
     if not services.policy_for(tenant=tenant).enabled:
         raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+    try:
+        limits.ws_connect_check(tenant, ip)
+    except ProtocolError as err:
+        raise Problem(Code.RATE_LIMITED, "too many connections from this address", CLOSE_RATE_LIMITED) from err
     return tenant
 
 
@@ -135,7 +153,7 @@ def _rows(wake: dict) -> list[Row] | None:
         return None
 
 
-class DidcommConsumer(AsyncWebsocketConsumer):
+class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     """One DIDComm client socket."""
 
     async def connect(self) -> None:
@@ -158,7 +176,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         self.host = host
         await self.accept()
         try:
-            self.tenant = await database_sync_to_async(_admit)(host)
+            self.tenant = await database_sync_to_async(_admit)(host, self.ip)
         except Problem as problem:
             await self._refuse(problem.code, problem.comment, problem.status)
             return
@@ -171,6 +189,7 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         )
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
+        self._idle_start()
         # The tenant's group: suspended, deleted or DIDComm off, the socket closes (realtime_tenant_state).
         self.tenant_group = tenant_group_name(self.tenant.pk)
         try:
@@ -192,6 +211,8 @@ class DidcommConsumer(AsyncWebsocketConsumer):
             problem = problem_message(Code.UNAVAILABLE, "mediator unavailable", pthid=None)
             await self._send(json.dumps(problem, separators=(",", ":")))
             return
+        if reply.status < 400:
+            self.used_at = time.monotonic()  # an accepted frame: the socket is in use
         if reply.body:
             # v1 agents (Credo) send and expect binary frames; v2 clients text.
             await self._send(reply.body if reply.protocol == "v1" else reply.body.decode("utf-8"))
@@ -339,8 +360,15 @@ class DidcommConsumer(AsyncWebsocketConsumer):
         await self.budget.drained()
         await self._close(SEND_BUDGET_CLOSE)
 
+    async def layer_lost(self) -> None:
+        """The channel layer is gone (realtime.layerloss): no wakes could reach this socket."""
+        if not getattr(self, "closed", False):  # unset when the layer failed before connect()
+            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+
     async def disconnect(self, code: int) -> None:
         self.closed = True
+        if getattr(self, "idle_watch", None) is not None:
+            self.idle_watch.cancel()
         if getattr(self, "budget", None):
             self.budget.release()
         if getattr(self, "presence", None) is not None:
@@ -366,3 +394,28 @@ class DidcommConsumer(AsyncWebsocketConsumer):
     async def _close(self, close_code: int) -> None:
         self.closed = True
         await self.close(code=close_code)
+
+    # -- idleness (module docstring) --
+
+    def _in_use(self) -> bool:
+        """Whether a client on this socket is live (it needs no frames to stay open)."""
+        return bool(self.live)
+
+    def _idle_start(self) -> None:
+        self.used_at = time.monotonic()
+        self.idle_watch: asyncio.Task | None = None
+        if settings.MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S > 0:
+            self.idle_watch = asyncio.create_task(self._idle_close())
+
+    async def _idle_close(self) -> None:
+        """Close the socket once it was not in use for the idle timeout; its messages stay queued."""
+        timeout = settings.MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S
+        while not self.closed:
+            if self._in_use():
+                self.used_at = time.monotonic()
+            left = self.used_at + timeout - time.monotonic()
+            if left <= 0:
+                log.info("didcomm websocket closed: idle tenant=%s", self.tenant.slug)
+                await self._refuse(Code.IDLE, f"no message accepted for {timeout:g} s and not live", CLOSE_IDLE)
+                return
+            await asyncio.sleep(left)

@@ -264,7 +264,9 @@ def admit(
     policy = accepting.policy
     if not policy.enabled:
         raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
-    if len(raw) > tenant.max_body_bytes:
+    # The smaller cap wins (docs/operations.md): HTTP bodies meet the deployment's before this,
+    # socket frames only here.
+    if len(raw) > min(tenant.max_body_bytes, settings.MEDIATOR_MAX_BODY_BYTES):
         raise Problem(Code.TOO_BIG, "message too large", 413)
     if transport == "http" and (content_type or "").split(";", 1)[0].strip().lower() not in media:
         raise Problem(Code.UNSUPPORTED_MEDIA, f"use {media[0]}", 415)

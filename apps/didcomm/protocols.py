@@ -65,6 +65,8 @@ class Code:
     OUT_OF_WINDOW = "e.m.req.time"  # created_time further than the replay window from now
     # A live socket that does not read, over its send budget (then close 4509; nothing is lost).
     SEND_BUDGET = "e.p.xfer.send-budget-exceeded"
+    # A socket not in use for MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S (then close 4408; nothing is lost).
+    IDLE = "e.p.xfer.idle-timeout"
     # DIDComm v1 only
     NOT_CONNECTED = "e.p.req.not-connected"  # an authcrypt message from a key with no connection
     CONNECTION_EXISTS = "e.p.req.connection-exists"  # DID Exchange again from a connected key, new thread

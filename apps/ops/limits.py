@@ -5,7 +5,8 @@
   one address);
 - per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min:
   the limit that stops one abusive client;
-- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS).
+- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS);
+  /didcomm/ws upgrades count in the same connect window (its consumer calls ws_connect_check).
 
 Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip /
 _per_ip_burst; null is the deployment default, 0 switches the limit off). A refusal is 429
@@ -73,7 +74,7 @@ def per_did_check(tenant, cmd, meta, verified: bool) -> None:
 
 
 def ws_connect_check(tenant, ip: str | None) -> None:
-    """hooks.WS_CONNECT_CHECKS: /ws upgrades per address per minute."""
+    """hooks.WS_CONNECT_CHECKS: /ws and /didcomm/ws upgrades per address per minute."""
     if ip:
         enforce("ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP)
 

@@ -8,8 +8,8 @@ budget caps those unsent bytes per socket:
 - a frame the server *pushes* (an event, a PING) is queued only if the unsent bytes plus the
   frame fit within the budget, or if nothing is unsent (one frame larger than the budget still
   goes alone); otherwise the consumer queues its ERROR frame, waits for what is queued to leave
-  (`drained`, at most `DRAIN_BEFORE_CLOSE_S`) and closes the socket (`CLOSE_CODE`), so that a
-  client that reads again late is told why. A push is a wake-up, never the only copy: the events
+  (`drained`: while the peer takes bytes, or up to `DRAIN_BEFORE_CLOSE_S` without one) and closes
+  the socket (`CLOSE_CODE`), so that a client that reads again late is told why. A push is a wake-up, never the only copy: the events
   stay pending and come back as backlog after AUTHENTICATE;
 - a stream the server *pulls* (the backlog, read from the database) waits for room instead,
   so a large backlog reaches a slow reader at its own pace.
@@ -46,11 +46,12 @@ ERROR_CODE = "SEND_BUDGET_EXCEEDED"
 # How often a paced sender (the backlog) looks whether the peer has taken enough bytes.
 PACE_POLL_S = 0.05
 
-# How long a socket closed over its budget waits for its queued bytes (the ERROR frame last) to
-# leave before the close frame is queued: Daphne resets a peer that has not answered its close
-# 1 s after the close was *queued*, not written, which would drop the ERROR frame of a client
-# that reads again late. A peer that still reads nothing is cut off DRAIN_BEFORE_CLOSE_S + 1 s
-# after going over budget, holding at most the budget meanwhile.
+# How long a socket closed over its budget waits for its peer to take a byte of what is queued
+# (the ERROR frame last) before the close frame is queued: Daphne resets a peer that has not
+# answered its close 1 s after the close was *queued*, not written, which would drop the ERROR
+# frame of a client that reads again late. Every byte taken restarts the wait, so a slow reader
+# gets the frame however long its backlog takes; a peer that reads nothing is cut off
+# DRAIN_BEFORE_CLOSE_S + 1 s after going over budget, holding at most the budget meanwhile.
 DRAIN_BEFORE_CLOSE_S = 5.0
 
 _warned = False
@@ -118,14 +119,22 @@ class SendBudget:
         return unsent == 0 or unsent + size <= self.limit
 
     async def drained(self, timeout: float = DRAIN_BEFORE_CLOSE_S) -> bool:
-        """Wait until every byte written so far has left the process (False after `timeout`, or
-        if the connection ends first)."""
+        """Wait until every byte written so far has left the process: False once `timeout` passed
+        without the peer taking a byte, or if the connection ends first. The deadline moves with
+        the peer's progress, so a client that reads again, however slowly (a small receive window,
+        a loaded machine), gets everything up to the ERROR frame; one that reads nothing is given up
+        on after `timeout`, holding no more than it did."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.unsent():
+        unsent = self.unsent()
+        while unsent:
             if not self.is_open() or loop.time() >= deadline:
                 return False
             await asyncio.sleep(PACE_POLL_S)
+            left = self.unsent()
+            if left < unsent:
+                deadline = loop.time() + timeout
+            unsent = left
         return self.is_open()
 
     async def room_for(self, size: int) -> bool:

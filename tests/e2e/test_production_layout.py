@@ -653,6 +653,38 @@ def test_didcomm_through_nginx_granian_and_daphne_mediation_forward_and_live_pus
     http.close()
 
 
+@pytest.mark.parametrize("layout", [{"env": {"NGINX_CLIENT_TIMEOUT": "1s"}}], indirect=True)
+def test_a_method_nginx_refuses_is_json_and_a_stalled_body_is_closed_at_the_configured_timeout(layout):
+    """TRACE, which nginx refuses itself, gets the application's answer to a wrong method (405;
+    under /didcomm a problem report), not nginx's HTML. A body that stalls past NGINX_CLIENT_TIMEOUT
+    gets no reply at all: nginx ends a request that timed out without a response (error_page does
+    not apply), so the layout closes the connection, at the configured timeout."""
+    import socket
+
+    port, host = layout["port"], f"127.0.0.1:{layout['port']}".encode()
+    status, headers, body = _raw(port, b"TRACE / HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+    assert (status, headers["content-type"], headers.get("access-control-allow-origin"), body) == (
+        405,
+        "application/json",
+        "*",
+        b'{"code":"INVALID_COMMAND","type":"ERROR"}',
+    )
+    status, headers, body = _raw(port, b"TRACE /didcomm HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+    report = json.loads(body)
+    assert (status, headers["content-type"], report["type"], report["body"]) == (
+        405,
+        "application/json",
+        PROBLEM,
+        {"code": "e.p.msg", "comment": "method not allowed"},
+    )
+
+    # Part of a body, then nothing: closed by nginx once the (1 s) timeout passed, without a byte;
+    # with nginx's 60 s default this read would time out instead.
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: " + host + b'\r\nContent-Length: 10\r\n\r\n{"a"')
+        assert sock.recv(65536) == b""
+
+
 @pytest.mark.parametrize("layout", [{"env": {"MEDIATOR_MAX_BODY_BYTES": str(CAP)}}], indirect=True)
 def test_every_error_nginx_produces_on_didcomm_is_a_problem_report(layout):
     """Under /didcomm nginx's own errors are Report Problem 2.0 messages (JSON) with the status

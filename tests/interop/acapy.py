@@ -127,6 +127,10 @@ class AcaPyAgent:
         self.webhooks.close()
 
 
+# The last line Conductor.start logs, after the wallet upgrade and the mediation setup.
+STARTED_LINE = "acapy_agent.core.conductor INFO Listening..."
+
+
 def start_agent(
     tmp_path: Path,
     label: str,
@@ -137,9 +141,17 @@ def start_agent(
     log_level: str = "info",
 ) -> AcaPyAgent:
     """Start an ACA-Py agent with an askar sqlite wallet under `tmp_path`, auto-accepting invitations and
-    requests, and wait until its admin API says ready (about 6 s here). With `mediator` it grants every
-    mediation request and keeps forwards for recipients without an endpoint until they pick them up;
-    `own_session` starts it in a session of its own (its pid is the session id)."""
+    requests, and wait until it has started (about 6 s here): its admin API says ready and, when it
+    logs at info or below, its log says "Listening...". With `mediator` it grants every mediation
+    request and keeps forwards for recipients without an endpoint until they pick them up;
+    `own_session` starts it in a session of its own (its pid is the session id).
+
+    The admin API says ready as soon as its server is up, which Conductor.start does before the
+    wallet upgrade every fresh wallet gets: that upgrade reads every connection record and saves it
+    back. An invitation given in between (the tests give one at once) made a connection record that
+    the upgrade could save back over a newer state, e.g. "invitation" over "request", and the
+    DID Exchange response was then refused ("Cannot accept connection response for connection in
+    state") and the connection never completed. "Listening..." is the last line of Conductor.start."""
     aca_py = ensure_installed()
     port, admin_port, webhooks = free_port(), free_port(), WebhookSink()
     home = tmp_path / f"acapy-{label}"
@@ -172,6 +184,8 @@ def start_agent(
     agent = AcaPyAgent(label, port, admin_port, proc, log_path, webhooks)
     try:
         agent.wait_for("admin API", lambda: _ready(agent), timeout=45)
+        if log_level in ("debug", "info"):
+            agent.wait_for("the end of its start", lambda: STARTED_LINE in agent.log(), timeout=45)
     except BaseException:
         agent.stop()
         raise

@@ -244,7 +244,9 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
         # budget close in the log is `late`'s, and reading it starts 1.5 s later. Daphne resets a
         # peer that has not answered its close 1 s after the close was queued, so the server
         # queues the close only once what it queued before (the ERROR frame last) has left
-        # (sendbudget.DRAIN_BEFORE_CLOSE_S); before, this client got a reset and no ERROR frame.
+        # (sendbudget.drained: while the reader takes bytes, or 5 s without one); before, this client
+        # got a reset and no ERROR frame, and with a fixed 5 s, now and then under load, when reading
+        # its queue through a 4 KiB window outlasted them.
         never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate(), rcvbuf=1 << 20)
         late = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
         assert never.reply == late.reply == {"type": "AUTH_SUCCESS"}

@@ -102,12 +102,13 @@ class Server:
 def start_daphne(
     tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None
 ) -> Server:
-    """Start `daphne mediator_project.asgi:application` and wait until /health answers."""
+    """Start Daphne as every layout does (`python -m mediator_project.socket_server`) and wait
+    until /health answers."""
     port = port or free_port()
     log_path = tmp_path / f"daphne-{port}.log"
     full_env = server_env(env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mediator_project.asgi:application"],
+        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port)],
         cwd=ROOT,
         env=full_env,
         stdout=log_path.open("wb"),
@@ -203,3 +204,44 @@ def start_celery_worker(
         time.sleep(0.2)
     worker.stop()
     raise RuntimeError(f"celery worker did not start:\n{worker.log()}")
+
+
+@dataclass
+class RedisServer:
+    """A private `redis-server` a test may stop (an outage) without touching the shared ones."""
+
+    port: int
+    proc: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        """Stop it and wait until its port refuses connections."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def start_redis(tmp_path: Path) -> RedisServer:
+    """`redis-server` on a free port, without persistence, once it answers PING."""
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=(tmp_path / f"redis-{port}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    server = RedisServer(port=port, proc=proc)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            if redis.Redis(port=port, socket_connect_timeout=1).ping():
+                return server
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    server.stop()
+    raise RuntimeError("redis-server did not start")

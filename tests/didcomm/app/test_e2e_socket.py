@@ -75,7 +75,8 @@ def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its
         def read_once_closed() -> list[tuple[int, bytes]]:
             # Start reading 1.5 s after the server says it closed the socket: Daphne resets a peer
             # that has not answered its close 1 s after the close was queued, so the server queues
-            # the close only once the report before it has left (sendbudget.DRAIN_BEFORE_CLOSE_S).
+            # the close only once the report before it has left (sendbudget.drained: while the
+            # reader takes bytes, or 5 s without one, so a slow read under load still gets it).
             deadline = time.monotonic() + 60
             while BUDGET_LOG not in deploy.servers[0].log() and time.monotonic() < deadline:
                 time.sleep(0.01)

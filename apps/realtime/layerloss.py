@@ -1,0 +1,49 @@
+"""A socket whose channel layer is lost (Redis down) is refused or closed in its protocol's words.
+
+Channels runs every consumer as one loop over two receives, the client's and the channel layer's
+(`AsyncConsumer.__call__`). When Redis goes away the layer's receive raises; out of the consumer
+that became Daphne's close 1011 for an open socket, and a traceback and a failed handshake for an
+upgrade made during the outage. `LayerLossMixin` catches that error where the consumer ends and
+has the consumer say so instead (`layer_lost`: `/ws` an ERROR frame MEDIATOR_UNAVAILABLE and
+close 4503, `/didcomm/ws` an `e.p.me.unavailable` problem report and close 4503), accepting the
+socket first if the layer failed before the consumer did. A socket without the layer would get no
+pushes; nothing is lost by closing it: events and messages stay queued for the next connection.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+
+log = logging.getLogger("mediator.realtime")
+
+# What channels_redis raises when its Redis is unreachable (redis-py's errors, or the socket's).
+LAYER_ERRORS = (RedisError, OSError)
+
+
+class LayerLossMixin:
+    """Put before AsyncWebsocketConsumer; the consumer defines `layer_lost()` and `disconnect()`."""
+
+    accepted = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except LAYER_ERRORS as exc:
+            log.warning("channel layer unreachable: websocket closed (%s)", type(exc).__name__)
+            try:
+                if not self.accepted:
+                    await self.accept()
+                await self.layer_lost()
+            except Exception:  # noqa: BLE001 - the client left meanwhile (Daphne refuses to send)
+                log.info("websocket gone before its channel-layer refusal")
+            # The consumer's own cleanup (presence, memberships, metrics), as after any close.
+            await self.disconnect(1011)
+
+    async def accept(self, *args, **kwargs) -> None:
+        await super().accept(*args, **kwargs)
+        self.accepted = True
+
+    async def layer_lost(self) -> None:
+        raise NotImplementedError

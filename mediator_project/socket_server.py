@@ -1,0 +1,49 @@
+"""The WebSocket tier (and the embedded default's HTTP): Daphne, with incoming message limits the
+application's own cap governs (docs/serving.md).
+
+    python -m mediator_project.socket_server -b 127.0.0.1 -p 8001   # any `daphne` option
+
+Daphne's own limit on an incoming WebSocket message (and frame) is 1 MiB, below the application's
+body cap (MEDIATOR_MAX_BODY_BYTES, 6 MiB), and over it Daphne drops the connection without a
+close frame: a 2 MiB forward over `/didcomm/ws` would vanish where `POST /didcomm` takes it. Here
+Daphne's limit is `MESSAGE_LIMIT_FACTOR` times that cap, so every frame up to the cap is handled and
+one over it still reaches the consumer, which answers it as the protocol says (`/didcomm/ws`:
+`e.p.xfer.too-big`, the socket stays open; `/ws`: AUTH_FAILED). Only a message over the server's
+limit is dropped by Daphne, which bounds what one socket can make a process buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from daphne.cli import CommandLineInterface
+from django.conf import settings
+
+# A frame over the application's cap must still reach the application to get its answer.
+MESSAGE_LIMIT_FACTOR = 2
+APPLICATION = "mediator_project.asgi:application"
+
+
+def message_limit() -> int:
+    """Daphne's limit on one incoming WebSocket message and frame, in bytes."""
+    return MESSAGE_LIMIT_FACTOR * settings.MEDIATOR_MAX_BODY_BYTES
+
+
+def arguments(argv: list[str]) -> list[str]:
+    """Daphne's command line: the message limits first (an explicit option given later wins),
+    then `argv`, then the application unless `argv` names one."""
+    limit = str(message_limit())
+    args = ["--websocket-max-message-size", limit, "--websocket-max-frame-size", limit, *argv]
+    if not any(a.endswith(":application") for a in argv):
+        args.append(APPLICATION)
+    return args
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
+    CommandLineInterface().run(arguments(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
