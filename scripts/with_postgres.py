@@ -44,6 +44,8 @@ with warnings.catch_warnings():  # platformdirs warns, at import, that XDG_RUNTI
 SERVER_USER = "embedded_postgres"
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
+# The signals received once the server may be starting: then the script stops quietly (exit 0).
+stopping: list[int] = []
 
 
 def _say(text: str) -> None:
@@ -124,8 +126,8 @@ def _start(pgdata: Path, account: dict) -> subprocess.Popen:
         **account,
     )  # fmt: skip
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not _accepts(pgdata):
-        if server.poll() is not None:
+    while not stopping and not _accepts(pgdata):
+        if server.poll() is not None and not stopping:
             sys.exit(f"embedded PostgreSQL did not start; see {pgdata.parent / 'postgres.log'}")
         if time.monotonic() > deadline:
             _stop(server)
@@ -162,7 +164,6 @@ def main(argv: list[str]) -> int:
     _prepare(pgdata, account)
     # From here a TERM or INT must not end this script before it has stopped CMD and the server.
     children: list[subprocess.Popen] = []
-    stopping: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         stopping.append(signum)
@@ -181,6 +182,9 @@ def main(argv: list[str]) -> int:
             if signal.SIGTERM in stopping:  # arrived while CMD was starting
                 children[0].terminate()
             status = children[0].wait()
+    except psycopg.OperationalError:
+        if not stopping:  # a signal to the group also reached the starting server: nothing to report
+            raise
     finally:
         _stop(server)
     return 0 if stopping else status
