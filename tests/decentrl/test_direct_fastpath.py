@@ -1,6 +1,6 @@
 """DIRECT_AUTHENTICATED claims the nonce and checks the registration with one storage call (one
-statement on PostgreSQL, apps/decentrl/storage.py). Both backends must give the same answers in
-DCTRL-0004 §5.4/§6.2 order, and the nonce is consumed after every outcome."""
+statement, apps/decentrl/storage.py), answering in DCTRL-0004 §5.4/§6.2 order; the nonce is
+consumed after every outcome."""
 
 from __future__ import annotations
 
@@ -139,7 +139,6 @@ def test_a_page_over_the_tenants_cap_is_refused_after_the_registration(post_a, t
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
 def test_one_statement_claims_the_nonce_checks_the_registration_and_reads_the_page(post_a, tenant_a, registered, bob):
     _events(post_a, tenant_a, bob, 3)
     with CaptureQueriesContext(connection) as ctx:
@@ -150,7 +149,6 @@ def test_one_statement_claims_the_nonce_checks_the_registration_and_reads_the_pa
     assert all(table in touching[0] for table in ("protocol_nonce", "messaging_contract", "messaging_eventtag"))
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_query_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, monkeypatch):
     from apps.decentrl import storage

@@ -1,7 +1,6 @@
-"""TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement on PostgreSQL.
+"""TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement.
 
-Every case runs on each storage backend (the one-statement PostgreSQL backend and the SQL backend
-SQLite uses) and must give the same status, body and stored effects: error precedence of
+Every case checks the status, body and stored effects: error precedence of
 PROTOCOL-DECISIONS §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every later
 failure, including a database error inside the statement.
 """

@@ -67,13 +67,11 @@ DROP_FUNCTION = (
 
 
 def create_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE_FUNCTION)
+    schema_editor.execute(CREATE_FUNCTION)
 
 
 def drop_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_FUNCTION)
+    schema_editor.execute(DROP_FUNCTION)
 
 
 class Migration(migrations.Migration):
