@@ -38,7 +38,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
-	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) scripts/with_postgres.py -- $(PY) manage.py makemigrations --check --dry-run
 
 format: install
 	$(VENV)/bin/ruff format .
