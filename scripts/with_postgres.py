@@ -34,7 +34,8 @@ from pathlib import Path
 
 import psycopg
 
-from mediator_project import settings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not on PYTHONPATH
+from mediator_project import settings  # noqa: E402
 
 with warnings.catch_warnings():  # platformdirs warns, at import, that XDG_RUNTIME_DIR is unset: unused here
     warnings.simplefilter("ignore")
