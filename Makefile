@@ -1,4 +1,5 @@
-# The README's commands. `make run` serves the embedded default; `make test` runs the whole suite.
+# The README's commands. `make run` serves the embedded default (its PostgreSQL included, scripts/with_postgres.py);
+# `make test` runs the whole suite.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,27 +19,14 @@ install: $(VENV)/.installed
 
 run: install
 	@$(PY) scripts/port_free.py $(BIND) $(PORT)
-	$(PY) manage.py migrate --noinput -v0
-	PORT=$(PORT) $(PY) manage.py bootstrap_tenant --port $(PORT)
-	@PORT=$(PORT) exec scripts/run_embedded.sh $(BIND) $(PORT)
+	@PORT=$(PORT) exec $(PY) scripts/with_postgres.py -- scripts/run_embedded.sh $(BIND) $(PORT)
 
 # The first operator (a superuser) for the console at /admin/ and the operator API; asks for a
 # name and a password. `make operator OPERATOR=olivia` skips the name prompt. Without a terminal
 # (a script, a pipe) it reads DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD and fails
 # (non-zero) when they are missing.
 operator: install
-	$(PY) manage.py migrate --noinput -v0
-	$(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))
-
-# The messaging commands, every database seam's oracle tests and the /ws pushes again on SQLite, the embedded
-# default's database, configured as it runs (a file, WAL, IMMEDIATE: mediator_project/settings_test.py;
-# the rest of the suite needs PostgreSQL). Metering writes within the request there, so that no
-# flush thread writes while pytest-django sets up and tears down tests on the other connection.
-SQLITE_TESTS := tests/decentrl/test_storage.py tests/decentrl/test_commands.py tests/decentrl/test_errors.py \
-	tests/decentrl/test_eventquery.py tests/decentrl/test_messaging_backend.py tests/ops/test_job_locks.py \
-	tests/usage/test_metering_writers.py tests/public/test_concurrency.py \
-	tests/didcomm/app/test_forward_storage.py tests/decentrl/test_presence.py tests/realtime/test_push.py \
-	tests/realtime/test_ws_presence.py
+	$(PY) scripts/with_postgres.py -- sh -c '$(PY) manage.py migrate --noinput -v0 && exec $(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))'
 
 # The whole suite: the simulated cluster's drills (short), the Spark standalone cluster test, then pytest
 # (last, so its closing line ends the output). `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
@@ -47,7 +35,6 @@ test: install
 	$(MAKE) cluster-ci
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py
 	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
-	env -u MEDIATOR_TEST_DB_NAME TEST_DATABASE_URL=sqlite:///$(CURDIR)/var/test-sqlite.sqlite3 USAGE_METERING_MODE=sync $(PY) -m pytest $(SQLITE_TESTS)
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy covers the packages in
 # MYPY_PATHS (strict where pyproject.toml says so); a package joins once it passes.
@@ -55,7 +42,7 @@ MYPY_PATHS := apps/wire apps/didcomm/core
 
 # A Spark standalone cluster (master + 2 workers, scripts/spark_cluster.py) runs a report with a
 # worker killed mid-report and must publish exactly local mode's figures. Four more JVMs, so `make test`
-# runs it on its own after the suite; this target runs only it.
+# runs it on its own before the suite; this target runs only it.
 spark-cluster-test: install
 	scripts/ensure_services.sh
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
@@ -64,7 +51,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy $(MYPY_PATHS)
-	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) scripts/with_postgres.py -- $(PY) manage.py makemigrations --check --dry-run
 
 format: install
 	$(VENV)/bin/ruff format .
@@ -79,7 +66,7 @@ bench: install
 	$(PY) -m bench.run_standard $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 report: install
-	$(PY) manage.py run_usage_report
+	$(PY) scripts/with_postgres.py -- $(PY) manage.py run_usage_report
 
 clean:
 	rm -rf var/ .pytest_cache .ruff_cache

@@ -1,5 +1,5 @@
 """One env-driven settings module (STYLE §12). The embedded default needs no environment at all:
-SQLite, the in-memory channel layer and a generated development deployment key.
+the embedded PostgreSQL (scripts/with_postgres.py), the in-memory channel layer and a generated development deployment key.
 Production sets MEDIATOR_ENV=production, which makes every missing secret a loud failure.
 """
 
@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from urllib.parse import quote
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -123,16 +124,19 @@ TEMPLATES = [
 WSGI_APPLICATION = "mediator_project.wsgi.application"
 ASGI_APPLICATION = "mediator_project.asgi.application"
 
-DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mediator.sqlite3'}")
+# Without DATABASE_URL, the embedded PostgreSQL that `make run` starts (scripts/with_postgres.py): its
+# data and its Unix socket in var/pg, no TCP port, so checkouts on one machine never collide.
+EMBEDDED_PGDATA = None if env("DATABASE_URL") else VAR_DIR.resolve() / "pg"
+DATABASE_URL = env("DATABASE_URL") or f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}/mediator"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
 # so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
 # scripts/run_production.sh for the HTTP tier only) saves the pool's checkout and
 # return on every request (issue 8, docs/benchmark-history.md).
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 0)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_CONN_MAX_AGE > 0:
+if DB_CONN_MAX_AGE > 0:
     DATABASES["default"]["CONN_MAX_AGE"] = DB_CONN_MAX_AGE
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+else:
     # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
     # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
     # Added to the URL's own options (target_session_attrs of a multi-host URL, connect_timeout).
@@ -144,18 +148,6 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
         },
     }
-# WAL lets Spark (and a second process) read while Daphne writes; busy timeout avoids lock errors.
-# A transaction begins IMMEDIATE: it holds SQLite's one write lock from its start, so writers run
-# one at a time (what apps/messaging/sql.SqliteBackend.serialise relies on).
-SQLITE_OPTIONS = {
-    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    "transaction_mode": "IMMEDIATE",
-    "timeout": 20,
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
 # Never wrap requests in one transaction: a consumed nonce must commit on its own (DCTRL-0004 §5.4).
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

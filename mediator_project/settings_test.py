@@ -1,12 +1,11 @@
-"""Test override: only what tests need. Tests run on real PostgreSQL (TEST_DATABASE_URL); `make test`
-runs the messaging commands a second time with TEST_DATABASE_URL=sqlite:///… (Makefile, SQLITE_TESTS)."""
+"""Test override: only what tests need. Tests run on real PostgreSQL (TEST_DATABASE_URL)."""
 
 import os
 
 import dj_database_url
 
 from .settings import *  # noqa: F403
-from .settings import DATABASES, SQLITE_OPTIONS
+from .settings import DATABASES
 
 DATABASES["default"] = dj_database_url.parse(
     os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/mediator"), conn_max_age=0
@@ -19,11 +18,6 @@ DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "0"
 # gives a run its own test database. Servers a test starts connect to that database by URL.
 if os.environ.get("MEDIATOR_TEST_DB_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["MEDIATOR_TEST_DB_NAME"]}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The embedded default's database as it runs: a file (Django would test in a shared-cache
-    # in-memory database, whose table locks fail at once instead of waiting), WAL, IMMEDIATE.
-    DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
-    DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MEDIATOR_DEFAULT_TENANT = "default"
 # Tests change tenants with queryset updates and across processes: resolve the host every time.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The embedded default: one Daphne process (HTTP + /ws) on SQLite and the in-memory channel layer.
+# The embedded default: one Daphne process (HTTP + /ws) on the embedded PostgreSQL (started around this
+# script by scripts/with_postgres.py) and the in-memory channel layer.
 # Background helpers (the Celery worker with beat) are started here and stopped with it, and so is
 # this deployment's Spark engine, which the worker starts on the first report or export in its
 # own session (spark_reports/engine.py; on a port of its own, recorded in var/spark-engine.json).
@@ -55,6 +56,8 @@ trap on_signal INT TERM
 trap stop_all EXIT
 # Refuse a busy port before starting anything or saying "Serving".
 "$VENV/bin/python" scripts/port_free.py "$BIND" "$PORT"
+"$VENV/bin/python" manage.py migrate --noinput -v0
+"$VENV/bin/python" manage.py bootstrap_tenant --port "$PORT"
 if [ -x scripts/run_embedded_extras.sh ]; then
   scripts/run_embedded_extras.sh & pids+=($!)
 fi

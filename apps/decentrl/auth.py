@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apps.decentrl.storage import NonceClaim, storage
+from apps.decentrl import storage
+from apps.decentrl.storage import NonceClaim
 from apps.messaging.services import is_registered
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, verify_signer
@@ -113,6 +114,6 @@ def authenticate(*, tenant: Tenant, frame: AuthFrame, now_ms: int, window_ms: in
         expires_at_ms=frame.timestamp + window_ms,
         now_ms=now_ms,
     )
-    if not storage().claim(claim):
+    if not storage.claim(claim):
         raise WsAuthFailed("DUPLICATE_NONCE")
     return frame.did

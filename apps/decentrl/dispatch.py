@@ -35,9 +35,9 @@ from apps.wire.did import DidError
 from apps.wire.envelope import DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, Command, parse_command
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-from . import handlers, hooks
+from . import handlers, hooks, storage
 from .context import CommandContext
-from .storage import NonceClaim, storage
+from .storage import NonceClaim
 
 log = logging.getLogger("mediator.command")
 
@@ -120,7 +120,6 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
     nonce = NonceClaim(
         tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
     )
-    store = storage()
     # 2. CPU checks.
     needed = Needed(None, ErrorCode.UNAUTHORIZED_COMMAND)
     if failure is None:
@@ -130,12 +129,12 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
             failure = exc
     if isinstance(failure, DatabaseError):
         # The database is what failed: claim the nonce on its own, then answer 503.
-        if not store.claim(nonce):
+        if not storage.claim(nonce):
             raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
         raise failure
     # 3. One storage call.
     if h.channel == TWO_WAY_PRIVATE:
-        found = store.claim_and_deliver(
+        found = storage.claim_and_deliver(
             nonce,
             tenant=tenant,
             checks_passed=failure is None,
@@ -147,7 +146,7 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
     else:
         # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
         reads = handlers.READS.get(cmd.type) if failure is None else None
-        found = store.claim_checking_registration(
+        found = storage.claim_checking_registration(
             nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=reads(tenant, cmd) if reads else None
         )
     # 4. The error, in protocol order.

@@ -1,30 +1,24 @@
 """The command path's storage seam: one call per command claims its nonce and returns flags.
 
-Every statement text of the command path is here, the nonce claim included. Two backends give
-the same answers (tests/decentrl/test_storage.py checks both against one model of the rules):
-
-- `PostgresStorage`: each call is ONE prepared statement. The nonce `INSERT … ON CONFLICT` is a
-  data-modifying CTE, executed to completion whatever the rest of the statement says, so the
-  nonce is consumed even when a later check fails; the checks only gate the INSERT of the event.
-  If the statement itself fails (a database error) nothing of it commits, so the nonce is then
-  claimed on its own before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
-  outcome).
-- `SqlStorage` (SQLite, the embedded default): the same claim text as its own autocommit
-  statement (committed before anything else runs), then the same predicates, then
-  `services.pending_event_enqueue` for the queue cap and the INSERT.
+Every statement text of the command path is here, the nonce claim included
+(tests/decentrl/test_storage.py checks the calls against one model of the rules). Each call is ONE
+prepared statement. The nonce `INSERT … ON CONFLICT` is a data-modifying CTE, executed to
+completion whatever the rest of the statement says, so the nonce is consumed even when a later
+check fails; the checks only gate the INSERT of the event. If the statement itself fails (a
+database error) nothing of it commits, so the nonce is then claimed on its own before the error
+goes up (PROTOCOL-DECISIONS §3: consumed after every outcome).
 
 QUERY_EVENTS' page comes from here too, read by the same call after the claim (`read`, an
-`EventsQuery`) and only when the nonce was fresh and the sender registered: on PostgreSQL the tags
-and time-range filters put eventquery's page statement in the claim's statement (one round trip),
-every other filter (and every filter on SQLite) runs the ORM query `services.events_query` after
-the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
+`EventsQuery`) and only when the nonce was fresh and the sender registered: the tags and
+time-range filters put eventquery's page statement in the claim's statement (one round trip),
+every other filter runs the ORM query `services.events_query` after the claim;
+tests/decentrl/test_eventquery.py checks both against a brute force.
 
 TWO_WAY_PRIVATE's statement, its parameters and the reading of its row are pure functions
 (`deliver_statement`, `delivered`), so that another driver runs the very same text
 (bench/async_entry_probe.py on psycopg's async connections; tests/decentrl/test_deliver_statement.py).
 
-`storage()` picks the backend once, from the database vendor, at first use. The dispatcher
-(apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
+The dispatcher (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
 
 from __future__ import annotations
@@ -34,15 +28,14 @@ import uuid
 from dataclasses import dataclass, replace
 from functools import cache
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from apps.messaging import eventquery, notify, presence
 from apps.messaging.models import Contract, PendingEvent, PendingQueueDepth
-from apps.messaging.services import Page, events_query, pending_event_enqueue
+from apps.messaging.services import Page, events_query
 from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params
 from apps.tenants.models import Tenant
 from apps.wire.envelope import EventFilter, Pagination
-from apps.wire.errors import ErrorCode, ProtocolError
 
 from .models import Nonce
 
@@ -94,7 +87,7 @@ def _claim_and_read_sql(page_sql: str) -> str:
 
 
 def _by_statement(flt: EventFilter) -> bool:
-    """Whether eventquery's statements serve this filter on PostgreSQL (tags, time range); the
+    """Whether eventquery's statements serve this filter (tags, time range); the
     participant and unprocessed filters take the ORM query."""
     return flt.participant_did is None and not flt.unprocessed_only
 
@@ -178,103 +171,102 @@ class Found:
     may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
 
 
-class PostgresStorage:
-    """Each call is one prepared statement (see the module docstring)."""
+def claim(nonce: NonceClaim) -> bool:
+    """Consume the pair on its own: True if it was fresh."""
+    with prepared_cursor() as cur:
+        cur.execute(CLAIM, nonce.params())
+        return cur.fetchone() is not None
 
-    def claim(self, nonce: NonceClaim) -> bool:
-        """Consume the pair on its own: True if it was fresh."""
+
+def _claiming(nonce: NonceClaim, sql: str, params: list) -> tuple:
+    try:
         with prepared_cursor() as cur:
-            cur.execute(CLAIM, nonce.params())
-            return cur.fetchone() is not None
+            cur.execute(sql, params)
+            return cur.fetchone()
+    except DatabaseError:
+        _claim_after_failure(nonce)
+        raise
 
-    def _claiming(self, nonce: NonceClaim, sql: str, params: list) -> tuple:
-        try:
-            with prepared_cursor() as cur:
-                cur.execute(sql, params)
-                return cur.fetchone()
-        except DatabaseError:
-            self._claim_after_failure(nonce)
-            raise
 
-    def _claim_after_failure(self, nonce: NonceClaim) -> None:
-        # The failed statement committed nothing, its claim included: claim the pair on its own
-        # so that it stays consumed after the 503.
-        try:
-            self.claim(nonce)
-        except DatabaseError:
-            pass
+def _claim_after_failure(nonce: NonceClaim) -> None:
+    # The failed statement committed nothing, its claim included: claim the pair on its own
+    # so that it stays consumed after the 503.
+    try:
+        claim(nonce)
+    except DatabaseError:
+        pass
 
-    def claim_checking_registration(
-        self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int, read: EventsQuery | None = None
-    ) -> Found:
-        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered; with
-        `read` (whose owner is `did`), then its page. One statement, unless the read takes the ORM
-        query or needs a COUNT (an empty page past the end, a full page without tags)."""
-        reg = registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did or "", now_s=now_s)
-        if read is not None and _by_statement(read.flt):
-            return self._claim_and_read(nonce, reg, tenant, read)
-        fresh, registered = self._claiming(
-            nonce, _CLAIM_CHECKING_REGISTRATION, [*nonce.params(), did is not None, *reg]
-        )
-        found = Found(bool(fresh), registered=bool(registered))
-        if read is None or not found.registered:
-            return found
-        return replace(found, page=events_query(tenant=tenant, owner_did=read.owner_did, flt=read.flt, page=read.page))
 
-    def _claim_and_read(self, nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQuery) -> Found:
-        args = {
-            "tenant": tenant,
-            "owner_did": read.owner_did,
-            "after": read.flt.after_timestamp,
-            "before": read.flt.before_timestamp,
-            "tags": list(read.flt.encrypted_tags),
-        }
-        limit = {"offset": read.page.offset, "limit": read.page.page_size}
-        page_sql, page_params = eventquery.page_statement(**args, **limit)
-        try:
-            with prepared_cursor() as cur:
-                cur.execute(_claim_and_read_sql(page_sql), [*nonce.params(), *reg, *page_params])
-                rows = cur.fetchall()
-        except DatabaseError:
-            self._claim_after_failure(nonce)
-            raise
-        fresh, registered = bool(rows[0][0]), bool(rows[0][1])
-        if not registered:
-            return Found(fresh)
-        page = [r[2:] for r in rows if r[2] is not None]
-        total = eventquery.page_total(page, **args, **limit)
-        return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
-
-    def claim_and_deliver(
-        self,
-        nonce: NonceClaim,
-        *,
-        tenant: Tenant,
-        checks_passed: bool,
-        sender_did: str,
-        recipient_did: str,
-        payload: str,
-        now_s: int,
-    ) -> Found:
-        """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
-        public_id = uuid.uuid4()
-        sql, params = deliver_statement(
-            nonce,
-            tenant=tenant,
-            checks_passed=checks_passed,
-            sender_did=sender_did,
-            recipient_did=recipient_did,
-            payload=payload,
-            now_s=now_s,
-            public_id=public_id,
-        )
-        found = delivered(self._claiming(nonce, sql, params), public_id)
-        if found.event_id is not None and found.may_have_socket:
-            # Autocommit: the statement has committed, so the push leaves at once.
-            notify.notify_pending_event(
-                tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
-            )
+def claim_checking_registration(
+    nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int, read: EventsQuery | None = None
+) -> Found:
+    """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered; with
+    `read` (whose owner is `did`), then its page. One statement, unless the read takes the ORM
+    query or needs a COUNT (an empty page past the end, a full page without tags)."""
+    reg = registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did or "", now_s=now_s)
+    if read is not None and _by_statement(read.flt):
+        return _claim_and_read(nonce, reg, tenant, read)
+    fresh, registered = _claiming(nonce, _CLAIM_CHECKING_REGISTRATION, [*nonce.params(), did is not None, *reg])
+    found = Found(bool(fresh), registered=bool(registered))
+    if read is None or not found.registered:
         return found
+    return replace(found, page=events_query(tenant=tenant, owner_did=read.owner_did, flt=read.flt, page=read.page))
+
+
+def _claim_and_read(nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQuery) -> Found:
+    args = {
+        "tenant": tenant,
+        "owner_did": read.owner_did,
+        "after": read.flt.after_timestamp,
+        "before": read.flt.before_timestamp,
+        "tags": list(read.flt.encrypted_tags),
+    }
+    limit = {"offset": read.page.offset, "limit": read.page.page_size}
+    page_sql, page_params = eventquery.page_statement(**args, **limit)
+    try:
+        with prepared_cursor() as cur:
+            cur.execute(_claim_and_read_sql(page_sql), [*nonce.params(), *reg, *page_params])
+            rows = cur.fetchall()
+    except DatabaseError:
+        _claim_after_failure(nonce)
+        raise
+    fresh, registered = bool(rows[0][0]), bool(rows[0][1])
+    if not registered:
+        return Found(fresh)
+    page = [r[2:] for r in rows if r[2] is not None]
+    total = eventquery.page_total(page, **args, **limit)
+    return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
+
+
+def claim_and_deliver(
+    nonce: NonceClaim,
+    *,
+    tenant: Tenant,
+    checks_passed: bool,
+    sender_did: str,
+    recipient_did: str,
+    payload: str,
+    now_s: int,
+) -> Found:
+    """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
+    public_id = uuid.uuid4()
+    sql, params = deliver_statement(
+        nonce,
+        tenant=tenant,
+        checks_passed=checks_passed,
+        sender_did=sender_did,
+        recipient_did=recipient_did,
+        payload=payload,
+        now_s=now_s,
+        public_id=public_id,
+    )
+    found = delivered(_claiming(nonce, sql, params), public_id)
+    if found.event_id is not None and found.may_have_socket:
+        # Autocommit: the statement has committed, so the push leaves at once.
+        notify.notify_pending_event(
+            tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
+        )
+    return found
 
 
 def deliver_statement(
@@ -288,7 +280,7 @@ def deliver_statement(
     now_s: int,
     public_id: uuid.UUID,
 ) -> tuple[str, list]:
-    """`PostgresStorage.claim_and_deliver`'s one statement and its parameters (pure: no I/O, so a
+    """`claim_and_deliver`'s one statement and its parameters (pure: no I/O, so a
     driver that is not Django's cursor runs the same text, bench/async_entry_probe.py)."""
     cap = tenant.pending_queue_cap or 0
     params = [
@@ -297,7 +289,7 @@ def deliver_statement(
         *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
         checks_passed,
         tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
-        # Race accepted as in services.pending_event_enqueue: concurrent senders may overshoot
+        # Race accepted: concurrent senders may overshoot
         # the cap by the number of in-flight sends; nothing is ever evicted.
         checks_passed, cap, cap, tenant.pk, recipient_did,
         public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
@@ -317,83 +309,3 @@ def delivered(row: tuple, public_id: uuid.UUID) -> Found:
         str(public_id) if stored else None,
         may_have_socket=presence.may_have_socket(live),
     )
-
-
-class SqlStorage:
-    """The same answers as separate statements: the claim commits first, by itself."""
-
-    def claim(self, nonce: NonceClaim) -> bool:
-        """Consume the pair on its own: True if it was fresh."""
-        with connection.cursor() as cur:
-            cur.execute(CLAIM, nonce.params())
-            # fetchall: SQLite finishes an INSERT … RETURNING (and releases its lock) only once
-            # every row is read.
-            return bool(cur.fetchall())
-
-    def claim_checking_registration(
-        self, nonce: NonceClaim, *, tenant: Tenant, did: str | None, now_s: int, read: EventsQuery | None = None
-    ) -> Found:
-        """Claim the pair and, if it was fresh and `did` is given, whether `did` is registered; with
-        `read` (whose owner is `did`), then its page (the ORM query, for every filter)."""
-        if not self.claim(nonce):
-            return Found(False)
-        if did is None:
-            return Found(True)
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {REGISTERED}",
-                registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did, now_s=now_s),
-            )
-            if not cur.fetchone()[0]:
-                return Found(True)
-        if read is None:
-            return Found(True, registered=True)
-        page = events_query(tenant=tenant, owner_did=read.owner_did, flt=read.flt, page=read.page)
-        return Found(True, registered=True, page=page)
-
-    def claim_and_deliver(
-        self,
-        nonce: NonceClaim,
-        *,
-        tenant: Tenant,
-        checks_passed: bool,
-        sender_did: str,
-        recipient_did: str,
-        payload: str,
-        now_s: int,
-    ) -> Found:
-        """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
-        if not self.claim(nonce):
-            return Found(False)
-        if not checks_passed:
-            return Found(True)
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {REGISTERED}, {HAS_CONTRACT}",
-                [
-                    *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
-                    tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
-                ],
-            )  # fmt: skip
-            registered, has_contract = (bool(v) for v in cur.fetchone())
-        if not (registered and has_contract):
-            return Found(True, registered, has_contract)
-        try:
-            event = pending_event_enqueue(
-                tenant=tenant, sender_did=sender_did, recipient_did=recipient_did, payload=payload
-            )
-        except ProtocolError as err:
-            if err.code is not ErrorCode.RECIPIENT_QUEUE_FULL:
-                raise
-            return Found(True, True, True, queue_full=True)
-        return Found(True, True, True, event_id=str(event.public_id))
-
-
-_chosen: list[PostgresStorage | SqlStorage] = []
-
-
-def storage() -> PostgresStorage | SqlStorage:
-    """The backend for this deployment's database, chosen at first use."""
-    if not _chosen:
-        _chosen.append(PostgresStorage() if connection.vendor == "postgresql" else SqlStorage())
-    return _chosen[0]

@@ -320,13 +320,11 @@ class QueuedMessage(models.Model):
 class QueueDepth(models.Model):
     """How many messages a recipient has queued (issue 15 §7): the forward's cap reads this row.
 
-    On PostgreSQL, statement-level triggers on QueuedMessage (migration 0005) keep `depth` exact
+    Statement-level triggers on QueuedMessage (migration 0005) keep `depth` exact
     whatever removes or adds the rows: the forward, its eviction, messages-received, the TTL purge,
     a revoke, a cascade, raw SQL. A row that reaches 0 is deleted, so a missing row means 0. No
     foreign key: the recipient's deletion needs no ordering against this row, and Django's flush
-    truncates it. SQLite (the embedded default) has no such triggers; there the forward counts
-    the queue (`storage.SqlForwardStore`) and this table stays empty. Messages queued to the
-    client itself (no recipient) are not counted (they have no cap).
+    truncates it. Messages queued to the client itself (no recipient) are not counted (they have no cap).
     """
 
     recipient_id = models.BigIntegerField(primary_key=True)

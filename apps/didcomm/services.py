@@ -641,7 +641,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     text = _compact_json(data)
     now = timezone.now()
     message_id = uuid.uuid4()
-    done = storage.store().forward(
+    done = storage.forward(
         storage.ForwardRequest(
             tenant_id=tenant.pk,
             lookup_hash=did_hash(form),

@@ -132,11 +132,10 @@ class PendingEvent(models.Model):
 class PendingQueueDepth(models.Model):
     """How many unacknowledged pending events a recipient has (issue 8).
 
-    On PostgreSQL, triggers on PendingEvent (migration 0005) keep `depth` exact whatever writes the
+    Triggers on PendingEvent (migration 0005) keep `depth` exact whatever writes the
     events: the send statement, ACKNOWLEDGE, the TTL job, a tenant purge, raw SQL. The queue-cap
     check and QUERY_PENDING_EVENTS totals read this one row instead of walking the recipient's
-    queue, which cost one heap fetch per queued event on every send. SQLite (the embedded
-    default) has no such triggers and keeps counting the queue (`sql.SqliteBackend.queue_depth`).
+    queue, which cost one heap fetch per queued event on every send.
 
     The same row holds the recipient's `/ws` presence (presence.py): how many of its sockets are
     open (`live`) and until when the youngest of them vouches for it (`live_until`, epoch

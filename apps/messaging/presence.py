@@ -4,9 +4,9 @@ The rule (`may_have_socket`): a stored message is pushed unless the recipient's 
 `PendingQueueDepth` row: for a Decentrl event its recipient's, for a DIDComm forward its client's),
 read under that row's lock in the transaction that stores the message, says that none of its
 sockets is open (`live` = 0) or that none has vouched for it lately (`live_until` passed). No
-row: pushed (nothing is known). A storing transaction that finds no row makes it, with nobody
-live (`live_under_lock`, the DIDComm forward function); Decentrl's queue trigger makes it on the
-first event. So only a DID's first message can find no row.
+row: pushed (nothing is known). The DIDComm forward function makes a missing row, with nobody
+live; Decentrl's queue trigger makes it on the first event. So only a DID's first message can
+find no row.
 
 Why it is exact. A socket joins its channel-layer group first, then marks itself present here
 (`socket_entered`, which writes the row), then reads its backlog. The storing transaction locks
@@ -16,7 +16,6 @@ the row until it commits:
   pushed, to a socket already in the group;
 - if the storing transaction came first, the socket's write waits for its commit, so the
   backlog read that follows sees the event.
-On SQLite the same holds because a transaction that writes holds the one write lock.
 
 Why two fields. `live` counts the open sockets, so the push stops the moment the last one
 closes. A socket tier that dies without closing its sockets leaves `live` too high; `live_until`
@@ -55,14 +54,9 @@ _RENEW = _MARK.format(live=f"CASE WHEN {_DEPTH}.live > 0 THEN {_DEPTH}.live ELSE
 # A socket closes (never below zero).
 _LEAVE = f"UPDATE {_DEPTH} SET live = CASE WHEN live > 0 THEN live - 1 ELSE 0 END WHERE tenant_id = %s AND recipient_did = %s"
 
-# The row of (tenant, did) made if missing, with nobody live (a socket's write waits for its commit).
-_ENSURE = (
-    f"INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth) VALUES (%s, %s, 0)"
-    " ON CONFLICT (tenant_id, recipient_did) DO NOTHING"
-)
 # Whether the recipient may have an open socket (NULL when there is no row). Parameters: `live_params`.
 _LIVE = f"SELECT live > 0 AND live_until > %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s"
-# The same under the row's lock, as a sub-select for a PostgreSQL statement that stores an event.
+# The same under the row's lock, as a sub-select for a statement that stores an event.
 LIVE_UNDER_LOCK = f"({_LIVE} FOR UPDATE)"
 
 
@@ -78,26 +72,8 @@ def live_params(*, tenant_id: int, did: str, now_s: int) -> list:
 
 def may_have_socket(found: bool | None) -> bool:
     """The push rule on what LIVE_UNDER_LOCK returned inside a statement: push unless it is False
-    (NULL: no row yet). `live_under_lock` answers the rule itself."""
+    (NULL: no row yet)."""
     return found is not False
-
-
-def live_under_lock(*, tenant_id: int, did: str, now_s: int) -> bool:
-    """Whether (tenant, did) may have an open socket, read under its row's lock inside the caller's
-    transaction (the ORM paths of a stored message). A missing row is made first, with nobody
-    live: a socket marking itself present then waits for this transaction's commit, so its backlog
-    read sees what this transaction stores, and the next message finds the row."""
-    # SQLite has no FOR UPDATE: a transaction that writes already holds its one write lock.
-    sql = _LIVE + (" FOR UPDATE" if connection.features.has_select_for_update else "")
-    params = live_params(tenant_id=tenant_id, did=did, now_s=now_s)
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        row = cur.fetchone()
-        if row is None:
-            cur.execute(_ENSURE, [tenant_id, did])
-            cur.execute(sql, params)
-            row = cur.fetchone()
-    return bool(row[0])
 
 
 def socket_entered(*, tenant_id: int, did: str, now_s: int) -> None:

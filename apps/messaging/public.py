@@ -31,7 +31,7 @@ from apps.wire.public import public_event_signature_ok
 
 from .models import PublicEvent
 from .services import Page, is_registered
-from .sql import backend
+from .sql import serialise
 
 RATE_WINDOW = timedelta(seconds=60)
 # Tombstones only matter for the rate window; keep them a little longer than it.
@@ -90,9 +90,9 @@ def public_event_publish(*, tenant: Tenant, publisher_did: str, public_event: di
     if not public_event_signature_ok(public_event, publisher.signing_key):
         raise ProtocolError(ErrorCode.INVALID_SIGNATURE, "public event signature")
     # Serialise publishes of one (tenant, publisher) until this transaction commits, so that
-    # concurrent publishes of one DID count each other and the rate cap is exact (on PostgreSQL an
-    # advisory lock per publisher: different publishers never wait).
-    backend().serialise(f"public:{tenant.pk}:{publisher_did}")
+    # concurrent publishes of one DID count each other and the rate cap is exact (an advisory lock
+    # per publisher: different publishers never wait).
+    serialise(f"public:{tenant.pk}:{publisher_did}")
     _check_rate(tenant, publisher_did)
     return PublicEvent.objects.create(
         tenant=tenant,

@@ -23,9 +23,9 @@ from apps.wire.encoding import b64encode
 from apps.wire.envelope import ContractFilter, EventFilter, EventToSave, Pagination, TagUpdate
 from apps.wire.errors import ErrorCode, ProtocolError
 
-from . import notify, presence
+from . import notify
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
-from .sql import REGISTERED, backend, registered_params
+from .sql import REGISTERED, prepared_cursor, queue_depth, registered_params
 
 DAY_S = 86_400
 
@@ -63,7 +63,7 @@ def is_registered(*, tenant: Tenant, did: str) -> bool:
     """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
     # The one predicate (sql.REGISTERED), prepared on PostgreSQL: building and compiling the ORM
     # query profiled at ~20% of a QUERY_EVENTS worker's CPU (issue 8).
-    with backend().cursor() as cur:
+    with prepared_cursor() as cur:
         cur.execute(
             f"SELECT {REGISTERED}",
             registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did, now_s=_now_s()),
@@ -263,33 +263,6 @@ def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagi
 # --- pending events --------------------------------------------------------------------------
 
 
-@transaction.atomic
-def pending_event_enqueue(*, tenant: Tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
-    """Store a TWO_WAY_PRIVATE payload durably, then (after commit) push it (§7.2) unless the
-    recipient has no socket open (presence.py, read under its row's lock in this transaction)."""
-    cap = tenant.pending_queue_cap
-    # Race accepted: concurrent senders may each pass this check, overshooting the cap by at most
-    # the number of in-flight sends; nothing is ever evicted.
-    if cap and backend().queue_depth(tenant_id=tenant.pk, did=recipient_did) >= cap:
-        raise ProtocolError(ErrorCode.RECIPIENT_QUEUE_FULL)
-    event = PendingEvent.objects.create(
-        tenant=tenant,
-        recipient_did=recipient_did,
-        sender_did=sender_did,
-        payload=payload,
-        payload_bytes=len(payload.encode("utf-8")),
-    )
-    if presence.live_under_lock(tenant_id=tenant.pk, did=recipient_did, now_s=_now_s()):
-        notify.notify_pending_event(
-            tenant_id=tenant.pk,
-            did=recipient_did,
-            event_id=str(event.public_id),
-            sender_did=sender_did,
-            payload=payload,
-        )
-    return event
-
-
 def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, page: Pagination) -> Page:
     qs = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
     if sender_did is not None:
@@ -301,7 +274,7 @@ def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, pa
     if sender_did is None and not (len(rows) < page.page_size and (rows or page.page == 0)):
         # A full page (or one past the end) needs the total: on PostgreSQL the counter row, not a
         # walk of the queue.
-        return Page(items, backend().queue_depth(tenant_id=tenant.pk, did=did))
+        return Page(items, queue_depth(tenant_id=tenant.pk, did=did))
     return Page(items, _page_total(qs, page, len(rows)))
 
 
@@ -357,8 +330,6 @@ def events_save(*, tenant: Tenant, owner_did: str, events: Sequence[EventToSave]
         for ev in events
     ]
     created = StoredEvent.objects.bulk_create(rows)
-    if any(r.pk is None for r in created):  # backends without RETURNING
-        created = list(StoredEvent.objects.filter(public_id__in=[r.public_id for r in rows]).order_by("id"))
     EventTag.objects.bulk_create(
         [
             EventTag(tenant=tenant, owner_did=owner_did, event_id=r.pk, tag=t, timestamp=r.timestamp)

@@ -5,16 +5,10 @@ whose parties are itself, as requestor, and this tenant's DID). `services.is_reg
 and every command statement of apps/decentrl/storage.py embeds it. `Contract.objects.registrations`
 is the same predicate for listings that need rows (tests/decentrl/test_storage.py compares them).
 
-The services (services.py, public.py) are one implementation each. Where PostgreSQL answers the
-same question its own way, they ask `backend()`, chosen once per process from the database:
-
-| | `PostgresBackend` | `SqliteBackend` (the embedded default) |
-|---|---|---|
-| `cursor()` | prepared statements (`prepared_cursor`) | Django's cursor |
-| `queue_depth()` | the counter row its triggers keep (`PendingQueueDepth`) | COUNT of the unacknowledged rows |
-| `serialise()` | `pg_advisory_xact_lock` until the transaction ends | nothing: transactions begin IMMEDIATE (settings), so writers already run one at a time |
-
-tests/decentrl/test_messaging_backend.py drives both against one model of the answers.
+Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
+the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `serialise` holds an
+advisory lock until the caller's transaction ends. tests/decentrl/test_messaging_backend.py checks
+them against one model of the answers.
 """
 
 from __future__ import annotations
@@ -24,13 +18,9 @@ import hashlib
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.postgresql.base import ServerBindingCursor
 
-try:  # psycopg 3 only (the PostgreSQL backend defines it there)
-    from django.db.backends.postgresql.base import ServerBindingCursor
-except Exception:  # noqa: BLE001 - no psycopg: prepared_cursor never builds one (SQLite)
-    ServerBindingCursor = object  # type: ignore[assignment,misc]
-
-from .models import Contract, PendingEvent, PendingQueueDepth
+from .models import Contract, PendingQueueDepth
 
 _CONTRACT = Contract._meta.db_table
 
@@ -102,7 +92,7 @@ class _Statements:
 
 
 def prepared_cursor():
-    """PostgreSQL: this thread's prepared-statement cursor (`_Statements`: error translation and
+    """This thread's prepared-statement cursor (`_Statements`: error translation and
     execute wrappers as Django's cursor). The same statements go unprepared (Django's cursor) when
     the operator turned preparation off (DB_PREPARED_STATEMENTS=0, docs/operations.md) or while
     queries are logged."""
@@ -130,43 +120,14 @@ def _lock_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
 
-class PostgresBackend:
-    """Prepared statements, the trigger-kept queue counters, advisory locks."""
-
-    cursor = staticmethod(prepared_cursor)
-
-    def queue_depth(self, *, tenant_id: int, did: str) -> int:
-        """The recipient's unacknowledged pending events: its counter row (no row: 0)."""
-        # (no ORDER BY: the unique (tenant, recipient_did) index finds the one row)
-        depth = PendingQueueDepth.objects.filter(tenant_id=tenant_id, recipient_did=did).values_list("depth", flat=True)
-        return next(iter(depth[:1]), 0)
-
-    def serialise(self, key: str) -> None:
-        """Hold `key` until the caller's transaction ends: other holders of `key` wait."""
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(key)])
+def queue_depth(*, tenant_id: int, did: str) -> int:
+    """The recipient's unacknowledged pending events: its counter row (no row: 0)."""
+    # (no ORDER BY: the unique (tenant, recipient_did) index finds the one row)
+    depth = PendingQueueDepth.objects.filter(tenant_id=tenant_id, recipient_did=did).values_list("depth", flat=True)
+    return next(iter(depth[:1]), 0)
 
 
-class SqliteBackend:
-    """Django's cursor, counted queues, and SQLite's one writer at a time."""
-
-    def cursor(self):
-        return connection.cursor()
-
-    def queue_depth(self, *, tenant_id: int, did: str) -> int:
-        """The recipient's unacknowledged pending events, counted (SQLite has no counter triggers)."""
-        return PendingEvent.objects.filter(tenant_id=tenant_id, recipient_did=did, acknowledged_at__isnull=True).count()
-
-    def serialise(self, key: str) -> None:
-        """Nothing to do: a transaction that writes begins IMMEDIATE (settings.DATABASES), so it
-        already holds SQLite's one write lock until it ends."""
-
-
-_chosen: list[PostgresBackend | SqliteBackend] = []
-
-
-def backend() -> PostgresBackend | SqliteBackend:
-    """The backend for this deployment's database, chosen at first use."""
-    if not _chosen:
-        _chosen.append(PostgresBackend() if connection.vendor == "postgresql" else SqliteBackend())
-    return _chosen[0]
+def serialise(key: str) -> None:
+    """Hold `key` until the caller's transaction ends: other holders of `key` wait."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(key)])

@@ -30,9 +30,9 @@ _DEAD = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
 def _close_if_dead(conn) -> bool:
-    """Close `conn` when it is an idle PostgreSQL connection whose server end has gone."""
+    """Close `conn` when it is an idle connection whose server end has gone."""
     raw = conn.connection
-    if raw is None or conn.vendor != "postgresql" or conn.in_atomic_block:
+    if raw is None or conn.in_atomic_block:
         return False
     try:
         if raw.closed:  # psycopg closed it after a fatal error Django has not seen yet

@@ -4,18 +4,15 @@ one-line summary.
 
 Running the same job twice at once is safe: a run holds a lock named after the job and a
 concurrent run skips with "skipped" instead of racing it (the domain functions are also idempotent
-on their own: they delete by condition, so a second pass finds nothing). The lock is the one seam
-here, chosen once per process: `AdvisoryLocks` on PostgreSQL (held by the database session, so
-across processes), `ProcessLocks` elsewhere (SQLite has no such lock: held in this process only).
-tests/ops/test_job_locks.py drives both against one model. Every run is counted in JobStat, which
-/metrics reports.
+on their own: they delete by condition, so a second pass finds nothing). The lock (`exclusive`) is
+a PostgreSQL session advisory lock, held by the database session, so across processes
+(tests/ops/test_job_locks.py). Every run is counted in JobStat, which /metrics reports.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,59 +80,23 @@ def tenant_purge(*, tenant: Tenant, now: datetime, dry_run: bool) -> dict[str, i
     return {job.key or job.name: job.run(now=now, dry_run=dry_run, tenant=tenant) for job in JOBS.values()}
 
 
-class AdvisoryLocks:
-    """PostgreSQL: a session advisory lock per job name.
+@contextmanager
+def exclusive(name: str) -> Iterator[bool]:
+    """A session advisory lock named after the job: True if this run may proceed.
 
     Session level (not transaction level) because the purges commit in batches. Another session
     (process or thread) asking for the same name gets False until it is released; the lock goes
     with the connection if the process dies."""
-
-    @contextmanager
-    def exclusive(self, name: str) -> Iterator[bool]:
-        """True if this run may proceed."""
-        key = int.from_bytes(hashlib.sha256(f"mediator-job:{name}".encode()).digest()[:8], "big", signed=True)
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
-            got = bool(cur.fetchone()[0])
-        try:
-            yield got
-        finally:
-            if got:
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock(%s)", [key])
-
-
-class ProcessLocks:
-    """SQLite (the embedded default): the same answers within this process. A run in another
-    process (a management command beside the worker) is not excluded; the jobs stay correct, as
-    they delete by condition, and SQLite lets one writer write at a time."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._held: set[str] = set()
-
-    @contextmanager
-    def exclusive(self, name: str) -> Iterator[bool]:
-        """True if this run may proceed."""
-        with self._guard:
-            got = name not in self._held
-            self._held.add(name)
-        try:
-            yield got
-        finally:
-            if got:
-                with self._guard:
-                    self._held.discard(name)
-
-
-_chosen: list[AdvisoryLocks | ProcessLocks] = []
-
-
-def locks() -> AdvisoryLocks | ProcessLocks:
-    """The job locks for this deployment's database, chosen at first use."""
-    if not _chosen:
-        _chosen.append(AdvisoryLocks() if connection.vendor == "postgresql" else ProcessLocks())
-    return _chosen[0]
+    key = int.from_bytes(hashlib.sha256(f"mediator-job:{name}".encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        got = bool(cur.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def _ensure_stat(name: str) -> None:
@@ -163,7 +124,7 @@ def run_job(name: str, *, now: datetime | None = None, dry_run: bool = False, te
     if tenant_id is not None and tenant is None:
         return f"{name}: tenant {tenant_id} does not exist, nothing to do"
     started = time.perf_counter()
-    with locks().exclusive(name) as proceed:
+    with exclusive(name) as proceed:
         if not proceed:
             summary = f"{name}: skipped, another run is in progress"
             log.info(summary, extra={"job": name})

@@ -152,7 +152,7 @@ def register_tenant_size(name: str, doc: str, rows: Callable[[], list[tuple[str,
 
 
 class DatabaseCollector:
-    """Scrape-time figures read from PostgreSQL/SQLite, cached for CACHE_S per process."""
+    """Scrape-time figures read from PostgreSQL, cached for CACHE_S per process."""
 
     CACHE_S = 10.0
 

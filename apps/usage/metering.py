@@ -164,9 +164,9 @@ def _store_rows(rows: list[tuple]) -> int:
             # A refused statement would abort the caller's transaction (flush() from a test or a
             # request); a savepoint keeps it usable. In autocommit each statement stands alone.
             with transaction.atomic():
-                writer().insert(rows)
+                copy_rows(rows)
         else:
-            writer().insert(rows)
+            copy_rows(rows)
         return len(rows)
     except (DataError, IntegrityError):
         if len(rows) == 1:
@@ -176,39 +176,18 @@ def _store_rows(rows: list[tuple]) -> int:
         return _store_rows(rows[:half]) + _store_rows(rows[half:])
 
 
-class CopyWriter:
-    """PostgreSQL: one binary COPY per batch. A portable INSERT cost the writer thread 4-10x the
-    CPU per row (executemany, a multi-row INSERT, bulk_create: bench/metering_insert.py), and
-    bulk_create as much CPU as the commands it metered (docs/benchmark-history.md, issue 8
-    profile); the binary format costs ~1.7 µs of CPU per row against ~4.6 µs for the text one
-    (the values are not formatted as text, nor parsed back)."""
-
-    def insert(self, rows: list[tuple]) -> None:
-        sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-        # psycopg's own exceptions (a value out of its column type's range, raised before sending)
-        # and the server's (a NUL in a text value) become Django's, so that a refused row is told
-        # apart from a lost connection.
-        with connection.cursor() as cur, connection.wrap_database_errors, cur.cursor.copy(sql) as copy:
-            copy.set_types(_COPY_TYPES)
-            for row in rows:
-                copy.write_row(row)
-
-
-class BulkWriter:
-    """SQLite (the embedded default): the ORM's bulk_create."""
-
-    def insert(self, rows: list[tuple]) -> None:
-        CommandMeter.objects.bulk_create([CommandMeter(**dict(zip(_COLUMNS, row, strict=True))) for row in rows])
-
-
-_chosen: list[CopyWriter | BulkWriter] = []
-
-
-def writer() -> CopyWriter | BulkWriter:
-    """The row writer for this deployment's database, chosen at first use."""
-    if not _chosen:
-        _chosen.append(CopyWriter() if connection.vendor == "postgresql" else BulkWriter())
-    return _chosen[0]
+def copy_rows(rows: list[tuple]) -> None:
+    """One binary COPY per batch. A portable INSERT cost the writer thread 4-10x the CPU per row
+    (executemany, a multi-row INSERT, bulk_create), and the binary format costs ~1.7 µs of CPU per
+    row against ~4.6 µs for the text one (the values are not formatted as text, nor parsed back)."""
+    sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+    # psycopg's own exceptions (a value out of its column type's range, raised before sending)
+    # and the server's (a NUL in a text value) become Django's, so that a refused row is told
+    # apart from a lost connection.
+    with connection.cursor() as cur, connection.wrap_database_errors, cur.cursor.copy(sql) as copy:
+        copy.set_types(_COPY_TYPES)
+        for row in rows:
+            copy.write_row(row)
 
 
 def pending() -> int:

@@ -11,7 +11,6 @@ import time
 import uuid
 
 import pytest
-from django.db import connection
 
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
@@ -111,18 +110,3 @@ def body_of(env: dict) -> bytes:
 def registered(post_a, tenant_a, alice, bob):
     """alice and bob registered on tenant A (their registration contracts are returned)."""
     return {"alice": register(post_a, alice, tenant_a), "bob": register(post_a, bob, tenant_a)}
-
-
-# The storage backends this database can run (apps/decentrl/storage.py): on PostgreSQL both the
-# one-statement backend production uses and the SQL backend of SQLite, which must answer alike.
-STORAGE_BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
-
-
-@pytest.fixture(params=STORAGE_BACKENDS)
-def both_storage_backends(request, monkeypatch):
-    """Run a test on each storage backend (for TWO_WAY_PRIVATE and DIRECT_AUTHENTICATED alike)."""
-    from apps.decentrl import storage
-
-    backend = storage.PostgresStorage() if request.param == "postgres" else storage.SqlStorage()
-    monkeypatch.setattr(storage, "_chosen", [backend])
-    return request.param

@@ -518,7 +518,6 @@ def test_query_contracts_rejects_malformed_filters(post_a, tenant_a, registered,
 
 
 # --- TWO_WAY_PRIVATE (§7) and the pending queue (§8.7, §8.8) ------------------------------------
-@pytest.mark.usefixtures("both_storage_backends")
 def test_two_way_private_stores_a_pending_event_and_replies_with_its_id(post_a, tenant_a, alice, bob):
     register(post_a, bob, tenant_a)  # the sender need not be registered here
     contract_both_ways(post_a, alice, bob, tenant_a)
@@ -539,7 +538,6 @@ def test_two_way_private_stores_a_pending_event_and_replies_with_its_id(post_a, 
     assert data_counts() == {**before, "PendingEvent": 1}
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_two_way_private_accepts_a_contract_in_either_role(post_a, tenant_a, registered, alice, bob):
     # bob requested, alice accepted; bob saved it: alice (as recipient of the contract) may send.
     signed, _, _ = signed_contract(bob, alice)

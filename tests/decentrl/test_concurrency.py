@@ -48,7 +48,6 @@ def post_concurrently(body: bytes | list[bytes], n: int = THREADS) -> list[tuple
     return results  # type: ignore[return-value]
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 @pytest.mark.django_db(transaction=True)
 def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once(client, tenant_a, alice, bob):
     from tests.conftest import Poster

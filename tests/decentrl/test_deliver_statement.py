@@ -1,4 +1,4 @@
-"""`storage.deliver_statement` and `storage.delivered`: PostgresStorage.claim_and_deliver's statement,
+"""`storage.deliver_statement` and `storage.delivered`: claim_and_deliver's statement,
 parameters and row as pure functions (bench/async_entry_probe.py runs the same text on another driver)."""
 
 from __future__ import annotations
@@ -65,9 +65,7 @@ def test_the_row_read():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_postgres_storage_runs_exactly_that_statement(post_a, tenant_a, alice, bob):
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgresStorage")
+def test_claim_and_deliver_runs_exactly_that_statement(post_a, tenant_a, alice, bob):
     register(post_a, alice, tenant_a)
     register(post_a, bob, tenant_a)
     contract_both_ways(post_a, alice, bob, tenant_a)
@@ -79,7 +77,7 @@ def test_postgres_storage_runs_exactly_that_statement(post_a, tenant_a, alice, b
 
     nonce = NonceClaim(tenant_id=tenant_a.pk, sender_did=alice.did, nonce="n-stmt", expires_at_ms=2**40, now_ms=1)
     with connection.execute_wrapper(capture):
-        found = storage.PostgresStorage().claim_and_deliver(
+        found = storage.claim_and_deliver(
             nonce, tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did,
             payload="p", now_s=1,
         )  # fmt: skip

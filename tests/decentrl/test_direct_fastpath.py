@@ -1,6 +1,6 @@
 """DIRECT_AUTHENTICATED claims the nonce and checks the registration with one storage call (one
-statement on PostgreSQL, apps/decentrl/storage.py). Both backends must give the same answers in
-DCTRL-0004 §5.4/§6.2 order, and the nonce is consumed after every outcome."""
+statement, apps/decentrl/storage.py), answering in DCTRL-0004 §5.4/§6.2 order; the nonce is
+consumed after every outcome."""
 
 from __future__ import annotations
 
@@ -16,17 +16,12 @@ from tests.decentrl.conftest import envelope, err
 QPE = {"type": "QUERY_PENDING_EVENTS"}
 
 
-@pytest.fixture
-def path(both_storage_backends):
-    return both_storage_backends
-
-
-def test_a_registered_sender_is_served(path, post_a, tenant_a, registered, bob):
+def test_a_registered_sender_is_served(post_a, tenant_a, registered, bob):
     status, body = post_a.send(envelope(bob, QPE, recipient_did=tenant_a.did))
     assert (status, body["payload"]["pagination"]) == (200, {"page": 0, "page_size": 10, "total": 0})
 
 
-def test_a_replay_is_refused_before_anything_else(path, post_a, tenant_a, registered, bob):
+def test_a_replay_is_refused_before_anything_else(post_a, tenant_a, registered, bob):
     env = envelope(bob, QPE, recipient_did=tenant_a.did)
     assert post_a.send(env)[0] == 200
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
@@ -34,27 +29,27 @@ def test_a_replay_is_refused_before_anything_else(path, post_a, tenant_a, regist
     assert post_a.send(bad) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(path, post_a, tenant_a, registered, bob):
+def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(post_a, tenant_a, registered, bob):
     env = envelope(bob, QPE, recipient_did=tenant_a.did)
     bad = {**env, "payload": {"type": "QUERY_PENDING_EVENTS", "pagination": {"page": 1}}}
     assert post_a.send(bad) == (401, err("INVALID_SIGNATURE"))
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_an_unregistered_sender_is_unauthorized_and_its_nonce_consumed(path, post_a, tenant_a):
+def test_an_unregistered_sender_is_unauthorized_and_its_nonce_consumed(post_a, tenant_a):
     stranger = Identity.create("stranger", tenant_a.did)
     env = envelope(stranger, QPE, recipient_did=tenant_a.did)
     assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_a_command_not_addressed_to_the_mediator_is_unauthorized(path, post_a, tenant_a, registered, alice, bob):
+def test_a_command_not_addressed_to_the_mediator_is_unauthorized(post_a, tenant_a, registered, alice, bob):
     env = envelope(bob, QPE, recipient_did=alice.did)
     assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_a_forwarded_request_needs_a_registered_recipient(path, post_a, tenant_a, registered, alice):
+def test_a_forwarded_request_needs_a_registered_recipient(post_a, tenant_a, registered, alice):
     stranger = Identity.create("stranger", tenant_a.did)
     req = wc.build_request(
         requestor_did=alice.did,
@@ -115,7 +110,7 @@ def _events(post_a, tenant_a, who, n: int) -> None:
     assert post_a.send(envelope(who, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did))[0] == 200
 
 
-def test_a_query_by_tag_is_served_after_the_claim_and_its_nonce_consumed(path, post_a, tenant_a, registered, bob):
+def test_a_query_by_tag_is_served_after_the_claim_and_its_nonce_consumed(post_a, tenant_a, registered, bob):
     _events(post_a, tenant_a, bob, 3)
     env = envelope(bob, QEV, recipient_did=tenant_a.did)
     status, body = post_a.send(env)
@@ -124,14 +119,14 @@ def test_a_query_by_tag_is_served_after_the_claim_and_its_nonce_consumed(path, p
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_an_unregistered_query_reads_nothing_and_its_nonce_is_consumed(path, post_a, tenant_a):
+def test_an_unregistered_query_reads_nothing_and_its_nonce_is_consumed(post_a, tenant_a):
     stranger = Identity.create("stranger", tenant_a.did)
     env = envelope(stranger, QEV, recipient_did=tenant_a.did)
     assert post_a.send(env) == (401, err("UNAUTHORIZED_COMMAND"))
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-def test_a_page_over_the_tenants_cap_is_refused_after_the_registration(path, post_a, tenant_a, registered, bob):
+def test_a_page_over_the_tenants_cap_is_refused_after_the_registration(post_a, tenant_a, registered, bob):
     from apps.tenants.models import Tenant
 
     Tenant.objects.filter(pk=tenant_a.pk).update(max_page_size=1)
@@ -144,7 +139,6 @@ def test_a_page_over_the_tenants_cap_is_refused_after_the_registration(path, pos
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
 def test_one_statement_claims_the_nonce_checks_the_registration_and_reads_the_page(post_a, tenant_a, registered, bob):
     _events(post_a, tenant_a, bob, 3)
     with CaptureQueriesContext(connection) as ctx:
@@ -155,7 +149,6 @@ def test_one_statement_claims_the_nonce_checks_the_registration_and_reads_the_pa
     assert all(table in touching[0] for table in ("protocol_nonce", "messaging_contract", "messaging_eventtag"))
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's one statement")
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_query_statement_still_leaves_the_nonce_consumed(post_a, tenant_a, registered, bob, monkeypatch):
     from apps.decentrl import storage

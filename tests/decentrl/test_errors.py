@@ -44,7 +44,6 @@ def test_a_tampered_or_malformed_signature_is_invalid_signature(post_a, tenant_a
     assert data_counts() == before
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_invalid_signature_for_two_way_private_stores_no_event(post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     env = envelope(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
@@ -118,7 +117,6 @@ def test_a_nonce_is_per_sender(post_a, tenant_a, registered, alice, bob):
     assert post_a.send(envelope(bob, QUERY, recipient_did=tenant_a.did, nonce=nonce))[0] == 200
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_a_nonce_stays_consumed_after_a_later_error(post_a, tenant_a, registered, alice, bob):
     nonce = str(uuid.uuid4())
     bad = envelope(alice, QUERY, recipient_did=tenant_a.did, nonce=nonce)
@@ -189,7 +187,6 @@ def test_a_key_id_outside_the_sender_document_is_sender_signing_key_not_found(po
     assert data_counts() == before
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_an_unresolvable_recipient_is_recipient_not_found(post_a, tenant_a, registered, alice):
     before = data_counts()
     for did in ("did:example:nobody", "did:decentrl:broken", "did:web:not.hosted.here"):
@@ -200,7 +197,6 @@ def test_an_unresolvable_recipient_is_recipient_not_found(post_a, tenant_a, regi
     assert data_counts() == before
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_delivery_to_an_unregistered_recipient_is_recipient_not_registered(post_a, tenant_a, alice, bob):
     register(post_a, alice, tenant_a)
     before = data_counts()
@@ -211,7 +207,6 @@ def test_delivery_to_an_unregistered_recipient_is_recipient_not_registered(post_
     assert data_counts() == before
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_delivery_without_a_contract_owned_by_the_recipient_is_contract_not_found(
     post_a, tenant_a, registered, alice, bob, dave
 ):
@@ -238,7 +233,6 @@ def test_delivery_without_a_contract_owned_by_the_recipient_is_contract_not_foun
     assert data_counts()["PendingEvent"] == before["PendingEvent"]
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_an_expired_contract_does_not_count(post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     Contract.objects.filter(owner_did=bob.did, requestor_did=alice.did).update(expires_at=int(time.time()) - 1)
@@ -379,7 +373,6 @@ def test_a_signature_by_another_registered_identity_is_refused(post_a, tenant_a,
     assert post_a.send(env) == (401, err("INVALID_SIGNATURE"))
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_an_identity_on_another_mediator_is_resolved_locally(post_a, tenant_a, registered, bob):
     stranger = Identity.create("stranger", "did:web:elsewhere.test")
     contract_both_ways(post_a, stranger, bob, tenant_a)
@@ -387,7 +380,6 @@ def test_an_identity_on_another_mediator_is_resolved_locally(post_a, tenant_a, r
     assert status == 200 and set(body) == {"type", "pendingEventId"}
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_a_full_queue_is_recipient_queue_full_and_evicts_nothing(post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=2)

@@ -11,9 +11,8 @@ every writer keeps the copy equal to the event's timestamp, that the data migrat
 that an event carries a tag once (`tag_ts` is unique) and that migration 0007 keeps one row of a
 repeated tag.
 
-The brute-force comparison drives every storage backend this database can run
-(apps/decentrl/storage.py: PostgreSQL's statements, and the ORM query SQLite uses), so it also
-runs in `make test`'s SQLite pass.
+The brute-force comparison drives the storage call (apps/decentrl/storage.py): eventquery's
+statements for the tag and time-range filters, the ORM query for the others.
 """
 
 from __future__ import annotations
@@ -32,10 +31,7 @@ from apps.decentrl.storage import EventsQuery, NonceClaim
 from apps.messaging import eventquery, services
 from apps.messaging.models import Contract, EventTag, StoredEvent
 from apps.wire.envelope import EventFilter, EventToSave, Pagination, TagUpdate
-from tests.decentrl.conftest import STORAGE_BACKENDS, err
-
-POSTGRES_ONLY = pytest.mark.skipif(connection.vendor != "postgresql", reason="the tag statements are PostgreSQL's")
-BACKENDS = {"postgres": storage.PostgresStorage, "sql": storage.SqlStorage}
+from tests.decentrl.conftest import err
 
 ALPHABET = ["ta", "tb", "tc", "td", "te", "tf"]
 TS_MAX = 40  # few distinct timestamps: many ties, ordered by arrival
@@ -71,14 +67,14 @@ def typed_filter(flt: dict) -> EventFilter:
     )
 
 
-def read_page(backend, *, tenant, owner_did: str, flt: EventFilter, page: Pagination) -> services.Page:
+def read_page(*, tenant, owner_did: str, flt: EventFilter, page: Pagination) -> services.Page:
     """QUERY_EVENTS' page as the command path reads it: the storage call that claims a fresh nonce
     of the (registered) owner and checks its registration, then reads."""
     now_ms = int(time.time() * 1000)
     nonce = NonceClaim(
         tenant_id=tenant.pk, sender_did=owner_did, nonce=str(uuid.uuid4()), expires_at_ms=now_ms + 1000, now_ms=now_ms
     )
-    found = backend.claim_checking_registration(
+    found = storage.claim_checking_registration(
         nonce, tenant=tenant, did=owner_did, now_s=now_ms // 1000, read=EventsQuery(owner_did, flt, page)
     )
     assert (found.nonce_fresh, found.registered) == (True, True)
@@ -149,7 +145,7 @@ def random_filter(rng: random.Random, peer: str) -> dict:
     return flt
 
 
-def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int, backend) -> list[str]:
+def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int) -> list[str]:
     """Random queries whose page or total differ from the brute force (empty when all agree)."""
     out = []
     for _ in range(queries):
@@ -157,11 +153,11 @@ def mismatches(rng: random.Random, tenant, owner: str, peer: str, queries: int, 
         want = expected(tenant, owner, flt)
         size = rng.randint(1, 12)
         page = Pagination(page=rng.randint(0, len(want) // size + 2), page_size=size)  # some past the end
-        got = read_page(backend, tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
+        got = read_page(tenant=tenant, owner_did=owner, flt=typed_filter(flt), page=page)
         want_page = want[page.offset : page.offset + size]
         if got.items != want_page or got.total != len(want):
             out.append(f"{flt} page {page}: got {len(got.items)} items total {got.total}, want {want_page} {len(want)}")
-        if "participant_did" in flt or not isinstance(backend, storage.PostgresStorage):
+        if "participant_did" in flt:
             continue
         args = {
             "tenant": tenant,
@@ -183,10 +179,9 @@ def drifted_tag_rows() -> int:
     return EventTag.objects.exclude(timestamp=F("event__timestamp")).count()
 
 
-@pytest.mark.parametrize("backend_name", STORAGE_BACKENDS)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.django_db
-def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant_b, alice, bob, seed, backend_name):
+def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant_b, alice, bob, seed):
     rng = random.Random(seed)
     build_archive(rng, tenant_a, tenant_b, alice.did, bob.did)
     assert drifted_tag_rows() == 0
@@ -197,10 +192,9 @@ def test_tag_queries_equal_a_brute_force_filter_over_the_events(tenant_a, tenant
     events = list(StoredEvent.objects.filter(tenant=tenant_a, owner_did=alice.did).values_list("encrypted_tags"))
     assert sum(len(set(t)) >= 2 for (t,) in events) > 20  # events matching several asked tags
     assert sum(len(t) > len(set(t)) for (t,) in events) > 0  # duplicate tags on one event
-    assert not mismatches(rng, tenant_a, alice.did, bob.did, queries=250, backend=BACKENDS[backend_name]())
+    assert not mismatches(rng, tenant_a, alice.did, bob.did, queries=250)
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db
 def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     """The comparison above is sensitive to drift: move one tag row's timestamp and it fails."""
@@ -213,14 +207,13 @@ def test_a_drifted_tag_timestamp_is_detected(tenant_a, tenant_b, alice, bob):
     # every query naming the victim's tag with an upper bound at the end of the range misses it
     flt = {"encrypted_tags": [victim.tag], "before_timestamp": TS_MAX + 1}
     got = read_page(
-        storage.PostgresStorage(),
         tenant=tenant_a,
         owner_did=alice.did,
         flt=typed_filter(flt),
         page=Pagination(page=0, page_size=100),
     )
     assert got.items != expected(tenant_a, alice.did, flt)
-    assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250, backend=storage.PostgresStorage())
+    assert mismatches(random.Random(8), tenant_a, alice.did, bob.did, queries=250)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -237,15 +230,13 @@ def test_an_event_carries_a_tag_once_which_the_single_tag_statement_relies_on(te
     with pytest.raises(IntegrityError):
         EventTag.objects.create(tenant=tenant_a, owner_did=alice.did, event=event, tag="ta", timestamp=5)
     register_owner(tenant_a, alice.did)
-    for backend in (BACKENDS[name]() for name in STORAGE_BACKENDS):
-        got = read_page(
-            backend,
-            tenant=tenant_a,
-            owner_did=alice.did,
-            flt=typed_filter({"encrypted_tags": ["ta"]}),
-            page=Pagination(0, 10),
-        )
-        assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
+    got = read_page(
+        tenant=tenant_a,
+        owner_did=alice.did,
+        flt=typed_filter({"encrypted_tags": ["ta"]}),
+        page=Pagination(0, 10),
+    )
+    assert (len(got.items), got.total, got.items[0]["encrypted_tags"]) == (1, 1, ["ta", "ta", "tb"])
 
 
 @pytest.mark.django_db
@@ -287,7 +278,6 @@ def test_every_writer_copies_the_event_timestamp_into_its_tags(post_a, tenant_a,
     assert da(bad) == (400, err("INVALID_COMMAND"))
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice):
     before = [("messaging", "0003_contract_registrations_index")]
@@ -322,7 +312,6 @@ def test_the_migration_fills_the_timestamp_of_existing_tag_rows(tenant_a, alice)
         MigrationExecutor(connection).migrate(leaves)
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_to_a_unique_tag_ts_keeps_one_row_of_a_repeated_tag(tenant_a, alice):
     before = [("messaging", "0006_queue_depth_no_negative_rows")]

@@ -1,7 +1,6 @@
-"""TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement on PostgreSQL.
+"""TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement.
 
-Every case runs on each storage backend (the one-statement PostgreSQL backend and the SQL backend
-SQLite uses) and must give the same status, body and stored effects: error precedence of
+Every case checks the status, body and stored effects: error precedence of
 PROTOCOL-DECISIONS §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every later
 failure, including a database error inside the statement.
 """
@@ -24,16 +23,11 @@ from tests.support.registration import contract_both_ways
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def path(both_storage_backends):
-    return both_storage_backends
-
-
 def _nonce_consumed(alice, nonce: str) -> bool:
     return Nonce.objects.filter(sender_did=alice.did, nonce=nonce).exists()
 
 
-def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(path, post_a, tenant_a, registered, alice, bob):
+def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(post_a, tenant_a, registered, alice, bob):
     contract_both_ways(post_a, alice, bob, tenant_a)
     nonce = str(uuid.uuid4())
     bad = envelope(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE", nonce=nonce)
@@ -49,7 +43,7 @@ def test_a_bad_signature_is_answered_after_the_nonce_and_consumes_it(path, post_
     assert data_counts() == before
 
 
-def test_an_unknown_sender_and_recipient_come_after_the_nonce(path, post_a, tenant_a, registered, alice, bob):
+def test_an_unknown_sender_and_recipient_come_after_the_nonce(post_a, tenant_a, registered, alice, bob):
     nonce = str(uuid.uuid4())
     env = envelope(alice, "blob", recipient_did="did:decentrl:broken", channel="TWO_WAY_PRIVATE", nonce=nonce)
     assert post_a.send(env) == (404, err("RECIPIENT_NOT_FOUND"))
@@ -59,7 +53,7 @@ def test_an_unknown_sender_and_recipient_come_after_the_nonce(path, post_a, tena
     assert post_a.send(env) == (404, err("SENDER_SIGNING_KEY_NOT_FOUND"))
 
 
-def test_registration_then_contract_then_queue_cap_each_consume_the_nonce(path, post_a, tenant_a, registered, alice):
+def test_registration_then_contract_then_queue_cap_each_consume_the_nonce(post_a, tenant_a, registered, alice):
     stranger = Identity.create("stranger", tenant_a.did)  # not registered here
     env = envelope(alice, "blob", recipient_did=stranger.did, channel="TWO_WAY_PRIVATE")
     assert post_a.send(env) == (404, err("RECIPIENT_NOT_REGISTERED"))
@@ -90,7 +84,7 @@ def test_registration_then_contract_then_queue_cap_each_consume_the_nonce(path, 
 
 
 def test_a_database_error_in_the_statement_is_503_and_leaves_the_nonce_consumed(
-    path, post_a, tenant_a, registered, alice, bob
+    post_a, tenant_a, registered, alice, bob
 ):
     contract_both_ways(post_a, alice, bob, tenant_a)
     table = PendingEvent._meta.db_table

@@ -18,14 +18,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.decentrl import storage
 from apps.decentrl.models import Nonce
 from apps.messaging.models import Contract, ContractRequest, EventTag, PendingEvent, PendingQueueDepth, StoredEvent
 from apps.tenants.models import Tenant
@@ -251,10 +249,6 @@ def _cases(post_a, tenant, alice, bob):
         status, body = post_a.command(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
         assert status == 200, body
 
-    def two_way_sql():
-        with mock.patch.object(storage, "_chosen", [storage.SqlStorage()]):
-            two_way()
-
     first_event = str(
         StoredEvent.objects.filter(owner_did=alice.did).order_by("id").values_list("public_id", flat=True)[0]
     )
@@ -326,11 +320,6 @@ def _cases(post_a, tenant, alice, bob):
             "TWO_WAY_PRIVATE (one statement): nonce, registration, contract, queue cap, insert",
             [nonce, registration, {"queue_depth_recipient"}],
             two_way,
-        ),
-        (
-            "TWO_WAY_PRIVATE (SQL backend, as on SQLite)",
-            [nonce, registration, {"queue_depth_recipient"}],
-            two_way_sql,
         ),
         ("QUERY_PENDING_EVENTS", [nonce, registration, {"pending_unacked"}], da(bob, {"type": "QUERY_PENDING_EVENTS"})),
         (

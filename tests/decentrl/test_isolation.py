@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from apps.messaging.models import Contract, ContractRequest, PendingEvent, StoredEvent
 from apps.wire import contract as wc
 from apps.wire.did import parse_decentrl
@@ -142,7 +140,6 @@ def test_nothing_of_b_is_visible_from_a(post_a, post_b, tenant_a, tenant_b, alic
     assert (se.encrypted_tags, se.processed) == (["t"], False)
 
 
-@pytest.mark.usefixtures("both_storage_backends")
 def test_a_contract_saved_on_b_does_not_authorize_delivery_on_a(post_a, post_b, tenant_a, tenant_b, alice, bob, carol):
     register(post_a, bob, tenant_a)
     register(post_b, bob, tenant_b)

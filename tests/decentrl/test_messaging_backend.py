@@ -1,10 +1,8 @@
 """The messaging database seam (apps/messaging/sql.py) against one model of its answers.
 
-Every backend this database can run (on PostgreSQL both `PostgresBackend` and `SqliteBackend`, whose
-portable statements run there too; on SQLite, `make test`'s second pass, `SqliteBackend`) must
-give the same answers: the queue depth equals a brute-force count of the unacknowledged rows after
-enqueues, acknowledgements, deletes and purges; the cursor runs the shared statements alike; and
-the database's own backend serialises concurrent holders of one key until their transactions end.
+The queue depth equals a brute-force count of the unacknowledged rows after enqueues,
+acknowledgements, deletes and purges; the prepared cursor runs the shared statements; and
+`serialise` makes concurrent holders of one key take turns until their transactions end.
 """
 
 from __future__ import annotations
@@ -24,17 +22,10 @@ from django.utils import timezone
 from apps.messaging import services, sql
 from apps.messaging.models import Contract, PendingEvent
 from apps.wire.envelope import Pagination
-from apps.wire.errors import ErrorCode, ProtocolError
-
-BACKENDS = {"postgres": sql.PostgresBackend, "sqlite": sql.SqliteBackend}
-# On PostgreSQL both (the portable one runs there too); on SQLite only its own.
-RUNNABLE = ["postgres", "sqlite"] if connection.vendor == "postgresql" else ["sqlite"]
-NATIVE = "postgres" if connection.vendor == "postgresql" else "sqlite"
 
 
-@pytest.fixture(params=RUNNABLE)
-def backend(request):
-    return BACKENDS[request.param]()
+def _enqueue(tenant, recipient_did: str, payload: str) -> None:
+    PendingEvent.objects.create(tenant=tenant, recipient_did=recipient_did, sender_did="did:example:s", payload=payload)
 
 
 def model_depth(tenant_id: int, did: str) -> int:
@@ -44,21 +35,21 @@ def model_depth(tenant_id: int, did: str) -> int:
 
 
 @pytest.mark.django_db
-def test_queue_depth_equals_the_count_of_unacknowledged_rows_after_every_change(backend, tenant_a, tenant_b):
+def test_queue_depth_equals_the_count_of_unacknowledged_rows_after_every_change(tenant_a, tenant_b):
     bob, carol = "did:example:bob", "did:example:carol"
     pairs = [(tenant_a.pk, bob), (tenant_a.pk, carol), (tenant_b.pk, bob), (tenant_a.pk, "did:example:nobody")]
 
     def check(step: str) -> None:
-        got = [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs]
+        got = [sql.queue_depth(tenant_id=t, did=d) for t, d in pairs]
         assert got == [model_depth(t, d) for t, d in pairs], step
 
     check("empty")
     for i in range(5):
-        services.pending_event_enqueue(tenant=tenant_a, sender_did="did:example:s", recipient_did=bob, payload=f"p{i}")
-    services.pending_event_enqueue(tenant=tenant_a, sender_did="did:example:s", recipient_did=carol, payload="c")
-    services.pending_event_enqueue(tenant=tenant_b, sender_did="did:example:s", recipient_did=bob, payload="b")
+        _enqueue(tenant_a, bob, f"p{i}")
+    _enqueue(tenant_a, carol, "c")
+    _enqueue(tenant_b, bob, "b")
     check("enqueued")
-    assert [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [5, 1, 1, 0]
+    assert [sql.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [5, 1, 1, 0]
     ids = [
         str(p)
         for p in PendingEvent.objects.filter(recipient_did=bob, tenant=tenant_a).values_list("public_id", flat=True)
@@ -78,25 +69,13 @@ def test_queue_depth_equals_the_count_of_unacknowledged_rows_after_every_change(
     check("bulk")
     PendingEvent.objects.filter(recipient_did=carol).update(acknowledged_at=timezone.now(), payload="")
     check("acknowledged in bulk")
-    assert [backend.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [2, 0, 1, 0]
+    assert [sql.queue_depth(tenant_id=t, did=d) for t, d in pairs] == [2, 0, 1, 0]
 
 
 @pytest.mark.django_db
-def test_the_queue_cap_and_the_pending_total_read_the_same_depth(tenant_a):
-    """services.pending_event_enqueue refuses at the cap and pending_events_query's total is the
-    depth, whatever backend this database chose."""
-    tenant_a.pending_queue_cap = 3
-    tenant_a.save(update_fields=["pending_queue_cap"])
+def test_the_pending_total_reads_the_depth(tenant_a):
     for i in range(3):
-        services.pending_event_enqueue(
-            tenant=tenant_a, sender_did="did:example:s", recipient_did="did:example:r", payload=str(i)
-        )
-    with pytest.raises(ProtocolError) as refused:
-        services.pending_event_enqueue(
-            tenant=tenant_a, sender_did="did:example:s", recipient_did="did:example:r", payload="x"
-        )
-    assert refused.value.code is ErrorCode.RECIPIENT_QUEUE_FULL
-    assert PendingEvent.objects.count() == 3
+        _enqueue(tenant_a, "did:example:r", str(i))
     page = services.pending_events_query(
         tenant=tenant_a, did="did:example:r", sender_did=None, page=Pagination(page=0, page_size=2)
     )
@@ -108,7 +87,7 @@ def test_the_queue_cap_and_the_pending_total_read_the_same_depth(tenant_a):
 
 
 @pytest.mark.django_db
-def test_the_cursor_runs_the_shared_registration_statement_alike(backend, tenant_a):
+def test_the_cursor_runs_the_shared_registration_statement(tenant_a):
     now = int(time.time())
     did = "did:example:x"
     for expires_at, want in ((now + 60, True), (now, False)):
@@ -117,7 +96,7 @@ def test_the_cursor_runs_the_shared_registration_statement_alike(backend, tenant
             tenant=tenant_a, owner_did=did, requestor_did=did, recipient_did=tenant_a.did, expires_at=expires_at,
             contract_hash=uuid.uuid4().hex, signed_contract="{}",
         )  # fmt: skip
-        with backend.cursor() as cur:
+        with sql.prepared_cursor() as cur:
             cur.execute(
                 f"SELECT {sql.REGISTERED}, %s",
                 [*sql.registered_params(tenant_id=tenant_a.pk, tenant_did=tenant_a.did, did=did, now_s=now), "écho"],
@@ -125,10 +104,10 @@ def test_the_cursor_runs_the_shared_registration_statement_alike(backend, tenant
             assert [bool(v) if i == 0 else v for i, v in enumerate(cur.fetchone())] == [want, "écho"]
 
 
-def _hold(backend, key: str, events: list[str], entered: threading.Event, hold_s: float) -> None:
+def _hold(key: str, events: list[str], entered: threading.Event, hold_s: float) -> None:
     try:
         with transaction.atomic():
-            backend.serialise(key)
+            sql.serialise(key)
             entered.set()
             events.append(f"{key} first in")
             time.sleep(hold_s)
@@ -137,10 +116,10 @@ def _hold(backend, key: str, events: list[str], entered: threading.Event, hold_s
         connection.close()
 
 
-def _second(backend, key: str, events: list[str]) -> None:
+def _second(key: str, events: list[str]) -> None:
     try:
         with transaction.atomic():
-            backend.serialise(key)
+            sql.serialise(key)
             events.append(f"{key} second in")
     finally:
         connection.close()
@@ -148,43 +127,33 @@ def _second(backend, key: str, events: list[str]) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_holders_of_one_key_take_turns_until_the_transaction_ends(tenant_a):
-    """The database's own backend: a second holder of the key gets in only after the first
-    transaction ended (on SQLite because its transaction begins IMMEDIATE: one writer at a time)."""
-    backend = BACKENDS[NATIVE]()
+    """A second holder of the key gets in only after the first transaction ended."""
     events: list[str] = []
     entered = threading.Event()
-    first = threading.Thread(target=_hold, args=(backend, "public:1:did", events, entered, 0.5))
+    first = threading.Thread(target=_hold, args=("public:1:did", events, entered, 0.5))
     first.start()
     assert entered.wait(10)
-    second = threading.Thread(target=_second, args=(backend, "public:1:did", events))
+    second = threading.Thread(target=_second, args=("public:1:did", events))
     second.start()
     first.join(10)
     second.join(10)
     assert events == ["public:1:did first in", "public:1:did first out", "public:1:did second in"]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="an advisory lock per key is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_holders_of_different_keys_never_wait(tenant_a):
-    backend = sql.PostgresBackend()
+def test_holders_of_different_keys_never_wait(tenant_a):
     events: list[str] = []
     entered = threading.Event()
-    first = threading.Thread(target=_hold, args=(backend, "public:1:a", events, entered, 1.0))
+    first = threading.Thread(target=_hold, args=("public:1:a", events, entered, 1.0))
     first.start()
     assert entered.wait(10)
-    second = threading.Thread(target=_second, args=(backend, "public:1:b", events))
+    second = threading.Thread(target=_second, args=("public:1:b", events))
     second.start()
     second.join(10)
     first.join(10)
     assert events == ["public:1:a first in", "public:1:b second in", "public:1:a first out"]
 
 
-def test_the_backend_is_chosen_once_for_the_database():
-    assert sql.backend() is sql.backend()
-    assert type(sql.backend()) is BACKENDS[NATIVE]
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="statements are prepared on PostgreSQL only")
 @pytest.mark.django_db
 def test_db_prepared_statements_0_sends_the_same_statements_unprepared(settings, tenant_a):
     def run() -> tuple[str, list]:
@@ -197,7 +166,6 @@ def test_db_prepared_statements_0_sends_the_same_statements_unprepared(settings,
     assert run() == ("Cursor", [42, "x"])  # Django's own (client-side binding)
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="statements are prepared on PostgreSQL only")
 @pytest.mark.django_db(transaction=True)
 def test_the_prepared_cursor_is_kept_per_connection_and_acts_as_django_s_cursor():
     first = sql.prepared_cursor()

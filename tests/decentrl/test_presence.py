@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from apps.decentrl import storage
 from apps.decentrl.storage import NonceClaim
@@ -59,24 +59,19 @@ def _now() -> int:
     return int(time.time())
 
 
-def test_a_did_that_never_had_a_socket(post_a, tenant_a, contracted, pushes, both_storage_backends):
-    """No row before the event. PostgreSQL's one statement reads the row before its queue trigger
-    creates it (the trigger runs at the statement's end): nothing known, pushed. The ORM backend
-    reads in its transaction after the INSERT, making the row if it is missing (on PostgreSQL the
-    trigger already has), with nobody live: not pushed, and a socket's write waits for that row."""
+def test_a_did_that_never_had_a_socket(post_a, tenant_a, contracted, pushes):
+    """No row before the event. The one statement reads the row before its queue trigger creates it
+    (the trigger runs at the statement's end): nothing known, pushed."""
     alice, bob = contracted
     assert not PendingQueueDepth.objects.filter(tenant=tenant_a, recipient_did=bob.did).exists()
     _send(post_a, alice, bob)
-    pushed = both_storage_backends == "postgres"
-    assert pushes == ([(tenant_a.pk, bob.did, "PENDING_EVENTS")] if pushed else [])
+    assert pushes == [(tenant_a.pk, bob.did, "PENDING_EVENTS")]
     assert _row(tenant_a, bob.did)[1] == 0
-    _send(post_a, alice, bob)  # the row exists now: on every backend, nobody live
-    assert len(pushes) == (1 if pushed else 0)
+    _send(post_a, alice, bob)  # the row exists now: nobody live
+    assert len(pushes) == 1
 
 
-def test_an_open_socket_gets_the_push_and_after_it_closed_nothing_is_pushed(
-    post_a, tenant_a, contracted, pushes, both_storage_backends
-):
+def test_an_open_socket_gets_the_push_and_after_it_closed_nothing_is_pushed(post_a, tenant_a, contracted, pushes):
     alice, bob = contracted
     presence.socket_entered(tenant_id=tenant_a.pk, did=bob.did, now_s=_now())
     _send(post_a, alice, bob, "one")
@@ -88,9 +83,7 @@ def test_an_open_socket_gets_the_push_and_after_it_closed_nothing_is_pushed(
     assert [r["payload"] for r in pending_events_unacked(tenant=tenant_a, did=bob.did)] == ["one", "two"]
 
 
-def test_a_lapsed_lease_stops_vouching_for_a_count_left_too_high(
-    post_a, tenant_a, contracted, pushes, both_storage_backends
-):
+def test_a_lapsed_lease_stops_vouching_for_a_count_left_too_high(post_a, tenant_a, contracted, pushes):
     """A socket tier that died leaves `live` at 1; once its lease has passed, nothing is pushed."""
     alice, bob = contracted
     presence.socket_entered(tenant_id=tenant_a.pk, did=bob.did, now_s=_now() - presence.lease_s() - 1)
@@ -102,7 +95,7 @@ def test_a_lapsed_lease_stops_vouching_for_a_count_left_too_high(
     assert pushes == [(tenant_a.pk, bob.did, "PENDING_EVENTS")]
 
 
-def test_presence_is_per_tenant_and_per_did(post_a, tenant_a, tenant_b, contracted, pushes, both_storage_backends):
+def test_presence_is_per_tenant_and_per_did(post_a, tenant_a, tenant_b, contracted, pushes):
     alice, bob = contracted
     presence.socket_entered(tenant_id=tenant_a.pk, did=alice.did, now_s=_now())
     presence.socket_entered(tenant_id=tenant_b.pk, did=bob.did, now_s=_now())
@@ -133,7 +126,7 @@ def test_the_counts_and_the_lease(tenant_a, tenant_b):
     assert not PendingQueueDepth.objects.filter(tenant=tenant_b).exists()
 
 
-def test_the_queue_counters_keep_the_presence(post_a, tenant_a, contracted, both_storage_backends):
+def test_the_queue_counters_keep_the_presence(post_a, tenant_a, contracted):
     """The queue triggers update `depth` only: a stored event and its ACK leave the socket count."""
     alice, bob = contracted
     presence.socket_entered(tenant_id=tenant_a.pk, did=bob.did, now_s=1_000)
@@ -165,7 +158,7 @@ def _in_thread(fn):
 
 
 def _deliver(tenant, alice, bob, nonce: str):
-    return storage.PostgresStorage().claim_and_deliver(
+    return storage.claim_and_deliver(
         NonceClaim(tenant_id=tenant.pk, sender_did=alice.did, nonce=nonce, expires_at_ms=2**40, now_ms=1),
         tenant=tenant,
         checks_passed=True,
@@ -176,13 +169,7 @@ def _deliver(tenant, alice, bob, nonce: str):
     )
 
 
-@pytest.fixture
-def on_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip("the row lock of PostgresStorage's statement")
-
-
-def test_a_socket_that_joined_during_the_statement_is_seen(on_postgres, post_a, tenant_a, contracted, pushes):
+def test_a_socket_that_joined_during_the_statement_is_seen(post_a, tenant_a, contracted, pushes):
     """The socket's write is uncommitted when the statement starts (its snapshot says nobody is
     live); the statement waits for the row, then reads the committed count and pushes."""
     alice, bob = contracted
@@ -198,9 +185,7 @@ def test_a_socket_that_joined_during_the_statement_is_seen(on_postgres, post_a, 
     assert pushes == [(tenant_a.pk, bob.did, "PENDING_EVENTS")]
 
 
-def test_a_socket_joining_while_an_event_is_stored_finds_it_in_its_backlog(
-    on_postgres, post_a, tenant_a, contracted, pushes
-):
+def test_a_socket_joining_while_an_event_is_stored_finds_it_in_its_backlog(post_a, tenant_a, contracted, pushes):
     """The storing transaction holds the row: the socket's presence write waits for its commit,
     so the backlog read that follows it sees the event (which, nobody being live, was not pushed)."""
     alice, bob = contracted

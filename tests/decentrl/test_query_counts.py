@@ -3,14 +3,11 @@
 Counted in autocommit, as production runs (transactional_db: no test-wrapping savepoints), with
 the tenant cache off as in every test. BEGIN and COMMIT are counted by Django too.
 
-TWO_WAY_PRIVATE on PostgreSQL (storage.PostgresStorage): tenant lookup, then one statement that
-claims the nonce, checks registration, contract and queue cap and inserts = 2. The SQL backend
-(SQLite's): tenant lookup, nonce INSERT … ON CONFLICT (autocommit), one SELECT with both EXISTS
-checks, then BEGIN, queue-cap probe, INSERT, COMMIT = 7.
-QUERY_PENDING_EVENTS: tenant lookup, nonce claim with the registration check, page SELECT = 3 on
-PostgreSQL (at most 4: a partial page implies its total, so the COUNT only runs when a page is
+TWO_WAY_PRIVATE (storage.claim_and_deliver): tenant lookup, then one statement that
+claims the nonce, checks registration, contract and queue cap and inserts = 2.
+QUERY_PENDING_EVENTS: tenant lookup, nonce claim with the registration check, page SELECT = 3 (at most 4: a partial page implies its total, so the COUNT only runs when a page is
 full or past the end).
-QUERY_EVENTS by tag on PostgreSQL: tenant lookup, then one statement that claims the nonce, checks
+QUERY_EVENTS by tag: tenant lookup, then one statement that claims the nonce, checks
 the registration and reads the page with its total = 2, for a full page too; an empty page past
 the end adds the COUNT.
 """
@@ -33,12 +30,8 @@ def poster(client, tenant_a):
     return Poster(HOST_A)
 
 
-def test_two_way_private_statement_count(
-    poster, tenant_a, alice, bob, django_assert_max_num_queries, both_storage_backends
-):
-    # The ORM backend's 8: the tenant, the claim, the checks, BEGIN, the queue depth, the INSERT,
-    # the presence read under lock (messaging/presence.py), COMMIT.
-    statements = {"postgres": 2, "sql": 8}[both_storage_backends]
+def test_two_way_private_statement_count(poster, tenant_a, alice, bob, django_assert_max_num_queries):
+    statements = 2
     register(poster, bob, tenant_a)
     contract_both_ways(poster, alice, bob, tenant_a)
     for _ in range(3):  # the same count on repeated sends (a prepared statement is still one)

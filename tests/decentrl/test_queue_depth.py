@@ -47,7 +47,7 @@ def pairs(post_a, tenant_a, alice, bob, registered):
     return alice, bob
 
 
-def test_every_write_path_keeps_the_counter_exact(post_a, tenant_a, pairs, settings, both_storage_backends):
+def test_every_write_path_keeps_the_counter_exact(post_a, tenant_a, pairs, settings):
     alice, bob = pairs
     to_bob = send(post_a, alice, bob, 5)
     send(post_a, bob, alice, 3)
@@ -90,7 +90,7 @@ def test_counters_are_per_tenant_and_go_with_their_tenant(post_a, post_b, tenant
     assert not PendingQueueDepth.objects.filter(tenant_id=tenant_b.pk).exists()
 
 
-def test_the_cap_is_read_from_the_counter_at_n_and_n_plus_one(post_a, tenant_a, pairs, both_storage_backends):
+def test_the_cap_is_read_from_the_counter_at_n_and_n_plus_one(post_a, tenant_a, pairs):
     alice, bob = pairs
     Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=3)
     # Two events already queued by other means: the counter knows them.

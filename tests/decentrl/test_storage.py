@@ -1,9 +1,7 @@
-"""The storage backends of the command path (apps/decentrl/storage.py) against one model of the rules.
+"""The storage calls of the command path (apps/decentrl/storage.py) against one model of the rules.
 
 `model_delivery` and `model_claim` are the rules in plain Python (DCTRL-0004 §5.4, §6.2 step 4,
-§7.2 steps 5-6, the queue cap). Every backend this database can run (on PostgreSQL the
-one-statement backend and the SQL backend; on SQLite, `make test`'s second run, the SQL backend)
-is driven through every combination of fresh/replayed nonce × CPU checks passed × recipient
+§7.2 steps 5-6, the queue cap). The calls are driven through every combination of fresh/replayed nonce × CPU checks passed × recipient
 registered × contract × queue full, and must return the model's flags and leave the model's
 rows: the nonce consumed in every case, the event stored only when every flag allows it.
 """
@@ -25,13 +23,10 @@ from apps.messaging.services import events_save, is_registered
 from apps.tenants.models import Tenant
 from apps.wire.client import Identity
 from apps.wire.envelope import EventFilter, EventToSave, Pagination
-from tests.decentrl.conftest import STORAGE_BACKENDS
 
 # Inside the test's transaction: the flags do not depend on commits (a failing statement's
 # self-claim, which does, is tested in test_fastpath.py and test_direct_fastpath.py).
 pytestmark = pytest.mark.django_db
-
-BACKENDS = {"postgres": storage.PostgresStorage, "sql": storage.SqlStorage}
 
 
 def model_delivery(*, fresh: bool, checks: bool, registered: bool, contract: bool, full: bool) -> Found:
@@ -47,11 +42,6 @@ def model_delivery(*, fresh: bool, checks: bool, registered: bool, contract: boo
 def model_claim(*, fresh: bool, asked: bool, registered: bool) -> Found:
     """What claim_checking_registration must find."""
     return Found(fresh, registered=fresh and asked and registered)
-
-
-@pytest.fixture(params=STORAGE_BACKENDS)
-def backend(request):
-    return BACKENDS[request.param]()
 
 
 def _contract(tenant, *, owner: str, requestor: str, recipient: str, expires_at: int) -> None:
@@ -94,7 +84,7 @@ def _claim(tenant, sender: str) -> NonceClaim:
     )
 
 
-def test_claim_and_deliver_matches_the_model_in_every_case(backend, tenant_a):
+def test_claim_and_deliver_matches_the_model_in_every_case(tenant_a):
     Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=1)
     tenant_a.refresh_from_db()
     for i, (fresh, checks, registered, contract, full) in enumerate(itertools.product([True, False], repeat=5)):
@@ -102,9 +92,9 @@ def test_claim_and_deliver_matches_the_model_in_every_case(backend, tenant_a):
         _world(tenant_a, sender, recipient, registered=registered, contract=contract, full=full)
         nonce = _claim(tenant_a, sender)
         if not fresh:
-            assert backend.claim(nonce) is True
+            assert storage.claim(nonce) is True
         queued = PendingEvent.objects.filter(recipient_did=recipient).count()
-        found = backend.claim_and_deliver(
+        found = storage.claim_and_deliver(
             nonce,
             tenant=tenant_a,
             checks_passed=checks,
@@ -136,14 +126,14 @@ def test_claim_and_deliver_matches_the_model_in_every_case(backend, tenant_a):
             assert PendingEvent.objects.filter(recipient_did=recipient).count() == queued, case
 
 
-def test_claim_checking_registration_matches_the_model_in_every_case(backend, tenant_a):
+def test_claim_checking_registration_matches_the_model_in_every_case(tenant_a):
     for i, (fresh, asked, registered) in enumerate(itertools.product([True, False], repeat=3)):
         sender, did = Identity.create(f"s{i}", tenant_a.did).did, Identity.create(f"d{i}", tenant_a.did).did
         _world(tenant_a, sender, did, registered=registered, contract=False, full=False)
         nonce = _claim(tenant_a, sender)
         if not fresh:
-            assert backend.claim(nonce) is True
-        found = backend.claim_checking_registration(
+            assert storage.claim(nonce) is True
+        found = storage.claim_checking_registration(
             nonce, tenant=tenant_a, did=did if asked else None, now_s=int(time.time())
         )
         assert found == model_claim(fresh=fresh, asked=asked, registered=registered), (fresh, asked, registered)
@@ -151,7 +141,7 @@ def test_claim_checking_registration_matches_the_model_in_every_case(backend, te
 
 
 @pytest.mark.parametrize("flt", [EventFilter(encrypted_tags=("t",)), EventFilter(participant_did="did:example:p")])
-def test_a_read_is_answered_only_after_a_fresh_claim_of_a_registered_sender(backend, tenant_a, flt):
+def test_a_read_is_answered_only_after_a_fresh_claim_of_a_registered_sender(tenant_a, flt):
     """QUERY_EVENTS' read (`read`, the statement path and the ORM path): its page comes back only
     when the nonce was fresh and the sender registered; the nonce is consumed in every case."""
     for i, (fresh, registered) in enumerate(itertools.product([True, False], repeat=2)):
@@ -171,8 +161,8 @@ def test_a_read_is_answered_only_after_a_fresh_claim_of_a_registered_sender(back
         )
         nonce = _claim(tenant_a, sender)
         if not fresh:
-            assert backend.claim(nonce) is True
-        found = backend.claim_checking_registration(
+            assert storage.claim(nonce) is True
+        found = storage.claim_checking_registration(
             nonce, tenant=tenant_a, did=sender, now_s=int(time.time()), read=EventsQuery(sender, flt, Pagination(0, 10))
         )
         case = (fresh, registered)
@@ -184,14 +174,14 @@ def test_a_read_is_answered_only_after_a_fresh_claim_of_a_registered_sender(back
         assert Nonce.objects.filter(sender_did=sender, nonce=nonce.nonce).count() == 1, case
 
 
-def test_a_nonce_is_claimed_once_and_reusable_only_after_its_expiry(backend, tenant_a):
+def test_a_nonce_is_claimed_once_and_reusable_only_after_its_expiry(tenant_a):
     nonce = _claim(tenant_a, "did:example:s")
-    assert backend.claim(nonce) is True
-    assert backend.claim(nonce) is False
+    assert storage.claim(nonce) is True
+    assert storage.claim(nonce) is False
     later = NonceClaim(
         **{**nonce.__dict__, "now_ms": nonce.expires_at_ms + 1, "expires_at_ms": nonce.expires_at_ms + 9}
     )
-    assert backend.claim(later) is True
+    assert storage.claim(later) is True
     assert Nonce.objects.get(sender_did="did:example:s").expires_at == nonce.expires_at_ms + 9
 
 

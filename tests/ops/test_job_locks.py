@@ -1,7 +1,6 @@
 """The jobs' lock seam (apps/ops/jobs.py) against one model: a run of a job proceeds only while no
 other session holds that job's lock, and a lock is free again once its holder leaves (also by an
-exception). On PostgreSQL both `AdvisoryLocks` and `ProcessLocks` are driven (another thread is
-another database session there); on SQLite, `make test`'s second pass, `ProcessLocks`."""
+exception). Another thread is another database session."""
 
 from __future__ import annotations
 
@@ -14,16 +13,13 @@ from django.db import connection
 
 from apps.ops import jobs
 
-LOCKS = {"advisory": jobs.AdvisoryLocks, "process": jobs.ProcessLocks}
-RUNNABLE = ["advisory", "process"] if connection.vendor == "postgresql" else ["process"]
-
 
 class Session(threading.Thread):
     """A holder in its own thread (and so its own database connection), driven step by step."""
 
-    def __init__(self, locks) -> None:
+    def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.locks, self.todo, self.done = locks, queue.Queue(), queue.Queue()
+        self.todo, self.done = queue.Queue(), queue.Queue()
         self.start()
 
     def run(self) -> None:
@@ -33,13 +29,13 @@ class Session(threading.Thread):
                 verb, name = step
                 if verb == "enter":
                     stacks[name] = ExitStack()
-                    self.done.put(stacks[name].enter_context(self.locks.exclusive(name)))
+                    self.done.put(stacks[name].enter_context(jobs.exclusive(name)))
                 elif verb == "leave":
                     stacks.pop(name).close()
                     self.done.put(None)
                 else:  # "fail": enter, raise inside, report whether the exception came out
                     try:
-                        with self.locks.exclusive(name):
+                        with jobs.exclusive(name):
                             raise RuntimeError("job failed")
                     except RuntimeError:
                         self.done.put("raised")
@@ -93,11 +89,9 @@ STEPS = [
 ]
 
 
-@pytest.mark.parametrize("kind", RUNNABLE)
 @pytest.mark.django_db(transaction=True)
-def test_job_locks_match_the_model(kind):
-    locks = LOCKS[kind]()
-    sessions = [Session(locks) for _ in range(3)]
+def test_job_locks_match_the_model():
+    sessions = [Session() for _ in range(3)]
     try:
         got = [sessions[who].do(verb, name) for who, verb, name in STEPS]
     finally:
@@ -109,7 +103,7 @@ def test_job_locks_match_the_model(kind):
 
 @pytest.mark.django_db(transaction=True)
 def test_run_job_skips_while_another_session_runs_it(tenant_a):
-    holder = Session(jobs.locks())
+    holder = Session()
     try:
         assert holder.do("enter", "purge_pending_events") is True
         assert jobs.run_job("purge_pending_events") == "purge_pending_events: skipped, another run is in progress"
@@ -117,8 +111,3 @@ def test_run_job_skips_while_another_session_runs_it(tenant_a):
         assert jobs.run_job("purge_pending_events").startswith("purged 0 expired pending events in ")
     finally:
         holder.stop()
-
-
-def test_the_locks_are_chosen_once_for_the_database():
-    assert jobs.locks() is jobs.locks()
-    assert type(jobs.locks()) is (jobs.AdvisoryLocks if connection.vendor == "postgresql" else jobs.ProcessLocks)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from apps.messaging.services import pending_event_enqueue, pending_events_acknowledge
+from apps.messaging.models import PendingEvent
+from apps.messaging.services import pending_events_acknowledge
 from apps.realtime.groups import group_name
 from apps.wire import contract as wc
 from apps.wire.did import parse_decentrl
@@ -15,6 +16,14 @@ from tests.conftest import HOST_B
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 from .conftest import connect_authenticated, run, send
+
+
+def _queued(*, tenant, sender_did: str, recipient_did: str, payload: str) -> PendingEvent:
+    """An event already in the recipient's queue (the backlog a socket reads after AUTH_SUCCESS)."""
+    return PendingEvent.objects.create(
+        tenant=tenant, sender_did=sender_did, recipient_did=recipient_did, payload=payload,
+        payload_bytes=len(payload.encode("utf-8")),
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -163,8 +172,7 @@ def test_a_push_for_one_tenant_never_reaches_another_tenants_socket(
 def test_the_backlog_follows_auth_success_in_order_without_acknowledged_events(tenant_a, pair):
     alice, bob = pair
     events = [
-        pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"blob-{i}")
-        for i in range(4)
+        _queued(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"blob-{i}") for i in range(4)
     ]
     pending_events_acknowledge(tenant=tenant_a, did=bob.did, ids=[str(events[1].public_id)])
 
@@ -190,11 +198,7 @@ def test_the_backlog_follows_auth_success_in_order_without_acknowledged_events(t
 def test_a_long_backlog_arrives_in_batches(tenant_a, pair):
     alice, bob = pair
     ids = [
-        str(
-            pending_event_enqueue(
-                tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"b{i}"
-            ).public_id
-        )
+        str(_queued(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=f"b{i}").public_id)
         for i in range(120)
     ]
 
@@ -218,8 +222,8 @@ def test_backlog_frames_stay_under_a_mebibyte_unless_one_event_is_bigger(tenant_
     alice, bob = pair
     big = "A" * 600_000
     for _ in range(3):
-        pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=big)
-    pending_event_enqueue(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload="small")
+        _queued(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload=big)
+    _queued(tenant=tenant_a, sender_did=alice.did, recipient_did=bob.did, payload="small")
 
     async def body():
         bob_sock = await connect_authenticated(bob)

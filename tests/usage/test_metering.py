@@ -207,15 +207,14 @@ def test_a_flush_writes_what_was_buffered_when_it_began_one_copy_per_batch(tenan
     copies: list[list[str]] = []
     arriving = True
 
-    class Recording:
-        def insert(self, rows: list[tuple]) -> None:
-            copies.append([row[metering._COLUMNS.index("code")] for row in rows])
-            if arriving and len(copies) <= 2:  # a command finishes while each of two batches is written
-                metering._buffer.append(meter_record(tenant_a, code=f"DURING_{len(copies)}"))
-            real.insert(rows)
+    def recording(rows: list[tuple]) -> None:
+        copies.append([row[metering._COLUMNS.index("code")] for row in rows])
+        if arriving and len(copies) <= 2:  # a command finishes while each of two batches is written
+            metering._buffer.append(meter_record(tenant_a, code=f"DURING_{len(copies)}"))
+        real(rows)
 
-    real = metering.writer()
-    monkeypatch.setattr(metering, "_chosen", [Recording()])
+    real = metering.copy_rows
+    monkeypatch.setattr(metering, "copy_rows", recording)
     metering._buffer.extend(meter_record(tenant_a, code=code) for code in ("A", "B", "C"))
     try:
         assert flush() == 3

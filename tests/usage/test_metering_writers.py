@@ -1,7 +1,5 @@
-"""The metering writer seam (apps/usage/metering.py): `CopyWriter` (PostgreSQL's COPY) and
-`BulkWriter` (the ORM's bulk_create, SQLite's) store the same rows for the same batch: every column
-as given, NULL sender, non-ASCII text, the longest labels, fractional durations. On PostgreSQL both
-run; on SQLite, `make test`'s second pass, `BulkWriter`."""
+"""The metering writer (apps/usage/metering.py, `copy_rows`: PostgreSQL's binary COPY) stores a batch
+as given: every column, NULL sender, non-ASCII text, the longest labels, fractional durations."""
 
 from __future__ import annotations
 
@@ -13,8 +11,6 @@ from django.db import connection
 from apps.usage import metering
 from apps.usage.models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
 
-WRITERS = {"copy": metering.CopyWriter, "bulk": metering.BulkWriter}
-RUNNABLE = ["copy", "bulk"] if connection.vendor == "postgresql" else ["bulk"]
 T0 = datetime(2026, 11, 23, 12, 0, 0, 123456, tzinfo=UTC)
 
 
@@ -31,26 +27,17 @@ def stored(tenant_id: int) -> list[tuple]:
     return list(CommandMeter.objects.filter(tenant_id=tenant_id).order_by("id").values_list(*metering._COLUMNS))
 
 
-@pytest.mark.parametrize("kind", RUNNABLE)
 @pytest.mark.django_db
-def test_each_writer_stores_the_batch_as_given(kind, tenant_a, tenant_b):
+def test_the_writer_stores_the_batch_as_given(tenant_a, tenant_b):
     rows = batch(tenant_a.pk)
-    WRITERS[kind]().insert(rows)
-    WRITERS[kind]().insert(batch(tenant_b.pk)[:1])
+    metering.copy_rows(rows)
+    metering.copy_rows(batch(tenant_b.pk)[:1])
     assert stored(tenant_a.pk) == rows
     assert stored(tenant_b.pk) == batch(tenant_b.pk)[:1]
-    WRITERS[kind]().insert([])
+    metering.copy_rows([])
     assert CommandMeter.objects.filter(tenant_id__in=[tenant_a.pk, tenant_b.pk]).count() == 5
 
 
-def test_the_writer_is_chosen_once_for_the_database():
-    assert metering.writer() is metering.writer()
-    assert type(metering.writer()) is (
-        metering.CopyWriter if connection.vendor == "postgresql" else metering.BulkWriter
-    )
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the binary COPY's types are PostgreSQL's")
 @pytest.mark.django_db
 def test_the_binary_copy_types_are_the_table_columns_types():
     """The COPY sends each value in binary as the type `_COPY_TYPES` names: it must be the column's

@@ -1,7 +1,6 @@
-# Written by hand: the PostgreSQL function behind apps/didcomm/storage.py's one-round-trip forward
-# (PostgresForwardStore). SqlForwardStore is the same rule through the ORM (SQLite); the two are
+# Written by hand: the PostgreSQL function behind apps/didcomm/storage.py's one-round-trip forward,
 # tested against one oracle in tests/didcomm/app/test_forward_storage.py. A change of the rule is a
-# new migration replacing the function, and the same change in SqlForwardStore.
+# new migration replacing the function.
 
 from django.db import migrations
 
@@ -68,13 +67,11 @@ DROP_FUNCTION = (
 
 
 def create_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE_FUNCTION)
+    schema_editor.execute(CREATE_FUNCTION)
 
 
 def drop_function(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_FUNCTION)
+    schema_editor.execute(DROP_FUNCTION)
 
 
 class Migration(migrations.Migration):

@@ -126,17 +126,15 @@ END $$;
 
 
 def create_triggers(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(TRIGGERS)
-        schema_editor.execute(BACKFILL)
-        schema_editor.execute(CREATE_FUNCTION)
+    schema_editor.execute(TRIGGERS)
+    schema_editor.execute(BACKFILL)
+    schema_editor.execute(CREATE_FUNCTION)
 
 
 def drop_triggers(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        previous = importlib.import_module("apps.didcomm.migrations.0004_forward_store_function")
-        schema_editor.execute(previous.CREATE_FUNCTION)
-        schema_editor.execute(DROP_TRIGGERS)
+    previous = importlib.import_module("apps.didcomm.migrations.0004_forward_store_function")
+    schema_editor.execute(previous.CREATE_FUNCTION)
+    schema_editor.execute(DROP_TRIGGERS)
 
 
 class Migration(migrations.Migration):

@@ -17,13 +17,11 @@ from django.db import migrations, models
 
 
 def data_storage_main(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER TABLE didcomm_queuedmessage ALTER COLUMN data SET STORAGE MAIN")
+    schema_editor.execute("ALTER TABLE didcomm_queuedmessage ALTER COLUMN data SET STORAGE MAIN")
 
 
 def data_storage_extended(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER TABLE didcomm_queuedmessage ALTER COLUMN data SET STORAGE EXTENDED")
+    schema_editor.execute("ALTER TABLE didcomm_queuedmessage ALTER COLUMN data SET STORAGE EXTENDED")
 
 
 class Migration(migrations.Migration):

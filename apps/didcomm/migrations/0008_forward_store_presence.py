@@ -89,16 +89,14 @@ END $$;
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"DROP FUNCTION {SIGNATURE}")
-        schema_editor.execute(CREATE_FUNCTION)
+    schema_editor.execute(f"DROP FUNCTION {SIGNATURE}")
+    schema_editor.execute(CREATE_FUNCTION)
 
 
 def backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        previous = importlib.import_module("apps.didcomm.migrations.0005_queue_depth")
-        schema_editor.execute(f"DROP FUNCTION {SIGNATURE}")
-        schema_editor.execute(previous.CREATE_FUNCTION)
+    previous = importlib.import_module("apps.didcomm.migrations.0005_queue_depth")
+    schema_editor.execute(f"DROP FUNCTION {SIGNATURE}")
+    schema_editor.execute(previous.CREATE_FUNCTION)
 
 
 class Migration(migrations.Migration):

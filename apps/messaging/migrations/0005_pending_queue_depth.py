@@ -57,14 +57,12 @@ DROP FUNCTION messaging_queue_depth_truncate();
 
 
 def create_triggers(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(TRIGGERS)
-        schema_editor.execute(BACKFILL)
+    schema_editor.execute(TRIGGERS)
+    schema_editor.execute(BACKFILL)
 
 
 def drop_triggers(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_TRIGGERS)
+    schema_editor.execute(DROP_TRIGGERS)
 
 
 class Migration(migrations.Migration):

@@ -34,8 +34,7 @@ BEGIN {_UPSERT.format(rows=_OLD)} RETURN NULL; END $$;
 
 
 def replace_functions(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FUNCTIONS)
+    schema_editor.execute(FUNCTIONS)
 
 
 class Migration(migrations.Migration):

@@ -1,7 +1,7 @@
-"""The forward's storage seam (apps/didcomm/storage.py): both backends against one model of the rule
+"""The forward's storage seam (apps/didcomm/storage.py) against one model of the rule
 (stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
-row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and on
-PostgreSQL the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
+row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and
+the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
 equal to the real count after every kind of write, filled by the migration, no deadlock between an
 evicting forward and a concurrent messages-received."""
 
@@ -39,22 +39,7 @@ from apps.messaging.notify import push_requested
 from apps.tenants.services import Actor
 from tests.support.pglocks import another_session_waits_for_a_lock
 
-BACKENDS = ["postgres", "sql"] if connection.vendor == "postgresql" else ["sql"]
 RECIPIENT = "did:example:recipient"
-POSTGRES_ONLY = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the depth counter's triggers are PostgreSQL's"
-)
-
-
-def _backend(name: str):
-    return storage.PostgresForwardStore() if name == "postgres" else storage.SqlForwardStore()
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, monkeypatch):
-    chosen = _backend(request.param)
-    monkeypatch.setattr(storage, "_chosen", [chosen])
-    return chosen
 
 
 def _grant(tenant, client="did:example:client", recipient=RECIPIENT, state=Mediation.State.GRANTED, connection=None):
@@ -106,11 +91,11 @@ def oracle(queue: list[int], *, known: bool, cap: int, reject: bool) -> tuple[st
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("depth", "cap", "reject"), list(itertools.product(range(5), (1, 2, 3), (False, True))))
-def test_each_backend_follows_the_oracle_for_the_cap(backend, tenant_a, depth, cap, reject):
+def test_the_forward_follows_the_oracle_for_the_cap(tenant_a, depth, cap, reject):
     rk = _grant(tenant_a)
     queue = _preload(rk, depth)
     req = _request(tenant_a.pk, cap=cap, reject=reject)
-    done = backend.forward(req)
+    done = storage.forward(req)
     outcome, evicted, kept = oracle(queue, known=True, cap=cap, reject=reject)
     rows = list(QueuedMessage.objects.filter(recipient=rk).order_by("id").values_list("id", "message_id"))
     if outcome == "stored":
@@ -122,10 +107,10 @@ def test_each_backend_follows_the_oracle_for_the_cap(backend, tenant_a, depth, c
 
 
 @pytest.mark.django_db
-def test_each_backend_stores_the_row_exactly(backend, tenant_a):
+def test_the_forward_stores_the_row_exactly(tenant_a):
     rk = _grant(tenant_a)
     req = _request(tenant_a.pk, data='{"base64":"AAAA"}')
-    assert backend.forward(req) == storage.ForwardStored("stored", 0, "did:example:client", None)
+    assert storage.forward(req) == storage.ForwardStored("stored", 0, "did:example:client", None)
     row = QueuedMessage.objects.get()
     assert (row.tenant_id, row.mediation_id, row.recipient_id) == (tenant_a.pk, rk.mediation_id, rk.pk)
     assert (row.message_id, row.data, row.size) == (req.message_id, '{"base64":"AAAA"}', 17)
@@ -135,7 +120,7 @@ def test_each_backend_stores_the_row_exactly(backend, tenant_a):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("case", ["unknown", "revoked", "denied", "other-tenant"])
-def test_each_backend_finds_only_a_granted_recipient_of_the_tenant(backend, tenant_a, tenant_b, case):
+def test_the_forward_finds_only_a_granted_recipient_of_the_tenant(tenant_a, tenant_b, case):
     if case == "revoked":
         _grant(tenant_a, state=Mediation.State.REVOKED)
     elif case == "denied":
@@ -144,7 +129,7 @@ def test_each_backend_finds_only_a_granted_recipient_of_the_tenant(backend, tena
         _grant(tenant_b)
     else:
         _grant(tenant_a, recipient="did:example:someone-else")
-    assert backend.forward(_request(tenant_a.pk)) == storage.ForwardStored("unknown")
+    assert storage.forward(_request(tenant_a.pk)) == storage.ForwardStored("unknown")
     assert QueuedMessage.objects.count() == 0 and Outbound.objects.count() == 0
 
 
@@ -160,10 +145,10 @@ def _v1_connection(tenant, endpoint: str) -> Connection:
 @pytest.mark.parametrize(
     ("endpoint", "json_data", "expected"), [("http://agent/", True, 1), ("", True, 0), ("http://agent/", False, 0)]
 )
-def test_each_backend_makes_the_v1_outbound_row(backend, tenant_a, endpoint, json_data, expected):
+def test_the_forward_makes_the_v1_outbound_row(tenant_a, endpoint, json_data, expected):
     _grant(tenant_a, connection=_v1_connection(tenant_a, endpoint))
     req = _request(tenant_a.pk, outbound=json_data)
-    done = backend.forward(req)
+    done = storage.forward(req)
     assert done.outcome == "stored" and Outbound.objects.count() == expected
     if expected:
         out = Outbound.objects.get()
@@ -180,21 +165,20 @@ def test_each_backend_makes_the_v1_outbound_row(backend, tenant_a, endpoint, jso
 
 
 @pytest.mark.django_db(transaction=True)
-def test_each_backend_evicts_a_message_with_its_v1_outbound_row(backend, tenant_a):
+def test_the_forward_evicts_a_message_with_its_v1_outbound_row(tenant_a):
     """Committed for real (the outbound row's foreign key is checked at commit)."""
     _grant(tenant_a, connection=_v1_connection(tenant_a, "http://agent/"))
-    first = backend.forward(_request(tenant_a.pk, cap=1))
+    first = storage.forward(_request(tenant_a.pk, cap=1))
     req = _request(tenant_a.pk, cap=1)
-    second = backend.forward(req)
+    second = storage.forward(req)
     assert (first.outcome, second.outcome, second.evicted) == ("stored", "stored", 1)
     assert list(QueuedMessage.objects.values_list("message_id", flat=True)) == [req.message_id]
     assert list(Outbound.objects.values_list("id", "queued__message_id")) == [(second.outbound_id, req.message_id)]
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's shared-cache test database locks whole tables")
 @pytest.mark.parametrize("reject", [False, True])
-def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reject):
+def test_the_cap_holds_exactly_under_concurrent_forwards(tenant_a, reject):
     rk = _grant(tenant_a)
     results: list[storage.ForwardStored] = []
     lock = threading.Lock()
@@ -202,7 +186,7 @@ def test_the_cap_holds_exactly_under_concurrent_forwards(backend, tenant_a, reje
     def send():
         try:
             for _ in range(5):
-                done = backend.forward(_request(tenant_a.pk, cap=3, reject=reject))
+                done = storage.forward(_request(tenant_a.pk, cap=3, reject=reject))
                 with lock:
                     results.append(done)
         finally:
@@ -241,17 +225,16 @@ def _message_ids(rk: RecipientKey, n: int) -> list[str]:
     ]
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db
-def test_the_depth_counter_equals_the_real_count_after_every_write(backend, tenant_a, tenant_b):
+def test_the_depth_counter_equals_the_real_count_after_every_write(tenant_a, tenant_b):
     a = _grant(tenant_a)
     b = _grant(tenant_a, client="did:example:client-2", recipient="did:example:recipient-2")
     c = _grant(tenant_b)
     _preload(a, 4), _preload(b, 2), _preload(c, 1)
     assert _counted() == _real() == {a.pk: 4, b.pk: 2, c.pk: 1}
     # forwards, the last two evicting one each; a refused one changes nothing
-    assert [backend.forward(_request(tenant_a.pk, cap=5)).evicted for _ in range(3)] == [0, 1, 1]
-    assert backend.forward(_request(tenant_a.pk, cap=5, reject=True)) == storage.ForwardStored("full")
+    assert [storage.forward(_request(tenant_a.pk, cap=5)).evicted for _ in range(3)] == [0, 1, 1]
+    assert storage.forward(_request(tenant_a.pk, cap=5, reject=True)) == storage.ForwardStored("full")
     assert _counted() == _real() == {a.pk: 5, b.pk: 2, c.pk: 1}
     # a message of ours to the client itself (no recipient) is not counted
     now = timezone.now()
@@ -272,7 +255,7 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(backend, tena
     assert services.messages_purge_expired(tenant=None, now=timezone.now(), dry_run=False) == 2
     assert _counted() == _real() == {a.pk: 2}
     # a forward after the purge counts from there; c's row comes back
-    assert backend.forward(_request(tenant_b.pk, cap=5)).outcome == "stored"
+    assert storage.forward(_request(tenant_b.pk, cap=5)).outcome == "stored"
     assert _counted() == _real() == {a.pk: 2, c.pk: 1}
     # revoke: the recipient and its queue go, and the counter row with them
     services.mediation_revoke(mediation=a.mediation, actor=Actor(None, "test"))
@@ -286,24 +269,21 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(backend, tena
     assert _counted() == _real() == {}
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db
-def test_the_cap_reads_the_counter(tenant_a, monkeypatch):
+def test_the_cap_reads_the_counter(tenant_a):
     """The PostgreSQL forward takes its depth from the counter row: a forged counter moves the cap."""
-    monkeypatch.setattr(storage, "_chosen", [storage.PostgresForwardStore()])
     rk = _grant(tenant_a)
     _preload(rk, 1)
     QueueDepth.objects.filter(recipient_id=rk.pk).update(depth=3)
-    assert storage.store().forward(_request(tenant_a.pk, cap=3, reject=True)) == storage.ForwardStored("full")
-    assert storage.store().forward(_request(tenant_a.pk, cap=4)) == storage.ForwardStored(
+    assert storage.forward(_request(tenant_a.pk, cap=3, reject=True)) == storage.ForwardStored("full")
+    assert storage.forward(_request(tenant_a.pk, cap=4)) == storage.ForwardStored(
         "stored", 0, "did:example:client", None
     )
     assert _counted() == {rk.pk: 4} and _real() == {rk.pk: 2}
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
-def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(backend, tenant_a):
+def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(tenant_a):
     rk = _grant(tenant_a)
     _preload(rk, 4)
     errors: list[BaseException] = []
@@ -313,7 +293,7 @@ def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(
     def forwards():
         try:
             for _ in range(60):
-                outcomes.append(backend.forward(_request(tenant_a.pk, cap=4)).outcome)
+                outcomes.append(storage.forward(_request(tenant_a.pk, cap=4)).outcome)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
         finally:
@@ -340,7 +320,6 @@ def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(
     assert _counted() == _real() and _real().get(rk.pk, 0) <= 4
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
     before = [("didcomm", "0004_forward_store_function")]
@@ -359,13 +338,12 @@ def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
         # The forward of today's code calls today's function (0008's result columns).
         MigrationExecutor(connection).migrate(leaves)
-        assert storage.PostgresForwardStore().forward(_request(tenant_a.pk, cap=3)).evicted == 1
+        assert storage.forward(_request(tenant_a.pk, cap=3)).evicted == 1
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
     finally:
         MigrationExecutor(connection).migrate(leaves)
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db
 def test_a_stored_forward_writes_six_index_entries_and_keeps_its_text_in_the_row(tenant_a):
     """Migration 0007: no single-column index on the mediation and recipient foreign keys (the
@@ -373,7 +351,7 @@ def test_a_stored_forward_writes_six_index_entries_and_keeps_its_text_in_the_row
     2.4 KB forward writes nothing to the TOAST table."""
     a = _grant(tenant_a)
     data = json.dumps({"ciphertext": base64.b64encode(os.urandom(1800)).decode()})  # 2,418 bytes, as a JWE
-    stored = storage.PostgresForwardStore().forward(_request(tenant_a.pk, data=data))
+    stored = storage.forward(_request(tenant_a.pk, data=data))
     assert stored.outcome == storage.STORED
     with connection.cursor() as cur:
         cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'didcomm_queuedmessage' ORDER BY 1")
@@ -420,7 +398,7 @@ def _client_live(tenant, client="did:example:client") -> None:
 
 
 @pytest.mark.django_db
-def test_the_wake_carries_the_stored_text_up_to_64_kib(backend, tenant_a, pushes, django_capture_on_commit_callbacks):
+def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
     _client_live(tenant_a)
     policy = services.policy_for(tenant=tenant_a)
@@ -452,7 +430,7 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(backend, tenant_a, pushes
 
 @pytest.mark.django_db
 def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
-    backend, tenant_a, pushes, django_capture_on_commit_callbacks
+    tenant_a, pushes, django_capture_on_commit_callbacks
 ):
     _grant(tenant_a)
     _client_live(tenant_a)
@@ -477,9 +455,7 @@ def _now_s() -> int:
 
 
 @pytest.mark.django_db
-def test_the_wake_leaves_only_for_a_client_that_may_be_live(
-    backend, tenant_a, pushes, django_capture_on_commit_callbacks
-):
+def test_the_wake_leaves_only_for_a_client_that_may_be_live(tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
     policy = services.policy_for(tenant=tenant_a)
 
@@ -510,7 +486,6 @@ def test_the_wake_leaves_only_for_a_client_that_may_be_live(
     assert QueuedMessage.objects.filter(tenant=tenant_a).count() == 5  # stored whatever was woken
 
 
-@POSTGRES_ONLY
 @pytest.mark.django_db(transaction=True)
 def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog(tenant_a):
     """The function reads the client's presence row under a share lock after storing: a socket's
@@ -524,7 +499,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
 
     def forward_in_thread():
         try:
-            box["stored"] = storage.PostgresForwardStore().forward(_request(tenant_a.pk))
+            box["stored"] = storage.forward(_request(tenant_a.pk))
         finally:
             connections.close_all()
 
@@ -539,7 +514,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
     presence.socket_left(tenant_id=tenant_a.pk, did=client)
     with transaction.atomic():
         request = _request(tenant_a.pk)
-        stored = storage.PostgresForwardStore().forward(request)
+        stored = storage.forward(request)
         assert stored.may_have_socket is False
 
         def going_live():

