@@ -56,7 +56,6 @@ def wait_queued(mediator: V1Mediator, expected: int, timeout: float = 10) -> int
 
 
 def test_credo_picks_up_by_polling_then_after_being_offline_and_live(mediator, started):
-    t0 = time.monotonic()
     recipient = started("recipient", mediator_invitation=mediator.invitation_url, pickup="PickUpV2")
     sender = started("sender", mediator_invitation=mediator.invitation_url, pickup="PickUpV2")
     for agent in (recipient, sender):
@@ -110,7 +109,6 @@ def test_credo_picks_up_by_polling_then_after_being_offline_and_live(mediator, s
     assert all(o.sender_verkey is None for o in opened if o.type == "routing/1.0/forward")
     pickups = [o for o in opened if o.type.startswith("messagepickup/2.0/")]
     assert {o.message["~transport"]["return_route"] for o in pickups} == {"all"}
-    assert time.monotonic() - t0 < 120, f"took {time.monotonic() - t0:.0f} s"
 
 
 def test_credo_with_pickup_1_0_gets_its_messages_in_a_batch(mediator, started):
