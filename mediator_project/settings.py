@@ -6,6 +6,7 @@ Production sets MEDIATOR_ENV=production, which makes every missing secret a loud
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -29,8 +30,14 @@ def _dev_secret(filename: str, nbytes: int) -> str:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     path = VAR_DIR / filename
     if not path.exists():
-        path.write_text(secrets.token_hex(nbytes))
-        path.chmod(0o600)
+        # Created 0600 (never readable by others, not even between writing and a chmod).
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process created it meanwhile
+            pass
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_hex(nbytes))
     return path.read_text().strip()
 
 
@@ -125,9 +132,23 @@ WSGI_APPLICATION = "mediator_project.wsgi.application"
 ASGI_APPLICATION = "mediator_project.asgi.application"
 
 # Without DATABASE_URL, the embedded PostgreSQL that `make run` starts (scripts/with_postgres.py): its
-# data and its Unix socket in var/pg, no TCP port, so checkouts on one machine never collide.
+# data and its Unix socket in var/pg (Django connects there, trusted), and a loopback TCP port of this
+# checkout's own for the usage report's JDBC reads (PostgreSQL's JDBC driver reaches no Unix socket),
+# where the role's password is required (scram-sha-256). with_postgres.py chooses the port (free) and
+# records it in EMBEDDED_PG_TCP_RECORD; the password is generated once into var/pg-password (0600).
+# The port also names the socket file (.s.PGSQL.<port>), so the URL carries it.
 EMBEDDED_PGDATA = None if env("DATABASE_URL") else VAR_DIR.resolve() / "pg"
-DATABASE_URL = env("DATABASE_URL") or f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}/mediator"
+EMBEDDED_PG_TCP_RECORD = VAR_DIR.resolve() / "pg-tcp.json"
+EMBEDDED_PG_TCP = None
+if EMBEDDED_PGDATA is not None:
+    try:
+        _pg_port = int(json.loads(EMBEDDED_PG_TCP_RECORD.read_text())["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        _pg_port = 5432  # not started yet: with_postgres.py records the port before running its command
+    EMBEDDED_PG_TCP = {"host": "127.0.0.1", "port": _pg_port, "password": _dev_secret("pg-password", 24)}
+DATABASE_URL = env("DATABASE_URL") or (
+    f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{EMBEDDED_PG_TCP['port']}/mediator"
+)
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
 # so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by

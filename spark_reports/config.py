@@ -11,14 +11,15 @@ SPARK_MASTER            a classic master (local[*], spark://..., yarn): the job 
 
 SPARK_LOCAL_IP          default 127.0.0.1 (set before a classic driver's JVM starts)
 SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
-SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL and SQLite jars
+SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL jar
 SPARK_JDBC_PARTITIONS   partitions of each partitioned JDBC read, default 4
 SPARK_SHUFFLE_PARTITIONS default 4 (reports are small; 200 would only add task overhead)
 REPORT_WORK_MEM         PostgreSQL work_mem of the job's JDBC reads, default 256MB (a planner allowance: the
                         memory used follows the real groups); they also set enable_sort=off, jit=off
                         (see database_from_url)
-REPORT_DATABASE_URL     the database as a URL (postgresql://user:pw@host:port/db or sqlite:////path);
-                        falls back to DATABASE_URL, then to the embedded default var/mediator.sqlite3.
+REPORT_DATABASE_URL     the PostgreSQL database as a URL (postgresql://user:pw@host:port/db; the launcher,
+                        apps/usage/services.report_database_url, gives the embedded server's loopback TCP
+                        address); falls back to DATABASE_URL.
                         Several hosts (postgresql://user@h1,h2,h3/db?target_session_attrs=read-write,
                         libpq's multi-host form) are tried in turn; the result rows and the small
                         bounds query go where target_session_attrs says (the primary)
@@ -38,78 +39,64 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JARS = "/usr/share/java/postgresql.jar,/usr/share/java/sqlite-jdbc.jar"
+DEFAULT_JARS = "/usr/share/java/postgresql.jar"
 
 
 @dataclass(frozen=True)
 class Database:
     """Where the job reads (JDBC, on the engine) and writes its result rows (Python, in the job)."""
 
-    dialect: str  # "postgresql" | "sqlite"
     url: str  # JDBC URL
     properties: dict[str, str] = field(default_factory=dict)  # JDBC properties (user, password, driver)
     connect_kwargs: dict[str, str | int] = field(default_factory=dict)  # psycopg.connect(**...)
-    path: str = ""  # the SQLite file
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.dialect == "sqlite"
 
 
 def database_from_url(url: str) -> Database:
-    """A Django-style database URL as JDBC (the password stays in properties, never in argv)."""
+    """A PostgreSQL database URL as JDBC (the password stays in properties, never in argv)."""
     parts = urlsplit(url)
     scheme = parts.scheme.split("+")[0]
-    if scheme in ("postgres", "postgresql", "pgsql"):
-        # libpq's multi-host form (h1,h2,h3): urlsplit keeps the list as the host name.
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or 5432
-        name = unquote(parts.path.lstrip("/"))
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
-        # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
-        # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
-        # rows on disk instead: 2.5 s against 0.6 s for 250 000 rows, 13 s against 6 s for 1.25M
-        # (docs/benchmark-history.md). So the job's own sessions hash: more work_mem, and no sort (none of
-        # the extract's queries needs one). The GROUPING SETS of the metering ranges hash BOTH sets in
-        # one scan only when the planner's estimate of both tables (one group per row, ~33 MB used
-        # for 9 000 + 24 000 real groups) fits work_mem x hash_mem_multiplier: at 64MB it hashed one
-        # set and fed the other an incremental sort over the (tenant, at) index, 1.2-2.2 s against
-        # 0.5 s for 250 000 rows. jit off: the planner's costs passed JIT's threshold (0.05-0.7 s of
-        # compiling for a 0.5 s query).
-        props["options"] = (
-            f"-c work_mem={os.environ.get('REPORT_WORK_MEM', '256MB')} -c enable_sort=off"
-            " -c enable_incremental_sort=off -c jit=off"
-        )
-        if parts.password:
-            props["password"] = unquote(parts.password)
-        connect: dict[str, str | int] = {"host": host, "port": port, "dbname": name, "user": props["user"]}
-        if parts.password:
-            connect["password"] = props["password"]
-        for option in ("target_session_attrs", "connect_timeout"):
-            if option in query:
-                connect[option] = query[option]
-        if os.environ.get("REPORT_READ_FROM", "primary") == "standby":
-            props["targetServerType"] = "preferSecondary"
-        elif query.get("target_session_attrs") in ("read-write", "primary"):
-            props["targetServerType"] = "primary"
-        hosts = ",".join(f"{h}:{port}" for h in host.split(","))
-        return Database("postgresql", f"jdbc:postgresql://{hosts}/{name}", props, connect)
-    if scheme == "sqlite":
-        path = unquote(parts.path)
-        if url.startswith("sqlite:////"):
-            path = "/" + path.lstrip("/")
-        # busy_timeout: the mediator may be writing (WAL lets us read meanwhile).
-        return Database(
-            "sqlite", f"jdbc:sqlite:{path}", {"driver": "org.sqlite.JDBC", "busy_timeout": "20000"}, path=path
-        )
-    raise ValueError(f"unsupported database URL scheme {scheme!r}")
+    if scheme not in ("postgres", "postgresql", "pgsql"):
+        raise ValueError(f"unsupported database URL scheme {scheme!r}: the mediator's database is PostgreSQL")
+    # libpq's multi-host form (h1,h2,h3): urlsplit keeps the list as the host name.
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or 5432
+    name = unquote(parts.path.lstrip("/"))
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
+    # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
+    # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
+    # rows on disk instead: 2.5 s against 0.6 s for 250 000 rows, 13 s against 6 s for 1.25M
+    # (docs/benchmark-history.md). So the job's own sessions hash: more work_mem, and no sort (none of
+    # the extract's queries needs one). The GROUPING SETS of the metering ranges hash BOTH sets in
+    # one scan only when the planner's estimate of both tables (one group per row, ~33 MB used
+    # for 9 000 + 24 000 real groups) fits work_mem x hash_mem_multiplier: at 64MB it hashed one
+    # set and fed the other an incremental sort over the (tenant, at) index, 1.2-2.2 s against
+    # 0.5 s for 250 000 rows. jit off: the planner's costs passed JIT's threshold (0.05-0.7 s of
+    # compiling for a 0.5 s query).
+    props["options"] = (
+        f"-c work_mem={os.environ.get('REPORT_WORK_MEM', '256MB')} -c enable_sort=off"
+        " -c enable_incremental_sort=off -c jit=off"
+    )
+    if parts.password:
+        props["password"] = unquote(parts.password)
+    connect: dict[str, str | int] = {"host": host, "port": port, "dbname": name, "user": props["user"]}
+    if parts.password:
+        connect["password"] = props["password"]
+    for option in ("target_session_attrs", "connect_timeout"):
+        if option in query:
+            connect[option] = query[option]
+    if os.environ.get("REPORT_READ_FROM", "primary") == "standby":
+        props["targetServerType"] = "preferSecondary"
+    elif query.get("target_session_attrs") in ("read-write", "primary"):
+        props["targetServerType"] = "primary"
+    hosts = ",".join(f"{h}:{port}" for h in host.split(","))
+    return Database(f"jdbc:postgresql://{hosts}/{name}", props, connect)
 
 
 def database_from_env() -> Database:
     url = os.environ.get("REPORT_DATABASE_URL") or os.environ.get("DATABASE_URL")
     if not url:
-        url = f"sqlite:///{ROOT / 'var' / 'mediator.sqlite3'}"
+        raise ValueError("REPORT_DATABASE_URL (or DATABASE_URL) must name the PostgreSQL database")
     return database_from_url(url)
 
 

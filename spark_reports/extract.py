@@ -2,8 +2,7 @@
 and the metering rows' JDBC read of the lake's export (lake.py).
 
 Only metadata columns are selected; payloads, tags and signatures are never read.
-PostgreSQL timestamps arrive as timestamps. SQLite stores Django datetimes as UTC text
-("YYYY-MM-DD HH:MM:SS[.ffffff]"), so they are read as text and parsed here (session time zone UTC).
+PostgreSQL timestamps arrive as timestamps (session time zone UTC).
 
 The metering rows are not read by a report: the export (lake.py) reads each of them once, into the
 Parquet lake, and the report aggregates the lake's files in Spark (transform.meter_partials). A
@@ -12,7 +11,6 @@ report still reads registrations, pending and stored events here.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -106,22 +104,9 @@ class ReportInputs:
     stored: DataFrame  # tenant_id, created_at, payload_bytes
 
 
-def _ts_literal(db: Database, d: date) -> str:
-    # Both are safe literals built from a date object, never from user text.
-    if db.is_sqlite:
-        return f"'{d.isoformat()} 00:00:00'"
+def _ts_literal(d: date) -> str:
+    # A safe literal built from a date object, never from user text.
     return f"TIMESTAMPTZ '{d.isoformat()} 00:00:00+00'"
-
-
-def ts_column(db: Database, column: str) -> str:
-    """The column as the job wants to read it: text on SQLite, a timestamp on PostgreSQL."""
-    name = column.split(".")[-1]
-    return f"CAST({column} AS TEXT) AS {name}" if db.is_sqlite else f"{column} AS {name}"
-
-
-def _day(db: Database, column: str) -> str:
-    """The UTC day of a timestamp column: a date on PostgreSQL, 'YYYY-MM-DD' text on SQLite."""
-    return f"substr({column}, 1, 10)" if db.is_sqlite else f"CAST(({column} AT TIME ZONE 'UTC') AS DATE)"
 
 
 def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
@@ -167,15 +152,8 @@ def _bounds(db: Database, rows: dict[str, Rows]) -> dict[str, Bounds]:
         f"SELECT '{name}' AS name, MIN({r.id_column}) AS lo, MAX({r.id_column}) AS hi, COUNT(*) AS n {r.from_where}"
         for name, r in rows.items()
     )
-    if db.is_sqlite:
-        conn = sqlite3.connect(db.path, timeout=20)
-        try:
-            found = conn.execute(union).fetchall()
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(**db.connect_kwargs) as pg:
-            found = pg.execute(union).fetchall()
+    with psycopg.connect(**db.connect_kwargs) as pg:
+        found = pg.execute(union).fetchall()
     out: dict[str, Bounds] = {}
     for name, lo, hi, n in found:
         out[name] = (int(lo), int(hi), int(n)) if n else (None, None, 0)
@@ -201,13 +179,11 @@ def read_ranges(
     that the transform merges), unlike Spark's own partitionColumn, which filters the query's result.
 
     fetchsize 10 000: the PostgreSQL driver otherwise buffers the whole result of a range in memory.
-    customSchema: the declared types (SQLite's driver guesses a column's type from its declaration,
-    and SQLite's timestamps and days are read as text, cast by `typed`).
+    customSchema: the declared types.
     pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
     wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
     `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows)."""
-    text = {c for c, _ in SCHEMAS[name] if db.is_sqlite and (c == "day" or c in TEXT_COLUMNS.get(name, ()))}
-    custom = ", ".join(f"{c} {'STRING' if c in text else kind.simpleString()}" for c, kind in SCHEMAS[name])
+    custom = ", ".join(f"{c} {kind.simpleString()}" for c, kind in SCHEMAS[name])
     frames = []
     for start, stop in id_ranges(bounds, partitions or jdbc_partitions(bounds[2])):
         query = read.query(f"{rows.from_where} AND {rows.id_column} >= {start} AND {rows.id_column} < {stop}")
@@ -241,17 +217,8 @@ def schema(name: str) -> StructType:
 
 
 def typed(df: DataFrame, name: str) -> DataFrame:
-    """The frame's declared columns, cast to its declared types (SQLite's timestamps and days are text)."""
+    """The frame's declared columns, cast to its declared types."""
     return df.select(*[F.col(column).cast(kind).alias(column) for column, kind in SCHEMAS[name]])
-
-
-# Timestamp columns, read as text on SQLite.
-TEXT_COLUMNS = {
-    "registrations": ("created_at",),
-    "pending": ("created_at", "acknowledged_at"),
-    "stored": ("created_at",),
-    "meter_rows": ("at",),
-}
 
 
 def extract(
@@ -260,8 +227,8 @@ def extract(
     """Read registrations, pending and stored events for
     [date_from, date_to] (UTC days); also returns how many rows each input holds (known before any
     row is read: progress shows it)."""
-    lo = _ts_literal(db, date_from)
-    hi = _ts_literal(db, date_to + timedelta(days=1))
+    lo = _ts_literal(date_from)
+    hi = _ts_literal(date_to + timedelta(days=1))
     rows = {
         # A registration is a contract the identity owns and requested from this tenant's own DID
         # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
@@ -284,9 +251,9 @@ def extract(
         ),
     }
     reads = {
-        "registrations": Read("registrations", f"c.tenant_id AS tenant_id, {ts_column(db, 'c.created_at')}"),
-        "pending": Read("pending", f"tenant_id, {ts_column(db, 'created_at')}, {ts_column(db, 'acknowledged_at')}"),
-        "stored": Read("stored", f"tenant_id, {ts_column(db, 'created_at')}, payload_bytes"),
+        "registrations": Read("registrations", "c.tenant_id AS tenant_id, c.created_at AS created_at"),
+        "pending": Read("pending", "tenant_id, created_at, acknowledged_at"),
+        "stored": Read("stored", "tenant_id, created_at, payload_bytes"),
     }
     bounds = _bounds(db, rows)
     frames = {

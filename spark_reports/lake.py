@@ -11,7 +11,7 @@ one directory per UTC day (the reports' partition pruning and the lake's retenti
 whole days), tenant (pruning) and export attempt E, a row of `usage_meterexport`.
 
 Export, exactly once. Under one exclusive lock (a PostgreSQL advisory lock held by the job's
-session, released by the server when the job dies; a file lock beside an SQLite database):
+session, released by the server when the job dies):
 1. an attempt that is still `pending` was interrupted (crash, kill -9 at any point): mark it
    `abandoned`. Its files, complete or not, are never read (readers skip its `export=` value); its
    rows were not counted as exported, so step 2 exports them again.
@@ -39,10 +39,8 @@ gs://, hdfs://: the job host needs the same credentials).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +56,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, LongType, StructField, StructType
 
 from .config import ROOT, Database, build_session, database_from_env
-from .extract import SCHEMAS, Read, Rows, read_ranges, ts_column, typed
+from .extract import SCHEMAS, Read, Rows, read_ranges, typed
 
 EXPORT_TABLE = "usage_meterexport"
 METER_TABLE = "usage_commandmeter"
@@ -101,12 +99,6 @@ def _connect_pg(db: Database) -> psycopg.Connection:
 
 def _query(db: Database, sql: str, params: tuple = ()) -> list[tuple]:
     """One read of the export's own small table, in its own connection."""
-    if db.is_sqlite:
-        conn = sqlite3.connect(db.path, timeout=20)
-        try:
-            return conn.execute(sql.replace("%s", "?"), params).fetchall()
-        finally:
-            conn.close()
     with _connect_pg(db) as pg:
         return pg.execute(sql, params).fetchall()
 
@@ -128,19 +120,9 @@ class Attempt:
     hi: int  # inclusive
 
 
-def _now(db: Database) -> str | datetime:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%d %H:%M:%S.%f") if db.is_sqlite else now
-
-
 @contextmanager
-def _exclusive(db: Database) -> Iterator[psycopg.Connection | None]:
-    """One export at a time, for as long as the job lives (released by the server/kernel when it dies)."""
-    if db.is_sqlite:
-        with open(db.path + ".export.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield None
-        return
+def _exclusive(db: Database) -> Iterator[psycopg.Connection]:
+    """One export at a time, for as long as the job lives (released by the server when it dies)."""
     with _connect_pg(db) as pg:
         pg.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
         try:
@@ -149,28 +131,13 @@ def _exclusive(db: Database) -> Iterator[psycopg.Connection | None]:
             pg.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
 
 
-def _begin(db: Database, pg: psycopg.Connection | None) -> tuple[Attempt | None, int]:
+def _begin(pg: psycopg.Connection) -> tuple[Attempt | None, int]:
     """Abandon an interrupted attempt, then record the next one over (watermark, MAX(id)]; returns it
     (None when there is nothing new) and how many attempts were abandoned."""
-    now = _now(db)
+    now = datetime.now(UTC)
     abandon = f"UPDATE {EXPORT_TABLE} SET state = 'abandoned', finished_at = %s WHERE state = 'pending'"
     watermark = f"SELECT COALESCE(MAX(hi_id), 0) FROM {EXPORT_TABLE} WHERE state = 'committed'"
     insert = f"INSERT INTO {EXPORT_TABLE} (lo_id, hi_id, state, rows, started_at) VALUES (%s, %s, 'pending', 0, %s)"
-    if pg is None:
-        conn = sqlite3.connect(db.path, timeout=20, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")  # no metering write is open while MAX(id) is read
-            abandoned = conn.execute(abandon.replace("%s", "?"), (now,)).rowcount
-            lo = conn.execute(watermark).fetchone()[0]
-            hi = conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {METER_TABLE}").fetchone()[0]
-            attempt = None
-            if hi > lo:
-                cur = conn.execute(insert.replace("%s", "?"), (lo, hi, now))
-                attempt = Attempt(int(cur.lastrowid), int(lo), int(hi))
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        return attempt, abandoned
     with pg.transaction():
         abandoned = pg.execute(abandon, (now,)).rowcount
         lo = pg.execute(watermark).fetchone()[0]
@@ -182,31 +149,21 @@ def _begin(db: Database, pg: psycopg.Connection | None) -> tuple[Attempt | None,
     return Attempt(int(export), int(lo), int(hi)), abandoned
 
 
-def _commit(db: Database, pg: psycopg.Connection | None, attempt: Attempt, stats: dict) -> None:
+def _commit(pg: psycopg.Connection, attempt: Attempt, stats: dict) -> None:
     sql = (
         f"UPDATE {EXPORT_TABLE} SET state = 'committed', rows = %s, first_at = %s, last_at = %s, finished_at = %s"
         " WHERE id = %s AND state = 'pending'"
     )
     first, last = stats.get("first_at"), stats.get("last_at")
-    if db.is_sqlite:
-        fmt = "%Y-%m-%d %H:%M:%S.%f"
-        params = (stats["rows"], first and first.strftime(fmt), last and last.strftime(fmt), _now(db), attempt.export)
-        conn = sqlite3.connect(db.path, timeout=20)
-        try:
-            with conn:
-                updated = conn.execute(sql.replace("%s", "?"), params).rowcount
-        finally:
-            conn.close()
-    else:
-        utc = [v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v for v in (first, last)]
-        updated = pg.execute(sql, (stats["rows"], *utc, _now(db), attempt.export)).rowcount
+    utc = [v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v for v in (first, last)]
+    updated = pg.execute(sql, (stats["rows"], *utc, datetime.now(UTC), attempt.export)).rowcount
     if updated != 1:
         raise RuntimeError(f"export {attempt.export} was no longer pending")
 
 
 def read_range(spark: SparkSession, db: Database, attempt: Attempt) -> DataFrame:
     """The metering rows (lo, hi] over JDBC, one query per id range (extract.read_ranges), typed."""
-    columns = ", ".join(ts_column(db, c) if c == "at" else c for c, _ in SCHEMAS["meter_rows"])
+    columns = ", ".join(c for c, _ in SCHEMAS["meter_rows"])
     rows = Rows(f"FROM {METER_TABLE} WHERE id > {attempt.lo} AND id <= {attempt.hi}", "id")
     size = attempt.hi - attempt.lo  # ids are dense: at most this many rows
     frame = read_ranges(spark, db, Read("meter_rows", columns), rows, (attempt.lo + 1, attempt.hi, size), "meter_rows")
@@ -226,7 +183,7 @@ def export(
     lake = lake or lake_uri()
     started = time.perf_counter()
     with _exclusive(db) as pg:
-        attempt, abandoned = _begin(db, pg)
+        attempt, abandoned = _begin(pg)
         if attempt is None:
             return {"rows": 0, "abandoned": abandoned, "seconds": round(time.perf_counter() - started, 3)}
         if on_writing:
@@ -245,7 +202,7 @@ def export(
         if after_write:
             after_write(attempt)
         stats = written(spark, lake, attempt.export)
-        _commit(db, pg, attempt, stats)
+        _commit(pg, attempt, stats)
     return {
         "export": attempt.export,
         "from_id": attempt.lo,
@@ -299,13 +256,10 @@ def rows_estimate(db: Database, date_from: date, date_to: date) -> int:
     """Rows of the committed attempts whose time span meets the range (progress and sizing only)."""
     lo = datetime(date_from.year, date_from.month, date_from.day, tzinfo=UTC)
     hi = lo + timedelta(days=(date_to - date_from).days + 1)
-    params: tuple = (lo, hi)
-    if db.is_sqlite:
-        params = tuple(v.strftime("%Y-%m-%d %H:%M:%S") for v in params)
     found = _query(
         db,
         f"SELECT COALESCE(SUM(rows), 0) FROM {EXPORT_TABLE} WHERE state = 'committed' AND last_at >= %s AND first_at < %s",
-        params,
+        (lo, hi),
     )
     return int(found[0][0])
 

@@ -15,9 +15,6 @@ after this process exits cleanly, or deletes the run's rows and marks it `failed
 
 from __future__ import annotations
 
-import sqlite3
-from datetime import date
-
 import psycopg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -57,36 +54,19 @@ def collect_report(report: UsageReport) -> Rows:
     return rows
 
 
-def _sqlite_value(value):
-    # Django reads SQLite DateFields as ISO text.
-    return value.isoformat() if isinstance(value, date) else value
-
-
 def write_rows(db: Database, run_id: int, rows: Rows) -> dict[str, int]:
     """Append every table's rows tagged with `run_id`, in one transaction; returns rows per table."""
     statements = []
     for name, table_rows in rows.items():
         columns = ["run_id", *COLUMNS[name]]
         names = ", ".join(f'"{c}"' for c in columns)
-        marks = ", ".join(["?" if db.is_sqlite else "%s"] * len(columns))
+        marks = ", ".join(["%s"] * len(columns))
         values = [(int(run_id), *row) for row in table_rows]
-        if db.is_sqlite:
-            values = [tuple(_sqlite_value(v) for v in row) for row in values]
         statements.append((f'INSERT INTO "{TABLES[name]}" ({names}) VALUES ({marks})', values))
-    if db.is_sqlite:
-        conn = sqlite3.connect(db.path, timeout=20)
-        try:
-            with conn:
-                for sql, values in statements:
-                    if values:
-                        conn.executemany(sql, values)
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(**db.connect_kwargs) as conn, conn.cursor() as cur:
-            for sql, values in statements:
-                if values:
-                    cur.executemany(sql, values)
+    with psycopg.connect(**db.connect_kwargs) as conn, conn.cursor() as cur:
+        for sql, values in statements:
+            if values:
+                cur.executemany(sql, values)
     return {name: len(table_rows) for name, table_rows in rows.items()}
 
 

@@ -169,12 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     kind, target = session_target()
     log.info(
-        "run %s: %s..%s tenants=%s on %s, spark %s %s",
+        "run %s: %s..%s tenants=%s, spark %s %s",
         args.run_id,
         args.date_from,
         args.date_to,
         args.tenants or "all",
-        db.dialect,
         kind,
         target,
     )

@@ -88,17 +88,22 @@ def report_run_request(
 
 
 def report_database_url() -> str:
-    """The default database as a URL for the Spark job (credentials go through its environment)."""
+    """The default database as a URL for the Spark job (credentials go through its environment).
+
+    The embedded PostgreSQL's Unix socket is out of the JDBC driver's reach: the job gets its loopback
+    TCP address instead, with the password that TCP requires (settings.EMBEDDED_PG_TCP)."""
     s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    host, port, password = s.get("HOST") or "127.0.0.1", s.get("PORT") or 5432, s.get("PASSWORD") or ""
+    tcp = settings.EMBEDDED_PG_TCP
+    if settings.EMBEDDED_PGDATA is not None and host == str(settings.EMBEDDED_PGDATA):
+        host, port, password = tcp["host"], tcp["port"], tcp["password"]
     user = quote(s.get("USER") or "postgres", safe="")
-    password = quote(s.get("PASSWORD") or "", safe="")
+    password = quote(password, safe="")
     auth = f"{user}:{password}" if password else user
     # A multi-host HOST (h1,h2,h3) needs its target_session_attrs to reach the primary.
     options = {k: v for k, v in (s.get("OPTIONS") or {}).items() if k in ("target_session_attrs", "connect_timeout")}
     query = f"?{urlencode(options)}" if options else ""
-    return f"postgresql://{auth}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}{query}"
+    return f"postgresql://{auth}@{host}:{port}/{s['NAME']}{query}"
 
 
 def _claim(run_id: int) -> bool:
@@ -307,7 +312,7 @@ FAILURE_WORDS = [
     (re.compile(r"^could not start"), "The report job could not be started on the worker."),
     (re.compile(r"OutOfMemoryError|Java heap space"), "The Spark engine ran out of memory computing this report."),
     (
-        re.compile(r"PSQLException|SQLITE_BUSY|Connection to \S+ refused|password authentication failed"),
+        re.compile(r"PSQLException|Connection to \S+ refused|password authentication failed"),
         "Spark could not read the mediator's database.",
     ),
 ]

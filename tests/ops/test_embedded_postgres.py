@@ -5,8 +5,10 @@ command ends or when the group is sent SIGTERM; an explicit DATABASE_URL starts 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = [sys.executable, str(ROOT / "scripts" / "with_postgres.py"), "--"]
 QUERY = (
     "from mediator_project import settings; import psycopg; d = settings.DATABASES['default'];"
-    " c = psycopg.connect(host=d['HOST'], user=d['USER'], dbname=d['NAME']);"
+    " c = psycopg.connect(host=d['HOST'], port=d['PORT'], user=d['USER'], dbname=d['NAME']);"
     " print(c.execute('SELECT current_database()').fetchone()[0])"
 )
 
@@ -35,10 +37,12 @@ def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
 
 
 def _accepts(pgdata: Path) -> bool:
+    """Whether the server answers on its socket (named by the TCP port recorded beside the data)."""
     try:
-        with psycopg.connect(host=str(pgdata), user="postgres", dbname="postgres", connect_timeout=2):
+        port = json.loads((pgdata.parent / "pg-tcp.json").read_text())["port"]
+        with psycopg.connect(host=str(pgdata), port=port, user="postgres", dbname="postgres", connect_timeout=2):
             return True
-    except psycopg.OperationalError:
+    except (OSError, psycopg.OperationalError):
         return False
 
 
@@ -68,7 +72,8 @@ def test_without_database_url_the_settings_name_the_embedded_server(var_dir):
     code = "from mediator_project import settings; print(settings.DATABASE_URL); print(settings.EMBEDDED_PGDATA)"
     out = _run([sys.executable, "-c", code], _env(var_dir)).stdout.split()
     pgdata = var_dir.resolve() / "pg"
-    assert out == [f"postgresql://postgres@{quote(str(pgdata), safe='')}/mediator", str(pgdata)]
+    # The socket file is named by the TCP port (5432 until with_postgres.py has recorded one).
+    assert out == [f"postgresql://postgres@{quote(str(pgdata), safe='')}:5432/mediator", str(pgdata)]
     url = "postgresql://someone@db.example:5433/other"
     out = _run([sys.executable, "-c", code], _env(var_dir, DATABASE_URL=url)).stdout.split()
     assert out == [url, "None"]
@@ -116,3 +121,16 @@ def test_an_explicit_database_url_starts_no_server(tmp_path):
     ran = _run([*SCRIPT, sys.executable, "-c", "print('ran')"], env)
     assert (ran.returncode, ran.stdout) == (0, "ran\n")
     assert not (tmp_path / "pg").exists()
+
+
+def test_a_taken_tcp_port_is_replaced_and_recorded(tmp_path):
+    record = tmp_path / "pg-tcp.json"
+    first = _run([*SCRIPT, sys.executable, "-c", QUERY], _env(tmp_path))
+    assert (first.returncode, first.stdout) == (0, "mediator\n"), first.stderr
+    port = json.loads(record.read_text())["port"]
+    with socket.socket() as squatter:  # another program holds the port at the next start
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        again = _run([*SCRIPT, sys.executable, "-c", QUERY], _env(tmp_path))
+    assert (again.returncode, again.stdout) == (0, "mediator\n"), again.stderr
+    assert json.loads(record.read_text())["port"] != port

@@ -1,4 +1,4 @@
-"""A deterministic usage dataset, written to PostgreSQL (ORM) or SQLite (sqlite3), for the job tests.
+"""A deterministic usage dataset, written to PostgreSQL (ORM), for the job tests.
 
 Values are plain Python so that expectations can be computed independently of Spark.
 """

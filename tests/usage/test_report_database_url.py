@@ -56,3 +56,15 @@ def test_the_launcher_passes_a_multi_host_database_on_with_its_target(monkeypatc
         == f"10.0.0.1,10.0.0.2:5432/{connection.settings_dict['NAME']}?target_session_attrs=read-write&connect_timeout=2"
     )
     assert database_from_url(url).connect_kwargs["target_session_attrs"] == "read-write"
+
+
+def test_the_embedded_socket_becomes_its_loopback_tcp_address_with_the_password(monkeypatch, settings):
+    """PostgreSQL's JDBC driver reaches no Unix socket: the job gets the embedded server's TCP port."""
+    monkeypatch.setattr(settings, "EMBEDDED_PGDATA", "/srv/mediator/var/pg", raising=False)
+    monkeypatch.setattr(settings, "EMBEDDED_PG_TCP", {"host": "127.0.0.1", "port": 54321, "password": "p/w"})
+    monkeypatch.setitem(connection.settings_dict, "HOST", "/srv/mediator/var/pg")
+    monkeypatch.setitem(connection.settings_dict, "PORT", 54321)
+    monkeypatch.setitem(connection.settings_dict, "USER", "postgres")
+    url = services.report_database_url()
+    assert url == f"postgresql://postgres:p%2Fw@127.0.0.1:54321/{connection.settings_dict['NAME']}"
+    assert database_from_url(url).properties["password"] == "p/w"

@@ -1,5 +1,5 @@
 """What `make run` starts belongs to it: the run script (scripts/run_embedded.sh) as a real process
-in its own process group, with Daphne, the Celery worker (embedded beat) and this deployment's
+in its own process group, with the embedded PostgreSQL (scripts/with_postgres.py), Daphne, the Celery worker (embedded beat) and this deployment's
 Spark engine (started as the worker starts it, in its own session, on a port of its own); SIGTERM
 to the group, and every one of them is gone. And a deployment never uses another's engine."""
 
@@ -54,18 +54,17 @@ def _wait_for(predicate, timeout: float, what: str):
 def test_sigterm_to_the_run_scripts_group_stops_every_child_and_the_engine(tmp_path):
     var = tmp_path / "var"
     var.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "DJANGO_SETTINGS", "TEST_DATABASE"))}
-    env |= {
-        "MEDIATOR_VAR_DIR": str(var),
-        "DATABASE_URL": f"sqlite:///{var / 'mediator.sqlite3'}",
-        "PYTHONPATH": str(ROOT),
-        "MEDIATOR_STOP_GRACE_S": "20",
-    }
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    drop = ("SPARK_", "DJANGO_SETTINGS", "TEST_DATABASE", "DATABASE_URL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env |= {"MEDIATOR_VAR_DIR": str(var), "PYTHONPATH": str(ROOT), "MEDIATOR_STOP_GRACE_S": "20"}
+    # The embedded PostgreSQL of this var/, as `make run` has it (scripts/with_postgres.py).
+    with_postgres = [sys.executable, "scripts/with_postgres.py", "--"]
+    migrate = [*with_postgres, sys.executable, "manage.py", "migrate", "--noinput", "-v0"]
+    subprocess.run(migrate, cwd=ROOT, env=env, check=True)
     port = _free_port()
     log = (tmp_path / "run.log").open("wb")
     run = subprocess.Popen(  # noqa: S603
-        ["scripts/run_embedded.sh", "127.0.0.1", str(port)],
+        [*with_postgres, "scripts/run_embedded.sh", "127.0.0.1", str(port)],
         cwd=ROOT,
         env=env,
         stdout=log,
