@@ -27,7 +27,7 @@ def test_fed_from_a_pipe_without_credentials_it_fails_with_a_non_zero_exit_and_s
     result = subprocess.run(
         [sys.executable, "manage.py", "create_operator"],
         cwd=ROOT,
-        env=_env(TEST_DATABASE_URL=f"sqlite:///{tmp_path}/operator.sqlite3"),
+        env=_env(),
         input="olivia\n",
         capture_output=True,
         text=True,
