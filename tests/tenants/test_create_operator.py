@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "a-long-operator-passphrase-42"
@@ -23,11 +24,14 @@ def _env(**extra: str) -> dict:
     return env
 
 
-def test_fed_from_a_pipe_without_credentials_it_fails_with_a_non_zero_exit_and_says_what_to_set(tmp_path):
+@pytest.mark.django_db(transaction=True)
+def test_fed_from_a_pipe_without_credentials_it_fails_with_a_non_zero_exit_and_says_what_to_set():
+    # The command runs in its own process, on the suite's test database.
+    db = connection.settings_dict
     result = subprocess.run(
         [sys.executable, "manage.py", "create_operator"],
         cwd=ROOT,
-        env=_env(),
+        env=_env(TEST_DATABASE_URL=f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"),
         input="olivia\n",
         capture_output=True,
         text=True,
@@ -36,6 +40,7 @@ def test_fed_from_a_pipe_without_credentials_it_fails_with_a_non_zero_exit_and_s
     assert result.returncode != 0
     assert "skipped" not in result.stdout + result.stderr
     assert "DJANGO_SUPERUSER_USERNAME" in result.stderr and "DJANGO_SUPERUSER_PASSWORD" in result.stderr
+    assert not get_user_model().objects.exists()
 
 
 @pytest.mark.django_db
