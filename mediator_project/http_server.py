@@ -6,10 +6,9 @@ mediator_project/wsgi.py (`POST /` on the command entry, everything else on Djan
 
 Granian parses HTTP in Rust (hyper) on its own runtime thread and calls the application in a
 pool of Python threads, one database connection each (DB_CONN_MAX_AGE, set by
-scripts/run_production.sh and the systemd unit). Measured against gunicorn's threaded worker
-through the same layout (docs/benchmark-history.md, "Production against the lean reference"): about a
-third less server CPU per TWO_WAY_PRIVATE, gunicorn's pure-Python parser and its poller/thread
-hand-offs being most of the difference.
+scripts/run_production.sh and the systemd unit). Against gunicorn's threaded worker through the
+same layout it spends about a third less server CPU per TWO_WAY_PRIVATE: gunicorn's pure-Python
+parser and its poller/thread hand-offs are most of the difference.
 
 Settings (environment):
 - HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
@@ -17,9 +16,8 @@ Settings (environment):
   loaded the application; a worker that dies is forked again by the master after 1 s (with
   more than one, the others keep serving), the master itself is restarted by supervisord or
   systemd. Half, because a command's CPU is about half the worker's Python (one GIL per worker)
-  and half PostgreSQL's and nginx's: on 2 cores one worker of 16 threads spent a median 14% less
-  Granian CPU per command than two of 8 (docs/benchmark-history.md, "The Granian tier's size and its
-  GIL");
+  and half PostgreSQL's and nginx's: on 2 cores one worker of 16 threads spends less Granian CPU
+  per command than two of 8;
 - HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
   connection each). Against 16 at 16 clients, same runs: ~10 % less CPU per TWO_WAY_PRIVATE
   (Granian and PostgreSQL both: fewer commands contend for the GIL and for PostgreSQL's locks)

@@ -153,7 +153,7 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
 # so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
 # scripts/run_production.sh for the HTTP tier only) saves the pool's checkout and
-# return on every request (issue 8, docs/benchmark-history.md).
+# return on every request.
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 0)
 if DB_CONN_MAX_AGE > 0:
     DATABASES["default"]["CONN_MAX_AGE"] = DB_CONN_MAX_AGE

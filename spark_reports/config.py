@@ -63,16 +63,11 @@ def database_from_url(url: str) -> Database:
     name = unquote(parts.path.lstrip("/"))
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
-    # The extract's GROUP BYs (extract.py) hash a few thousand groups out of each range's rows, but
-    # PostgreSQL cannot estimate the groups of six columns (it expects one per row) and sorts the
-    # rows on disk instead: 2.5 s against 0.6 s for 250 000 rows, 13 s against 6 s for 1.25M
-    # (docs/benchmark-history.md). So the job's own sessions hash: more work_mem, and no sort (none of
-    # the extract's queries needs one). The GROUPING SETS of the metering ranges hash BOTH sets in
-    # one scan only when the planner's estimate of both tables (one group per row, ~33 MB used
-    # for 9 000 + 24 000 real groups) fits work_mem x hash_mem_multiplier: at 64MB it hashed one
-    # set and fed the other an incremental sort over the (tenant, at) index, 1.2-2.2 s against
-    # 0.5 s for 250 000 rows. jit off: the planner's costs passed JIT's threshold (0.05-0.7 s of
-    # compiling for a 0.5 s query).
+    # The extract's GROUP BYs (extract.py: partial aggregates of the inputs the lake does not hold)
+    # hash a few thousand groups out of each range's rows, but PostgreSQL cannot estimate the groups
+    # (it expects one per row) and would sort the rows on disk instead. So the job's own sessions
+    # hash: more work_mem, no sort (none of its queries needs one), and no JIT (its compiling took
+    # longer than these queries themselves).
     props["options"] = (
         f"-c work_mem={os.environ.get('REPORT_WORK_MEM', '256MB')} -c enable_sort=off"
         " -c enable_incremental_sort=off -c jit=off"

@@ -97,10 +97,9 @@ def shuffle_partitions(rows: int) -> int:
 def settle(rows: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
     """Aggregate the lake's metering rows in ONE Spark job (one scan of the files, one aggregation
     with two grouping sets: `transform.meter_partials`) and keep the result (small) on the engine,
-    in `partitions` partitions, so that the four tables read it instead of the metering rows
-    (measured at 1M rows, docs/benchmark-history.md: 15.6-22.6 s + 4.0-5.3 s for the tables,
-    against 1.1-1.9 s + 30.7-40.4 s with a lazily cached `command_counts`). Returns the merged
-    counts and the latency percentiles."""
+    in `partitions` partitions, so that the four tables read it instead of the metering rows (a
+    lazily cached `command_counts` made the tables rescan them). Returns the merged counts and the
+    latency percentiles."""
     merged = meter_partials(rows).coalesce(partitions).localCheckpoint()
     return merged_counts(merged), latency_percentiles(merged_histogram(merged))
 

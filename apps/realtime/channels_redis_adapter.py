@@ -10,8 +10,7 @@ consumers receive what it sends unchanged.
 Why not the public API: from a WSGI worker `group_send` is a coroutine, so every push needs an
 event loop (a hop to a background loop thread, or `async_to_sync`'s new loop and Redis connection
 per call) and it always writes (it prunes the group and reads it inside the send), while most
-TWO_WAY_PRIVATE recipients have no socket at all. `bench/push_adapter_bench.py` measures both on
-the real layer (docs/benchmark-history.md, "Pushing from a WSGI worker"): the adapter's worker CPU per
+TWO_WAY_PRIVATE recipients have no socket at all. On the real layer the adapter's worker CPU per
 push is a fraction of the public path's, which would add a double-digit share to a
 TWO_WAY_PRIVATE's CPU.
 

@@ -13,8 +13,8 @@ How the send is made from that sync code:
   batch; most recipients have no socket) and sends to the groups that have sockets (one more
   round trip each). It writes exactly what the layer's own `group_send` writes, so Daphne's
   consumers receive it unchanged. The public `group_send` from sync code costs several times its
-  worker CPU per push (bench/push_adapter_bench.py, docs/benchmark-history.md), and a round trip per
-  push in the committing thread cost ~10 % of a TWO_WAY_PRIVATE's worker CPU. The queue holds at
+  worker CPU per push, and a round trip per push in the committing thread would cost about a tenth
+  of a TWO_WAY_PRIVATE's worker CPU. The queue holds at
   most PUSH_QUEUE_MAX pushes: past that a push is dropped, counted (`Pusher.dropped`) and logged
   (a push is a wake-up: the event is stored). Pushes still queued when the process exits are
   sent by an atexit flush;

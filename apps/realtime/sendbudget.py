@@ -103,7 +103,7 @@ class SendBudget:
         """Drop what a closed connection still buffers. Twisted keeps a lost connection's unsent
         bytes on its transport, and the transport lives in a reference cycle with its protocol,
         which only the cyclic garbage collector frees; large byte strings do not make that run,
-        so without this 8 stalled sockets kept 300 MiB after they closed (docs/benchmark-history.md)."""
+        so without this a few stalled sockets keep hundreds of MiB after they close."""
         t = self.transport
         if t is None or t.connected:
             return

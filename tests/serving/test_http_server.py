@@ -201,7 +201,7 @@ def test_a_starting_master_waits_for_its_port_instead_of_failing():
 
 
 def test_workers_default_to_half_the_cores_and_threads_to_8(monkeypatch):
-    """One worker per two cores (docs/benchmark-history.md, "The Granian tier's size and its GIL")."""
+    """One worker per two cores (mediator_project/http_server.py says why)."""
     monkeypatch.delenv("HTTP_WORKERS", raising=False)
     monkeypatch.delenv("HTTP_THREADS", raising=False)
     for cores, expected in ((1, 1), (2, 1), (3, 1), (4, 2), (None, 1)):

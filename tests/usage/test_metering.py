@@ -198,7 +198,7 @@ def test_a_batch_with_bad_rows_writes_the_good_rows_and_drops_and_counts_the_bad
 def test_a_flush_writes_what_was_buffered_when_it_began_one_copy_per_batch(tenant_a, settings, monkeypatch):
     """Under load commands keep being metered while a batch is written. A flush that chased them
     wrote a string of small COPYs per wake-up, each its own transaction: the writer thread cost
-    ~4x the CPU per command (docs/benchmark-history.md). What arrives during a flush waits for the next."""
+    several times the CPU per command. What arrives during a flush waits for the next."""
     metering.flush()
     flush = metering.flush
     # The writer thread (started by an earlier test) leaves the buffer to this test.
