@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,10 @@ def server_env(extra: dict | None = None) -> dict:
             "TEST_DATABASE_URL": test_database_url(),
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
+            # The test's own secrets, whatever var/ the server is given: tenant keys sealed here must
+            # unseal there (a var/ of its own would generate other secrets).
+            "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
+            "DJANGO_SECRET_KEY": settings.SECRET_KEY,
         }
     )
     env.update(extra or {})
