@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "apps.decentrl",
     "apps.didcomm",
     "apps.ops",
+    "apps.console",
 ]
 
 MIDDLEWARE = [
@@ -437,10 +438,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "apps.tenants.api_schema.finish_operator_schema",
+        "apps.console.api_schema.finish_operator_schema",
     ],
 }
-# The console's sidebar, in this order (apps/ops/admin.py::console_navigation builds it per request).
+# The console's sidebar, in this order (apps/console/site.py::console_navigation builds it per request).
 # A "model" entry shows when that model has an admin page the user may view; an "app" entry lists
 # every admin page of that app, so the DIDComm group appears once apps/didcomm registers models;
 # a "url" entry is a named URL (staff only, like the whole console).
@@ -484,15 +485,15 @@ UNFOLD = {
     "SITE_SYMBOL": "hub",
     # The header's site link leads to the usage dashboard (not to /, a tenant's DID document), for
     # those who may open it; none on the login page, where it would only lead back to the login.
-    "SITE_URL": "apps.ops.admin.console_site_url",
+    "SITE_URL": "apps.console.site.console_site_url",
     "SITE_FAVICONS": [{"rel": "icon", "type": "image/svg+xml", "href": _static("console/favicon.svg")}],
     "SHOW_HISTORY": True,
     "SHOW_VIEW_ON_SITE": False,
-    "DASHBOARD_CALLBACK": "apps.ops.admin.console_overview",
+    "DASHBOARD_CALLBACK": "apps.console.site.console_overview",
     "SIDEBAR": {
         "show_search": False,
         "show_all_applications": False,
-        "navigation": "apps.ops.admin.console_navigation",
+        "navigation": "apps.console.site.console_navigation",
     },
     # Static files only (no inline code), so a Content-Security-Policy can allow them by origin.
     "STYLES": [_static("console/console.css")],

@@ -1,5 +1,11 @@
-"""The import direction of docs/architecture.md, checked on the source: a domain module imports
-only from apps below its own, and nothing imports an app's modules lazily to get around that."""
+"""The import direction of docs/architecture.md, checked on the source of every module under apps/
+(views, admin, API, tasks, commands and apps.py alike: there are no exemptions):
+
+- a module imports another app only if that app sits on a lower rank;
+- no module imports a module of the project inside a function (which would hide an upward import
+  or a cycle), except in `AppConfig.ready()`: Django imports every app's apps.py before any model
+  exists, so the registrations that need models are made there, and those imports still point down.
+"""
 
 from __future__ import annotations
 
@@ -8,58 +14,119 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Bottom to top; apps on one rank are peers and do not import each other.
-RANK = {"wire": 0, "tenants": 1, "messaging": 2, "realtime": 3, "usage": 3, "ops": 3, "decentrl": 4, "didcomm": 4}
-# Adapters sit on top of the stack and may read from any app (docs/architecture.md).
-ADAPTERS = {"admin.py", "api.py", "api_urls.py", "views.py", "urls.py", "tasks.py", "forms.py", "serializers.py"}
-# Function-level imports that are not layering workarounds: AppConfig.ready() (models are loaded
-# only then) and the metrics collector, importable before Django is set up.
-ALLOWED_LAZY = {("apps/ops/metrics.py", "apps.messaging.models")}
+RANK = {
+    "wire": 0,
+    "tenants": 1,
+    "messaging": 2,
+    "realtime": 3,
+    "usage": 3,
+    "ops": 3,
+    "decentrl": 4,
+    "didcomm": 4,
+    "console": 5,
+}
 
 
 def _modules():
     for path in sorted((ROOT / "apps").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         parts = rel.split("/")
-        if "migrations" in parts or parts[1] not in RANK:
+        if "migrations" in parts or len(parts) < 3:
             continue
         yield rel, parts[1], path
 
 
-def _app_imports(tree: ast.AST):
-    """(imported app, module name, inside a function?) for every `apps.<app>` import."""
-    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    lazy_nodes = {id(n) for fn in functions for n in ast.walk(fn)}
+def _ready_bodies(tree: ast.AST) -> set[int]:
+    """Node ids inside `ready()` methods of classes (apps.py holds only the AppConfig)."""
+    return {
+        id(node)
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for fn in cls.body
+        if isinstance(fn, ast.FunctionDef) and fn.name == "ready"
+        for node in ast.walk(fn)
+    }
+
+
+def _project_imports(tree: ast.AST, rel: str):
+    """(imported app, module name, import node) for every import of a module of the project;
+    a relative import counts as one of the importing module's own app."""
+    own = rel.split("/")[1]
     for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            yield own, "." * node.level + (node.module or ""), node
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "apps" or node.module.startswith("apps."):
+                modules = [f"apps.{a.name}" for a in node.names] if node.module == "apps" else [node.module]
+                for name in modules:
+                    yield name.split(".")[1], name, node
+            elif node.module.split(".")[0] == "mediator_project":
+                yield "mediator_project", node.module, node
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        for name in names:
-            if name.startswith("apps."):
-                yield name.split(".")[1], name, id(node) in lazy_nodes
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top == "apps":
+                    yield alias.name.split(".")[1], alias.name, node
+                elif top == "mediator_project":
+                    yield "mediator_project", alias.name, node
 
 
-def test_domain_modules_import_only_apps_below_them():
+def _lazy(tree: ast.AST) -> set[int]:
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return {id(n) for fn in functions for n in ast.walk(fn)}
+
+
+def test_every_app_is_ranked():
+    apps = {p.name for p in (ROOT / "apps").iterdir() if (p / "__init__.py").exists()}
+    assert apps == set(RANK)
+
+
+def test_every_module_imports_only_apps_below_it():
     wrong = []
     for rel, app, path in _modules():
-        if path.name in ADAPTERS or "/management/" in rel:
-            continue
-        for other, name, _lazy in _app_imports(ast.parse(path.read_text())):
-            if other != app and other in RANK and RANK[other] >= RANK[app] and not rel.endswith("/apps.py"):
+        for other, name, _node in _project_imports(ast.parse(path.read_text()), rel):
+            if other != app and not (other in RANK and RANK[other] < RANK[app]):
                 wrong.append(f"{rel} imports {name}")
     assert wrong == []
 
 
-def test_no_lazy_imports_of_other_apps_outside_app_ready():
+def test_no_project_import_inside_a_function_outside_app_ready():
     wrong = []
-    for rel, app, path in _modules():
-        if rel.endswith("/apps.py"):
-            continue
-        for other, name, lazy in _app_imports(ast.parse(path.read_text())):
-            if lazy and other != app and (rel, name) not in ALLOWED_LAZY:
-                wrong.append(f"{rel} imports {name} inside a function")
+    for rel, _app, path in _modules():
+        tree = ast.parse(path.read_text())
+        allowed = _ready_bodies(tree) if path.name == "apps.py" else set()
+        lazy = _lazy(tree)
+        for _other, name, node in _project_imports(tree, rel):
+            if id(node) in lazy and id(node) not in allowed:
+                wrong.append(f"{rel}:{node.lineno} imports {name} inside a function")
     assert wrong == []
+
+
+def test_the_checks_see_what_they_forbid():
+    """The walkers above find an upward import, a relative import and a lazy one outside ready()."""
+    source = (
+        "from apps.didcomm.selectors import x\n"
+        "from . import services\n"
+        "class C:\n"
+        "    def ready(self):\n"
+        "        from apps.tenants.models import Tenant\n"
+        "def f():\n"
+        "    from .tasks import t\n"
+    )
+    tree = ast.parse(source)
+    found = sorted((node.lineno, other, name) for other, name, node in _project_imports(tree, "apps/usage/views.py"))
+    assert found == [
+        (1, "didcomm", "apps.didcomm.selectors"),
+        (2, "usage", "."),
+        (5, "tenants", "apps.tenants.models"),
+        (7, "usage", ".tasks"),
+    ]
+    lazy, ready = _lazy(tree), _ready_bodies(tree)
+    assert [
+        node.lineno
+        for _o, _n, node in _project_imports(tree, "apps/usage/views.py")
+        if id(node) in lazy and id(node) not in ready
+    ] == [7]
 
 
 def test_the_protocol_library_imports_no_django_and_no_app():

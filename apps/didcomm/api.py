@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.tenants.api import StrictSerializer, _call
+from apps.tenants.apibase import StrictSerializer, service_call
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
 from apps.wire.display import utc_iso
@@ -63,7 +63,7 @@ class PolicyViewSet(viewsets.GenericViewSet):
         ser = DidcommPolicySerializer(policy, data=request.data, partial=True)
         ser.is_valid(raise_exception=True)
         actor = Actor(user=request.user, via="api")
-        policy = _call(policy_update, tenant=policy.tenant, actor=actor, **ser.validated_data)
+        policy = service_call(policy_update, tenant=policy.tenant, actor=actor, **ser.validated_data)
         return Response(DidcommPolicySerializer(policy).data)
 
 

@@ -16,8 +16,9 @@ class DidcommConfig(AppConfig):
         from apps.ops import metrics as ops_metrics
         from apps.tenants.models import Tenant
         from apps.usage import metering
+        from apps.usage import selectors as usage_selectors
 
-        from . import hooks, metrics, services
+        from . import hooks, metrics, selectors, services
         from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB, SEEN_PRUNE_JOB
         from .models import DidcommPolicy, MediatorIdentity
 
@@ -42,6 +43,7 @@ class DidcommConfig(AppConfig):
         jobs.register(PURGE_JOB)
         jobs.register(OUTBOUND_PURGE_JOB)
         jobs.register(SEEN_PRUNE_JOB)
+        usage_selectors.QUEUE_COUNTERS["didcomm"] = selectors.queued_by_tenant
         ops_metrics.register_tenant_size(
             "mediator_message_queue_size", "Queued DIDComm messages, per tenant.", services.queue_sizes
         )

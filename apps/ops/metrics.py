@@ -21,6 +21,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from apps.messaging.models import PendingEvent
+
+from .models import JobStat
+
 log = logging.getLogger("mediator.metrics")
 
 OPS_REGISTRY = CollectorRegistry(auto_describe=True)
@@ -173,12 +177,6 @@ class DatabaseCollector:
             self._at = 0.0
 
     def _read(self) -> list:
-        # Imported here, not at the top: this module is importable before Django's app registry
-        # has loaded the models (process managers' multiprocess cleanup).
-        from apps.messaging.models import PendingEvent
-
-        from .models import JobStat
-
         up = GaugeMetricFamily("mediator_metrics_database_up", "1 if the scrape could read the database.")
         try:
             depth_sql = (
@@ -262,14 +260,6 @@ def forget_dead_processes(path: str) -> list[int]:
             multiprocess.mark_process_dead(pid, path)
             dead.append(pid)
     return dead
-
-
-def mark_process_dead(pid: int) -> None:
-    """For process managers with a child-exit hook: forget a worker that exited (without one, each
-    scrape forgets dead pids, forget_dead_processes)."""
-    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if path:
-        multiprocess.mark_process_dead(pid, path)
 
 
 def exposition() -> bytes:

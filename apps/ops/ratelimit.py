@@ -31,6 +31,8 @@ from typing import Protocol
 
 from django.conf import settings
 
+from . import metrics
+
 log = logging.getLogger("mediator.ratelimit")
 
 WINDOW_MS = 60_000
@@ -198,8 +200,6 @@ def _key(scope: str, tenant_id: int | None, ident: str) -> str:
 
 def _failing_open(scope: str) -> Decision:
     log.warning("rate limiter unavailable; allowing (scope=%s)", scope)
-    from . import metrics
-
     metrics.RATE_LIMIT_ERRORS.inc()
     return Decision(True)
 

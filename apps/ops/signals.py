@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import logging
 
+from celery.signals import task_failure, task_success
+from django.core.signals import request_started
+
 from apps.messaging.notify import pending_events_acknowledged, pushes_dropped
+
+from .dbconn import close_dead_idle_connections
+from .jobs import stat_record
+from .metrics import observe_acknowledged, observe_pushes_dropped
 
 log = logging.getLogger("mediator.jobs")
 
@@ -34,8 +41,6 @@ def on_task_failure(sender=None, **kwargs) -> None:
 
 
 def _record(name: str, *, ok: bool) -> None:
-    from .jobs import stat_record
-
     try:
         stat_record(name=name, ok=ok, summary="ok" if ok else "failed")
     except Exception:  # noqa: BLE001 - statistics must never fail a task
@@ -44,16 +49,9 @@ def _record(name: str, *, ok: bool) -> None:
 
 def connect() -> None:
     """Connect every receiver once (dispatch_uid)."""
-    from celery.signals import task_failure, task_success
-    from django.core.signals import request_started
-
-    from .dbconn import close_dead_idle_connections
-
     request_started.connect(close_dead_idle_connections, dispatch_uid="apps.ops.dead_db_connections", weak=False)
 
     task_success.connect(on_task_success, dispatch_uid="apps.ops.task_success", weak=False)
     task_failure.connect(on_task_failure, dispatch_uid="apps.ops.task_failure", weak=False)
-    from .metrics import observe_acknowledged, observe_pushes_dropped
-
     pending_events_acknowledged.connect(observe_acknowledged, dispatch_uid="apps.ops.acknowledged", weak=False)
     pushes_dropped.connect(observe_pushes_dropped, dispatch_uid="apps.ops.pushes_dropped", weak=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from enum import StrEnum
@@ -78,10 +79,14 @@ class LiveCounters:
     didcomm_queue_depth: int
 
 
-def live_counters(*, tenants: list[Tenant], didcomm_depths: dict[int, int] | None = None) -> list[LiveCounters]:
-    """Cheap live figures per tenant: last hour's metering (index tenant, at) and unacked queue depth;
-    `didcomm_depths` (tenant id → queued DIDComm messages) comes from the DIDComm front door, above
-    this app, through the dashboard's view."""
+# Queued DIDComm messages per tenant id, `(tenant_ids=[…]) -> {tenant id: n}`: the DIDComm front
+# door, above this app, registers its selector in its AppConfig.ready() (0 for every tenant without).
+QUEUE_COUNTERS: dict[str, Callable[..., dict[int, int]]] = {}
+
+
+def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
+    """Cheap live figures per tenant: last hour's metering (index tenant, at), the unacked Decentrl
+    queue depth and the queued DIDComm messages (QUEUE_COUNTERS)."""
     since = timezone.now() - timedelta(hours=1)
     ids = [t.pk for t in tenants]
     meters = {
@@ -99,6 +104,7 @@ def live_counters(*, tenants: list[Tenant], didcomm_depths: dict[int, int] | Non
         .annotate(n=Count("id"))
         .values_list("tenant_id", "n")
     )
+    didcomm = QUEUE_COUNTERS["didcomm"](tenant_ids=ids) if "didcomm" in QUEUE_COUNTERS else {}
     out = []
     for t in tenants:
         m = meters.get(t.pk, {})
@@ -109,7 +115,7 @@ def live_counters(*, tenants: list[Tenant], didcomm_depths: dict[int, int] | Non
                 errors_last_hour=m.get("errors", 0),
                 bytes_last_hour=m.get("b") or 0,
                 queue_depth=depth.get(t.pk, 0),
-                didcomm_queue_depth=(didcomm_depths or {}).get(t.pk, 0),
+                didcomm_queue_depth=didcomm.get(t.pk, 0),
             )
         )
     return out

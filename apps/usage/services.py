@@ -15,6 +15,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max
@@ -52,6 +53,8 @@ RESULT_MODELS = {
     "top": ReportTopIdentity,
 }
 LOG_TAIL_CHARS = 4000
+# The Celery task that runs a queued report (apps/usage/tasks.py, which calls this module), sent by name.
+REPORT_TASK = "apps.usage.tasks.run_usage_report"
 PRUNE_BATCH = 10_000
 
 
@@ -78,11 +81,9 @@ def report_run_request(
         if tenants:
             run.tenants.set(tenants)
         if enqueue:
-            from .tasks import run_usage_report
-
             run_id = run.pk
             transaction.on_commit(
-                lambda: run_usage_report.apply_async(args=[run_id], queue=settings.USAGE_REPORT_QUEUE)
+                lambda: current_app.send_task(REPORT_TASK, args=[run_id], queue=settings.USAGE_REPORT_QUEUE)
             )
     return run
 

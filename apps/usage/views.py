@@ -14,7 +14,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from apps.didcomm.selectors import queued_by_tenant
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import operator_may
 from apps.wire.display import utc_iso
@@ -185,7 +184,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         empty_message=None if has_data else _empty_message(usage, selected, first, last),
         uncovered=usage.uncovered,
         totals=usage.totals,
-        live=_live_counters([selected] if selected else tenants),
+        live=selectors.live_counters(tenants=[selected] if selected else tenants),
         metering_buffer=metering.pending(),
         runs=ReportRun.objects.all()[:5],
         days_param=form.cleaned_data["days"],
@@ -193,12 +192,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
     title = f"Usage of {selected.slug}" if selected else "Usage of all tenants"
     return _page(request, "usage/dashboard.html", context, title=title, tab="dashboard")
-
-
-def _live_counters(tenants: list[Tenant]) -> list[selectors.LiveCounters]:
-    """Both protocols' queues: Decentrl's from the usage selector, DIDComm's from its front door."""
-    didcomm = queued_by_tenant(tenant_ids=[t.pk for t in tenants])
-    return selectors.live_counters(tenants=tenants, didcomm_depths=didcomm)
 
 
 @_operator_view("list")

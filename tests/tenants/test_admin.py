@@ -10,9 +10,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.console.services import purge_kinds
 from apps.didcomm.models import DidcommPolicy
 from apps.messaging.models import Contract, ContractRequest, PendingEvent
-from apps.ops import console
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
 from apps.tenants.services import fingerprint
 from apps.wire.display import words
@@ -293,7 +293,7 @@ def test_bulk_actions_suspend_and_purge_dry_run(staff_client, tenant_a, tenant_b
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids})
     assert resp.status_code == 200 and 'id="purge-plan"' in _text(resp)
     headings = re.findall(r'<th class="text-right font-semibold py-2 px-4">([^<]+)</th>', _text(resp))
-    assert headings == [words(k) for k in console.purge_kinds()]  # "DIDComm messages", not "Didcomm"
+    assert headings == [words(k) for k in purge_kinds()]  # "DIDComm messages", not "Didcomm"
     assert "Pending events" in headings and "Contract requests" in headings
     resp = staff_client.post(CHANGELIST, {"action": "purge_selected", "_selected_action": ids, "confirm": "yes"})
     assert resp.status_code == 302

@@ -11,8 +11,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
+from apps.console.site import console_navigation
 from apps.messaging.models import PendingEvent
-from apps.ops.admin import console_navigation
 from apps.tenants.services import tenant_suspend
 from apps.usage.models import ReportRun
 

@@ -6,8 +6,9 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAdminUser
 from rest_framework.routers import DefaultRouter
 
+from apps.tenants.auth import ApiTokenAuthentication
+
 from .api import AuditEntryViewSet, TenantViewSet
-from .auth import ApiTokenAuthentication
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

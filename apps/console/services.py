@@ -1,8 +1,5 @@
-"""Operator-console operations that span apps: a tenant's live figures and its purge.
-
-They sit in ops, above tenants and messaging (docs/architecture.md), and are called by the
-operator adapters (the tenant admin and the operator API).
-"""
+"""Operator-console operations that span apps: a tenant's live figures and its purge, called by
+the tenant pages (admin.py) and the operator API (api.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +9,9 @@ from django.utils import timezone
 
 from apps.messaging.selectors import TenantStatistics
 from apps.messaging.selectors import tenant_statistics as stats
+from apps.ops.jobs import JOBS, tenant_purge
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
-
-from .jobs import JOBS, tenant_purge
 
 
 def tenant_statistics(*, tenant: Tenant) -> TenantStatistics:

@@ -1,4 +1,5 @@
-"""Operator REST API under /api/v1/ (docs/operators.md): thin DRF adapters over the tenant services.
+"""Operator REST API under /api/v1/ (docs/operators.md): thin DRF adapters over the tenant services
+(and a tenant's DIDComm identity rotation, its live figures and its purge, which span apps).
 
 Staff only (token authentication), and each action needs the model permission the console needs
 for it (apps/tenants/permissions.py, OperatorPermissions). Every write records an audit entry with
@@ -7,7 +8,6 @@ via="api". Validation errors are JSON objects mapping a field to its messages, w
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
@@ -18,13 +18,11 @@ from rest_framework.response import Response
 
 from apps.didcomm.selectors import identity_summary
 from apps.didcomm.services import identity_rotate
-from apps.ops import console
-from apps.wire.display import utc_iso
-
-from . import texts
-from .models import AuditEntry, Tenant
-from .permissions import AUDIT_ACTIONS, TENANT_ACTIONS
-from .services import (
+from apps.tenants import texts
+from apps.tenants.apibase import StrictSerializer, service_call
+from apps.tenants.models import AuditEntry, Tenant
+from apps.tenants.permissions import AUDIT_ACTIONS, TENANT_ACTIONS
+from apps.tenants.services import (
     NULLABLE_POLICY,
     POLICY_BOUNDS,
     Actor,
@@ -36,33 +34,13 @@ from .services import (
     tenant_suspend,
     tenant_update,
 )
+from apps.wire.display import utc_iso
+
+from .services import tenant_purge_expired, tenant_statistics
 
 
 def _actor(request: Request) -> Actor:
     return Actor(user=request.user, via="api")
-
-
-def _call(fn, **kwargs):
-    """Run a service; its django ValidationError becomes DRF's 400 JSON."""
-    try:
-        return fn(**kwargs)
-    except DjangoValidationError as exc:
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        raise ValidationError(detail) from exc
-
-
-class StrictSerializer(serializers.Serializer):
-    """Rejects members it does not declare, so a typo is an error rather than a silent no-op.
-    `fixed` names members that exist but cannot be sent here, each with the reason."""
-
-    fixed: dict[str, str] = {}
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise ValidationError({name: [self.fixed.get(name, "Unknown field.")] for name in unknown})
-        return super().to_internal_value(data)
 
 
 def _policy_fields(*, required: bool) -> dict:
@@ -237,7 +215,7 @@ class TenantViewSet(viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         data = _payload(TenantCreateSerializer, request)
         policy = dict(data.pop("policy", {}) or {})
-        tenant = _call(tenant_create, actor=_actor(request), **data, **policy)
+        tenant = service_call(tenant_create, actor=_actor(request), **data, **policy)
         return Response(TenantSerializer(self._tenant(tenant.slug)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=TenantSerializer)
@@ -249,7 +227,7 @@ class TenantViewSet(viewsets.GenericViewSet):
         tenant = self._tenant(slug)
         data = _payload(TenantUpdateSerializer, request)
         policy = dict(data.pop("policy", {}) or {})
-        _call(tenant_update, tenant=tenant, actor=_actor(request), **data, **policy)
+        service_call(tenant_update, tenant=tenant, actor=_actor(request), **data, **policy)
         return Response(TenantSerializer(self._tenant(slug)).data)
 
     @extend_schema(request=None, responses=TenantSerializer)
@@ -268,7 +246,7 @@ class TenantViewSet(viewsets.GenericViewSet):
     @action(detail=True, methods=["post"], url_path="rotate-keys")
     def rotate_keys(self, request: Request, slug: str) -> Response:
         data = _payload(RotateSerializer, request)
-        _call(tenant_rotate_keys, tenant=self._tenant(slug), actor=_actor(request), **data)
+        service_call(tenant_rotate_keys, tenant=self._tenant(slug), actor=_actor(request), **data)
         return Response(TenantSerializer(self._tenant(slug)).data)
 
     @extend_schema(request=None, responses=DidcommIdentitySerializer)
@@ -283,13 +261,13 @@ class TenantViewSet(viewsets.GenericViewSet):
     @extend_schema(responses=StatisticsSerializer)
     @action(detail=True, methods=["get"])
     def statistics(self, request: Request, slug: str) -> Response:
-        return Response(console.tenant_statistics(tenant=self._tenant(slug)).as_dict())
+        return Response(tenant_statistics(tenant=self._tenant(slug)).as_dict())
 
     @extend_schema(request=PurgeSerializer, responses=PurgeResultSerializer)
     @action(detail=True, methods=["post"], url_path="purge-expired")
     def purge_expired(self, request: Request, slug: str) -> Response:
         data = _payload(PurgeSerializer, request)
-        result = console.tenant_purge_expired(tenant=self._tenant(slug), actor=_actor(request), dry_run=data["dry_run"])
+        result = tenant_purge_expired(tenant=self._tenant(slug), actor=_actor(request), dry_run=data["dry_run"])
         return Response({"dry_run": result.dry_run, "counts": result.counts, "summary": result.summary()})
 
 
