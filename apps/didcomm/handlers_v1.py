@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from apps.didcomm.core import diddoc, message_v1, untrusted
+from apps.didcomm.core import diddoc, message_v1
 from apps.didcomm.core.did_key import key_from_did_key
 from apps.didcomm.core.errors import DidcommError, InvalidSignature
 from apps.didcomm.core.keys import ED25519, PublicKey
 from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import resolve_did
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import metrics, protocols, services, services_v1
@@ -141,7 +142,7 @@ def _attached_document(did: str, attached: object, sender_verkey: str):
     if b58encode(signer.raw) != sender_verkey:
         raise _problem(Code.SENDER_MISMATCH, "did_doc~attach must be signed by the envelope's sender key")
     try:
-        doc = diddoc.legacy_document_from_json(untrusted.loads(content))
+        doc = diddoc.legacy_document_from_json(loads_strict(content))
     except (ValueError, DidcommError) as exc:
         raise _problem(Code.BAD_BODY, "did_doc~attach is not a DID document") from exc
     if doc.id not in (did, "did:sov:" + did):

@@ -1,9 +1,10 @@
 """Canonical JSON with JavaScript semantics (PROTOCOL-DECISIONS §2, DCTRL-0002 §7).
 
 `canonical_bytes(obj)` is what `JSON.stringify` prints for a deep key-sorted copy of `obj`,
-encoded as UTF-8. `loads_strict(raw)` parses untrusted bytes and refuses what cannot be
-canonicalised: invalid UTF-8, NaN/Infinity, non-finite or oversized numbers, lone surrogates,
-duplicate keys and excessive nesting.
+encoded as UTF-8. `loads_strict(raw)` is the one parser of JSON a client sent, for both protocols
+(Decentrl commands and frames, every DIDComm text: envelopes, protected headers, messages, did:peer
+documents): it refuses invalid UTF-8, NaN/Infinity, non-finite or oversized numbers, lone
+surrogates, duplicate keys and excessive nesting, each as CanonicalError (a ValueError).
 """
 
 from __future__ import annotations
@@ -223,7 +224,8 @@ def loads_strict(raw: bytes | str, *, forbid_nul: bool = False) -> Any:
     """Parse untrusted JSON, raising CanonicalError for anything canonical JSON cannot carry.
 
     That includes a key repeated within one object, at any depth. `forbid_nul` also refuses
-    U+0000 in any string or key: the mediator's database cannot store it.
+    U+0000 in any string or key: Decentrl stores strings as received, and the database cannot
+    hold it (DIDComm stores JSON text, where it is an escape).
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw

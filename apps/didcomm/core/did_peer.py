@@ -12,9 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
-from . import untrusted
 from .diddoc import DidDocument, document_from_json
 from .errors import InvalidDid, InvalidKey
 from .keys import PublicKey, multibase_decode, multibase_encode, varint_decode, varint_encode
@@ -96,7 +96,7 @@ def mediator_legacy_did(*, authentication: PublicKey, agreement: PublicKey, http
 
 def _decode_service_segment(body: str) -> list[dict[str, Any]]:
     try:
-        value = untrusted.loads(b64decode(body).decode("utf-8"))
+        value = loads_strict(b64decode(body).decode("utf-8"))
     except (EncodingError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidDid("did:peer:2 service segment is not base64url JSON") from exc
     items = value if isinstance(value, list) else [value]
@@ -180,7 +180,7 @@ def peer4_document_json(did: str) -> dict[str, Any]:
         code, used = varint_decode(raw)
         if code != _JSON_CODEC:
             raise InvalidDid("did:peer:4 document is not multicodec JSON")
-        doc = untrusted.loads(raw[used:].decode("utf-8"))
+        doc = loads_strict(raw[used:].decode("utf-8"))
     except (InvalidKey, UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, InvalidDid):
             raise

@@ -19,9 +19,9 @@ from typing import Any
 from nacl import bindings
 from nacl.exceptions import CryptoError
 
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode, b64decode, b64url_nopad
 
-from . import untrusted
 from .errors import (
     InvalidKey,
     MalformedEnvelope,
@@ -124,7 +124,7 @@ def _decoded_protected(envelope: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(protected, str):
         raise MalformedEnvelope("an RFC 0019 envelope needs protected (a base64url string)")
     try:
-        header = untrusted.loads(b64decode(protected))
+        header = loads_strict(b64decode(protected))
     except (EncodingError, ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("protected is not base64url of a JSON object") from exc
     if not isinstance(header, dict):

@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from nacl import bindings
 from nacl.exceptions import CryptoError
 
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
-from . import untrusted
 from .errors import (
     InvalidKey,
     MalformedEnvelope,
@@ -193,7 +193,7 @@ def parse_envelope(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     if type(data) is dict or isinstance(data, Mapping):  # a dict skips the ABC's check
         return dict(data)
     try:
-        value = untrusted.loads(data)
+        value = loads_strict(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("envelope is not JSON") from exc
     if not isinstance(value, dict):
@@ -231,7 +231,7 @@ def decrypt(
         raise MalformedEnvelope("protected header missing")
     protected_raw = _b64(protected_b64, "protected")
     try:
-        header = untrusted.loads(protected_raw)
+        header = loads_strict(protected_raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("protected header is not JSON") from exc
     if not isinstance(header, dict):

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
-from . import untrusted
 from .errors import InvalidKey, InvalidSignature, MalformedEnvelope, UnsupportedAlgorithm
 from .keys import ED25519, PrivateKey, PublicKey
 
@@ -51,7 +51,7 @@ def verify(data: Mapping[str, Any], *, public_key_for: PublicKeyLookup) -> Verif
         if not isinstance(entry, dict) or not isinstance(entry.get("protected"), str):
             raise MalformedEnvelope("JWS signature needs a protected header")
         try:
-            header = untrusted.loads(b64decode(entry["protected"]))
+            header = loads_strict(b64decode(entry["protected"]))
             signature = b64decode(entry.get("signature"))  # type: ignore[arg-type]
         except (EncodingError, ValueError, UnicodeDecodeError) as exc:
             raise MalformedEnvelope("JWS signature does not decode") from exc

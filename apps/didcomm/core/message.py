@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import untrusted
+from apps.wire.canonical import loads_strict
+
 from .errors import MalformedEnvelope, MalformedMessage
 
 TYP_PLAIN = "application/didcomm-plain+json"
@@ -25,7 +26,7 @@ def envelope_kind(obj: Mapping[str, Any]) -> str:
 def parse_json_object(data: bytes | str) -> dict[str, Any]:
     """A JSON object from bytes; MalformedEnvelope otherwise."""
     try:
-        value = untrusted.loads(data)
+        value = loads_strict(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedEnvelope("not JSON") from exc
     if not isinstance(value, dict):

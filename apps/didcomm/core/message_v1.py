@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b64decode, b64url_nopad
 
-from . import untrusted
 from .did_key import did_key_to_verkey, verkey_to_did_key
 from .errors import DidcommError, InvalidKey, InvalidSignature, MalformedMessage
 from .keys import ED25519, PrivateKey, PublicKey
@@ -42,7 +42,7 @@ def parse(data: bytes | str | Mapping[str, Any]) -> V1Message:
         obj = dict(data)
     else:
         try:
-            obj = untrusted.loads(data)
+            obj = loads_strict(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedMessage("not JSON") from exc
     if not isinstance(obj, dict):
@@ -120,7 +120,7 @@ def verify_attachment(attachment: Mapping[str, Any]) -> tuple[bytes, PublicKey]:
         raise MalformedMessage("attachment needs data.base64 and data.jws")
     try:
         payload = b64decode(data["base64"])  # type: ignore[index]
-        protected = untrusted.loads(b64decode(jws["protected"]))
+        protected = loads_strict(b64decode(jws["protected"]))
         if not isinstance(protected, dict):
             raise TypeError("the protected header is not an object")
         signature = b64decode(jws["signature"])
