@@ -27,6 +27,20 @@ def test_deep_json_is_refused_as_malformed_by_every_parser():
 
 
 @pytest.mark.parametrize(
+    "text",
+    [b'{"id":"1","type":"t","body":{},"id":"2"}', b'{"id":"1","body":{"n":NaN}}', b'{"id":"\\ud800"}',
+     b'{"n":1' + b"0" * 80 + b"}", b"\xef\xbb\xbf{}", '{"id":"1"}'.encode("utf-16")],
+)  # fmt: skip
+def test_json_that_canonical_json_cannot_carry_is_refused_as_for_decentrl(text):
+    """One parser for both protocols (wire.canonical.loads_strict): a repeated key, NaN, a lone
+    surrogate, an oversized number, a byte-order mark or another encoding than UTF-8."""
+    with pytest.raises(MalformedEnvelope, match="not JSON"):
+        message.parse_json_object(text)
+    with pytest.raises(MalformedMessage, match="not JSON"):
+        message_v1.parse(text)
+
+
+@pytest.mark.parametrize(
     "document",
     [{"alsoKnownAs": 5}, {"verificationMethod": 5}, {"verificationMethod": [{"id": "#k", "type": ["x"], "publicKeyBase58": "abc"}]},
      {"verificationMethod": [{"id": "#k", "type": "Ed25519VerificationKey2018", "publicKeyBase58": 7}]}],
