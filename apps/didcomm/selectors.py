@@ -93,7 +93,7 @@ def delivery_summary(*, tenant) -> dict:
     }
 
 
-# --- the console's figures of a tenant (apps/tenants/admin.py, apps/ops/admin.py, the dashboard) ---
+# --- the console's figures of a tenant (apps/console/admin.py and site.py, the dashboard) ---
 
 
 def _tenant_queue(tenant_ids) -> QuerySet[QueuedMessage]:
