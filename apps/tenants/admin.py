@@ -19,9 +19,7 @@ from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationFo
 from apps.wire.display import utc_iso
 
 from .models import ApiToken, AuditEntry
-from .services import (
-    api_token_issue,
-)
+from .services import api_token_issue
 
 
 def _pretty(value) -> str:
