@@ -9,6 +9,9 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import redis
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
 import redis.sentinel
 from django.core.exceptions import ImproperlyConfigured
 
@@ -68,6 +71,17 @@ def celery_broker_url(redis_url: str) -> str:
 SENTINEL_TIMEOUT_S = 2
 
 
+def fail_fast(timeout_s: float) -> dict[str, Any]:
+    """redis-py options of a client that must answer within `timeout_s` or fail (/health, the
+    rate limits): no retries, as redis-py retries a refused connection ten times with backoff
+    (seconds) by default."""
+    return {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+    }
+
+
 @dataclass(frozen=True)
 class RedisSentinel:
     """A Redis reached through Sentinel (REDIS_SENTINELS, docs/serving.md): the sentinels' addresses,
@@ -93,10 +107,12 @@ class RedisSentinel:
         return {
             "sentinels": [list(s) for s in self.sentinels],
             "master_name": self.master,
-            # A sentinel that hangs must not hold a connection attempt for long: another answers.
+            # A sentinel that is down or hangs is skipped at once for the next (redis-py would
+            # retry it for seconds): a failover often takes a sentinel's host with the master.
             "sentinel_kwargs": {
                 "socket_timeout": SENTINEL_TIMEOUT_S,
                 "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+                "retry": redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
                 **self._sentinel_kwargs(),
             },
             **self._master_kwargs(),
@@ -124,12 +140,14 @@ class RedisSentinel:
         return url, options
 
     def client(self, **options: Any) -> redis.Redis:
-        """A blocking redis-py client of the current master; `options` (timeouts) apply to the
-        sentinels' connections and the master's alike."""
+        """A blocking redis-py client of the current master; `options` (e.g. fail_fast()) apply to
+        the master's connections; a sentinel that is down is skipped at once for the next."""
+        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel_kwargs = {**timeouts, "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}
         manager = redis.sentinel.Sentinel(
-            self.sentinels, sentinel_kwargs={**options, **self._sentinel_kwargs()}, **options
+            self.sentinels, sentinel_kwargs={**sentinel_kwargs, **self._sentinel_kwargs()}
         )
-        return manager.master_for(self.master, **self._master_kwargs())
+        return manager.master_for(self.master, **self._master_kwargs(), **options)
 
 
 def _netloc(host: str, port: int) -> str:

@@ -29,7 +29,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+import redis
 from django.conf import settings
+
+from mediator_project.env import RedisSentinel, fail_fast
 
 log = logging.getLogger("mediator.ratelimit")
 
@@ -151,11 +154,9 @@ class RedisBackend:
     deployment (settings.MEDIATOR_RATE_LIMIT_REDIS_SENTINEL, asked for the master on each new
     connection, so the limits follow a failover)."""
 
-    def __init__(self, target) -> None:
-        import redis
-
-        timeouts = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
-        self.client = redis.Redis.from_url(target, **timeouts) if isinstance(target, str) else target.client(**timeouts)
+    def __init__(self, target: str | RedisSentinel) -> None:
+        options = fail_fast(0.5)
+        self.client = redis.Redis.from_url(target, **options) if isinstance(target, str) else target.client(**options)
         self.script = self.client.register_script(_LUA)
         self.gcra = self.client.register_script(_GCRA_LUA)
 

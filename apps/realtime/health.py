@@ -8,7 +8,7 @@ import threading
 import redis
 from django.conf import settings
 
-from mediator_project.env import RedisSentinel
+from mediator_project.env import RedisSentinel, fail_fast
 
 log = logging.getLogger("mediator.realtime")
 
@@ -41,11 +41,10 @@ def _client(host: dict) -> redis.Redis:
     with _lock:
         client = _clients.get(key)
         if client is None:
-            timeouts = {"socket_timeout": PING_TIMEOUT_S, "socket_connect_timeout": PING_TIMEOUT_S}
             if "master_name" in host:
-                client = RedisSentinel.from_channel_layer_host(host).client(**timeouts)
+                client = RedisSentinel.from_channel_layer_host(host).client(**fail_fast(PING_TIMEOUT_S))
             else:
-                client = redis.Redis.from_url(str(host["address"]), **timeouts)
+                client = redis.Redis.from_url(str(host["address"]), **fail_fast(PING_TIMEOUT_S))
             _clients[key] = client
     return client
 

@@ -48,6 +48,9 @@ def test_settings_that_name_no_usable_sentinel_deployment_are_refused(sentinels,
 def test_the_channel_layer_gets_channels_redis_sentinel_form_with_its_options():
     sentinel = RedisSentinel((("a", 26379), ("b", 26380)), "mediator", 3, "pw", "spw")
     host = sentinel.channel_layer_host(socket_timeout=30)
+    # A sentinel that is down is skipped at once: no retries of it.
+    retry = host["sentinel_kwargs"].pop("retry")
+    assert (type(retry).__module__, retry.get_retries()) == ("redis.asyncio.retry", 0)
     assert host == {
         "sentinels": [["a", 26379], ["b", 26380]],
         "master_name": "mediator",
@@ -58,6 +61,7 @@ def test_the_channel_layer_gets_channels_redis_sentinel_form_with_its_options():
     }
     # /health reads the layer's setting back.
     assert RedisSentinel.from_channel_layer_host(host) == sentinel
+    assert "pw" not in repr(sentinel)
 
 
 def test_celerys_broker_is_kombus_sentinel_transport_naming_the_master():
@@ -80,7 +84,7 @@ print(json.dumps({
     "options": settings.CELERY_BROKER_TRANSPORT_OPTIONS,
     "rate_limit_url": settings.MEDIATOR_RATE_LIMIT_REDIS_URL,
     "rate_limit_sentinel": repr(settings.MEDIATOR_RATE_LIMIT_REDIS_SENTINEL),
-}))
+}, default=repr))
 """
 
 
