@@ -16,6 +16,7 @@ from urllib.parse import quote
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.ops.redisconn import redis_sentinel
 from apps.wire.display import UTC_FORMAT
 
 from .env import celery_broker_url, env, env_bool, env_int
@@ -175,6 +176,17 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL", "")
+# Or Redis through Sentinel (docs/serving.md, "Redis through Sentinel"): the sentinels'
+# host:port list and the name they monitor the master under, with its database and passwords.
+REDIS_SENTINEL = redis_sentinel(
+    env("REDIS_SENTINELS", ""),
+    env("REDIS_SENTINEL_MASTER", ""),
+    env("REDIS_DB", ""),
+    env("REDIS_PASSWORD", ""),
+    env("REDIS_SENTINEL_PASSWORD", ""),
+)
+if REDIS_SENTINEL and REDIS_URL:
+    raise ImproperlyConfigured("set REDIS_URL or REDIS_SENTINELS, not both")
 # Every Redis key of the channel layer starts with this, as do the keys realtime's sync push adapter
 # writes (it asks the layer): deployments (or test runs) sharing one Redis database need their own.
 MEDIATOR_CHANNEL_LAYER_PREFIX = env("MEDIATOR_CHANNEL_LAYER_PREFIX", "mediator") or ""
@@ -185,16 +197,19 @@ if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", MEDIATOR_CHANNEL_LAYER_PREFIX):
 MEDIATOR_CHANNEL_GROUP_EXPIRY_S = env_int("MEDIATOR_CHANNEL_GROUP_EXPIRY_S", 86400)
 if MEDIATOR_CHANNEL_GROUP_EXPIRY_S < 4:
     raise ImproperlyConfigured("MEDIATOR_CHANNEL_GROUP_EXPIRY_S must be 4 or more")
-if REDIS_URL:
+if REDIS_URL or REDIS_SENTINEL:
+    # redis-py 8 defaults to a 5 s socket timeout and 100 connections per pool. The first races
+    # channels_redis's 5 s BZPOPMIN (sockets died with "Timeout reading"), the second fails bursts
+    # of group joins (MaxConnectionsError); both killed live sockets.
+    _layer_options = {"socket_timeout": 30, "socket_connect_timeout": 5, "max_connections": 2000}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 defaults to a 5 s socket timeout and 100 connections per pool. The first
-            # races channels_redis's 5 s BZPOPMIN (sockets died with "Timeout reading"), the second
-            # fails bursts of group joins (MaxConnectionsError); both killed live sockets.
             "CONFIG": {
                 "hosts": [
-                    {"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5, "max_connections": 2000}
+                    REDIS_SENTINEL.channel_layer_host(**_layer_options)
+                    if REDIS_SENTINEL
+                    else {"address": REDIS_URL, **_layer_options}
                 ],
                 "prefix": MEDIATOR_CHANNEL_LAYER_PREFIX,
                 "group_expiry": MEDIATOR_CHANNEL_GROUP_EXPIRY_S,
@@ -216,7 +231,16 @@ else:
 # --- Celery -------------------------------------------------------------------------------------
 # The filesystem broker names a host it ignores: without one kombu warns "No hostname was supplied"
 # on every connection (twice per `make run` start).
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", celery_broker_url(REDIS_URL) if REDIS_URL else "filesystem://localhost/")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "") or (
+    REDIS_SENTINEL.celery_broker()[0]
+    if REDIS_SENTINEL
+    else celery_broker_url(REDIS_URL)
+    if REDIS_URL
+    else "filesystem://localhost/"
+)
+if REDIS_SENTINEL and CELERY_BROKER_URL.startswith("sentinel://"):
+    # kombu's sentinel transport: the master's name (and the sentinels' password) as options.
+    CELERY_BROKER_TRANSPORT_OPTIONS = REDIS_SENTINEL.celery_broker()[1]
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery-broker"
     for _sub in ("in", "processed", "control"):
@@ -279,6 +303,8 @@ MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
 MEDIATOR_RATE_LIMIT_REDIS_URL = env("MEDIATOR_RATE_LIMIT_REDIS_URL", REDIS_URL) or ""
+# With REDIS_SENTINELS and no MEDIATOR_RATE_LIMIT_REDIS_URL of their own, the limits use that master.
+MEDIATOR_RATE_LIMIT_REDIS_SENTINEL = None if env("MEDIATOR_RATE_LIMIT_REDIS_URL") is not None else REDIS_SENTINEL
 MEDIATOR_RATE_LIMIT_PREFIX = env("MEDIATOR_RATE_LIMIT_PREFIX", "mediator:rl")
 # Reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client for per-IP
 # limits; e.g. "127.0.0.1/32" behind the nginx of scripts/run_production.sh. Empty = the peer.

@@ -7,7 +7,8 @@
 #   when SPARK_REMOTE or SPARK_MASTER points the reports elsewhere)
 # Every process is a program of supervisord (deploy/supervisord.conf.template), which runs in the
 # foreground in place of this script: a process that dies is restarted alone while the others keep
-# serving; SIGTERM or SIGINT stops them all. Requires REDIS_URL and DATABASE_URL (PostgreSQL);
+# serving; SIGTERM or SIGINT stops them all. Requires REDIS_URL (or REDIS_SENTINELS with
+# REDIS_SENTINEL_MASTER: Redis through Sentinel) and DATABASE_URL (PostgreSQL);
 # MEDIATOR_ENV defaults to production, which needs DJANGO_SECRET_KEY and MEDIATOR_DEPLOYMENT_KEY.
 # NGINX_LISTEN (127.0.0.1) is nginx's address. NO_PROXY=1 skips nginx (clients then use HTTP_PORT for HTTP and WS_PORT for /ws). NO_CELERY=1
 # skips the Celery processes. `scripts/run_production.sh render` writes the configuration to
@@ -15,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-: "${REDIS_URL:?REDIS_URL must be set for the production layout}"
+[ -n "${REDIS_URL:-}${REDIS_SENTINELS:-}" ] || { echo "REDIS_URL or REDIS_SENTINELS must be set for the production layout" >&2; exit 1; }
 : "${DATABASE_URL:?DATABASE_URL must be set for the production layout}"
 export MEDIATOR_ENV="${MEDIATOR_ENV:-production}"
 PORT="${PORT:-8000}"

@@ -18,12 +18,12 @@ RANK = {
     "wire": 0,
     "tenants": 1,
     "messaging": 2,
-    "realtime": 3,
     "usage": 3,
     "ops": 3,
-    "decentrl": 4,
-    "didcomm": 4,
-    "console": 5,
+    "realtime": 4,
+    "decentrl": 5,
+    "didcomm": 5,
+    "console": 6,
 }
 
 

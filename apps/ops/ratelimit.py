@@ -7,7 +7,7 @@
   onboarding) and a high sustained rate (thousands of phones behind one carrier NAT address)
   (`take`).
 
-With Redis (MEDIATOR_RATE_LIMIT_REDIS_URL, default REDIS_URL) every Daphne process shares one
+With Redis (MEDIATOR_RATE_LIMIT_REDIS_URL, default REDIS_URL or REDIS_SENTINELS) every Daphne process shares one
 state per key through an atomic Lua script; without it (the embedded default, one process) an
 in-process state with the same semantics is used. Refused hits are not recorded, so a client
 that backs off for Retry-After seconds gets through again.
@@ -29,9 +29,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+import redis
 from django.conf import settings
 
 from . import metrics
+from .redisconn import RedisSentinel, fail_fast
 
 log = logging.getLogger("mediator.ratelimit")
 
@@ -149,12 +151,13 @@ class LocalBackend:
 
 
 class RedisBackend:
-    """Windows shared by every process through one Redis."""
+    """Windows shared by every process through one Redis: a URL, or the master of a Sentinel
+    deployment (settings.MEDIATOR_RATE_LIMIT_REDIS_SENTINEL, asked for the master on each new
+    connection, so the limits follow a failover)."""
 
-    def __init__(self, url: str) -> None:
-        import redis
-
-        self.client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    def __init__(self, target: str | RedisSentinel) -> None:
+        options = fail_fast(0.5)
+        self.client = redis.Redis.from_url(target, **options) if isinstance(target, str) else target.client(**options)
         self.script = self.client.register_script(_LUA)
         self.gcra = self.client.register_script(_GCRA_LUA)
 
@@ -174,19 +177,19 @@ class RedisBackend:
 
 
 _backend: Backend | None = None
-_backend_url: str | None = None
+_backend_target: object = None
 _backend_lock = threading.Lock()
 
 
 def backend() -> Backend:
     """The configured backend, built once per process (and rebuilt if the setting changes)."""
-    global _backend, _backend_url
-    url = settings.MEDIATOR_RATE_LIMIT_REDIS_URL or ""
-    if _backend is None or url != _backend_url:
+    global _backend, _backend_target
+    target = settings.MEDIATOR_RATE_LIMIT_REDIS_URL or getattr(settings, "MEDIATOR_RATE_LIMIT_REDIS_SENTINEL", None)
+    if _backend is None or target != _backend_target:
         with _backend_lock:
-            if _backend is None or url != _backend_url:
-                _backend = RedisBackend(url) if url else LocalBackend()
-                _backend_url = url
+            if _backend is None or target != _backend_target:
+                _backend = RedisBackend(target) if target else LocalBackend()
+                _backend_target = target
     return _backend
 
 

@@ -18,9 +18,11 @@ How the send is made from that sync code:
   most PUSH_QUEUE_MAX pushes: past that a push is dropped, counted (`Pusher.dropped`) and logged
   (a push is a wake-up: the event is stored). Pushes still queued when the process exits are
   sent by an atexit flush;
-- any other layer goes to one long-lived background loop per process. Without it,
-  `async_to_sync` in a plain WSGI worker would make a new event loop, and so a new Redis
-  connection, for every single push.
+- any other layer (channels_redis through Sentinel, the pub/sub layer) is sent to by its own
+  `group_send` on one long-lived background loop per process (`LoopPusher`): the committing
+  thread only queues the push (bounded by PUSH_QUEUE_MAX, as above), so a Redis that is down or
+  failing over never holds a request. Without that loop, `async_to_sync` in a plain WSGI worker
+  would make a new event loop, and so a new Redis connection, for every single push.
 """
 
 from __future__ import annotations
@@ -118,17 +120,33 @@ PUSH_LINGER_S = 0.002
 PUSH_QUEUE_MAX = 10_000
 
 
-class Pusher:
+class _Dropping:
+    """What both pushers share: a push past PUSH_QUEUE_MAX is dropped, counted (`dropped`, and on
+    /metrics) and logged every thousandth time (a push is a wake-up: the event is stored)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.dropped = 0
+        self.counting = threading.Lock()
+
+    def _drop(self, tenant_id: int, what) -> None:
+        with self.counting:
+            self.dropped += 1
+            dropped = self.dropped
+        pushes_dropped.send(sender=None, count=1)
+        if dropped % 1000 == 1:
+            log.warning("push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what)
+
+
+class Pusher(_Dropping):
     """This process's pushes to channels_redis (see the module docstring): `put` queues one and
     returns at once; the pusher's thread sends them, oldest first."""
 
     def __init__(self, sender: SyncSender) -> None:
+        super().__init__()
         self.sender = sender
-        self.pid = os.getpid()
         self.queue: deque[tuple] = deque()
         self.wake = threading.Event()
-        self.dropped = 0  # pushes refused because the queue was full (also on /metrics)
-        self.counting = threading.Lock()
         # Held for a whole drain and send, so that `flush()` returns only once every push queued
         # before it was sent (the pusher thread's batch in flight included).
         self.flushing = threading.Lock()
@@ -138,14 +156,7 @@ class Pusher:
     def put(self, group: str, build, tenant_id: int, what) -> None:
         """Queue a push of `build()` to `group` (built only if the group has sockets)."""
         if len(self.queue) >= PUSH_QUEUE_MAX:
-            with self.counting:
-                self.dropped += 1
-                dropped = self.dropped
-            pushes_dropped.send(sender=None, count=1)
-            if dropped % 1000 == 1:
-                log.warning(
-                    "push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what
-                )
+            self._drop(tenant_id, what)
             return
         self.queue.append((group, build, tenant_id, what))
         if not self.wake.is_set():
@@ -191,18 +202,81 @@ class Pusher:
                 log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
 
 
+class LoopPusher(_Dropping):
+    """Pushes through the layer's own `group_send` on this process's push loop (`_background_loop`):
+    `put` queues one and returns at once, so the committing thread never waits for Redis (nor
+    for a Sentinel failover); one coroutine sends them, oldest first, each within SEND_TIMEOUT_S.
+    Pushes still queued when the process exits are sent by an atexit flush."""
+
+    def __init__(self, layer) -> None:
+        super().__init__()
+        self.layer = layer
+        self.loop = _background_loop()
+        self.queue: asyncio.Queue[tuple] = asyncio.Queue()  # touched only on the loop
+        self.pending = 0  # queued or being sent
+        self.idle = threading.Condition()
+        asyncio.run_coroutine_threadsafe(self._run(), self.loop)
+        atexit.register(self._flush_at_exit)
+
+    def put(self, group: str, build, tenant_id: int, what) -> None:
+        """Queue a push of `build()` to `group`."""
+        with self.idle:
+            if self.pending >= PUSH_QUEUE_MAX:
+                full = True
+            else:
+                full = False
+                self.pending += 1
+        if full:
+            self._drop(tenant_id, what)
+            return
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (group, build, tenant_id, what))
+
+    async def _run(self) -> None:
+        while True:
+            group, build, tenant_id, what = await self.queue.get()
+            try:
+                await asyncio.wait_for(self.layer.group_send(group, build()), SEND_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - see push_to_sockets; never log the message (it carries payloads)
+                log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
+            finally:
+                with self.idle:
+                    self.pending -= 1
+                    if not self.pending:
+                        self.idle.notify_all()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every push queued before the call was sent (or failed and was logged)."""
+        with self.idle:
+            return self.idle.wait_for(lambda: self.pending == 0, timeout_s)
+
+    def _flush_at_exit(self) -> None:
+        if self.pid == os.getpid():
+            self.flush(SEND_TIMEOUT_S)
+
+
 _pushers_lock = threading.Lock()
 
 
-def pusher(sender: SyncSender) -> Pusher:
-    """The sender's pusher in this process (a new one after a fork: threads do not survive it)."""
-    current = sender.__dict__.get("pusher")
+def _owned(owner, make):
+    """The pusher `owner` (a SyncSender, or a layer) has in this process, made by `make(owner)` on
+    first use (and again after a fork: threads do not survive it)."""
+    current = owner.__dict__.get("_mediator_pusher")
     if current is None or current.pid != os.getpid():
         with _pushers_lock:
-            current = sender.__dict__.get("pusher")
+            current = owner.__dict__.get("_mediator_pusher")
             if current is None or current.pid != os.getpid():
-                current = sender.__dict__["pusher"] = Pusher(sender)
+                current = owner.__dict__["_mediator_pusher"] = make(owner)
     return current
+
+
+def pusher(sender: SyncSender) -> Pusher:
+    """The sender's pusher in this process."""
+    return _owned(sender, Pusher)
+
+
+def loop_pusher(layer) -> LoopPusher:
+    """The layer's pusher in this process."""
+    return _owned(layer, LoopPusher)
 
 
 def _group_send(group: str, build, tenant_id: int, what) -> None:
@@ -213,15 +287,9 @@ def _group_send(group: str, build, tenant_id: int, what) -> None:
         if (sync := sync_sender(layer)) is not None:
             pusher(sync).put(group, build, tenant_id, what)
             return
-        group_message = build()
         if isinstance(layer, InMemoryChannelLayer):
-            async_to_sync(layer.group_send)(group, group_message)
+            async_to_sync(layer.group_send)(group, build())
         else:
-            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, group_message), _background_loop())
-            try:
-                future.result(timeout=SEND_TIMEOUT_S)
-            except TimeoutError:
-                future.cancel()
-                raise
+            loop_pusher(layer).put(group, build, tenant_id, what)
     except Exception:  # noqa: BLE001 - see push_to_sockets; never log the message (it carries payloads)
         log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)

@@ -420,11 +420,18 @@ def run_drill(world: World, name: str, args: argparse.Namespace) -> Result:
         node("start-patroni", old)
         mended = time.monotonic()
     elif name == "redis":
-        node("kill", "redis")
-        time.sleep(args.seconds / 2)
-        node("start-redis")
+        # The master's host loses power (its Redis and its sentinel); the other two sentinels
+        # promote the replica, which the apps find through them: mended without the old host.
+        old = node("redis-master")
+        node("kill", old)
+        result.facts["killed_master"] = old
+        result.facts["promoted_after_s"] = round(
+            poll("a new Redis master", 60, lambda: node("redis-master") not in ("", old)), 1
+        )
+        result.facts["new_master"] = node("redis-master")
         mended = time.monotonic()
-        time.sleep(args.seconds / 2)
+        time.sleep(max(0.0, args.seconds - (time.monotonic() - fault)))
+        node("start-redis", old)  # back as the new master's replica, for the next drill
     elif name == "cut":
         node("cut", "app2")
         # Both from the cut: the node's own /health, and the balancer taking it out of service.
@@ -460,6 +467,9 @@ def run_drill(world: World, name: str, args: argparse.Namespace) -> Result:
     result.errors = dict(ledger.errors)
     result.live_reconnects = dict(ledger.reconnects)
     result.pushes_after_mend = sum(1 for t in ledger.live_times if t > mended)
+    if name == "redis":
+        # How long the live recipients got nothing (pushes, or their backlog on reconnecting).
+        result.facts["pushes_stopped_s"] = round(longest_gap(ledger.live_times, fault, end), 2)
     result.facts["live_pushes_unique"] = len(ledger.live)
     if result.lost:
         result.missed.append(f"{result.lost} acknowledged messages lost")
@@ -481,6 +491,8 @@ def restore(name: str) -> None:
         poll("app1 back in the balancer", 300, lambda: haproxy_state("app1") == "UP")
     if name == "db":
         poll("every database member streaming again", 180, all_members_running)
+    if name == "redis":
+        poll("Redis at full strength again", 120, lambda: subprocess.run([NODE, "redis-ready"]).returncode == 0)
 
 
 def all_members_running() -> bool:

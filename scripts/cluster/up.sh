@@ -6,7 +6,9 @@
 #   db1..3   etcd + Patroni + PostgreSQL, synchronous_mode: a commit is acknowledged only once
 #            the synchronous standby has it; the apps reach the primary with libpq multi-host
 #            (target_session_attrs=read-write)
-#   redis    the channel layer, Celery's broker and the rate limits
+#   redis1/2 Redis, the channel layer, Celery's broker and the rate limits: a master and its
+#            replica (redis1 the first master), a sentinel on each; redis3 a third sentinel
+#            (quorum 2). The apps find the master through the sentinels (REDIS_SENTINELS)
 #   client   where the drills' clients run (scripts/cluster/drill.py), outside the cluster
 # Each host is a network namespace on one bridge (scripts/cluster/common.sh). Returns once the
 # balancer answers /health through both apps. `make cluster-down` undoes everything.
@@ -119,9 +121,13 @@ p="${ADDR[$(primary)]}"
 log "primary $(primary)"
 in_ns client "$PG_BIN/psql" -qAt -h "$p" -U postgres -d postgres -c "CREATE ROLE mediator LOGIN" -c "CREATE DATABASE mediator OWNER mediator"
 
-# --- Redis -----------------------------------------------------------------------------------
-start_redis
-wait_for "Redis" 20 in_ns client redis-cli -h "${ADDR[redis]}" ping
+# --- Redis under Sentinel --------------------------------------------------------------------
+start_redis redis1
+wait_for "Redis on redis1" 20 in_ns client redis-cli -h "${ADDR[redis1]}" ping
+start_redis redis2 redis1
+for s in "${SENTINEL_HOSTS[@]}"; do start_sentinel "$s"; done
+wait_for "the Redis replica in sync and three sentinels agreeing" 60 redis_ready
+log "Redis master $(redis_master), sentinels on ${SENTINEL_HOSTS[*]}"
 
 # --- the apps --------------------------------------------------------------------------------
 if [ ! -f "$CLUSTER_DIR/secrets.env" ]; then
@@ -130,11 +136,13 @@ if [ ! -f "$CLUSTER_DIR/secrets.env" ]; then
 fi
 # Settings every app node shares. Rate limits are out of the drills' way (one client address,
 # many senders); the group expiry is short so that sockets re-join their groups within 5 s of a
-# Redis that lost them (apps/realtime/groups.Memberships re-joins every quarter of it).
+# Redis that lost them (a failover can lose the last joins; apps/realtime/groups.Memberships
+# re-joins every quarter of it).
 cat > "$CLUSTER_DIR/app.env" <<ENV
 $(cat "$CLUSTER_DIR/secrets.env")
 DATABASE_URL=$DATABASE_URL
-REDIS_URL=$REDIS_URL
+REDIS_SENTINELS=$REDIS_SENTINELS
+REDIS_SENTINEL_MASTER=$REDIS_MASTER_NAME
 MEDIATOR_ENV=production
 MEDIATOR_PUBLIC_SCHEME=http
 MEDIATOR_OPERATOR_HOSTS=ops.cluster.test

@@ -42,7 +42,16 @@ def test_the_health_probe_reads_dict_hosts(settings):
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": REDIS_LAYER, "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1/0"}]}}
     }
-    assert health._redis_url() == "redis://127.0.0.1:1/0"
+    assert health._redis_host() == {"address": "redis://127.0.0.1:1/0"}
+    assert health.channel_layer_reachable() is False
+
+
+def test_the_health_probe_asks_the_sentinels_of_a_sentinel_host(settings):
+    # No sentinel answers on port 1: no master to ping, unreachable (the running failover is
+    # proved in tests/realtime/test_sentinel.py).
+    host = {"sentinels": [["127.0.0.1", 1]], "master_name": "mediator", "db": 0, "socket_timeout": 30}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": REDIS_LAYER, "CONFIG": {"hosts": [host]}}}
+    assert health._redis_host() == host
     assert health.channel_layer_reachable() is False
 
 

@@ -229,22 +229,47 @@ class RedisServer:
             self.proc.wait(timeout=10)
 
 
-def start_redis(tmp_path: Path) -> RedisServer:
-    """`redis-server` on a free port, without persistence, once it answers PING."""
-    import redis
-
+def start_redis(tmp_path: Path, *options: str) -> RedisServer:
+    """`redis-server` on a free port, without persistence, once it answers PING; `options` are
+    more of its command-line options (e.g. `--replicaof 127.0.0.1 PORT`)."""
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options],
         cwd=tmp_path,
         stdout=(tmp_path / f"redis-{port}.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
-    server = RedisServer(port=port, proc=proc)
+    return _answering(RedisServer(port=port, proc=proc))
+
+
+def start_sentinel(tmp_path: Path, master: RedisServer, name: str, down_after_ms: int = 300) -> RedisServer:
+    """A Redis Sentinel on a free port monitoring `master` as `name`, alone (quorum 1): it
+    promotes a replica `down_after_ms` after the master stops answering. Its configuration file
+    is its own (a sentinel rewrites it)."""
+    port = free_port()
+    conf = tmp_path / f"sentinel-{port}.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor {name} 127.0.0.1 {master.port} 1\n"
+        f"sentinel down-after-milliseconds {name} {down_after_ms}\n"
+        f"sentinel failover-timeout {name} 5000\n"
+    )
+    proc = subprocess.Popen(
+        ["redis-server", str(conf), "--sentinel"],
+        cwd=tmp_path,
+        stdout=(tmp_path / f"sentinel-{port}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    return _answering(RedisServer(port=port, proc=proc))
+
+
+def _answering(server: RedisServer) -> RedisServer:
+    import redis
+
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
-            if redis.Redis(port=port, socket_connect_timeout=1).ping():
+            if redis.Redis(port=server.port, socket_connect_timeout=1).ping():
                 return server
         except redis.ConnectionError:
             time.sleep(0.05)
