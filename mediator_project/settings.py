@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import dj_database_url
@@ -137,7 +138,8 @@ ASGI_APPLICATION = "mediator_project.asgi.application"
 # where the role's password is required (scram-sha-256). with_postgres.py chooses the port (free) and
 # records it in EMBEDDED_PG_TCP_RECORD; the password is generated once into var/pg-password (0600).
 # The port also names the socket file (.s.PGSQL.<port>), so the URL carries it.
-EMBEDDED_PGDATA = None if env("DATABASE_URL") else VAR_DIR.resolve() / "pg"
+DATABASE_URL = env("DATABASE_URL") or ""
+EMBEDDED_PGDATA = None if DATABASE_URL else VAR_DIR.resolve() / "pg"
 EMBEDDED_PG_TCP_RECORD = VAR_DIR.resolve() / "pg-tcp.json"
 EMBEDDED_PG_TCP = None
 if EMBEDDED_PGDATA is not None:
@@ -146,9 +148,7 @@ if EMBEDDED_PGDATA is not None:
     except (OSError, ValueError, KeyError, TypeError):
         _pg_port = 5432  # not started yet: with_postgres.py records the port before running its command
     EMBEDDED_PG_TCP = {"host": "127.0.0.1", "port": _pg_port, "password": _dev_secret("pg-password", 24)}
-DATABASE_URL = env("DATABASE_URL") or (
-    f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{EMBEDDED_PG_TCP['port']}/mediator"
-)
+    DATABASE_URL = f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{_pg_port}/mediator"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
 # so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
@@ -185,7 +185,7 @@ MEDIATOR_CHANNEL_GROUP_EXPIRY_S = env_int("MEDIATOR_CHANNEL_GROUP_EXPIRY_S", 864
 if MEDIATOR_CHANNEL_GROUP_EXPIRY_S < 4:
     raise ImproperlyConfigured("MEDIATOR_CHANNEL_GROUP_EXPIRY_S must be 4 or more")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
+    CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py 8 defaults to a 5 s socket timeout and 100 connections per pool. The first
