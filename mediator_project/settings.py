@@ -141,7 +141,7 @@ ASGI_APPLICATION = "mediator_project.asgi.application"
 DATABASE_URL = env("DATABASE_URL") or ""
 EMBEDDED_PGDATA = None if DATABASE_URL else VAR_DIR.resolve() / "pg"
 EMBEDDED_PG_TCP_RECORD = VAR_DIR.resolve() / "pg-tcp.json"
-EMBEDDED_PG_TCP = None
+EMBEDDED_PG_TCP: dict[str, Any] | None = None
 if EMBEDDED_PGDATA is not None:
     try:
         _pg_port = int(json.loads(EMBEDDED_PG_TCP_RECORD.read_text())["port"])
