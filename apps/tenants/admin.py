@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
@@ -25,6 +26,7 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Field
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -595,7 +597,8 @@ class TenantAdmin(ModelAdmin):
         rows = []
         for name in DidcommPolicy.EDITABLE:
             value = getattr(policy, name)
-            if name in didcomm_texts.CHOICES or DidcommPolicy._meta.get_field(name).choices:
+            field = DidcommPolicy._meta.get_field(name)
+            if name in didcomm_texts.CHOICES or (isinstance(field, Field) and field.choices):
                 value = didcomm_texts.choices(name).get(value, value)
             elif value is None:
                 value = "deployment default"
@@ -763,7 +766,7 @@ class TenantAdmin(ModelAdmin):
             "kinds": console.purge_kinds(),
             "action_name": action_name,
             "button": button,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "bulk": True,
         }
         return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)

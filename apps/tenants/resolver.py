@@ -72,8 +72,13 @@ def _retired_key_resolvers(signed: dict) -> list[wc.Resolver]:
             continue
         for key in tenant.previous_signing_keys():
             old = replace(tenant.resolved(), signing_key=key)
-            resolvers.append(lambda did, _party=party, _old=old: _old if did == _party else resolve_did(did))
+            resolvers.append(_resolver_with(party, old))
     return resolvers
+
+
+def _resolver_with(party: str, resolved: ResolvedDid) -> wc.Resolver:
+    """`resolve_did`, except that `party` resolves to `resolved` (one of its retired keys)."""
+    return lambda did: resolved if did == party else resolve_did(did)
 
 
 def verify_contract_with_key_history(signed: object, *, now_s: int) -> wc.ContractInfo:
