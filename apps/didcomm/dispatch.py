@@ -166,7 +166,8 @@ def handle(
         reply = _problem_reply(problem, message=message, ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
         if isinstance(exc, Unanswered):  # raised once the message was known: answered and metered as it
-            exc, message, ctx = exc.cause, exc.message, exc.ctx
+            message, ctx = exc.message, exc.ctx
+            exc = exc.cause
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
         reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message)
@@ -353,7 +354,7 @@ def claimed_run(ctx: Context, message: PlainMessage) -> handlers.Outcome:
             except Problem as problem:
                 failed = problem
     except DatabaseError:
-        if keep is not None:  # the id was fresh: claim it again, on its own
+        if keep is not None and ctx.caller_did is not None:  # the id was fresh: claim it again, on its own
             try:
                 services.message_id_claim(
                     tenant=ctx.tenant,
@@ -375,6 +376,7 @@ def claim_message_id(ctx: Context, message: PlainMessage) -> tuple[int, int]:
     transaction: `claimed_run`). A record lives until the message itself would be refused: its
     created_time out of the window, or its expires_time past, or (neither given) for the window.
     Returns the claim's (keep_until, now)."""
+    assert ctx.caller_did is not None  # claimed_run serves authcrypt messages: their sender is known
     now = int(time.time())
     window = settings.MEDIATOR_DIDCOMM_REPLAY_WINDOW_S
     if message.expires_time is not None and message.expires_time <= now:
