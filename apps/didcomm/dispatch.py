@@ -111,26 +111,27 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             return None
         return ident.agreement_key
 
-    obj: object = jwe.parse_envelope(raw if envelope is None else envelope)
-    if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+    obj = jwe.parse_envelope(raw if envelope is None else envelope)
+    if envelope_kind(obj) != ENCRYPTED:
         raise Problem(Code.UNAUTHENTICATED, "messages to this mediator must be encrypted (JWE)")
     sender_kid = None
     for _ in range(MAX_NESTING):
-        decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)  # type: ignore[arg-type]
+        decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)
         used.append((docs[decrypted.recipient_kid.split("#", 1)[0]][0], decrypted.recipient_kid))
         sender_kid = decrypted.sender_kid or sender_kid
         obj = jwe.parse_envelope(decrypted.plaintext)
-        if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+        if envelope_kind(obj) != ENCRYPTED:
             break
     else:
         raise Problem("e.p.msg", "envelope nested too deeply")
     signer = signer_kid = None
-    if envelope_kind(obj) == SIGNED:  # type: ignore[arg-type]
-        verified = jws.verify(obj, public_key_for=authentication_key)  # type: ignore[arg-type]
+    plaintext: bytes | dict[str, object] = obj
+    if envelope_kind(obj) == SIGNED:
+        verified = jws.verify(obj, public_key_for=authentication_key)
         signer_kid = verified.signer_kids[0]
         signer = signer_kid.split("#", 1)[0]
-        obj = verified.payload
-    message = parse_plaintext(obj)  # type: ignore[arg-type]
+        plaintext = verified.payload
+    message = parse_plaintext(plaintext)
     sender_did = sender_kid.split("#", 1)[0] if sender_kid else None
     # DIDComm v2: `from` must be the authcrypt sender's (and a signer's) DID.
     for claimed in (signer, message.from_):

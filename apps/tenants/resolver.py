@@ -58,7 +58,7 @@ def verify_signer(*, did: str, key_id: str, signable: object, signature: object)
     return Verdict.VERIFIED
 
 
-def _retired_key_resolvers(signed: dict) -> list[wc.Resolver]:
+def _retired_key_resolvers(signed: object) -> list[wc.Resolver]:
     """One resolver per retired signing key of each hosted-tenant party, current keys for the rest."""
     terms = signed.get("communication_contract") if isinstance(signed, dict) else None
     if not isinstance(terms, dict):
@@ -91,7 +91,7 @@ def verify_contract_with_key_history(signed: object, *, now_s: int) -> wc.Contra
     try:
         return wc.verify_signed_contract(signed, resolve_did, now_s=now_s)
     except wc.ContractSignaturesInvalid:
-        for resolver in _retired_key_resolvers(signed):  # type: ignore[arg-type]
+        for resolver in _retired_key_resolvers(signed):
             try:
                 return wc.verify_signed_contract(signed, resolver, now_s=now_s)
             except wc.ContractSignaturesInvalid:
