@@ -40,5 +40,6 @@ async def no_route(scope, receive, send) -> None:
 
 # No AuthMiddlewareStack: Decentrl's /ws authenticates with its signed AUTHENTICATE frame,
 # DIDComm's /didcomm/ws with each message's authcrypt sender key. The catch-all comes last.
-websocket_urlpatterns = [*decentrl_ws, *didcomm_ws, re_path(r"", no_route)]
+# django-stubs types re_path's target as a view; Channels routes ASGI applications through it.
+websocket_urlpatterns = [*decentrl_ws, *didcomm_ws, re_path(r"", no_route)]  # type: ignore[arg-type]
 application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": URLRouter(websocket_urlpatterns)})

@@ -4,11 +4,16 @@ Redis deployment's forms (a URL, or Sentinel)."""
 from __future__ import annotations
 
 import os
+from typing import overload
 from urllib.parse import parse_qsl, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 
+@overload
+def env(name: str, default: str) -> str: ...
+@overload
+def env(name: str, default: None = None) -> str | None: ...
 def env(name: str, default: str | None = None) -> str | None:
     """Value of NAME, else the contents of the file NAME_FILE, else `default`."""
     if name in os.environ:

@@ -31,10 +31,12 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces
 from granian.log import LogLevels
+from granian.server.common import AbstractServer
 
 APPLICATION = "mediator_project.wsgi:application"
 HOST = "127.0.0.1"
@@ -72,7 +74,8 @@ def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) ->
         time.sleep(0.2)
 
 
-def server() -> Granian:
+def server() -> AbstractServer[Any]:
+    """The tier's server; Granian picks its class (processes or threads) when imported."""
     return Granian(
         APPLICATION,
         address=HOST,

@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import dj_database_url
@@ -139,18 +140,17 @@ ASGI_APPLICATION = "mediator_project.asgi.application"
 # where the role's password is required (scram-sha-256). with_postgres.py chooses the port (free) and
 # records it in EMBEDDED_PG_TCP_RECORD; the password is generated once into var/pg-password (0600).
 # The port also names the socket file (.s.PGSQL.<port>), so the URL carries it.
-EMBEDDED_PGDATA = None if env("DATABASE_URL") else VAR_DIR.resolve() / "pg"
+DATABASE_URL = env("DATABASE_URL") or ""
+EMBEDDED_PGDATA = None if DATABASE_URL else VAR_DIR.resolve() / "pg"
 EMBEDDED_PG_TCP_RECORD = VAR_DIR.resolve() / "pg-tcp.json"
-EMBEDDED_PG_TCP = None
+EMBEDDED_PG_TCP: dict[str, Any] | None = None
 if EMBEDDED_PGDATA is not None:
     try:
         _pg_port = int(json.loads(EMBEDDED_PG_TCP_RECORD.read_text())["port"])
     except (OSError, ValueError, KeyError, TypeError):
         _pg_port = 5432  # not started yet: with_postgres.py records the port before running its command
     EMBEDDED_PG_TCP = {"host": "127.0.0.1", "port": _pg_port, "password": _dev_secret("pg-password", 24)}
-DATABASE_URL = env("DATABASE_URL") or (
-    f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{EMBEDDED_PG_TCP['port']}/mediator"
-)
+    DATABASE_URL = f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{_pg_port}/mediator"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
 # so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
@@ -202,7 +202,7 @@ if REDIS_URL or REDIS_SENTINEL:
     # channels_redis's 5 s BZPOPMIN (sockets died with "Timeout reading"), the second fails bursts
     # of group joins (MaxConnectionsError); both killed live sockets.
     _layer_options = {"socket_timeout": 30, "socket_connect_timeout": 5, "max_connections": 2000}
-    CHANNEL_LAYERS = {
+    CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {

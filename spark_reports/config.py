@@ -36,10 +36,23 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 from urllib.parse import parse_qs, unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JARS = "/usr/share/java/postgresql.jar"
+
+
+class ConnectParams(TypedDict, total=False):
+    """psycopg.connect's keyword arguments for the job's own connection (its result rows)."""
+
+    host: str
+    port: int
+    dbname: str
+    user: str
+    password: str
+    target_session_attrs: str
+    connect_timeout: str
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,7 @@ class Database:
 
     url: str  # JDBC URL
     properties: dict[str, str] = field(default_factory=dict)  # JDBC properties (user, password, driver)
-    connect_kwargs: dict[str, str | int] = field(default_factory=dict)  # psycopg.connect(**...)
+    connect_kwargs: ConnectParams = field(default_factory=ConnectParams)  # psycopg.connect(**...)
 
 
 def database_from_url(url: str) -> Database:
@@ -74,12 +87,13 @@ def database_from_url(url: str) -> Database:
     )
     if parts.password:
         props["password"] = unquote(parts.password)
-    connect: dict[str, str | int] = {"host": host, "port": port, "dbname": name, "user": props["user"]}
+    connect = ConnectParams(host=host, port=port, dbname=name, user=props["user"])
     if parts.password:
         connect["password"] = props["password"]
-    for option in ("target_session_attrs", "connect_timeout"):
-        if option in query:
-            connect[option] = query[option]
+    if "target_session_attrs" in query:
+        connect["target_session_attrs"] = query["target_session_attrs"]
+    if "connect_timeout" in query:
+        connect["connect_timeout"] = query["connect_timeout"]
     if os.environ.get("REPORT_READ_FROM", "primary") == "standby":
         props["targetServerType"] = "preferSecondary"
     elif query.get("target_session_attrs") in ("read-write", "primary"):
@@ -169,7 +183,10 @@ def build_session(app_name: str = "mediator-usage-report"):
 
         # The JDBC drivers and the JVM's settings are the server's (engine.py); only SQL settings travel.
         # One config round trip at creation (the builder sends its map at once), not one per setting.
-        settings = {**SESSION_CONFIG, "spark.sql.shuffle.partitions": shuffle}
+        settings: dict[str, bool | float | int | str | None] = {
+            **SESSION_CONFIG,
+            "spark.sql.shuffle.partitions": shuffle,
+        }
         session = SparkSession.builder.remote(target).appName(app_name).config(map=settings).create()
         if not os.environ.get("SPARK_REMOTE", "").strip():
             # The local engine: never another deployment's (a second checkout, a stale record).

@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import psycopg
 from pyarrow import fs as pafs
@@ -97,6 +98,14 @@ def _connect_pg(db: Database) -> psycopg.Connection:
     return psycopg.connect(**db.connect_kwargs, autocommit=True)
 
 
+def _scalar(cursor: psycopg.Cursor[Any]) -> Any:
+    """The first column of a statement's one row (an aggregate or an INSERT ... RETURNING has one)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the statement returned no row")
+    return row[0]
+
+
 def _query(db: Database, sql: str, params: tuple = ()) -> list[tuple]:
     """One read of the export's own small table, in its own connection."""
     with _connect_pg(db) as pg:
@@ -140,12 +149,12 @@ def _begin(pg: psycopg.Connection) -> tuple[Attempt | None, int]:
     insert = f"INSERT INTO {EXPORT_TABLE} (lo_id, hi_id, state, rows, started_at) VALUES (%s, %s, 'pending', 0, %s)"
     with pg.transaction():
         abandoned = pg.execute(abandon, (now,)).rowcount
-        lo = pg.execute(watermark).fetchone()[0]
+        lo = _scalar(pg.execute(watermark))
         pg.execute(f"LOCK TABLE {METER_TABLE} IN SHARE MODE")
-        hi = pg.execute(f"SELECT COALESCE(MAX(id), 0) FROM {METER_TABLE}").fetchone()[0]
+        hi = _scalar(pg.execute(f"SELECT COALESCE(MAX(id), 0) FROM {METER_TABLE}"))
         if hi <= lo:
             return None, abandoned
-        export = pg.execute(insert + " RETURNING id", (lo, hi, now)).fetchone()[0]
+        export = _scalar(pg.execute(insert + " RETURNING id", (lo, hi, now)))
     return Attempt(int(export), int(lo), int(hi)), abandoned
 
 
@@ -226,6 +235,7 @@ def written(spark: SparkSession, lake: str, export: int) -> dict:
         if "PATH_NOT_FOUND" not in str(exc):
             raise
         return {"rows": 0, "first_at": None, "last_at": None}
+    assert found is not None  # an aggregate without GROUP BY has one row
     return found.asDict()
 
 

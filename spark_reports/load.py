@@ -46,6 +46,8 @@ def collect_report(report: UsageReport) -> Rows:
         part = df.select(F.struct(*COLUMNS[name]).alias(name))
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     rows: Rows = {name: [] for name in tables}
+    if union is None:
+        return rows
     for row in union.collect():
         for name in tables:
             value = row[name]

@@ -17,10 +17,12 @@ from datetime import UTC, datetime
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Field
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -589,7 +591,8 @@ class TenantAdmin(ModelAdmin):
         rows = []
         for name in DidcommPolicy.EDITABLE:
             value = getattr(policy, name)
-            if name in didcomm_texts.CHOICES or DidcommPolicy._meta.get_field(name).choices:
+            field = DidcommPolicy._meta.get_field(name)
+            if name in didcomm_texts.CHOICES or (isinstance(field, Field) and field.choices):
                 value = didcomm_texts.choices(name).get(value, value)
             elif value is None:
                 value = "deployment default"
@@ -757,7 +760,7 @@ class TenantAdmin(ModelAdmin):
             "kinds": purge_kinds(),
             "action_name": action_name,
             "button": button,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "bulk": True,
         }
         return TemplateResponse(request, "admin/tenants/tenant/confirm_action.html", context)

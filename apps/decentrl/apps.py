@@ -1,3 +1,6 @@
+from collections.abc import Callable
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -23,7 +26,7 @@ class DecentrlConfig(AppConfig):
         # The front door sits on top: it plugs the lower apps' limits, metrics and metering into
         # its own extension points (apps below never import it). ready() may run more than once
         # in some test setups: register each hook exactly once.
-        wiring = [
+        wiring: list[tuple[list[Any], Callable[..., None]]] = [
             (hooks.PRE_CHECKS, limits.per_ip_check),
             (hooks.SENDER_CHECKS, limits.per_did_check),
             (hooks.WS_CONNECT_CHECKS, limits.ws_connect_check),

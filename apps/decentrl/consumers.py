@@ -222,10 +222,12 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             return
         if self.state != NEW:
             return
+        tenant = self.tenant
+        assert tenant is not None  # connect() admitted one before the socket was accepted
         self.state = AUTHENTICATING
         self.auth_timer.cancel()
         try:
-            did = await database_sync_to_async(_authenticate)(self.tenant, self.ip, text_data)
+            did = await database_sync_to_async(_authenticate)(tenant, self.ip, text_data)
         except WsAuthFailed as failed:
             await self._auth_failed(failed.code, failed.close_code)
             return
@@ -239,7 +241,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         if self.state == CLOSED:  # the client left while we were checking
             return
         self.did = did
-        self.group = group_name(self.tenant.pk, did)
+        self.group = group_name(tenant.pk, did)
         # Join before reading the backlog: an event stored from here on is pushed to us, one
         # stored before is in the backlog. An event in both arrives twice, which is harmless
         # (a push is a wake-up; clients dedupe by id and ACK).
@@ -253,7 +255,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         # Present after joining and before the backlog (messaging/presence.py says why this order
         # is exact). A socket that cannot be marked present would miss pushes: refused like one
         # without a group. Renewed while open; if it cannot be, the socket closes (4503).
-        self.presence = Presence(self.tenant.pk, on_lapse=lambda: self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE))
+        self.presence = Presence(tenant.pk, on_lapse=lambda: self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE))
         try:
             await self.presence.enter(did)
         except DatabaseError:
@@ -298,8 +300,9 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
-        if getattr(self, "presence", None) is not None:
-            await self.presence.close()
+        presence = getattr(self, "presence", None)
+        if presence is not None:
+            await presence.close()
         if getattr(self, "memberships", None) is not None:
             await self.memberships.close()
         if getattr(self, "observed", False):
@@ -334,7 +337,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         self.state = CLOSED
         log.warning(
             "websocket closed: send budget exceeded tenant=%s unsent=%d budget=%d",
-            self.tenant.slug,
+            self.tenant.slug if self.tenant is not None else "-",
             self.budget.unsent(),
             self.budget.limit,
         )

@@ -214,15 +214,12 @@ def claim_checking_registration(
 
 
 def _claim_and_read(nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQuery) -> Found:
-    args = {
-        "tenant": tenant,
-        "owner_did": read.owner_did,
-        "after": read.flt.after_timestamp,
-        "before": read.flt.before_timestamp,
-        "tags": list(read.flt.encrypted_tags),
-    }
-    limit = {"offset": read.page.offset, "limit": read.page.page_size}
-    page_sql, page_params = eventquery.page_statement(**args, **limit)
+    owner_did, tags = read.owner_did, list(read.flt.encrypted_tags)
+    after, before = read.flt.after_timestamp, read.flt.before_timestamp
+    offset, limit = read.page.offset, read.page.page_size
+    page_sql, page_params = eventquery.page_statement(
+        tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
+    )
     try:
         with prepared_cursor() as cur:
             cur.execute(_claim_and_read_sql(page_sql), [*nonce.params(), *reg, *page_params])
@@ -234,7 +231,9 @@ def _claim_and_read(nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQu
     if not registered:
         return Found(fresh)
     page = [r[2:] for r in rows if r[2] is not None]
-    total = eventquery.page_total(page, **args, **limit)
+    total = eventquery.page_total(
+        page, tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
+    )
     return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
 
 

@@ -15,6 +15,7 @@ from apps.messaging.public import public_events_list
 from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 from apps.realtime.health import channel_layer_reachable
+from apps.tenants.middleware import TenantRequest
 from apps.wire.canonical import canonical_str
 from apps.wire.envelope import Pagination, parse_pagination
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
@@ -41,7 +42,7 @@ READ_ONLY = ("GET", "HEAD")
 
 
 @allow_methods(("GET", "HEAD", "POST"), _wrong_method)
-def root(request: HttpRequest) -> HttpResponse:
+def root(request: TenantRequest) -> HttpResponse:
     """GET / → DID document; POST / → a command."""
     if request.method == "POST":
         return command(request)
@@ -49,7 +50,7 @@ def root(request: HttpRequest) -> HttpResponse:
 
 
 @allow_methods(READ_ONLY, _wrong_method)
-def did_document(request: HttpRequest) -> HttpResponse:
+def did_document(request: TenantRequest) -> HttpResponse:
     """The tenant's DID document exactly as DCTRL-0004 §3.2."""
     tenant = request.tenant
     if tenant is None:
@@ -59,7 +60,7 @@ def did_document(request: HttpRequest) -> HttpResponse:
     return JsonResponse(tenant.did_document(), json_dumps_params={"separators": (",", ":")})
 
 
-def command(request: HttpRequest) -> HttpResponse:
+def command(request: TenantRequest) -> HttpResponse:
     """POST / under Django (Daphne, `make run`): the same dispatch.http_reply as the production
     entry (apps/decentrl/wsgi.py); the middlewares add the CORS and security headers."""
     try:
@@ -125,7 +126,7 @@ def _etag_matches(header: str, etag: str) -> bool:
 
 
 @allow_methods(READ_ONLY, _wrong_method)
-def public_events(request: HttpRequest, did: str) -> HttpResponse:
+def public_events(request: TenantRequest, did: str) -> HttpResponse:
     """A publisher's public events, newest first, no authentication; cacheable by ETag."""
     tenant = request.tenant
     if tenant is None:

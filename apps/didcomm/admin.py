@@ -6,8 +6,10 @@ their registration proved control and the conflicts they met."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -27,6 +29,11 @@ from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity, Reci
 from .selectors import DELIVERY_FAILING, connections_with_delivery, queued_for, recipient_depths
 from .services import mediation_revoke
 from .services_v1 import connection_remove
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    from .selectors import DeliveryCounts
 
 
 @admin.register(DidcommPolicy)
@@ -181,7 +188,7 @@ class MediationAdmin(ModelAdmin):
             "plan": plan,
             "original": plan.grants[0][0] if not bulk else None,
             "bulk": bulk,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "cancel_url": cancel_url,
         }
         return TemplateResponse(request, "admin/didcomm/mediation/confirm_revoke.html", context)
@@ -279,7 +286,7 @@ class ConnectionAdmin(ModelAdmin):
         return format_html("failing: {} at {}", obj.last_delivery_error, utc_iso(obj.last_delivery_error_at))
 
     @admin.display(description="waiting to be POSTed", ordering="n_waiting")
-    def waiting(self, obj: Connection) -> int:
+    def waiting(self, obj: WithAnnotations[Connection, DeliveryCounts]) -> int:
         return obj.n_waiting
 
     def has_add_permission(self, request) -> bool:

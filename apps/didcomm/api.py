@@ -31,7 +31,7 @@ POLICY_ACTIONS = {"list": "view", "retrieve": "view", "partial_update": "change"
 class DidcommPolicySerializer(StrictSerializer, serializers.ModelSerializer):
     """A tenant's DIDComm policy; bounds and choices are the model's (one rule with the admin)."""
 
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
         model = DidcommPolicy
@@ -67,20 +67,17 @@ class PolicyViewSet(viewsets.GenericViewSet):
         return Response(DidcommPolicySerializer(policy).data)
 
 
-def _grant(m: Mediation, *, detail: bool) -> dict:
-    out = {
+def _grant(m: Mediation, *, recipients: object) -> dict:
+    """A grant as the API shows it; `recipients` is their count in a list, their DIDs and depths in one grant's view."""
+    return {
         "id": m.pk,
         "tenant": m.tenant.slug,
         "client_did": m.client_did,
         "state": m.state,
         "created_at": utc_iso(m.created_at),
         "queued": queued_for(mediation=m),
+        "recipients": recipients,
     }
-    if detail:
-        out["recipients"] = recipient_depths(mediation=m)
-    else:
-        out["recipients"] = m.n_recipients
-    return out
 
 
 class GrantViewSet(viewsets.GenericViewSet):
@@ -97,18 +94,19 @@ class GrantViewSet(viewsets.GenericViewSet):
         if request.query_params.get("tenant"):
             qs = qs.filter(tenant__slug=request.query_params["tenant"])
         page = self.paginate_queryset(qs)
-        return self.get_paginated_response([_grant(m, detail=False) for m in page])
+        assert page is not None  # REST_FRAMEWORK's DEFAULT_PAGINATION_CLASS paginates every list
+        return self.get_paginated_response([_grant(m, recipients=m.n_recipients) for m in page])
 
     @extend_schema(
         summary="Read a DIDComm mediation grant with its recipient DIDs and queue depths", responses=OpenApiTypes.OBJECT
     )
     def retrieve(self, request: Request, pk: str) -> Response:
         m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)
-        return Response(_grant(m, detail=True))
+        return Response(_grant(m, recipients=recipient_depths(mediation=m)))
 
     @extend_schema(summary="Revoke a DIDComm mediation grant", request=None, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str) -> Response:
         m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)
         m = mediation_revoke(mediation=m, actor=Actor(user=request.user, via="api"))
-        return Response(_grant(m, detail=True))
+        return Response(_grant(m, recipients=recipient_depths(mediation=m)))

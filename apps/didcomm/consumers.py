@@ -54,6 +54,7 @@ from apps.realtime.layerloss import LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
+from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.errors import ProtocolError
 
@@ -100,7 +101,7 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
 
 
-def _admit(host: str, ip: str | None):
+def _admit(host: str, ip: str | None) -> Tenant:
     """The tenant for `host` if it serves DIDComm and `ip` is within the connect limit; Problem otherwise."""
     tenant = tenant_for_host(host)
     if tenant is None:
@@ -157,7 +158,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     """One DIDComm client socket."""
 
     async def connect(self) -> None:
-        self.tenant = None
+        self.tenant: Tenant | None = None
         self.tenant_group: str | None = None
         self.closed = False
         self.observed = False
@@ -236,6 +237,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         if current is not None and current.implicit and not implicit:
             current.implicit = False  # now asked for explicitly; its backlog went out already
             return
+        assert self.tenant is not None and self.presence is not None  # set by connect() before any frame
         group = group_name(self.tenant.pk, did)
         try:
             await self.memberships.add(group)
@@ -258,6 +260,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         live = self.live.pop(key, None)
         if live is None:
             return
+        assert self.presence is not None  # set by connect() before any client went live
         await self.presence.leave(presence_key(key))
         # A failure is logged and the membership expires by itself; wakes for it are ignored.
         await self.memberships.discard(live.group)
@@ -326,6 +329,8 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         if live.target is None and not await self._load(key, live, backlog=False):
             return
         target = live.target
+        if target is None:  # _load left live mode
+            return
         if rows is None:
             try:
                 rows = await database_sync_to_async(target.backlog)([str(i) for i in wake.get("ids", [])])
@@ -348,7 +353,9 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         # The client is not reading: a problem report (outside the budget, as /ws's ERROR frame,
         # for a client that starts reading late), then close; the messages stay queued.
         self.closed = True  # at once: a push or a PING meanwhile is not queued behind the report
-        log.warning("didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug)
+        log.warning(
+            "didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug if self.tenant else "-"
+        )
         await self._send(
             json.dumps(
                 problem_message(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", pthid=None),
@@ -367,12 +374,14 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
-        if getattr(self, "idle_watch", None) is not None:
-            self.idle_watch.cancel()
+        idle_watch = getattr(self, "idle_watch", None)
+        if idle_watch is not None:
+            idle_watch.cancel()
         if getattr(self, "budget", None):
             self.budget.release()
-        if getattr(self, "presence", None) is not None:
-            await self.presence.close()
+        presence = getattr(self, "presence", None)
+        if presence is not None:
+            await presence.close()
         if getattr(self, "memberships", None) is not None:
             await self.memberships.close()
         if getattr(self, "observed", False):
@@ -415,7 +424,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
                 self.used_at = time.monotonic()
             left = self.used_at + timeout - time.monotonic()
             if left <= 0:
-                log.info("didcomm websocket closed: idle tenant=%s", self.tenant.slug)
+                log.info("didcomm websocket closed: idle tenant=%s", self.tenant.slug if self.tenant else "-")
                 await self._refuse(Code.IDLE, f"no message accepted for {timeout:g} s and not live", CLOSE_IDLE)
                 return
             await asyncio.sleep(left)

@@ -111,26 +111,27 @@ def _unpack(raw: bytes, identities: list[MediatorIdentity], documents: dict, env
             return None
         return ident.agreement_key
 
-    obj: object = jwe.parse_envelope(raw if envelope is None else envelope)
-    if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+    obj = jwe.parse_envelope(raw if envelope is None else envelope)
+    if envelope_kind(obj) != ENCRYPTED:
         raise Problem(Code.UNAUTHENTICATED, "messages to this mediator must be encrypted (JWE)")
     sender_kid = None
     for _ in range(MAX_NESTING):
-        decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)  # type: ignore[arg-type]
+        decrypted = jwe.decrypt(obj, private_key_for=private_key_for, sender_key_for=key_agreement_key)
         used.append((docs[decrypted.recipient_kid.split("#", 1)[0]][0], decrypted.recipient_kid))
         sender_kid = decrypted.sender_kid or sender_kid
         obj = jwe.parse_envelope(decrypted.plaintext)
-        if envelope_kind(obj) != ENCRYPTED:  # type: ignore[arg-type]
+        if envelope_kind(obj) != ENCRYPTED:
             break
     else:
         raise Problem("e.p.msg", "envelope nested too deeply")
     signer = signer_kid = None
-    if envelope_kind(obj) == SIGNED:  # type: ignore[arg-type]
-        verified = jws.verify(obj, public_key_for=authentication_key)  # type: ignore[arg-type]
+    plaintext: bytes | dict[str, object] = obj
+    if envelope_kind(obj) == SIGNED:
+        verified = jws.verify(obj, public_key_for=authentication_key)
         signer_kid = verified.signer_kids[0]
         signer = signer_kid.split("#", 1)[0]
-        obj = verified.payload
-    message = parse_plaintext(obj)  # type: ignore[arg-type]
+        plaintext = verified.payload
+    message = parse_plaintext(plaintext)
     sender_did = sender_kid.split("#", 1)[0] if sender_kid else None
     # DIDComm v2: `from` must be the authcrypt sender's (and a signer's) DID.
     for claimed in (signer, message.from_):
@@ -166,7 +167,8 @@ def handle(
         reply = _problem_reply(problem, message=message, ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
         if isinstance(exc, Unanswered):  # raised once the message was known: answered and metered as it
-            exc, message, ctx = exc.cause, exc.message, exc.ctx
+            message, ctx = exc.message, exc.ctx
+            exc = exc.cause
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
         reply = _plain_problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message)
@@ -353,7 +355,7 @@ def claimed_run(ctx: Context, message: PlainMessage) -> handlers.Outcome:
             except Problem as problem:
                 failed = problem
     except DatabaseError:
-        if keep is not None:  # the id was fresh: claim it again, on its own
+        if keep is not None and ctx.caller_did is not None:  # the id was fresh: claim it again, on its own
             try:
                 services.message_id_claim(
                     tenant=ctx.tenant,
@@ -375,6 +377,7 @@ def claim_message_id(ctx: Context, message: PlainMessage) -> tuple[int, int]:
     transaction: `claimed_run`). A record lives until the message itself would be refused: its
     created_time out of the window, or its expires_time past, or (neither given) for the window.
     Returns the claim's (keep_until, now)."""
+    assert ctx.caller_did is not None  # claimed_run serves authcrypt messages: their sender is known
     now = int(time.time())
     window = settings.MEDIATOR_DIDCOMM_REPLAY_WINDOW_S
     if message.expires_time is not None and message.expires_time <= now:

@@ -86,7 +86,8 @@ def handle(
         reply = _problem_reply(problem, msg, ctx)
     except Exception as exc:  # noqa: BLE001 - the database is down, or a defect of ours: never a 500
         if isinstance(exc, Unanswered):  # raised once the message was known: answered and metered as it
-            exc, msg, ctx = exc.cause, exc.message, exc.ctx
+            msg, ctx = exc.message, exc.ctx
+            exc = exc.cause
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
         reply = Reply(503, _body(problem_v1(code, "mediator unavailable", msg)), PLAIN_MEDIA)
@@ -256,7 +257,9 @@ def live_start(
     """(the push state of a live v1 socket's agent, what is queued when `backlog`, oldest first);
     (None, []) when its connection or grant is gone."""
     connection = services_v1.connection_for_key(tenant=tenant, verkey=client_kid)
-    mediation = services_v1.mediation_of(connection=connection) if connection is not None else None
+    if connection is None:
+        return None, []
+    mediation = services_v1.mediation_of(connection=connection)
     if mediation is None:
         return None, []
     identity = shared_identity(tenant=tenant, identity=connection.identity)

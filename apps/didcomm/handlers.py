@@ -245,7 +245,7 @@ def queries(ctx, msg: PlainMessage) -> Outcome:
     asked = msg.body.get("queries")
     if not isinstance(asked, list) or not all(isinstance(q, dict) for q in asked):
         raise _problem(Code.BAD_BODY, "queries must be a list of objects")
-    disclosures = []
+    disclosures: list[dict[str, object]] = []
     for query in asked:
         if query.get("feature-type") != "protocol" or not isinstance(query.get("match"), str):
             continue

@@ -19,6 +19,7 @@ from apps.didcomm.core.errors import DidcommError, InvalidSignature
 from apps.didcomm.core.keys import ED25519, PublicKey
 from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import resolve_did
+from apps.tenants.models import Tenant
 from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
@@ -47,7 +48,7 @@ RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pick
 
 @dataclass
 class ContextV1:
-    tenant: object
+    tenant: Tenant
     policy: DidcommPolicy
     identity: MediatorIdentity  # the identity whose key the envelope was for; answers come from it
     identities: list[MediatorIdentity]
@@ -263,6 +264,7 @@ def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
         except DidcommError:
             did = None  # not a key: the shared rule answers client_error
         normalised.append({"recipient_did": did, "action": update.get("action")})
+    assert ctx.sender_verkey is not None  # _granted required an authcrypt sender
     proof = key_forms([PublicKey(ED25519, b58decode(ctx.sender_verkey))])  # the authcrypt sender's key
     results = recipients_update(mediation, normalised, proof=proof)
     updated = [
@@ -368,7 +370,7 @@ def delivery_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     if not rows:  # RFC 0685: nothing to send is answered with a status, at once
         return Outcome(_status(ctx, msg, mediation, recipient, key))
     ctx.extra["delivered"] = len(rows)
-    delivery = {"@type": PICKUP_V2 + "delivery", "@id": str(uuid.uuid4())}
+    delivery: dict[str, object] = {"@type": PICKUP_V2 + "delivery", "@id": str(uuid.uuid4())}
     if key is not None:
         delivery["recipient_key"] = key
     delivery.update({"~attach": attachments_v1(rows), "~thread": _thread(msg), "~transport": dict(RETURN_ROUTE)})

@@ -87,7 +87,7 @@ def check_target(url: str) -> None:
     except (OSError, UnicodeError) as exc:
         raise TargetRefused("host does not resolve") from exc
     for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         embedded = embedded_ipv4(address) if address.version == 6 else []
         if settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK and (
             address.is_loopback or (embedded and all(a.is_loopback for a in embedded))

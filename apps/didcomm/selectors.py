@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
@@ -16,8 +17,19 @@ from apps.wire.display import utc_iso
 from .models import PRESENCE_PREFIX, Connection, Mediation, Outbound, QueuedMessage, RecipientKey
 from .services import identities_accepting, invitation_for
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
-def grants_with_depths(*, tenant_id: int | None = None) -> QuerySet[Mediation]:
+
+class GrantCounts(TypedDict):
+    n_recipients: int
+
+
+class DeliveryCounts(TypedDict):
+    n_waiting: int
+
+
+def grants_with_depths(*, tenant_id: int | None = None) -> QuerySet[WithAnnotations[Mediation, GrantCounts]]:
     """Mediations with their recipient count and queued-message count (`n_recipients`, `n_queued`)."""
     qs = (
         Mediation.objects.select_related("tenant")
@@ -62,6 +74,7 @@ def identity_summary(*, tenant, now: datetime | None = None) -> dict:
         "previous": [
             {"did": r.did, "retired_at": utc_iso(r.retired_at), "accepted_until": utc_iso(r.retired_at + grace)}
             for r in retired
+            if r.retired_at is not None
         ],
     }
 
@@ -72,7 +85,7 @@ DELIVERY_FAILING = Q(last_delivery_error_at__isnull=False) & (
 )
 
 
-def connections_with_delivery(qs: QuerySet[Connection]) -> QuerySet[Connection]:
+def connections_with_delivery(qs: QuerySet[Connection]) -> QuerySet[WithAnnotations[Connection, DeliveryCounts]]:
     """`qs` with `n_waiting`: the connection's outbound messages waiting to be POSTed (retrying)."""
     waiting = (
         Outbound.objects.filter(connection=OuterRef("pk"))

@@ -433,6 +433,7 @@ def _recipients_apply(
         except DidcommError:
             results.append(UpdateResult(did, action, "client_error"))
             continue
+        assert isinstance(did, str)  # check_registrable accepts only a DID string
         h = did_hash(form)
         if action == "add":
             proven = proves_control(did, proof)
@@ -488,11 +489,10 @@ def _client_identity(*, mediation: Mediation, did: str, form: str) -> bool:
     if key.crv != ED25519:
         return False  # an X25519 did:key does not name the Ed25519 key a v1 connection is known by
     verkey = b58encode(key.raw)
-    return (
-        Connection.objects.filter(tenant=mediation.tenant, their_verkey=verkey)
-        .exclude(pk=mediation.connection_id)
-        .exists()
-    )
+    connections = Connection.objects.filter(tenant=mediation.tenant, their_verkey=verkey)
+    if mediation.connection_id is not None:
+        connections = connections.exclude(pk=mediation.connection_id)
+    return connections.exists()
 
 
 def _recipient_take_over(row: RecipientKey, *, mediation: Mediation, recipient_did: str) -> None:
@@ -659,7 +659,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     if done.outcome == storage.FULL:
         raise QueueFull()
     mid = str(message_id)
-    if done.may_have_socket:  # most clients have no live socket: then no wake leaves
+    if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves
         notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
     if done.outbound_id is not None:
         _outbound_send_on_commit(done.outbound_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Field
 from django.utils.text import capfirst
 
 from .models import DidcommPolicy
@@ -84,17 +85,24 @@ DEPLOYMENT_DEFAULT = {
 }
 
 
+def _field(name: str) -> Field:
+    """The policy's setting `name`: a column (no policy setting is a relation)."""
+    field = DidcommPolicy._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
 def label(name: str) -> str:
     """`DIDComm message lifetime (hours)`."""
     if name not in FIELDS:
-        return capfirst(DidcommPolicy._meta.get_field(name).verbose_name)
+        return str(capfirst(_field(name).verbose_name))
     text, unit, _ = FIELDS[name]
     return f"{text} ({unit})" if unit else text
 
 
 def _bounds(name: str) -> tuple[int | None, int | None]:
     lo = hi = None
-    for v in DidcommPolicy._meta.get_field(name).validators:
+    for v in _field(name).validators:
         if isinstance(v, MinValueValidator):
             lo = v.limit_value
         elif isinstance(v, MaxValueValidator):
@@ -108,7 +116,7 @@ def _amount(value) -> str:
 
 def help_text(name: str) -> str:
     """The meaning, then the allowed range and the default, e.g. "… Allowed 1–100 000; default 1 000."."""
-    field = DidcommPolicy._meta.get_field(name)
+    field = _field(name)
     meaning = FIELDS[name][2] if name in FIELDS else str(field.help_text)
     parts = [meaning] if meaning else []
     lo, hi = _bounds(name)
@@ -133,4 +141,4 @@ def help_text(name: str) -> str:
 def choices(name: str) -> dict[str, str]:
     """A choice field's values and their labels in words (the model's labels where none is given)."""
     words = CHOICES.get(name, {})
-    return {value: words.get(value, text) for value, text in DidcommPolicy._meta.get_field(name).choices}
+    return {value: words.get(value, str(text)) for value, text in _field(name).choices or ()}

@@ -11,11 +11,12 @@ import json
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
 
 from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
+from apps.tenants.middleware import TenantRequest
 
 from . import dispatch_v1
 from .dispatch import Reply
@@ -43,7 +44,7 @@ def _wrong_method() -> HttpResponse:
 
 
 @allow_methods(("GET", "HEAD", "POST"), _wrong_method)
-def endpoint(request: HttpRequest) -> HttpResponse:
+def endpoint(request: TenantRequest) -> HttpResponse:
     """POST: one DIDComm message. GET: the invitation (what an `?_oob=` URL opens)."""
     if request.method != "POST":
         return invitation(request)
@@ -103,7 +104,7 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
 
 
 @allow_methods(("GET", "HEAD"), _wrong_method)
-def invitation(request: HttpRequest) -> HttpResponse:
+def invitation(request: TenantRequest) -> HttpResponse:
     """The tenant's OOB 2.0 invitation as JSON; `?form=url` gives the `?_oob=` URL as text.
     `?did=legacy`: the same invitation from the mediator's legacy DID, for older did:peer:2 libraries.
     `?version=1`: the Out-of-Band 1.1 invitation for DIDComm v1 agents (its URL form uses `?oob=`)."""

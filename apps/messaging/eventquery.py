@@ -139,12 +139,16 @@ def stored_events(
     """One page of QUERY_EVENTS and its `total`, on its own (`page_statement`, then `page_total`):
     (public_id, payload, tags JSON text, timestamp) rows in protocol order, and the number of
     matching events."""
-    args = {"tenant": tenant, "owner_did": owner_did, "after": after, "before": before, "tags": tags}
-    sql, params = page_statement(**args, offset=offset, limit=limit)
+    sql, params = page_statement(
+        tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
+    )
     with prepared_cursor() as cur:
         cur.execute(sql, params)
         rows = cur.fetchall()
-    return [r[:4] for r in rows], page_total(rows, **args, offset=offset, limit=limit)
+    total = page_total(
+        rows, tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
+    )
+    return [r[:4] for r in rows], total
 
 
 def stored_events_count(

@@ -161,9 +161,9 @@ def sync_sender(layer) -> SyncSender | None:
     host given as an address (sentinels and the pub/sub layer keep the public, asyncio path)."""
     if not is_redis_layer(layer):
         return None
-    sender = getattr(layer, "_mediator_sync_sender", False)
-    if sender is False:
-        hosts = getattr(layer, "hosts", None) or []
-        sender = SyncSender(layer) if hosts and all("address" in h for h in hosts) else None
-        layer._mediator_sync_sender = sender
+    if hasattr(layer, "_mediator_sync_sender"):
+        return layer._mediator_sync_sender
+    hosts = getattr(layer, "hosts", None) or []
+    sender = SyncSender(layer) if hosts and all("address" in h for h in hosts) else None
+    layer._mediator_sync_sender = sender
     return sender

@@ -13,8 +13,15 @@ pushes; nothing is lost by closing it: events and messages stay queued for the n
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
+
+if TYPE_CHECKING:
+    # What the mixin is put before, so its super() calls and the consumer's methods type-check.
+    from channels.generic.websocket import AsyncWebsocketConsumer as _ConsumerBase
+else:
+    _ConsumerBase = object
 
 log = logging.getLogger("mediator.realtime")
 
@@ -22,7 +29,7 @@ log = logging.getLogger("mediator.realtime")
 LAYER_ERRORS = (RedisError, OSError)
 
 
-class LayerLossMixin:
+class LayerLossMixin(_ConsumerBase):
     """Put before AsyncWebsocketConsumer; the consumer defines `layer_lost()` and `disconnect()`."""
 
     accepted = False

@@ -57,9 +57,12 @@ DRAIN_BEFORE_CLOSE_S = 5.0
 _warned = False
 
 
-def frame_bytes(text: str) -> int:
-    """The size of a text frame's payload on the wire (UTF-8), without encoding ASCII text."""
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
+def frame_bytes(frame: str | bytes) -> int:
+    """The size of a frame's payload on the wire: a binary frame's bytes, a text frame's UTF-8
+    (without encoding ASCII text)."""
+    if isinstance(frame, bytes) or frame.isascii():
+        return len(frame)
+    return len(frame.encode("utf-8"))
 
 
 def _daphne_transport(send: object) -> FileDescriptor | None:

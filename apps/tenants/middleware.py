@@ -12,12 +12,19 @@ import logging
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.http import HttpResponseNotFound, JsonResponse
+from django.http import HttpRequest, HttpResponseNotFound, JsonResponse
 from django.http.request import split_domain_port
 
+from .models import Tenant
 from .selectors import tenant_for_host
 
 log = logging.getLogger("mediator.tenants")
+
+
+class TenantRequest(HttpRequest):
+    """The type of a request TenantMiddleware has seen (views annotate it; nothing instantiates it)."""
+
+    tenant: Tenant | None  # the tenant serving the request's host, None when no tenant does
 
 
 class TenantMiddleware:

@@ -58,7 +58,7 @@ def verify_signer(*, did: str, key_id: str, signable: object, signature: object)
     return Verdict.VERIFIED
 
 
-def _retired_key_resolvers(signed: dict) -> list[wc.Resolver]:
+def _retired_key_resolvers(signed: object) -> list[wc.Resolver]:
     """One resolver per retired signing key of each hosted-tenant party, current keys for the rest."""
     terms = signed.get("communication_contract") if isinstance(signed, dict) else None
     if not isinstance(terms, dict):
@@ -72,8 +72,13 @@ def _retired_key_resolvers(signed: dict) -> list[wc.Resolver]:
             continue
         for key in tenant.previous_signing_keys():
             old = replace(tenant.resolved(), signing_key=key)
-            resolvers.append(lambda did, _party=party, _old=old: _old if did == _party else resolve_did(did))
+            resolvers.append(_resolver_with(party, old))
     return resolvers
+
+
+def _resolver_with(party: str, resolved: ResolvedDid) -> wc.Resolver:
+    """`resolve_did`, except that `party` resolves to `resolved` (one of its retired keys)."""
+    return lambda did: resolved if did == party else resolve_did(did)
 
 
 def verify_contract_with_key_history(signed: object, *, now_s: int) -> wc.ContractInfo:
@@ -86,7 +91,7 @@ def verify_contract_with_key_history(signed: object, *, now_s: int) -> wc.Contra
     try:
         return wc.verify_signed_contract(signed, resolve_did, now_s=now_s)
     except wc.ContractSignaturesInvalid:
-        for resolver in _retired_key_resolvers(signed):  # type: ignore[arg-type]
+        for resolver in _retired_key_resolvers(signed):
             try:
                 return wc.verify_signed_contract(signed, resolver, now_s=now_s)
             except wc.ContractSignaturesInvalid:

@@ -68,7 +68,7 @@ class Actor:
         return getattr(self.user, "get_username", lambda: "")() if self.user is not None else ""
 
 
-def fingerprint(public: bytes) -> str:
+def fingerprint(public: bytes | memoryview) -> str:
     """A short, non-secret identifier of a public key for audit and display."""
     return hashlib.sha256(bytes(public)).hexdigest()[:16]
 

@@ -4,6 +4,7 @@ table read by the console's form and the operator API's schema (issue 18)."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.db.models import Field
 
 from apps.wire.display import human_bytes
 
@@ -106,5 +107,7 @@ def help_text(name: str) -> str:
         setting = _DEPLOYMENT_DEFAULT[name]
         parts.append(f"Blank = the deployment default ({setting}, now {getattr(settings, setting)}).")
     else:
-        parts.append(f"Default {_amount(name, Tenant._meta.get_field(name).default)}.")
+        field = Tenant._meta.get_field(name)
+        assert isinstance(field, Field)  # a policy setting is a column, not a relation
+        parts.append(f"Default {_amount(name, field.default)}.")
     return " ".join(parts)

@@ -73,9 +73,9 @@ def human(value: float, unit: str = "") -> str:
         for suffix, size in (("h", 3_600_000), ("min", 60_000), ("s", 1000)):
             if value >= size:
                 return f"{value / size:.1f} {suffix}"
-    for suffix, size in (("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.1f}{suffix}"
+    for suffix, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{suffix}"
     if unit == "ms":
         return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"

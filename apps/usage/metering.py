@@ -123,7 +123,7 @@ def flush() -> int:
         # chasing them wrote a string of small COPYs, each its own transaction, per wake-up.
         waiting = len(_buffer)
         while waiting:
-            records = []
+            records: list[Any] = []
             while waiting and len(records) < settings.USAGE_METERING_BATCH:
                 waiting -= 1
                 record = _buffer.popleft()

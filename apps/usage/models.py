@@ -198,6 +198,10 @@ class ReportTopIdentity(models.Model):
         return f"{self.tenant_id} {self.day} #{self.rank}"
 
 
+# A run's result rows, one model per table (a run stages and publishes the four together).
+ReportResult = ReportDaily | ReportCommandType | ReportErrorCode | ReportTopIdentity
+
+
 class MeterExport(models.Model):
     """One attempt of the metering export (spark_reports/lake.py): the id range (lo_id, hi_id] of
     `usage_commandmeter` written to the Parquet lake under `export=<id>`. Only `committed` attempts

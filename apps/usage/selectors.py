@@ -20,6 +20,7 @@ from .models import (
     ReportCommandType,
     ReportDaily,
     ReportErrorCode,
+    ReportResult,
     ReportRun,
     ReportTopIdentity,
 )
@@ -28,7 +29,7 @@ from .models import (
 # EVICTED, a DIDComm forward stored after the overflow policy evicted the oldest queued message.
 NOT_ERRORS = ("SUCCESS", "EVICTED")
 
-CSV_TABLES = {
+CSV_TABLES: dict[str, tuple[type[ReportResult], list[str]]] = {
     "daily": (
         ReportDaily,
         [
@@ -107,7 +108,7 @@ def live_counters(*, tenants: list[Tenant]) -> list[LiveCounters]:
     didcomm = QUEUE_COUNTERS["didcomm"](tenant_ids=ids) if "didcomm" in QUEUE_COUNTERS else {}
     out = []
     for t in tenants:
-        m = meters.get(t.pk, {})
+        m = meters.get(t.pk, {"tenant_id": t.pk, "n": 0, "errors": 0, "b": 0})
         out.append(
             LiveCounters(
                 tenant=t,
@@ -128,6 +129,7 @@ def typical_duration_s(*, last: int = 10) -> float | None:
         for started, finished in ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED, started_at__isnull=False)
         .order_by("-finished_at")
         .values_list("started_at", "finished_at")[:last]
+        if started is not None and finished is not None
     ]
     if not spans:
         return None
@@ -259,16 +261,17 @@ def chart_series(
             (del50, r.delivery_p50_ms),
             (del95, r.delivery_p95_ms),
         ):
+            current = target[i]
             if value is not None:
-                target[i] = value if target[i] is None else max(target[i], value)
+                target[i] = value if current is None else max(current, value)
     types: dict[str, list[int | None]] = defaultdict(blank)
     totals: dict[str, int] = defaultdict(int)
-    for r in type_rows:
-        i = index.get(r.day)
+    for t in type_rows:
+        i = index.get(t.day)
         if i is not None:
-            name = r.command_type if r.protocol == DEFAULT_PROTOCOL else f"{r.protocol}: {r.command_type}"
-            types[name][i] = (types[name][i] or 0) + r.commands
-            totals[name] += r.commands
+            name = t.command_type if t.protocol == DEFAULT_PROTOCOL else f"{t.protocol}: {t.command_type}"
+            types[name][i] = (types[name][i] or 0) + t.commands
+            totals[name] += t.commands
     # Every type that carried traffic, by name, busiest first (TWO_WAY_PRIVATE is never "other").
     ordered = sorted(totals, key=lambda k: (-totals[k], k))
     by_type = {k: types[k] for k in ordered}

@@ -33,7 +33,9 @@ class ReportRequestSerializer(serializers.Serializer):
 
 class ReportRunSerializer(serializers.ModelSerializer):
     id = serializers.IntegerField(read_only=True)
-    tenants = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    tenants: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True
+    )
     duration_s = serializers.FloatField(read_only=True)
 
     class Meta:
@@ -56,7 +58,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
 
 
 class ReportDailySerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
         model = ReportDaily

@@ -29,6 +29,7 @@ from .models import (
     ReportCommandType,
     ReportDaily,
     ReportErrorCode,
+    ReportResult,
     ReportRun,
     ReportTopIdentity,
 )
@@ -46,7 +47,7 @@ ENGINE_DOWN_WORDS = (
 )
 POLL_S = 0.5  # how often the launcher copies progress and looks for a Cancel
 CANCEL_GRACE_S = 15.0  # SIGTERM -> SIGKILL
-RESULT_MODELS = {
+RESULT_MODELS: dict[str, type[ReportResult]] = {
     "daily": ReportDaily,
     "by_type": ReportCommandType,
     "by_code": ReportErrorCode,
@@ -96,7 +97,7 @@ def report_database_url() -> str:
     s = connection.settings_dict
     host, port, password = s.get("HOST") or "127.0.0.1", s.get("PORT") or 5432, s.get("PASSWORD") or ""
     tcp = settings.EMBEDDED_PG_TCP
-    if settings.EMBEDDED_PGDATA is not None and host == str(settings.EMBEDDED_PGDATA):
+    if tcp is not None and host == str(settings.EMBEDDED_PGDATA):
         host, port, password = tcp["host"], tcp["port"], tcp["password"]
     user = quote(s.get("USER") or "postgres", safe="")
     password = quote(password, safe="")
@@ -211,8 +212,10 @@ class _Job:
         self._reader.start()
 
     def _read(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None  # started with stdout=PIPE
         with self.log_path.open("wb") as out:
-            for raw in self.proc.stdout:
+            for raw in stdout:
                 out.write(raw)
                 out.flush()
                 line = raw.decode(errors="replace")

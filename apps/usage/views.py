@@ -179,7 +179,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         ndays=len(usage.days),
         first=first,
         last=last,
-        charts=_charts(usage.series, _labels(usage.days)) if has_data else [],
+        charts=_charts(usage.series, _labels(usage.days)) if usage.series is not None else [],
         has_data=has_data,
         empty_message=None if has_data else _empty_message(usage, selected, first, last),
         uncovered=usage.uncovered,

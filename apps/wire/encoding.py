@@ -27,8 +27,9 @@ def b64url_nopad(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def b64decode(text: str) -> bytes:
-    """Decode standard or url-safe base64, padded or not; raise EncodingError otherwise."""
+def b64decode(text: object) -> bytes:
+    """Decode standard or url-safe base64, padded or not; raise EncodingError otherwise (a value
+    that is not a string too: callers hand it untrusted members as they are)."""
     if not isinstance(text, str) or not text.isascii():
         raise EncodingError("not base64")
     body = text.rstrip("=")

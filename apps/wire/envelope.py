@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .canonical import CanonicalError, loads_strict
 from .errors import ErrorCode, ProtocolError
@@ -37,7 +37,7 @@ def invalid(detail: str) -> ProtocolError:
     return ProtocolError(ErrorCode.INVALID_COMMAND, detail)
 
 
-def is_integral(value: Any) -> bool:
+def is_integral(value: Any) -> TypeGuard[int | float]:
     """JSON number with an integral value (1.0 counts as 1), never a bool (PROTOCOL-DECISIONS §2)."""
     if isinstance(value, bool):
         return False

@@ -37,19 +37,23 @@ _SHA256_MULTIHASH = b"\x12\x20"
 
 
 def _abbreviate(value: object, *, expand: bool) -> object:
-    table = _EXPANSIONS if expand else _ABBREVIATIONS
     if isinstance(value, dict):
-        out: dict[Any, object] = {}
-        for k, v in value.items():
-            key = table.get(k, k)
-            if key in ("type", "t") and isinstance(v, str):
-                out[key] = table.get(v, v)
-            else:
-                out[key] = _abbreviate(v, expand=expand)
-        return out
+        return _abbreviate_object(value, expand=expand)
     if isinstance(value, list):
         return [_abbreviate(v, expand=expand) for v in value]
     return value
+
+
+def _abbreviate_object(value: dict[Any, Any], *, expand: bool) -> dict[Any, Any]:
+    table = _EXPANSIONS if expand else _ABBREVIATIONS
+    out: dict[Any, Any] = {}
+    for k, v in value.items():
+        key = table.get(k, k)
+        if key in ("type", "t") and isinstance(v, str):
+            out[key] = table.get(v, v)
+        else:
+            out[key] = _abbreviate(v, expand=expand)
+    return out
 
 
 def encode_service(service: Mapping[str, Any]) -> str:
@@ -100,10 +104,11 @@ def _decode_service_segment(body: str) -> list[dict[str, Any]]:
     except (EncodingError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidDid("did:peer:2 service segment is not base64url JSON") from exc
     items = value if isinstance(value, list) else [value]
-    if not all(isinstance(item, dict) for item in items):
+    services = [item for item in items if isinstance(item, dict)]
+    if len(services) != len(items):
         raise InvalidDid("did:peer:2 service is not a JSON object")
     try:
-        return [_abbreviate(item, expand=True) for item in items]  # type: ignore[misc]
+        return [_abbreviate_object(item, expand=True) for item in services]
     except RecursionError as exc:  # parsed just under the limit, nested too deeply to walk
         raise InvalidDid("did:peer:2 service nested too deeply") from exc
 

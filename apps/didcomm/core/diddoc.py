@@ -190,7 +190,7 @@ def _list(value: object) -> list[Any]:
 LEGACY_SERVICE_TYPES = ("IndyAgent", "did-communication")
 
 
-def legacy_document_from_json(doc: Mapping[str, Any]) -> DidDocument:
+def legacy_document_from_json(doc: object) -> DidDocument:
     """Parse an attached Aries DID document, legacy (`publicKey`, `IndyAgent`) or DID-Core."""
     if not isinstance(doc, Mapping):
         raise InvalidDid("the DID document is not an object")

@@ -174,7 +174,7 @@ def is_v1(envelope: Mapping[str, Any]) -> bool:
 
 def _b64(value: object, what: str) -> bytes:
     try:
-        return b64decode(value)  # type: ignore[arg-type]
+        return b64decode(value)
     except (EncodingError, TypeError) as exc:
         raise MalformedEnvelope(f"{what} is not base64url") from exc
 

@@ -52,7 +52,7 @@ def verify(data: Mapping[str, Any], *, public_key_for: PublicKeyLookup) -> Verif
             raise MalformedEnvelope("JWS signature needs a protected header")
         try:
             header = loads_strict(b64decode(entry["protected"]))
-            signature = b64decode(entry.get("signature"))  # type: ignore[arg-type]
+            signature = b64decode(entry.get("signature"))
         except (EncodingError, ValueError, UnicodeDecodeError) as exc:
             raise MalformedEnvelope("JWS signature does not decode") from exc
         if not isinstance(header, dict):

@@ -79,7 +79,7 @@ def multibase_encode(data: bytes) -> str:
 def b64u_decode(text: object, what: str = "value") -> bytes:
     """Decode a base64url member of a JWK or JOSE object; InvalidKey on anything else."""
     try:
-        return b64decode(text)  # type: ignore[arg-type]
+        return b64decode(text)
     except EncodingError as exc:
         raise InvalidKey(f"{what} is not base64url") from exc
 

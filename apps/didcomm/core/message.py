@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from apps.wire.canonical import loads_strict
 
@@ -55,7 +55,10 @@ class PlainMessage:
         return value if isinstance(value, str) else None
 
 
-def _opt(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> object:
+_T = TypeVar("_T")
+
+
+def _opt(obj: Mapping[str, Any], name: str, kind: type[_T]) -> _T | None:
     value = obj.get(name)
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
         raise MalformedMessage(f"{name} has the wrong type")
@@ -86,12 +89,12 @@ def parse_plaintext(data: bytes | str | Mapping[str, Any]) -> PlainMessage:
         id=msg_id,
         type=msg_type,
         body=body,
-        from_=_opt(obj, "from", str),  # type: ignore[arg-type]
+        from_=_opt(obj, "from", str),
         to=tuple(to or ()),
-        thid=_opt(obj, "thid", str),  # type: ignore[arg-type]
-        pthid=_opt(obj, "pthid", str),  # type: ignore[arg-type]
-        created_time=_opt(obj, "created_time", int),  # type: ignore[arg-type]
-        expires_time=_opt(obj, "expires_time", int),  # type: ignore[arg-type]
+        thid=_opt(obj, "thid", str),
+        pthid=_opt(obj, "pthid", str),
+        created_time=_opt(obj, "created_time", int),
+        expires_time=_opt(obj, "expires_time", int),
         attachments=tuple(attachments),
         raw=obj,
     )

@@ -116,10 +116,11 @@ def verify_attachment(attachment: Mapping[str, Any]) -> tuple[bytes, PublicKey]:
     """(content, signer key) of a singly-signed `~attach` entry; InvalidSignature if it does not verify."""
     data = attachment.get("data") if isinstance(attachment, Mapping) else None
     jws = data.get("jws") if isinstance(data, Mapping) else None
-    if not isinstance(jws, Mapping) or not isinstance(data.get("base64"), str):  # type: ignore[union-attr]
+    content = data.get("base64") if isinstance(data, Mapping) else None
+    if not isinstance(jws, Mapping) or not isinstance(content, str):
         raise MalformedMessage("attachment needs data.base64 and data.jws")
     try:
-        payload = b64decode(data["base64"])  # type: ignore[index]
+        payload = b64decode(content)
         protected = loads_strict(b64decode(jws["protected"]))
         if not isinstance(protected, dict):
             raise TypeError("the protected header is not an object")

@@ -11,9 +11,9 @@ from apps.tenants.models import Tenant
 class JobCommand(BaseCommand):
     job_name = ""
 
-    @property
-    def help(self) -> str:  # type: ignore[override]
-        return f"Run the {self.job_name} maintenance job once and print a one-line summary."
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.help = f"Run the {cls.job_name} maintenance job once and print a one-line summary."
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", help="only this tenant (slug); default every tenant")

@@ -39,7 +39,7 @@ def ms(value) -> str:
 def did_alias(did: str) -> str:
     """The alias a did:decentrl carries (public metadata), or "" for other DIDs."""
     try:
-        return parse_decentrl(did).alias
+        return parse_decentrl(did).alias or ""
     except DidError:
         return ""
 
