@@ -14,7 +14,7 @@ strategy, ACA-Py's mediator), until it turns live delivery off or the socket clo
 
 A push needs no database: the wake carries the stored message (up to 64 KiB; bigger ones are
 read from the queue), and the socket keeps, per live client, what it loaded when live mode
-started (grant, mediator identity, the client's key), loaded again on services.LIVE_REFRESH
+started (grant, mediator identity, the client's key), loaded again on queue.LIVE_REFRESH
 (revocation, rotation) and after a push once LIVE_STATE_MAX_AGE_S old (docs/didcomm.md).
 
 Every socket is also in its tenant's group (realtime.groups.tenant_group_name): when the tenant is
@@ -57,12 +57,15 @@ from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.errors import ProtocolError
 
-from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, live_start, log_failure
-from .dispatch_v1 import LiveTargetV1
+from . import metrics
+from .dispatch import handle, log_failure
+from .identity import accepting_for
+from .live import LiveTarget, live_start
 from .models import presence_key
+from .policy import policy_for
 from .problems import Problem, problem_message
 from .protocols import Code
+from .queue import LIVE_REFRESH, WAKE, Row
 from .recipients import did_hash
 
 log = logging.getLogger("mediator.didcomm")
@@ -86,15 +89,13 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     tenant = tenant_for_host(host)
     if tenant is not None and tenant.pk != tenant_id:
         tenant = None  # the host now falls to another (the default) tenant: ours is gone
-    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    handler, envelope = dispatch_v1.route(raw)
-    reply = handler(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live, envelope=envelope)
+    reply = handle(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live)
     if tenant is None:
         return reply, CLOSE_UNKNOWN_MEDIATOR
     if not tenant.is_active:
         return reply, CLOSE_UNAVAILABLE
     try:
-        enabled = services.accepting_for(tenant=tenant).policy.enabled  # the handler's cached read
+        enabled = accepting_for(tenant=tenant).policy.enabled  # the handler's cached read
     except DatabaseError:
         return reply, None  # the reply stands; the next frame reads the policy again
     return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
@@ -107,7 +108,7 @@ def _admit(host: str, ip: str | None):
         raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
     if not tenant.is_active:
         raise Problem(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
-    if not services.policy_for(tenant=tenant).enabled:
+    if not policy_for(tenant=tenant).enabled:
         raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
     try:
         limits.ws_connect_check(tenant, ip)
@@ -126,7 +127,7 @@ class Live:
     protocol: str
     # Live because a v1 message asked `return_route: "all"` (implicit pickup), not by live-delivery-change.
     implicit: bool = False
-    target: LiveTarget | LiveTargetV1 | None = None
+    target: LiveTarget | None = None
     # The ids this socket pushed lately (bounded): a message stored while live mode started is in
     # the backlog and in a wake; it goes out once.
     pushed: dict[str, None] = field(default_factory=dict)
@@ -265,10 +266,9 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     async def _load(self, key: str, live: Live, *, backlog: bool) -> bool:
         """(Re)load a live client's push state in Channels' sync thread (database); leave live
         mode when its grant is gone. Whether it can push now."""
-        start = dispatch_v1.live_start if live.protocol == "v1" else live_start
         try:
-            live.target, rows = await database_sync_to_async(start)(
-                tenant=self.tenant, client_did=live.did, client_kid=live.kid, backlog=backlog
+            live.target, rows = await database_sync_to_async(live_start)(
+                tenant=self.tenant, protocol=live.protocol, client_did=live.did, client_kid=live.kid, backlog=backlog
             )
         except DatabaseError:
             # Stay live without state: the next wake loads it again (the messages stay queued).
@@ -287,13 +287,13 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def realtime_push(self, event: dict) -> None:
         """A wake-up from apps.realtime.push: a message for one of our live clients was stored
-        (services.WAKE), or its grant or mediator identity changed (services.LIVE_REFRESH)."""
+        (queue.WAKE), or its grant or mediator identity changed (queue.LIVE_REFRESH)."""
         try:
             wake = json.loads(event["text"])
         except (KeyError, ValueError):
             return
         kind = wake.get("type")
-        if kind not in (services.WAKE, services.LIVE_REFRESH):
+        if kind not in (WAKE, LIVE_REFRESH):
             return  # a Decentrl push to a group name we share cannot happen (other DID methods)
         group = event.get("group")
         # The client the event was sent to; without `group` (an older sender), every live client
@@ -302,7 +302,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             live = self.live.get(key)
             if live is None or self.closed:
                 continue
-            if kind == services.LIVE_REFRESH:
+            if kind == LIVE_REFRESH:
                 await self._load(key, live, backlog=False)
             else:
                 await self._wake(key, live, wake, _rows(wake) if group is not None else None)

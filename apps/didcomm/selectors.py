@@ -13,8 +13,9 @@ from django.db.models.functions import Coalesce
 from apps.messaging.selectors import live_presence, presence_rows
 from apps.wire.display import utc_iso
 
+from .identity import identities_accepting
+from .invitation import invitation_for
 from .models import PRESENCE_PREFIX, Connection, Mediation, Outbound, QueuedMessage, RecipientKey
-from .services import identities_accepting, invitation_for
 
 
 def grants_with_depths(*, tenant_id: int | None = None) -> QuerySet[Mediation]:

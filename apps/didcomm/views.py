@@ -17,12 +17,12 @@ from django.http.request import RawPostDataException
 from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 
-from . import dispatch_v1
+from . import dispatch
 from .dispatch import Reply
+from .invitation import invitation_for, invitation_v1_for
+from .policy import policy_for
 from .problems import problem_message
 from .protocols import Code
-from .services import invitation_for, policy_for
-from .services_v1 import invitation_v1_for
 
 
 def _response(reply: Reply) -> HttpResponse:
@@ -51,16 +51,12 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
-    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    content_type = request.META.get("CONTENT_TYPE")
-    handler, envelope = dispatch_v1.route(raw, content_type)
-    reply = handler(
+    reply = dispatch.handle(
         raw,
         tenant=request.tenant,
         transport="http",
         remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
-        content_type=content_type,
-        envelope=envelope,
+        content_type=request.META.get("CONTENT_TYPE"),
     )
     return _response(reply)
 
@@ -89,15 +85,8 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
     if raw is None:
         return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    content_type = environ.get("CONTENT_TYPE")
-    handler, envelope = dispatch_v1.route(raw, content_type)
-    reply = handler(
-        raw,
-        tenant=tenant,
-        transport="http",
-        remote_addr=client,
-        content_type=content_type,
-        envelope=envelope,
+    reply = dispatch.handle(
+        raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE")
     )
     return _reply_triple(reply)
 

@@ -6,7 +6,7 @@ Nothing here shows a payload, tag, signature or key: keys appear as short public
 Figures come from apps.messaging.selectors, apps.didcomm.selectors and apps.ops.console: the admin
 is an adapter on top of the stack and may read from any app (docs/architecture.md). A tenant's page
 shows both protocols: its DIDComm policy is a section of the tenant form (saved through
-apps.didcomm.services.policy_update), its figures and live connections sit beside Decentrl's.
+apps.didcomm.policy.policy_update), its figures and live connections sit beside Decentrl's.
 """
 
 from __future__ import annotations
@@ -38,16 +38,11 @@ from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationFo
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
 from apps.didcomm import texts as didcomm_texts
+from apps.didcomm.identity import identity_rotate
+from apps.didcomm.invitation import invitation_for, invitation_qr_svg, invitation_v1_for
 from apps.didcomm.models import DidcommPolicy
+from apps.didcomm.policy import policy_for, policy_update
 from apps.didcomm.selectors import delivery_summary, live_connections, queued_annotation, tenant_figures
-from apps.didcomm.services import (
-    identity_rotate,
-    invitation_for,
-    invitation_qr_svg,
-    policy_for,
-    policy_update,
-)
-from apps.didcomm.services_v1 import invitation_v1_for
 from apps.messaging.selectors import (
     CONTRACT_STATES,
     tenant_contracts,
