@@ -63,17 +63,22 @@ from .identity import accepting_for
 from .live import LiveTarget, live_start
 from .models import presence_key
 from .policy import policy_for
-from .problems import Problem, problem_message
+from .problems import Problem, problem_message, refusal, unavailable
 from .protocols import Code
 from .queue import LIVE_REFRESH, WAKE, Row
 from .recipients import did_hash
 
 log = logging.getLogger("mediator.didcomm")
 
-CLOSE_UNKNOWN_MEDIATOR = 4404
-CLOSE_UNAVAILABLE = 4503
-CLOSE_RATE_LIMITED = 4029  # as /ws
-CLOSE_IDLE = 4408
+# A refused socket closes with 4000 + the HTTP status of its problem report: 4404 no mediator or
+# DIDComm off, 4503 suspended or unavailable, 4408 idle; over the connect limit 4029, as /ws.
+CLOSE_UNKNOWN_MEDIATOR = 4404  # also any socket path no route serves (mediator_project/asgi.py)
+CLOSE_RATE_LIMITED = 4029
+
+
+def close_code(problem: Problem) -> int:
+    """The close code of a socket refused with `problem`."""
+    return CLOSE_RATE_LIMITED if problem.status == 429 else 4000 + problem.status
 # A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
 # on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
 LIVE_STATE_MAX_AGE_S = 60.0
@@ -90,30 +95,23 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     if tenant is not None and tenant.pk != tenant_id:
         tenant = None  # the host now falls to another (the default) tenant: ours is gone
     reply = handle(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live)
-    if tenant is None:
-        return reply, CLOSE_UNKNOWN_MEDIATOR
-    if not tenant.is_active:
-        return reply, CLOSE_UNAVAILABLE
-    try:
-        enabled = accepting_for(tenant=tenant).policy.enabled  # the handler's cached read
+    try:  # the handler's cached read
+        refused = refusal(tenant, tenant is None or not tenant.is_active or accepting_for(tenant=tenant).policy.enabled)
     except DatabaseError:
         return reply, None  # the reply stands; the next frame reads the policy again
-    return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
+    return reply, None if refused is None else close_code(refused)
 
 
 def _admit(host: str, ip: str | None):
     """The tenant for `host` if it serves DIDComm and `ip` is within the connect limit; Problem otherwise."""
     tenant = tenant_for_host(host)
-    if tenant is None:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
-    if not tenant.is_active:
-        raise Problem(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
-    if not policy_for(tenant=tenant).enabled:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+    refused = refusal(tenant, tenant is None or not tenant.is_active or policy_for(tenant=tenant).enabled)
+    if refused is not None:
+        raise refused
     try:
         limits.ws_connect_check(tenant, ip)
     except ProtocolError as err:
-        raise Problem(Code.RATE_LIMITED, "too many connections from this address", CLOSE_RATE_LIMITED) from err
+        raise Problem(Code.RATE_LIMITED, "too many connections from this address", 429) from err
     return tenant
 
 
@@ -179,15 +177,13 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         try:
             self.tenant = await database_sync_to_async(_admit)(host, self.ip)
         except Problem as problem:
-            await self._refuse(problem.code, problem.comment, problem.status)
+            await self._refuse(problem)
             return
         except DatabaseError:
-            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+            await self._refuse(unavailable())
             return
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
-        self.presence = Presence(
-            self.tenant.pk, on_lapse=lambda: self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
-        )
+        self.presence = Presence(self.tenant.pk, on_lapse=lambda: self._refuse(unavailable()))
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
         self._idle_start()
@@ -209,8 +205,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             )
         except Exception as exc:  # noqa: BLE001 - the host lookup (the handler answers its own errors)
             log_failure(exc, self.tenant)
-            problem = problem_message(Code.UNAVAILABLE, "mediator unavailable", pthid=None)
-            await self._send(json.dumps(problem, separators=(",", ":")))
+            await self._report(unavailable())
             return
         if reply.status < 400:
             self.used_at = time.monotonic()  # an accepted frame: the socket is in use
@@ -313,12 +308,10 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         4404 deleted or DIDComm off), after a problem report; the messages stay queued."""
         if self.closed:
             return
-        if event.get("deleted"):
-            await self._refuse(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
-        elif event.get("active") is False:
-            await self._refuse(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
-        elif event.get("didcomm") is False:
-            await self._refuse(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+        tenant = None if event.get("deleted") else self.tenant
+        refused = refusal(tenant, event.get("didcomm") is not False, active=event.get("active") is not False)
+        if refused is not None:
+            await self._refuse(refused)
 
     async def _wake(self, key: str, live: Live, wake: dict, rows: list[Row] | None) -> None:
         """Push the woken messages: from the wake itself when it carries them (no database, packed
@@ -349,12 +342,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         # for a client that starts reading late), then close; the messages stay queued.
         self.closed = True  # at once: a push or a PING meanwhile is not queued behind the report
         log.warning("didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug)
-        await self._send(
-            json.dumps(
-                problem_message(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", pthid=None),
-                separators=(",", ":"),
-            )
-        )
+        await self._report(Problem(Code.SEND_BUDGET, "send budget exceeded: messages stay queued"))
         # Closed once what is queued left (bounded), or Daphne's reset 1 s after the close would
         # drop the report of a client that reads again late (apps/realtime/sendbudget.py).
         await self.budget.drained()
@@ -363,7 +351,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     async def layer_lost(self) -> None:
         """The channel layer is gone (realtime.layerloss): no wakes could reach this socket."""
         if not getattr(self, "closed", False):  # unset when the layer failed before connect()
-            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+            await self._refuse(unavailable())
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
@@ -387,9 +375,12 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         except Exception:  # noqa: BLE001 - the peer is already gone (Daphne refuses to send)
             self.closed = True
 
-    async def _refuse(self, code: str, comment: str, close_code: int) -> None:
-        await self._send(json.dumps(problem_message(code, comment, pthid=None), separators=(",", ":")))
-        await self._close(close_code)
+    async def _report(self, problem: Problem) -> None:
+        await self._send(json.dumps(problem_message(problem.code, problem.comment, pthid=None), separators=(",", ":")))
+
+    async def _refuse(self, problem: Problem) -> None:
+        await self._report(problem)
+        await self._close(close_code(problem))
 
     async def _close(self, close_code: int) -> None:
         self.closed = True
@@ -416,6 +407,6 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             left = self.used_at + timeout - time.monotonic()
             if left <= 0:
                 log.info("didcomm websocket closed: idle tenant=%s", self.tenant.slug)
-                await self._refuse(Code.IDLE, f"no message accepted for {timeout:g} s and not live", CLOSE_IDLE)
+                await self._refuse(Problem(Code.IDLE, f"no message accepted for {timeout:g} s and not live", 408))
                 return
             await asyncio.sleep(left)

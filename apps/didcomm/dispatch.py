@@ -47,8 +47,8 @@ from .identity import Accepting, accepting_for, verkey_of
 from .mediation import connection_for_key, mediation_of
 from .models import DidcommPolicy, MediatorIdentity
 from .outbound import outbound_reply
-from .packing import pack_for_kid, pack_reply
-from .problems import Problem, Unanswered, concerning, problem_message, pthid_of
+from .packing import pack_for_kid, pack_reply, stamp
+from .problems import Problem, Unanswered, concerning, problem_message, pthid_of, refusal, unavailable
 from .protocols import Code
 from .replay import claimed_run
 
@@ -154,7 +154,7 @@ def handle(
             exc, message, ctx = exc.cause, exc.message, exc.ctx
         log_failure(exc, tenant)
         code = Code.UNAVAILABLE
-        reply = door.problem(Problem(Code.UNAVAILABLE, "mediator unavailable", 503), message, None)
+        reply = door.problem(unavailable(), message, None)
     reply.protocol = door.name
     reply.caller_did, reply.caller_kid = door.caller(ctx) if ctx is not None else (None, None)
     observe(tenant, transport, door.channel, protocols.short_type(message.type if message else None), code, reply, raw,
@@ -178,14 +178,13 @@ def _open(door: Door, raw, envelope, tenant, transport, remote_addr, content_typ
     """The checks before decryption, then the version's unpack with the cached identities; when no
     recipient key of the envelope is among them (a rotation in another process), once more with a
     fresh read."""
-    if tenant is None:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
-    if not tenant.is_active:
-        raise Problem(Code.UNAVAILABLE, "mediator suspended", 503)
-    accepting = accepting_for(tenant=tenant)
-    policy = accepting.policy
-    if not policy.enabled:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
+    refused = refusal(tenant)
+    if refused is None:
+        accepting = accepting_for(tenant=tenant)
+        policy = accepting.policy
+        refused = refusal(tenant, policy.enabled)
+    if refused is not None:
+        raise refused
     # The smaller cap wins (docs/operations.md): HTTP bodies meet the deployment's before this,
     # socket frames only here.
     if len(raw) > min(tenant.max_body_bytes, settings.MEDIATOR_MAX_BODY_BYTES):
@@ -348,25 +347,11 @@ def _answer_v2(ctx: Context, message: PlainMessage) -> Reply:
     if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
         # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
         return Reply(202, live=outcome.live)
-    response = _stamp(outcome.response, ctx, message)
+    response = stamp(outcome.response, from_did=ctx.mediator_did, to_did=ctx.caller_did)
+    if "thid" not in response and "pthid" not in response:
+        response["thid"] = message.thid or message.id
     envelope = pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid, sender_kid=ctx.mediator_kid)
     return Reply(200, _json(envelope), ENCRYPTED_MEDIA, live=outcome.live)
-
-
-def _stamp(response: dict, ctx: Context, request: PlainMessage | None) -> dict:
-    """Headers every response carries: id, typ, from (the addressed mediator DID), to, created_time, thid."""
-    out = {
-        "id": str(uuid.uuid4()),
-        "typ": "application/didcomm-plain+json",
-        **response,
-        "from": ctx.mediator_did,
-        "created_time": int(time.time()),
-    }
-    if ctx.caller_did:
-        out["to"] = [ctx.caller_did]
-    if request is not None and "thid" not in out and "pthid" not in out:
-        out["thid"] = request.thid or request.id
-    return out
 
 
 def _problem_v2(problem: Problem, message: PlainMessage | None, ctx: Context | None) -> Reply:
@@ -450,7 +435,7 @@ def _answer_v1(ctx: ContextV1, msg: message_v1.V1Message) -> Reply:
     return Reply(200, live=outcome.live)
 
 
-def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers_v1.Outcome) -> bool:
+def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers.Outcome) -> bool:
     """Implicit pickup (RFC 0092): a message on a socket asking `return_route: "all"` from a
     connection with a granted mediation asks for the connection's messages on that socket. A pickup
     message does not: a client speaking Pickup on the socket chooses live delivery itself

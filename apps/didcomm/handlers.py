@@ -16,7 +16,7 @@ from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from . import metrics, protocols
 from .mediation import RecipientRefused, mediation_for, mediation_request, recipient_of_client, recipients_page
 from .mediation import recipients_update as _recipients_update
-from .models import Mediation, RecipientKey
+from .models import Connection, Mediation, RecipientKey
 from .problems import Problem
 from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
 from .queue import QueueFull, forward_store, messages_batch, messages_received, messages_status
@@ -31,9 +31,12 @@ MAX_UPDATES = 100
 
 @dataclass(frozen=True)
 class Outcome:
-    status: int = 202
-    response: dict | None = None  # the plaintext answer (stamped and packed by dispatch)
+    """What a handler (v1 or v2) did: its plaintext answer (packed by dispatch), a live-delivery
+    change, and (v1 DID Exchange) the connection it made."""
+
+    response: dict | None = None
     live: bool | None = None
+    connection: Connection | None = None
 
 
 def _require_caller(ctx) -> str:
@@ -64,7 +67,7 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
     if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
         raise Problem(Code.BAD_BODY, "forward attachment data must be json or base64")
     store_forward(ctx, next_did, {k: data[k] for k in ("json", "base64") if k in data})
-    return Outcome(202)
+    return Outcome()
 
 
 def store_forward(ctx, next_did: str, data: dict) -> None:
@@ -93,25 +96,30 @@ def mediate_request(ctx, msg: PlainMessage) -> Outcome:
     base = CM3 if msg.type.startswith(CM3) else CM2
     mediation = mediation_request(tenant=ctx.tenant, client_did=client)
     if mediation.state != Mediation.State.GRANTED:
-        return Outcome(200, {"type": base + "mediate-deny", "body": {}})
+        return Outcome({"type": base + "mediate-deny", "body": {}})
     # CM 2.0: routing_did is one DID string; CM 3.0: a list of DIDs.
     # The DID the client addressed: a client of the legacy DID can resolve only that one.
     routing = ctx.mediator_did if base == CM2 else [ctx.mediator_did]
-    return Outcome(200, {"type": base + "mediate-grant", "body": {"routing_did": routing}})
+    return Outcome({"type": base + "mediate-grant", "body": {"routing_did": routing}})
 
 
 def recipient_update(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
     base = CM3 if msg.type.startswith(CM3) else CM2
-    updates = msg.body.get("updates")
+    updates = update_list(msg.body.get("updates"))
+    results = recipients_update(mediation, updates, proof=_proof(ctx))
+    answer = "keylist-update-response" if base == CM2 else "recipient-update-response"
+    updated = [{"recipient_did": r.recipient_did, "action": r.action, "result": r.result} for r in results]
+    return Outcome({"type": base + answer, "body": {"updated": updated}})
+
+
+def update_list(updates: object) -> list[dict]:
+    """A recipient update's entries, v1 and v2: a list of at most MAX_UPDATES objects."""
     if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
         raise Problem(Code.BAD_BODY, "updates must be a list of objects")
     if len(updates) > MAX_UPDATES:
         raise Problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
-    results = recipients_update(mediation, updates, proof=_proof(ctx))
-    answer = "keylist-update-response" if base == CM2 else "recipient-update-response"
-    updated = [{"recipient_did": r.recipient_did, "action": r.action, "result": r.result} for r in results]
-    return Outcome(200, {"type": base + answer, "body": {"updated": updated}})
+    return updates
 
 
 def _proof(ctx) -> frozenset[tuple[str, bytes]]:
@@ -160,9 +168,9 @@ def recipient_query(ctx, msg: PlainMessage) -> Outcome:
     pagination = {"count": len(dids), "offset": offset, "remaining": max(0, total - offset - len(dids))}
     if base == CM2:
         body = {"keys": [{"recipient_did": d} for d in dids], "pagination": pagination}
-        return Outcome(200, {"type": CM2 + "keylist", "body": body})
+        return Outcome({"type": CM2 + "keylist", "body": body})
     body = {"dids": [{"recipient_did": d} for d in dids], "pagination": pagination}
-    return Outcome(200, {"type": CM3 + "recipient", "body": body})
+    return Outcome({"type": CM3 + "recipient", "body": body})
 
 
 # --- messagepickup/3.0 --------------------------------------------------------------------------
@@ -225,7 +233,7 @@ def _status(ctx, mediation, recipient, recipient_did, *, live: bool | None = Non
 
 def status_request(ctx, msg: PlainMessage) -> Outcome:
     mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
-    return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+    return Outcome(_status(ctx, mediation, recipient, recipient_did))
 
 
 def delivery_request(ctx, msg: PlainMessage) -> Outcome:
@@ -233,22 +241,22 @@ def delivery_request(ctx, msg: PlainMessage) -> Outcome:
     limit = pickup_limit(msg.body.get("limit"))
     attachments = messages_batch(mediation=mediation, recipient=recipient, limit=limit)
     if not attachments:
-        return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+        return Outcome(_status(ctx, mediation, recipient, recipient_did))
     body = {"recipient_did": recipient_did} if recipient_did is not None else {}
     ctx.extra["delivered"] = len(attachments)
-    return Outcome(200, {"type": PICKUP + "delivery", "body": body, "attachments": attachments})
+    return Outcome({"type": PICKUP + "delivery", "body": body, "attachments": attachments})
 
 
 def received(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
     pickup_received(ctx, mediation, msg.body.get("message_id_list"))
-    return Outcome(200, _status(ctx, mediation, None, None))
+    return Outcome(_status(ctx, mediation, None, None))
 
 
 def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
     value = pickup_live(ctx, msg.body.get("live_delivery"))
-    return Outcome(200, _status(ctx, mediation, None, None, live=value), live=value)
+    return Outcome(_status(ctx, mediation, None, None, live=value), live=value)
 
 
 # --- trust-ping, discover-features, report-problem ----------------------------------------------
@@ -257,8 +265,8 @@ def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
 def ping(ctx, msg: PlainMessage) -> Outcome:
     _require_caller(ctx)
     if msg.body.get("response_requested", True) is False:
-        return Outcome(202)
-    return Outcome(200, {"type": TRUST_PING + "ping-response", "body": {}})
+        return Outcome()
+    return Outcome({"type": TRUST_PING + "ping-response", "body": {}})
 
 
 def queries(ctx, msg: PlainMessage) -> Outcome:
@@ -272,20 +280,24 @@ def queries(ctx, msg: PlainMessage) -> Outcome:
             continue
         pattern = query["match"]
         for piuri, roles in protocols.SUPPORTED.items():
-            if _matches(pattern, piuri) and not any(d["id"] == piuri for d in disclosures):
+            if matches(pattern, piuri) and not any(d["id"] == piuri for d in disclosures):
                 disclosures.append({"feature-type": "protocol", "id": piuri, "roles": list(roles)})
-    return Outcome(200, {"type": DISCOVER + "disclose", "body": {"disclosures": disclosures}})
+    return Outcome({"type": DISCOVER + "disclose", "body": {"disclosures": disclosures}})
 
 
-def _matches(pattern: str, piuri: str) -> bool:
-    """Discover Features 2.0 match: exact, or a trailing `*` wildcard."""
+def matches(pattern: str, piuri: str) -> bool:
+    """Discover Features (1.0 and 2.0) match: exact, or a trailing `*` wildcard."""
     return piuri.startswith(pattern[:-1]) if pattern.endswith("*") else pattern == piuri
 
 
 def problem_report(ctx, msg: PlainMessage) -> Outcome:
-    code = msg.body.get("code")
+    note_reported(ctx, msg.body.get("code"))
+    return Outcome()
+
+
+def note_reported(ctx, code: object) -> None:
+    """A client's problem report, v1 and v2: its code on the log line when it is a short ASCII string."""
     ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
-    return Outcome(202)
 
 
 HANDLERS: dict[str, Callable[..., Outcome]] = {

@@ -23,14 +23,17 @@ from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import metrics, protocols
 from .handlers import (
-    MAX_UPDATES,
+    Outcome,
     _paginate,
+    matches,
+    note_reported,
     pickup_limit,
     pickup_live,
     pickup_received,
     pickup_recipient,
     recipients_update,
     store_forward,
+    update_list,
 )
 from .identity import did_key_of, v1_did
 from .invitation import invitation_id
@@ -80,13 +83,6 @@ class ContextV1:
     @property
     def rate_key(self) -> str | None:
         return self.sender_verkey
-
-
-@dataclass(frozen=True)
-class Outcome:
-    response: dict | None = None  # the plaintext answer (packed and routed by dispatch)
-    live: bool | None = None
-    connection: Connection | None = None  # a connection the handler created (DID Exchange)
 
 
 def _thread(msg: V1Message, **extra) -> dict:
@@ -270,11 +266,7 @@ def mediate_request(ctx: ContextV1, msg: V1Message) -> Outcome:
 def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Keys as did:key or base58, stored as did:key; each result echoes `recipient_key` verbatim."""
     mediation = _granted(ctx)
-    updates = msg.get("updates")
-    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
-        raise Problem(Code.BAD_BODY, "updates must be a list of objects")
-    if len(updates) > MAX_UPDATES:
-        raise Problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    updates = update_list(msg.get("updates"))
     normalised = []
     for update in updates:
         try:
@@ -447,12 +439,7 @@ def query(ctx: ContextV1, msg: V1Message) -> Outcome:
     pattern = msg.get("query")
     if not isinstance(pattern, str) or not pattern:
         raise Problem(Code.BAD_BODY, "query must be a string")
-    prefix = pattern[:-1] if pattern.endswith("*") else None
-    protocols = [
-        {"pid": pid, "roles": list(roles)}
-        for pid, roles in SUPPORTED_V1.items()
-        if (pid.startswith(prefix) if prefix is not None else pid == pattern)
-    ]
+    protocols = [{"pid": pid, "roles": list(roles)} for pid, roles in SUPPORTED_V1.items() if matches(pattern, pid)]
     return Outcome(
         {"@type": DISCOVER_V1 + "disclose", "@id": str(uuid.uuid4()), "protocols": protocols, "~thread": _thread(msg)}
     )
@@ -460,8 +447,7 @@ def query(ctx: ContextV1, msg: V1Message) -> Outcome:
 
 def problem_report(ctx: ContextV1, msg: V1Message) -> Outcome:
     description = msg.get("description")
-    code = description.get("code") if isinstance(description, dict) else msg.get("problem-code")
-    ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
+    note_reported(ctx, description.get("code") if isinstance(description, dict) else msg.get("problem-code"))
     return Outcome()
 
 

@@ -10,7 +10,6 @@ therefore moves v1 too; retired identities keep decrypting for the grace period.
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -30,7 +29,7 @@ from apps.wire.encoding import b58encode
 
 from . import protocols
 from .models import DidcommPolicy, Mediation, MediatorIdentity
-from .packing import pack_for_did
+from .packing import pack_for_did, stamp
 from .policy import policy_for
 from .queue import LIVE_REFRESH, enqueue_for_client
 
@@ -178,15 +177,11 @@ def _announce_rotation(*, tenant: Tenant, old: MediatorIdentity, new: MediatorId
     for mediation in Mediation.objects.filter(tenant=tenant, state=Mediation.State.GRANTED, connection__isnull=True):
         # Before the announcement's wake: a live socket pushes it (and what follows) from the new DID.
         notify_on_commit(tenant_id=tenant.pk, did=mediation.client_did, message={"type": LIVE_REFRESH})
-        message = {
-            "id": str(uuid.uuid4()),
-            "typ": "application/didcomm-plain+json",
+        grant = {
             "type": protocols.CM2 + "mediate-grant",
-            "from": new.did,
-            "to": [mediation.client_did],
-            "created_time": int(timezone.now().timestamp()),
             "body": {"routing_did": new.did, "previous_routing_did": old.did},
         }
+        message = stamp(grant, from_did=new.did, to_did=mediation.client_did)
         try:
             envelope = pack_for_did(message, identity=new, to_did=mediation.client_did)
         except DidcommError:

@@ -26,7 +26,7 @@ from .handlers_v1 import RETURN_ROUTE, attachments_v1
 from .identity import accepting_for, identity_current
 from .mediation import connection_for_key, mediation_for, mediation_of
 from .models import Mediation, MediatorIdentity
-from .packing import agreement_key_for, pack_reply, pack_to
+from .packing import agreement_key_for, pack_reply, pack_to, stamp
 from .queue import Row, messages_rows
 
 
@@ -52,16 +52,12 @@ class LiveTarget:
 
 
 def _frame_v2(identity: MediatorIdentity, client_did: str, recipient: tuple[str, PublicKey], rows: list[Row]) -> str:
-    message = {
-        "id": str(uuid.uuid4()),
-        "typ": "application/didcomm-plain+json",
+    delivery = {
         "type": protocols.PICKUP + "delivery",
-        "from": identity.did,
-        "to": [client_did],
-        "created_time": int(time.time()),
         "body": {},
-        "attachments": [{"id": mid, "data": data} for mid, data, _ in rows],
+        "attachments": [{"id": m, "data": d} for m, d, _ in rows],
     }
+    message = stamp(delivery, from_did=identity.did, to_did=client_did)
     return json.dumps(pack_to(message, identity=identity, recipient=recipient), separators=(",", ":"))
 
 

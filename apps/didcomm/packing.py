@@ -4,6 +4,7 @@ X25519 key, DIDComm v1 authcrypt (RFC 0019) from its Ed25519 key, wrapped in rou
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from apps.didcomm.core import envelope_v1, jwe
@@ -17,6 +18,21 @@ from .models import MediatorIdentity
 
 def _compact(message: dict) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode("utf-8")
+
+
+def stamp(message: dict, *, from_did: str, to_did: str | None) -> dict:
+    """A DIDComm v2 plaintext message of ours with the headers every one carries: a new id, typ,
+    from, to and created_time."""
+    out = {
+        "id": str(uuid.uuid4()),
+        "typ": "application/didcomm-plain+json",
+        **message,
+        "from": from_did,
+        "created_time": int(time.time()),
+    }
+    if to_did:
+        out["to"] = [to_did]
+    return out
 
 
 def agreement_key_for(kid: str) -> tuple[str, PublicKey]:
