@@ -79,6 +79,8 @@ CLOSE_RATE_LIMITED = 4029
 def close_code(problem: Problem) -> int:
     """The close code of a socket refused with `problem`."""
     return CLOSE_RATE_LIMITED if problem.status == 429 else 4000 + problem.status
+
+
 # A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
 # on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
 LIVE_STATE_MAX_AGE_S = 60.0
