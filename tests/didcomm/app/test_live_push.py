@@ -14,6 +14,7 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm import identity, policy, queue, recipients
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.didcomm.mediation import mediation_revoke
 from apps.didcomm.models import presence_key
 from apps.didcomm.recipients import did_hash
 from apps.messaging.models import PendingQueueDepth
@@ -171,7 +172,7 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
         ws, ws_other = await _live(deploy, wallet), await _live(deploy, other)
         try:
             mediation = await asyncio.to_thread(Mediation.objects.get, client_hash=recipients.did_hash(wallet.did))
-            await asyncio.to_thread(mediation.mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
+            await asyncio.to_thread(mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
             # A wake that was already on its way when the grant went (the socket kept the grant in memory).
             mid = str(uuid.uuid4())
             wake = {"type": queue.WAKE, "ids": [mid], "items": [{"id": mid, "data": '{"json":{"a":1}}'}]}
