@@ -89,6 +89,11 @@ def _thread(msg: V1Message, **extra) -> dict:
     return {"thid": msg.thid, **extra}
 
 
+def _answer(type_: str, msg: V1Message, fields: dict | None = None) -> Outcome:
+    """An answer on `msg`'s thread: a new @id, the fields, `~thread`."""
+    return Outcome({"@type": type_, "@id": str(uuid.uuid4()), **(fields or {}), "~thread": _thread(msg)})
+
+
 def iso(at: datetime) -> str:
     """`2026-11-23T10:00:00.123Z` (what Credo sends and parses)."""
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -252,15 +257,10 @@ def mediate_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Accepted once our DID Exchange response is sent (ACA-Py asks before it sends complete)."""
     mediation = mediation_request_v1(connection=_connection(ctx))
     if mediation.state != Mediation.State.GRANTED:
-        return Outcome({"@type": CM1 + "mediate-deny", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
-    grant = {
-        "@type": CM1 + "mediate-grant",
-        "@id": str(uuid.uuid4()),
-        "endpoint": ctx.identity.http_uri,
-        "routing_keys": [did_key_of(ctx.identity)],
-        "~thread": _thread(msg),
-    }
-    return Outcome(grant)
+        return _answer(CM1 + "mediate-deny", msg)
+    return _answer(
+        CM1 + "mediate-grant", msg, {"endpoint": ctx.identity.http_uri, "routing_keys": [did_key_of(ctx.identity)]}
+    )
 
 
 def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
@@ -280,14 +280,7 @@ def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
         {"recipient_key": u.get("recipient_key"), "action": u.get("action"), "result": r.result}
         for u, r in zip(updates, results, strict=True)
     ]
-    return Outcome(
-        {
-            "@type": CM1 + "keylist-update-response",
-            "@id": str(uuid.uuid4()),
-            "updated": updated,
-            "~thread": _thread(msg),
-        }
-    )
+    return _answer(CM1 + "keylist-update-response", msg, {"updated": updated})
 
 
 def keylist_query(ctx: ContextV1, msg: V1Message) -> Outcome:
@@ -295,14 +288,7 @@ def keylist_query(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation = _granted(ctx)
     limit, offset = _paginate({"paginate": msg.get("paginate")} if msg.get("paginate") is not None else {})
     keys, _ = recipients_page(mediation=mediation, limit=limit, offset=offset)
-    return Outcome(
-        {
-            "@type": CM1 + "keylist",
-            "@id": str(uuid.uuid4()),
-            "keys": [{"recipient_key": k} for k in keys],
-            "~thread": _thread(msg),
-        }
-    )
+    return _answer(CM1 + "keylist", msg, {"keys": [{"recipient_key": k} for k in keys]})
 
 
 # --- Routing 1.0 --------------------------------------------------------------------------------
@@ -399,29 +385,16 @@ def batch_pickup(ctx: ContextV1, msg: V1Message) -> Outcome:
     removed = messages_received(mediation=mediation, ids=[mid for mid, _, _ in rows])
     metrics.DELIVERED.inc(removed)
     ctx.extra["delivered"] = removed
-    return Outcome(
-        {
-            "@type": PICKUP_V1 + "batch",
-            "@id": str(uuid.uuid4()),
-            # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
-            # batch without it: both, with the same value.
-            "messages~attach": [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows],
-            "~thread": _thread(msg),
-        }
-    )
+    # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
+    # batch without it: both, with the same value.
+    batch = [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows]
+    return _answer(PICKUP_V1 + "batch", msg, {"messages~attach": batch})
 
 
 def status_request_v1(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation = _granted(ctx)
     figures = messages_status(mediation=mediation, recipient=None)
-    return Outcome(
-        {
-            "@type": PICKUP_V1 + "status",
-            "@id": str(uuid.uuid4()),
-            "message_count": figures["message_count"],
-            "~thread": _thread(msg),
-        }
-    )
+    return _answer(PICKUP_V1 + "status", msg, {"message_count": figures["message_count"]})
 
 
 # --- Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0 ----------------------------------
@@ -431,7 +404,7 @@ def ping(ctx: ContextV1, msg: V1Message) -> Outcome:
     _connection(ctx)
     if msg.get("response_requested", True) is False:
         return Outcome()
-    return Outcome({"@type": TRUST_PING_V1 + "ping_response", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
+    return _answer(TRUST_PING_V1 + "ping_response", msg)
 
 
 def query(ctx: ContextV1, msg: V1Message) -> Outcome:
@@ -440,9 +413,7 @@ def query(ctx: ContextV1, msg: V1Message) -> Outcome:
     if not isinstance(pattern, str) or not pattern:
         raise Problem(Code.BAD_BODY, "query must be a string")
     protocols = [{"pid": pid, "roles": list(roles)} for pid, roles in SUPPORTED_V1.items() if matches(pattern, pid)]
-    return Outcome(
-        {"@type": DISCOVER_V1 + "disclose", "@id": str(uuid.uuid4()), "protocols": protocols, "~thread": _thread(msg)}
-    )
+    return _answer(DISCOVER_V1 + "disclose", msg, {"protocols": protocols})
 
 
 def problem_report(ctx: ContextV1, msg: V1Message) -> Outcome:

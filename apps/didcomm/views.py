@@ -26,11 +26,10 @@ from .protocols import Code
 
 
 def _response(reply: Reply) -> HttpResponse:
-    response = HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
+    status, headers, body = _reply_triple(reply)
+    response = HttpResponse(body, status=status, headers=dict(headers))
     if not reply.content_type:
         del response["Content-Type"]
-    if reply.retry_after is not None:
-        response["Retry-After"] = str(reply.retry_after)
     return response
 
 
@@ -62,7 +61,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
 
 
 def _reply_triple(reply: Reply) -> tuple[int, list[tuple[str, str]], bytes]:
-    """What `_response(reply)` sends: (status, headers without Content-Length, body)."""
+    """What a reply sends: (status, headers without Content-Length, body); the WSGI entry's answer."""
     headers = [("Content-Type", reply.content_type)] if reply.content_type else []
     if reply.retry_after is not None:
         headers.append(("Retry-After", str(reply.retry_after)))
