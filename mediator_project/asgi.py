@@ -14,7 +14,7 @@ from django.urls import re_path  # noqa: E402
 
 from apps.decentrl.routing import websocket_urlpatterns as decentrl_ws  # noqa: E402
 from apps.didcomm.consumers import CLOSE_UNKNOWN_MEDIATOR  # noqa: E402
-from apps.didcomm.dispatch import problem_message  # noqa: E402
+from apps.didcomm.problems import problem_message  # noqa: E402
 from apps.didcomm.protocols import Code  # noqa: E402
 from apps.didcomm.routing import websocket_urlpatterns as didcomm_ws  # noqa: E402
 from apps.wire.errors import ErrorCode, error_body  # noqa: E402

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
 from apps.decentrl.views import protocol_json
-from apps.didcomm.dispatch import problem_message
+from apps.didcomm.problems import problem_message
 from apps.didcomm.protocols import Code
 from apps.wire.errors import ErrorCode, error_body
 

@@ -4,7 +4,7 @@ Creating and editing go through apps.tenants.services; suspend, resume, rotate k
 actions that call services and show a confirmation (with dry-run counts for the purge) first.
 Nothing here shows a payload, tag, signature or key: keys appear as short public fingerprints.
 A tenant's page shows both protocols, so it lives in this app, above every other: its DIDComm policy
-is a section of the tenant form (saved through apps.didcomm.services.policy_update), its figures
+is a section of the tenant form (saved through apps.didcomm.policy.policy_update), its figures
 (apps.messaging.selectors, apps.didcomm.selectors, .services) and live connections sit beside
 Decentrl's. The model keeps its app label, so the pages stay under /admin/tenants/tenant/.
 """
@@ -35,16 +35,11 @@ from unfold.decorators import action, display
 from unfold.widgets import UnfoldAdminTextareaWidget, UnfoldAdminURLInputWidget
 
 from apps.didcomm import texts as didcomm_texts
+from apps.didcomm.identity import identity_rotate
+from apps.didcomm.invitation import invitation_for, invitation_qr_svg, invitation_v1_for
 from apps.didcomm.models import DidcommPolicy
+from apps.didcomm.policy import policy_for, policy_update
 from apps.didcomm.selectors import delivery_summary, live_connections, queued_annotation, tenant_figures
-from apps.didcomm.services import (
-    identity_rotate,
-    invitation_for,
-    invitation_qr_svg,
-    policy_for,
-    policy_update,
-)
-from apps.didcomm.services_v1 import invitation_v1_for
 from apps.messaging.selectors import (
     CONTRACT_STATES,
     tenant_contracts,

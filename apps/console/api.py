@@ -16,8 +16,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.didcomm.identity import identity_rotate
 from apps.didcomm.selectors import identity_summary
-from apps.didcomm.services import identity_rotate
 from apps.tenants import texts
 from apps.tenants.apibase import StrictSerializer, service_call
 from apps.tenants.models import AuditEntry, Tenant

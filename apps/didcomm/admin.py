@@ -25,10 +25,9 @@ from apps.tenants.templatetags.mediator import did_cell
 from apps.wire.display import utc_iso
 
 from . import texts
+from .mediation import connection_remove, mediation_revoke
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity, RecipientKey
 from .selectors import DELIVERY_FAILING, connections_with_delivery, queued_for, recipient_depths
-from .services import mediation_revoke
-from .services_v1 import connection_remove
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 @admin.register(DidcommPolicy)
 class DidcommPolicyAdmin(ModelAdmin):
     """Every tenant's DIDComm policy at a glance. A policy is read and edited on its tenant's page
-    (section "DIDComm policy", through services.policy_update), so a row opens that page."""
+    (section "DIDComm policy", through policy.policy_update), so a row opens that page."""
 
     list_display = ["tenant_slug", "enabled", "mediation_words", "max_grants", "queue_cap", "overflow_words", "ttl"]
     list_select_related = ["tenant"]

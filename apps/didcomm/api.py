@@ -18,9 +18,10 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
 from apps.wire.display import utc_iso
 
+from .mediation import mediation_revoke
 from .models import DidcommPolicy, Mediation
+from .policy import policy_for, policy_update
 from .selectors import grants_with_depths, queued_for, recipient_depths
-from .services import mediation_revoke, policy_for, policy_update
 
 # Grant actions and the Django permission verb each needs on didcomm.Mediation.
 GRANT_ACTIONS = {"list": "view", "retrieve": "view", "revoke": "change"}

@@ -10,7 +10,7 @@ class DidcommConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
-        from django.db.models.signals import post_delete, post_save
+        from django.db.models.signals import post_save
 
         from apps.ops import jobs
         from apps.ops import metrics as ops_metrics
@@ -18,19 +18,19 @@ class DidcommConfig(AppConfig):
         from apps.usage import metering
         from apps.usage import selectors as usage_selectors
 
-        from . import hooks, metrics, selectors, services
+        from . import hooks, metrics, selectors
+        from .identity import ACCEPTING
         from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB, SEEN_PRUNE_JOB
         from .models import DidcommPolicy, MediatorIdentity
+        from .policy import policy_saved
+        from .queue import queue_sizes
 
-        # The per-process cache of policies and identities (services.accepting_for) forgets them
+        # The per-process cache of policies and identities (identity.accepting_for) forgets them
         # on any save or delete of what it holds (public URL and grace period live on the tenant).
-        for model in (DidcommPolicy, MediatorIdentity, Tenant):
-            for name, signal in (("save", post_save), ("delete", post_delete)):
-                uid = f"didcomm-cache-{model.__name__}-{name}"
-                signal.connect(services.accepting_cache_clear, sender=model, dispatch_uid=uid)
+        ACCEPTING.clear_on_change(DidcommPolicy, MediatorIdentity, Tenant)
 
         # Open /didcomm/ws sockets close when DIDComm is switched off (realtime.push.TENANT_STATE_TYPE).
-        post_save.connect(services.policy_saved, sender=DidcommPolicy, dispatch_uid="didcomm-policy-state")
+        post_save.connect(policy_saved, sender=DidcommPolicy, dispatch_uid="didcomm-policy-state")
 
         # Like the Decentrl front door: plug metering and metrics into our own observer list,
         # exactly once (ready() may run more than once in some test setups).
@@ -45,5 +45,5 @@ class DidcommConfig(AppConfig):
         jobs.register(SEEN_PRUNE_JOB)
         usage_selectors.QUEUE_COUNTERS["didcomm"] = selectors.queued_by_tenant
         ops_metrics.register_tenant_size(
-            "mediator_message_queue_size", "Queued DIDComm messages, per tenant.", services.queue_sizes
+            "mediator_message_queue_size", "Queued DIDComm messages, per tenant.", queue_sizes
         )

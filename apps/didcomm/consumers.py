@@ -14,7 +14,7 @@ strategy, ACA-Py's mediator), until it turns live delivery off or the socket clo
 
 A push needs no database: the wake carries the stored message (up to 64 KiB; bigger ones are
 read from the queue), and the socket keeps, per live client, what it loaded when live mode
-started (grant, mediator identity, the client's key), loaded again on services.LIVE_REFRESH
+started (grant, mediator identity, the client's key), loaded again on queue.LIVE_REFRESH
 (revocation, rotation) and after a push once LIVE_STATE_MAX_AGE_S old (docs/didcomm.md).
 
 Every socket is also in its tenant's group (realtime.groups.tenant_group_name): when the tenant is
@@ -58,20 +58,30 @@ from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.errors import ProtocolError
 
-from . import dispatch_v1, metrics, services
-from .dispatch import LiveTarget, Row, live_start, log_failure
-from .dispatch_v1 import LiveTargetV1
+from . import metrics
+from .dispatch import handle, log_failure
+from .identity import accepting_for
+from .live import LiveTarget, live_start
 from .models import presence_key
-from .problems import Problem, problem_message
+from .policy import policy_for
+from .problems import Problem, problem_message, refusal, unavailable
 from .protocols import Code
+from .queue import LIVE_REFRESH, WAKE, Row
 from .recipients import did_hash
 
 log = logging.getLogger("mediator.didcomm")
 
-CLOSE_UNKNOWN_MEDIATOR = 4404
-CLOSE_UNAVAILABLE = 4503
-CLOSE_RATE_LIMITED = 4029  # as /ws
-CLOSE_IDLE = 4408
+# A refused socket closes with 4000 + the HTTP status of its problem report: 4404 no mediator or
+# DIDComm off, 4503 suspended or unavailable, 4408 idle; over the connect limit 4029, as /ws.
+CLOSE_UNKNOWN_MEDIATOR = 4404  # also any socket path no route serves (mediator_project/asgi.py)
+CLOSE_RATE_LIMITED = 4029
+
+
+def close_code(problem: Problem) -> int:
+    """The close code of a socket refused with `problem`."""
+    return CLOSE_RATE_LIMITED if problem.status == 429 else 4000 + problem.status
+
+
 # A live client's push state is revalidated after a push once it is this old (a LIVE_REFRESH lost
 # on its way costs at most one push from stale state; a rotated identity still decrypts for hours).
 LIVE_STATE_MAX_AGE_S = 60.0
@@ -87,33 +97,25 @@ def _frame(raw: bytes, *, host: str, tenant_id: int, remote_addr: str | None, li
     tenant = tenant_for_host(host)
     if tenant is not None and tenant.pk != tenant_id:
         tenant = None  # the host now falls to another (the default) tenant: ours is gone
-    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    handler, envelope = dispatch_v1.route(raw)
-    reply = handler(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live, envelope=envelope)
-    if tenant is None:
-        return reply, CLOSE_UNKNOWN_MEDIATOR
-    if not tenant.is_active:
-        return reply, CLOSE_UNAVAILABLE
-    try:
-        enabled = services.accepting_for(tenant=tenant).policy.enabled  # the handler's cached read
+    reply = handle(raw, tenant=tenant, transport="ws", remote_addr=remote_addr, live=live)
+    try:  # the handler's cached read
+        refused = refusal(tenant, tenant is None or not tenant.is_active or accepting_for(tenant=tenant).policy.enabled)
     except DatabaseError:
         return reply, None  # the reply stands; the next frame reads the policy again
-    return reply, None if enabled else CLOSE_UNKNOWN_MEDIATOR
+    return reply, None if refused is None else close_code(refused)
 
 
 def _admit(host: str, ip: str | None) -> Tenant:
     """The tenant for `host` if it serves DIDComm and `ip` is within the connect limit; Problem otherwise."""
     tenant = tenant_for_host(host)
-    if tenant is None:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
-    if not tenant.is_active:
-        raise Problem(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
-    if not services.policy_for(tenant=tenant).enabled:
-        raise Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+    refused = refusal(tenant, tenant is None or not tenant.is_active or policy_for(tenant=tenant).enabled)
+    if refused is not None:
+        raise refused
+    assert tenant is not None  # refusal() refuses an unknown host
     try:
         limits.ws_connect_check(tenant, ip)
     except ProtocolError as err:
-        raise Problem(Code.RATE_LIMITED, "too many connections from this address", CLOSE_RATE_LIMITED) from err
+        raise Problem(Code.RATE_LIMITED, "too many connections from this address", 429) from err
     return tenant
 
 
@@ -127,7 +129,7 @@ class Live:
     protocol: str
     # Live because a v1 message asked `return_route: "all"` (implicit pickup), not by live-delivery-change.
     implicit: bool = False
-    target: LiveTarget | LiveTargetV1 | None = None
+    target: LiveTarget | None = None
     # The ids this socket pushed lately (bounded): a message stored while live mode started is in
     # the backlog and in a wake; it goes out once.
     pushed: dict[str, None] = field(default_factory=dict)
@@ -179,15 +181,13 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         try:
             self.tenant = await database_sync_to_async(_admit)(host, self.ip)
         except Problem as problem:
-            await self._refuse(problem.code, problem.comment, problem.status)
+            await self._refuse(problem)
             return
         except DatabaseError:
-            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+            await self._refuse(unavailable())
             return
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
-        self.presence = Presence(
-            self.tenant.pk, on_lapse=lambda: self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
-        )
+        self.presence = Presence(self.tenant.pk, on_lapse=lambda: self._refuse(unavailable()))
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
         self._idle_start()
@@ -209,8 +209,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             )
         except Exception as exc:  # noqa: BLE001 - the host lookup (the handler answers its own errors)
             log_failure(exc, self.tenant)
-            problem = problem_message(Code.UNAVAILABLE, "mediator unavailable", pthid=None)
-            await self._send(json.dumps(problem, separators=(",", ":")))
+            await self._report(unavailable())
             return
         if reply.status < 400:
             self.used_at = time.monotonic()  # an accepted frame: the socket is in use
@@ -268,10 +267,9 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     async def _load(self, key: str, live: Live, *, backlog: bool) -> bool:
         """(Re)load a live client's push state in Channels' sync thread (database); leave live
         mode when its grant is gone. Whether it can push now."""
-        start = dispatch_v1.live_start if live.protocol == "v1" else live_start
         try:
-            live.target, rows = await database_sync_to_async(start)(
-                tenant=self.tenant, client_did=live.did, client_kid=live.kid, backlog=backlog
+            live.target, rows = await database_sync_to_async(live_start)(
+                tenant=self.tenant, protocol=live.protocol, client_did=live.did, client_kid=live.kid, backlog=backlog
             )
         except DatabaseError:
             # Stay live without state: the next wake loads it again (the messages stay queued).
@@ -290,13 +288,13 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def realtime_push(self, event: dict) -> None:
         """A wake-up from apps.realtime.push: a message for one of our live clients was stored
-        (services.WAKE), or its grant or mediator identity changed (services.LIVE_REFRESH)."""
+        (queue.WAKE), or its grant or mediator identity changed (queue.LIVE_REFRESH)."""
         try:
             wake = json.loads(event["text"])
         except (KeyError, ValueError):
             return
         kind = wake.get("type")
-        if kind not in (services.WAKE, services.LIVE_REFRESH):
+        if kind not in (WAKE, LIVE_REFRESH):
             return  # a Decentrl push to a group name we share cannot happen (other DID methods)
         group = event.get("group")
         # The client the event was sent to; without `group` (an older sender), every live client
@@ -305,7 +303,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             live = self.live.get(key)
             if live is None or self.closed:
                 continue
-            if kind == services.LIVE_REFRESH:
+            if kind == LIVE_REFRESH:
                 await self._load(key, live, backlog=False)
             else:
                 await self._wake(key, live, wake, _rows(wake) if group is not None else None)
@@ -316,12 +314,10 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         4404 deleted or DIDComm off), after a problem report; the messages stay queued."""
         if self.closed:
             return
-        if event.get("deleted"):
-            await self._refuse(Code.UNKNOWN_MEDIATOR, "no mediator at this host", CLOSE_UNKNOWN_MEDIATOR)
-        elif event.get("active") is False:
-            await self._refuse(Code.UNAVAILABLE, "mediator suspended", CLOSE_UNAVAILABLE)
-        elif event.get("didcomm") is False:
-            await self._refuse(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", CLOSE_UNKNOWN_MEDIATOR)
+        tenant = None if event.get("deleted") else self.tenant
+        refused = refusal(tenant, event.get("didcomm") is not False, active=event.get("active") is not False)
+        if refused is not None:
+            await self._refuse(refused)
 
     async def _wake(self, key: str, live: Live, wake: dict, rows: list[Row] | None) -> None:
         """Push the woken messages: from the wake itself when it carries them (no database, packed
@@ -356,12 +352,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         log.warning(
             "didcomm websocket closed: send budget exceeded tenant=%s", self.tenant.slug if self.tenant else "-"
         )
-        await self._send(
-            json.dumps(
-                problem_message(Code.SEND_BUDGET, "send budget exceeded: messages stay queued", pthid=None),
-                separators=(",", ":"),
-            )
-        )
+        await self._report(Problem(Code.SEND_BUDGET, "send budget exceeded: messages stay queued"))
         # Closed once what is queued left (bounded), or Daphne's reset 1 s after the close would
         # drop the report of a client that reads again late (apps/realtime/sendbudget.py).
         await self.budget.drained()
@@ -370,7 +361,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
     async def layer_lost(self) -> None:
         """The channel layer is gone (realtime.layerloss): no wakes could reach this socket."""
         if not getattr(self, "closed", False):  # unset when the layer failed before connect()
-            await self._refuse(Code.UNAVAILABLE, "mediator unavailable", CLOSE_UNAVAILABLE)
+            await self._refuse(unavailable())
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
@@ -396,9 +387,12 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         except Exception:  # noqa: BLE001 - the peer is already gone (Daphne refuses to send)
             self.closed = True
 
-    async def _refuse(self, code: str, comment: str, close_code: int) -> None:
-        await self._send(json.dumps(problem_message(code, comment, pthid=None), separators=(",", ":")))
-        await self._close(close_code)
+    async def _report(self, problem: Problem) -> None:
+        await self._send(json.dumps(problem_message(problem.code, problem.comment, pthid=None), separators=(",", ":")))
+
+    async def _refuse(self, problem: Problem) -> None:
+        await self._report(problem)
+        await self._close(close_code(problem))
 
     async def _close(self, close_code: int) -> None:
         self.closed = True
@@ -425,6 +419,6 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             left = self.used_at + timeout - time.monotonic()
             if left <= 0:
                 log.info("didcomm websocket closed: idle tenant=%s", self.tenant.slug if self.tenant else "-")
-                await self._refuse(Code.IDLE, f"no message accepted for {timeout:g} s and not live", CLOSE_IDLE)
+                await self._refuse(Problem(Code.IDLE, f"no message accepted for {timeout:g} s and not live", 408))
                 return
             await asyncio.sleep(left)

@@ -1,4 +1,5 @@
-"""Protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome.
+"""DIDComm v2 protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome,
+and the rules v1's handlers share (the forward's store, recipient updates, Pickup's checks).
 
 Bodies are validated here, at the edge, into stable problem codes; the writes are services.
 """
@@ -12,10 +13,13 @@ from dataclasses import dataclass
 from apps.didcomm.core.message import PlainMessage
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 
-from . import metrics, protocols, services
-from .models import Mediation
+from . import metrics, protocols
+from .mediation import RecipientRefused, mediation_for, mediation_request, recipient_of_client, recipients_page
+from .mediation import recipients_update as _recipients_update
+from .models import Connection, Mediation, RecipientKey
 from .problems import Problem
 from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
+from .queue import QueueFull, forward_store, messages_batch, messages_received, messages_status
 from .recipients import key_forms
 
 log = logging.getLogger("mediator.didcomm")
@@ -27,26 +31,25 @@ MAX_UPDATES = 100
 
 @dataclass(frozen=True)
 class Outcome:
-    status: int = 202
-    response: dict | None = None  # the plaintext answer (stamped and packed by dispatch)
+    """What a handler (v1 or v2) did: its plaintext answer (packed by dispatch), a live-delivery
+    change, and (v1 DID Exchange) the connection it made."""
+
+    response: dict | None = None
     live: bool | None = None
-
-
-def _problem(code: str, comment: str, status: int = 400) -> Problem:
-    return Problem(code, comment, status)
+    connection: Connection | None = None
 
 
 def _require_caller(ctx) -> str:
     if ctx.caller_did is None:
-        raise _problem(Code.UNAUTHENTICATED, "this message must be authcrypt (ECDH-1PU)", 401)
+        raise Problem(Code.UNAUTHENTICATED, "this message must be authcrypt (ECDH-1PU)", 401)
     return ctx.caller_did
 
 
 def _granted(ctx) -> Mediation:
     client = _require_caller(ctx)
-    mediation = services.mediation_for(tenant=ctx.tenant, client_did=client)
+    mediation = mediation_for(tenant=ctx.tenant, client_did=client)
     if mediation is None:
-        raise _problem(Code.NOT_GRANTED, "no mediation granted to this DID", 403)
+        raise Problem(Code.NOT_GRANTED, "no mediation granted to this DID", 403)
     return mediation
 
 
@@ -57,14 +60,14 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
     """UC-021: find body.next among granted recipients, store attachment[0].data opaque, 202."""
     next_did = msg.body.get("next")
     if not isinstance(next_did, str) or not next_did:
-        raise _problem(Code.BAD_BODY, "forward needs body.next")
+        raise Problem(Code.BAD_BODY, "forward needs body.next")
     if not msg.attachments or not isinstance(msg.attachments[0].get("data"), dict):
-        raise _problem(Code.BAD_BODY, "forward needs one attachment with data")
+        raise Problem(Code.BAD_BODY, "forward needs one attachment with data")
     data = msg.attachments[0]["data"]
     if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
-        raise _problem(Code.BAD_BODY, "forward attachment data must be json or base64")
+        raise Problem(Code.BAD_BODY, "forward attachment data must be json or base64")
     store_forward(ctx, next_did, {k: data[k] for k in ("json", "base64") if k in data})
-    return Outcome(202)
+    return Outcome()
 
 
 def store_forward(ctx, next_did: str, data: dict) -> None:
@@ -72,11 +75,11 @@ def store_forward(ctx, next_did: str, data: dict) -> None:
     `next_did` names, counted and noted for the log line; the problem report when nobody here
     mediates it or its queue is full under the `reject` policy."""
     try:
-        stored = services.forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=data)
-    except services.QueueFull:
-        raise _problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
+        stored = forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=data)
+    except QueueFull:
+        raise Problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
     if stored is None:
-        raise _problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
+        raise Problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
     metrics.FORWARDED.inc()
     metrics.STORED.inc()
     if stored.evicted:
@@ -91,27 +94,32 @@ def store_forward(ctx, next_did: str, data: dict) -> None:
 def mediate_request(ctx, msg: PlainMessage) -> Outcome:
     client = _require_caller(ctx)
     base = CM3 if msg.type.startswith(CM3) else CM2
-    mediation = services.mediation_request(tenant=ctx.tenant, client_did=client)
+    mediation = mediation_request(tenant=ctx.tenant, client_did=client)
     if mediation.state != Mediation.State.GRANTED:
-        return Outcome(200, {"type": base + "mediate-deny", "body": {}})
+        return Outcome({"type": base + "mediate-deny", "body": {}})
     # CM 2.0: routing_did is one DID string; CM 3.0: a list of DIDs.
     # The DID the client addressed: a client of the legacy DID can resolve only that one.
     routing = ctx.mediator_did if base == CM2 else [ctx.mediator_did]
-    return Outcome(200, {"type": base + "mediate-grant", "body": {"routing_did": routing}})
+    return Outcome({"type": base + "mediate-grant", "body": {"routing_did": routing}})
 
 
 def recipient_update(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
     base = CM3 if msg.type.startswith(CM3) else CM2
-    updates = msg.body.get("updates")
-    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
-        raise _problem(Code.BAD_BODY, "updates must be a list of objects")
-    if len(updates) > MAX_UPDATES:
-        raise _problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    updates = update_list(msg.body.get("updates"))
     results = recipients_update(mediation, updates, proof=_proof(ctx))
     answer = "keylist-update-response" if base == CM2 else "recipient-update-response"
     updated = [{"recipient_did": r.recipient_did, "action": r.action, "result": r.result} for r in results]
-    return Outcome(200, {"type": base + answer, "body": {"updated": updated}})
+    return Outcome({"type": base + answer, "body": {"updated": updated}})
+
+
+def update_list(updates: object) -> list[dict]:
+    """A recipient update's entries, v1 and v2: a list of at most MAX_UPDATES objects."""
+    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
+        raise Problem(Code.BAD_BODY, "updates must be a list of objects")
+    if len(updates) > MAX_UPDATES:
+        raise Problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    return updates
 
 
 def _proof(ctx) -> frozenset[tuple[str, bytes]]:
@@ -125,14 +133,14 @@ def _proof(ctx) -> frozenset[tuple[str, bytes]]:
 def recipients_update(mediation: Mediation, updates: list, *, proof) -> list:
     """A recipient update, v1 and v2: the service's results, or the problem report of its refusal."""
     try:
-        return services.recipients_update(mediation=mediation, updates=updates, proof=proof)
-    except services.RecipientRefused as refused:
+        return _recipients_update(mediation=mediation, updates=updates, proof=proof)
+    except RecipientRefused as refused:
         where = f"updates[{refused.index}]"
-        if refused.reason == services.RecipientRefused.CONFLICT:
-            raise _problem(
+        if refused.reason == RecipientRefused.CONFLICT:
+            raise Problem(
                 Code.RECIPIENT_CONFLICT, f"{where}: this DID is registered to another client of this mediator", 409
             ) from None
-        raise _problem(
+        raise Problem(
             Code.RECIPIENT_UNPROVEN,
             f"{where}: this mediator registers this DID only in a request authcrypted or signed with one of its keys",
             403,
@@ -144,11 +152,11 @@ def _paginate(body: dict) -> tuple[int, int]:
     if page is None:
         return MAX_PAGE, 0
     if not isinstance(page, dict):
-        raise _problem(Code.BAD_BODY, "paginate must be an object")
+        raise Problem(Code.BAD_BODY, "paginate must be an object")
     limit, offset = page.get("limit", MAX_PAGE), page.get("offset", 0)
     for value in (limit, offset):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _problem(Code.BAD_BODY, "paginate limit and offset must be non-negative integers")
+            raise Problem(Code.BAD_BODY, "paginate limit and offset must be non-negative integers")
     return min(limit, MAX_PAGE), offset
 
 
@@ -156,16 +164,49 @@ def recipient_query(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
     base = CM3 if msg.type.startswith(CM3) else CM2
     limit, offset = _paginate(msg.body)
-    dids, total = services.recipients_page(mediation=mediation, limit=limit, offset=offset)
+    dids, total = recipients_page(mediation=mediation, limit=limit, offset=offset)
     pagination = {"count": len(dids), "offset": offset, "remaining": max(0, total - offset - len(dids))}
     if base == CM2:
         body = {"keys": [{"recipient_did": d} for d in dids], "pagination": pagination}
-        return Outcome(200, {"type": CM2 + "keylist", "body": body})
+        return Outcome({"type": CM2 + "keylist", "body": body})
     body = {"dids": [{"recipient_did": d} for d in dids], "pagination": pagination}
-    return Outcome(200, {"type": CM3 + "recipient", "body": body})
+    return Outcome({"type": CM3 + "recipient", "body": body})
 
 
 # --- messagepickup/3.0 --------------------------------------------------------------------------
+
+
+def pickup_recipient(mediation: Mediation, did: str, refusal: str) -> RecipientKey:
+    """Pickup's recipient scope, v1 and v2: one of the client's own recipients, by any form of its DID."""
+    recipient = recipient_of_client(mediation=mediation, recipient_did=did)
+    if recipient is None:
+        raise Problem(Code.NOT_FOUND, refusal)
+    return recipient
+
+
+def pickup_limit(value: object, field: str = "limit") -> int:
+    """Pickup's batch size, v1 and v2: a positive integer, at most MAX_DELIVERY_LIMIT."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Problem(Code.BAD_BODY, f"{field} must be a positive integer")
+    return min(value, MAX_DELIVERY_LIMIT)
+
+
+def pickup_received(ctx, mediation: Mediation, ids: object) -> None:
+    """messages-received, v1 and v2: the listed messages leave the client's queue."""
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > 1000:
+        raise Problem(Code.BAD_BODY, "message_id_list must be a list of at most 1000 ids")
+    removed = messages_received(mediation=mediation, ids=ids)
+    metrics.DELIVERED.inc(removed)
+    ctx.extra["removed"] = removed
+
+
+def pickup_live(ctx, value: object) -> bool:
+    """live-delivery-change, v1 and v2: the new state, on a socket only (HTTP has no connection to deliver on)."""
+    if not isinstance(value, bool):
+        raise Problem(Code.BAD_BODY, "live_delivery must be true or false")
+    if ctx.live is None:
+        raise Problem(Code.LIVE_NOT_SUPPORTED, "live delivery needs the DIDComm WebSocket")
+    return value
 
 
 def _pickup_scope(ctx, msg: PlainMessage):
@@ -174,15 +215,16 @@ def _pickup_scope(ctx, msg: PlainMessage):
     if recipient_did is None:
         return mediation, None, None
     if not isinstance(recipient_did, str):
-        raise _problem(Code.BAD_BODY, "recipient_did must be a string")
-    recipient = services.recipient_of_client(mediation=mediation, recipient_did=recipient_did)
-    if recipient is None:
-        raise _problem(Code.NOT_FOUND, "recipient_did is not one of this client's recipients")
-    return mediation, recipient, recipient_did
+        raise Problem(Code.BAD_BODY, "recipient_did must be a string")
+    return (
+        mediation,
+        pickup_recipient(mediation, recipient_did, "recipient_did is not one of this client's recipients"),
+        recipient_did,
+    )
 
 
 def _status(ctx, mediation, recipient, recipient_did, *, live: bool | None = None) -> dict:
-    body = services.messages_status(mediation=mediation, recipient=recipient)
+    body = messages_status(mediation=mediation, recipient=recipient)
     if recipient_did is not None:
         body = {"recipient_did": recipient_did, **body}
     body["live_delivery"] = bool(ctx.live) if live is None else live
@@ -191,43 +233,30 @@ def _status(ctx, mediation, recipient, recipient_did, *, live: bool | None = Non
 
 def status_request(ctx, msg: PlainMessage) -> Outcome:
     mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
-    return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+    return Outcome(_status(ctx, mediation, recipient, recipient_did))
 
 
 def delivery_request(ctx, msg: PlainMessage) -> Outcome:
     mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
-    limit = msg.body.get("limit")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise _problem(Code.BAD_BODY, "limit must be a positive integer")
-    attachments = services.messages_batch(
-        mediation=mediation, recipient=recipient, limit=min(limit, MAX_DELIVERY_LIMIT)
-    )
+    limit = pickup_limit(msg.body.get("limit"))
+    attachments = messages_batch(mediation=mediation, recipient=recipient, limit=limit)
     if not attachments:
-        return Outcome(200, _status(ctx, mediation, recipient, recipient_did))
+        return Outcome(_status(ctx, mediation, recipient, recipient_did))
     body = {"recipient_did": recipient_did} if recipient_did is not None else {}
     ctx.extra["delivered"] = len(attachments)
-    return Outcome(200, {"type": PICKUP + "delivery", "body": body, "attachments": attachments})
+    return Outcome({"type": PICKUP + "delivery", "body": body, "attachments": attachments})
 
 
-def messages_received(ctx, msg: PlainMessage) -> Outcome:
+def received(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
-    ids = msg.body.get("message_id_list")
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > 1000:
-        raise _problem(Code.BAD_BODY, "message_id_list must be a list of at most 1000 ids")
-    removed = services.messages_received(mediation=mediation, ids=ids)
-    metrics.DELIVERED.inc(removed)
-    ctx.extra["removed"] = removed
-    return Outcome(200, _status(ctx, mediation, None, None))
+    pickup_received(ctx, mediation, msg.body.get("message_id_list"))
+    return Outcome(_status(ctx, mediation, None, None))
 
 
 def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
     mediation = _granted(ctx)
-    value = msg.body.get("live_delivery")
-    if not isinstance(value, bool):
-        raise _problem(Code.BAD_BODY, "live_delivery must be true or false")
-    if ctx.live is None:  # HTTP: no connection to deliver on (Pickup 3.0)
-        raise _problem(Code.LIVE_NOT_SUPPORTED, "live delivery needs the DIDComm WebSocket")
-    return Outcome(200, _status(ctx, mediation, None, None, live=value), live=value)
+    value = pickup_live(ctx, msg.body.get("live_delivery"))
+    return Outcome(_status(ctx, mediation, None, None, live=value), live=value)
 
 
 # --- trust-ping, discover-features, report-problem ----------------------------------------------
@@ -236,35 +265,39 @@ def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
 def ping(ctx, msg: PlainMessage) -> Outcome:
     _require_caller(ctx)
     if msg.body.get("response_requested", True) is False:
-        return Outcome(202)
-    return Outcome(200, {"type": TRUST_PING + "ping-response", "body": {}})
+        return Outcome()
+    return Outcome({"type": TRUST_PING + "ping-response", "body": {}})
 
 
 def queries(ctx, msg: PlainMessage) -> Outcome:
     _require_caller(ctx)
     asked = msg.body.get("queries")
     if not isinstance(asked, list) or not all(isinstance(q, dict) for q in asked):
-        raise _problem(Code.BAD_BODY, "queries must be a list of objects")
+        raise Problem(Code.BAD_BODY, "queries must be a list of objects")
     disclosures: list[dict[str, object]] = []
     for query in asked:
         if query.get("feature-type") != "protocol" or not isinstance(query.get("match"), str):
             continue
         pattern = query["match"]
         for piuri, roles in protocols.SUPPORTED.items():
-            if _matches(pattern, piuri) and not any(d["id"] == piuri for d in disclosures):
+            if matches(pattern, piuri) and not any(d["id"] == piuri for d in disclosures):
                 disclosures.append({"feature-type": "protocol", "id": piuri, "roles": list(roles)})
-    return Outcome(200, {"type": DISCOVER + "disclose", "body": {"disclosures": disclosures}})
+    return Outcome({"type": DISCOVER + "disclose", "body": {"disclosures": disclosures}})
 
 
-def _matches(pattern: str, piuri: str) -> bool:
-    """Discover Features 2.0 match: exact, or a trailing `*` wildcard."""
+def matches(pattern: str, piuri: str) -> bool:
+    """Discover Features (1.0 and 2.0) match: exact, or a trailing `*` wildcard."""
     return piuri.startswith(pattern[:-1]) if pattern.endswith("*") else pattern == piuri
 
 
 def problem_report(ctx, msg: PlainMessage) -> Outcome:
-    code = msg.body.get("code")
+    note_reported(ctx, msg.body.get("code"))
+    return Outcome()
+
+
+def note_reported(ctx, code: object) -> None:
+    """A client's problem report, v1 and v2: its code on the log line when it is a short ASCII string."""
     ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
-    return Outcome(202)
 
 
 HANDLERS: dict[str, Callable[..., Outcome]] = {
@@ -277,7 +310,7 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     CM3 + "recipient-query": recipient_query,
     PICKUP + "status-request": status_request,
     PICKUP + "delivery-request": delivery_request,
-    PICKUP + "messages-received": messages_received,
+    PICKUP + "messages-received": received,
     PICKUP + "live-delivery-change": live_delivery_change,
     TRUST_PING + "ping": ping,
     DISCOVER + "queries": queries,
@@ -288,5 +321,5 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
 def run(ctx, msg: PlainMessage) -> Outcome:
     handler = HANDLERS.get(msg.type)
     if handler is None:
-        raise _problem(Code.UNSUPPORTED_TYPE, "message type not supported")
+        raise Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
     return handler(ctx, msg)

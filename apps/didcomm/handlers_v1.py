@@ -23,8 +23,30 @@ from apps.tenants.models import Tenant
 from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
-from . import metrics, protocols, services, services_v1
-from .handlers import MAX_DELIVERY_LIMIT, MAX_UPDATES, _paginate, recipients_update, store_forward
+from . import metrics, protocols
+from .handlers import (
+    Outcome,
+    _paginate,
+    matches,
+    note_reported,
+    pickup_limit,
+    pickup_live,
+    pickup_received,
+    pickup_recipient,
+    recipients_update,
+    store_forward,
+    update_list,
+)
+from .identity import did_key_of, v1_did
+from .invitation import invitation_id
+from .mediation import (
+    ConnectionConflict,
+    connection_accept,
+    connection_complete,
+    mediation_of,
+    mediation_request_v1,
+    recipients_page,
+)
 from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem
 from .protocols import (
@@ -41,6 +63,7 @@ from .protocols import (
     TRUST_PING_V1,
     Code,
 )
+from .queue import messages_received, messages_rows, messages_status
 from .recipients import key_forms
 
 RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pickup answers
@@ -59,20 +82,18 @@ class ContextV1:
     code: str = "SUCCESS"
     extra: dict = field(default_factory=dict)
 
-
-@dataclass(frozen=True)
-class Outcome:
-    response: dict | None = None  # the plaintext answer (packed and routed by dispatch_v1)
-    live: bool | None = None
-    connection: Connection | None = None  # a connection the handler created (DID Exchange)
-
-
-def _problem(code: str, comment: str, status: int = 400) -> Problem:
-    return Problem(code, comment, status)
+    @property
+    def rate_key(self) -> str | None:
+        return self.sender_verkey
 
 
 def _thread(msg: V1Message, **extra) -> dict:
     return {"thid": msg.thid, **extra}
+
+
+def _answer(type_: str, msg: V1Message, fields: dict | None = None) -> Outcome:
+    """An answer on `msg`'s thread: a new @id, the fields, `~thread`."""
+    return Outcome({"@type": type_, "@id": str(uuid.uuid4()), **(fields or {}), "~thread": _thread(msg)})
 
 
 def iso(at: datetime) -> str:
@@ -82,16 +103,16 @@ def iso(at: datetime) -> str:
 
 def _connection(ctx: ContextV1) -> Connection:
     if ctx.sender_verkey is None:
-        raise _problem(Code.UNAUTHENTICATED, "this message must be authcrypt", 401)
+        raise Problem(Code.UNAUTHENTICATED, "this message must be authcrypt", 401)
     if ctx.connection is None:
-        raise _problem(Code.NOT_CONNECTED, "no connection with this key: do DID Exchange first", 403)
+        raise Problem(Code.NOT_CONNECTED, "no connection with this key: do DID Exchange first", 403)
     return ctx.connection
 
 
 def _granted(ctx: ContextV1) -> Mediation:
-    mediation = services_v1.mediation_of(connection=_connection(ctx))
+    mediation = mediation_of(connection=_connection(ctx))
     if mediation is None:
-        raise _problem(Code.NOT_GRANTED, "no mediation granted to this connection", 403)
+        raise Problem(Code.NOT_GRANTED, "no mediation granted to this connection", 403)
     return mediation
 
 
@@ -133,21 +154,21 @@ def _attached_document(did: str, attached: object, sender_verkey: str):
     """RFC 0023 `did_doc~attach`: a DID document signed (JWS) by the requester's own key; its id is
     `did` (or `did:sov:<did>` for an unqualified did, as ACA-Py writes it)."""
     if not isinstance(attached, dict):
-        raise _problem(Code.BAD_BODY, "did_doc~attach must be a signed attachment")
+        raise Problem(Code.BAD_BODY, "did_doc~attach must be a signed attachment")
     try:
         content, signer = message_v1.verify_attachment(attached)
     except InvalidSignature as exc:
-        raise _problem(Code.SENDER_MISMATCH, "did_doc~attach's signature does not verify") from exc
+        raise Problem(Code.SENDER_MISMATCH, "did_doc~attach's signature does not verify") from exc
     except DidcommError as exc:
-        raise _problem(Code.BAD_BODY, "did_doc~attach must carry data.base64 and a data.jws signature") from exc
+        raise Problem(Code.BAD_BODY, "did_doc~attach must carry data.base64 and a data.jws signature") from exc
     if b58encode(signer.raw) != sender_verkey:
-        raise _problem(Code.SENDER_MISMATCH, "did_doc~attach must be signed by the envelope's sender key")
+        raise Problem(Code.SENDER_MISMATCH, "did_doc~attach must be signed by the envelope's sender key")
     try:
         doc = diddoc.legacy_document_from_json(loads_strict(content))
     except (ValueError, DidcommError) as exc:
-        raise _problem(Code.BAD_BODY, "did_doc~attach is not a DID document") from exc
+        raise Problem(Code.BAD_BODY, "did_doc~attach is not a DID document") from exc
     if doc.id not in (did, "did:sov:" + did):
-        raise _problem(Code.BAD_BODY, "the attached DID document's id is not did")
+        raise Problem(Code.BAD_BODY, "the attached DID document's id is not did")
     return doc
 
 
@@ -158,7 +179,7 @@ def _their_endpoint(doc) -> tuple[str, list[str]]:
             try:
                 routing = [message_v1.key_to_verkey(k) for k in endpoint.routing_keys]
             except DidcommError as exc:
-                raise _problem(Code.BAD_BODY, "routingKeys must be Ed25519 did:keys or verkeys") from exc
+                raise Problem(Code.BAD_BODY, "routingKeys must be Ed25519 did:keys or verkeys") from exc
             return endpoint.uri, routing
     return "", []
 
@@ -167,31 +188,31 @@ def didx_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     """RFC 0023: answer a request to our invitation with a response naming our did:peer:4."""
     version = DIDX_11 if msg.type.startswith(DIDX_11) else DIDX_10
     if ctx.sender_verkey is None:
-        raise _problem(Code.UNAUTHENTICATED, "a DID Exchange request must be authcrypt", 401)
-    by_invitation = {services_v1.invitation_id(i): i for i in ctx.identities}
+        raise Problem(Code.UNAUTHENTICATED, "a DID Exchange request must be authcrypt", 401)
+    by_invitation = {invitation_id(i): i for i in ctx.identities}
     if msg.pthid not in by_invitation:
-        raise _problem(Code.BAD_BODY, "~thread.pthid must be this mediator's invitation @id")
+        raise Problem(Code.BAD_BODY, "~thread.pthid must be this mediator's invitation @id")
     did = msg.get("did")
     attached = msg.get("did_doc~attach")
     if not isinstance(did, str) or not (did.startswith("did:") or _unqualified(did)):
-        raise _problem(Code.BAD_BODY, "did must be a DID or an unqualified base58 DID")
+        raise Problem(Code.BAD_BODY, "did must be a DID or an unqualified base58 DID")
     if attached is not None:
         doc = _attached_document(did, attached, ctx.sender_verkey)
     elif not did.startswith("did:"):
-        raise _problem(Code.UNSUPPORTED_DID, "an unqualified did needs its did_doc~attach")
+        raise Problem(Code.UNSUPPORTED_DID, "an unqualified did needs its did_doc~attach")
     else:
         try:
             doc = resolve_did(did)
         except DidcommError as exc:
-            raise _problem(
+            raise Problem(
                 Code.UNSUPPORTED_DID,
                 "did does not resolve (did:peer:2, did:peer:4 long form, did:key) and has no did_doc~attach",
             ) from exc
     if ctx.sender_verkey not in _their_keys(doc):
-        raise _problem(Code.SENDER_MISMATCH, "the envelope's sender key is not a key of did")
+        raise Problem(Code.SENDER_MISMATCH, "the envelope's sender key is not a key of did")
     endpoint, routing_keys = _their_endpoint(doc)
     try:
-        connection = services_v1.connection_accept(
+        connection = connection_accept(
             tenant=ctx.tenant,
             identity=ctx.identity,
             their_did=did,
@@ -201,10 +222,10 @@ def didx_request(ctx: ContextV1, msg: V1Message) -> Outcome:
             thread_id=msg.thid,
             protocol=protocols.short_type(version + "request").rsplit("/", 1)[0],
         )
-    except services_v1.ConnectionConflict:
-        raise _problem(Code.CONNECTION_EXISTS, "this key already has a connection on another thread") from None
+    except ConnectionConflict:
+        raise Problem(Code.CONNECTION_EXISTS, "this key already has a connection on another thread") from None
     invitation_key = by_invitation[msg.pthid].authentication_key
-    our_did = services_v1.v1_did(ctx.identity)
+    our_did = v1_did(ctx.identity)
     response = {
         "@type": version + "response",
         "@id": str(uuid.uuid4()),
@@ -226,8 +247,8 @@ def didx_request(ctx: ContextV1, msg: V1Message) -> Outcome:
 def didx_complete(ctx: ContextV1, msg: V1Message) -> Outcome:
     connection = _connection(ctx)
     if msg.thid != connection.thread_id:
-        raise _problem(Code.BAD_BODY, "complete must be on the request's thread")
-    services_v1.connection_complete(connection=connection)
+        raise Problem(Code.BAD_BODY, "complete must be on the request's thread")
+    connection_complete(connection=connection)
     return Outcome()
 
 
@@ -236,27 +257,18 @@ def didx_complete(ctx: ContextV1, msg: V1Message) -> Outcome:
 
 def mediate_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Accepted once our DID Exchange response is sent (ACA-Py asks before it sends complete)."""
-    mediation = services_v1.mediation_request_v1(connection=_connection(ctx))
+    mediation = mediation_request_v1(connection=_connection(ctx))
     if mediation.state != Mediation.State.GRANTED:
-        return Outcome({"@type": CM1 + "mediate-deny", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
-    grant = {
-        "@type": CM1 + "mediate-grant",
-        "@id": str(uuid.uuid4()),
-        "endpoint": ctx.identity.http_uri,
-        "routing_keys": [services_v1.did_key_of(ctx.identity)],
-        "~thread": _thread(msg),
-    }
-    return Outcome(grant)
+        return _answer(CM1 + "mediate-deny", msg)
+    return _answer(
+        CM1 + "mediate-grant", msg, {"endpoint": ctx.identity.http_uri, "routing_keys": [did_key_of(ctx.identity)]}
+    )
 
 
 def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Keys as did:key or base58, stored as did:key; each result echoes `recipient_key` verbatim."""
     mediation = _granted(ctx)
-    updates = msg.get("updates")
-    if not isinstance(updates, list) or not all(isinstance(u, dict) for u in updates):
-        raise _problem(Code.BAD_BODY, "updates must be a list of objects")
-    if len(updates) > MAX_UPDATES:
-        raise _problem(Code.BAD_BODY, f"at most {MAX_UPDATES} updates per message")
+    updates = update_list(msg.get("updates"))
     normalised = []
     for update in updates:
         try:
@@ -271,29 +283,15 @@ def keylist_update(ctx: ContextV1, msg: V1Message) -> Outcome:
         {"recipient_key": u.get("recipient_key"), "action": u.get("action"), "result": r.result}
         for u, r in zip(updates, results, strict=True)
     ]
-    return Outcome(
-        {
-            "@type": CM1 + "keylist-update-response",
-            "@id": str(uuid.uuid4()),
-            "updated": updated,
-            "~thread": _thread(msg),
-        }
-    )
+    return _answer(CM1 + "keylist-update-response", msg, {"updated": updated})
 
 
 def keylist_query(ctx: ContextV1, msg: V1Message) -> Outcome:
     """`keylist` without RFC 0211's optional `pagination` block: ACA-Py 1.7 rejects it (docs/didcomm.md)."""
     mediation = _granted(ctx)
     limit, offset = _paginate({"paginate": msg.get("paginate")} if msg.get("paginate") is not None else {})
-    keys, _ = services.recipients_page(mediation=mediation, limit=limit, offset=offset)
-    return Outcome(
-        {
-            "@type": CM1 + "keylist",
-            "@id": str(uuid.uuid4()),
-            "keys": [{"recipient_key": k} for k in keys],
-            "~thread": _thread(msg),
-        }
-    )
+    keys, _ = recipients_page(mediation=mediation, limit=limit, offset=offset)
+    return _answer(CM1 + "keylist", msg, {"keys": [{"recipient_key": k} for k in keys]})
 
 
 # --- Routing 1.0 --------------------------------------------------------------------------------
@@ -303,9 +301,9 @@ def forward(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Store `msg` for the key `to` names (base58 or did:key) before answering; delivery follows."""
     to, inner = msg.get("to"), msg.get("msg")
     if not isinstance(to, str) or not to:
-        raise _problem(Code.BAD_BODY, "forward needs to")
+        raise Problem(Code.BAD_BODY, "forward needs to")
     if not isinstance(inner, dict):
-        raise _problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
+        raise Problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
     try:
         target = message_v1.key_to_did_key(to)
     except DidcommError:
@@ -325,15 +323,12 @@ def _pickup_scope(ctx: ContextV1, msg: V1Message):
     try:
         did = message_v1.key_to_did_key(key)
     except DidcommError:
-        raise _problem(Code.BAD_BODY, "recipient_key must be a did:key or base58 verkey") from None
-    recipient = services.recipient_of_client(mediation=mediation, recipient_did=did)
-    if recipient is None:
-        raise _problem(Code.NOT_FOUND, "recipient_key is not one of this connection's keys")
-    return mediation, recipient, key
+        raise Problem(Code.BAD_BODY, "recipient_key must be a did:key or base58 verkey") from None
+    return mediation, pickup_recipient(mediation, did, "recipient_key is not one of this connection's keys"), key
 
 
 def _status(ctx, msg, mediation, recipient, key, *, live: bool | None = None) -> dict:
-    figures = services.messages_status(mediation=mediation, recipient=recipient)
+    figures = messages_status(mediation=mediation, recipient=recipient)
     status: dict = {"@type": PICKUP_V2 + "status", "@id": str(uuid.uuid4())}
     if key is not None:
         status["recipient_key"] = key
@@ -363,10 +358,7 @@ def attachments_v1(rows) -> list[dict]:
 
 def delivery_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation, recipient, key = _pickup_scope(ctx, msg)
-    limit = msg.get("limit")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise _problem(Code.BAD_BODY, "limit must be a positive integer")
-    rows = services.messages_rows(mediation=mediation, recipient=recipient, limit=min(limit, MAX_DELIVERY_LIMIT))
+    rows = messages_rows(mediation=mediation, recipient=recipient, limit=pickup_limit(msg.get("limit")))
     if not rows:  # RFC 0685: nothing to send is answered with a status, at once
         return Outcome(_status(ctx, msg, mediation, recipient, key))
     ctx.extra["delivered"] = len(rows)
@@ -377,60 +369,35 @@ def delivery_request(ctx: ContextV1, msg: V1Message) -> Outcome:
     return Outcome(delivery)
 
 
-def messages_received(ctx: ContextV1, msg: V1Message) -> Outcome:
+def received(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation = _granted(ctx)
-    ids = msg.get("message_id_list")
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > 1000:
-        raise _problem(Code.BAD_BODY, "message_id_list must be a list of at most 1000 ids")
-    removed = services.messages_received(mediation=mediation, ids=ids)
-    metrics.DELIVERED.inc(removed)
-    ctx.extra["removed"] = removed
+    pickup_received(ctx, mediation, msg.get("message_id_list"))
     return Outcome(_status(ctx, msg, mediation, None, None))
 
 
 def live_delivery_change(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation = _granted(ctx)
-    value = msg.get("live_delivery")
-    if not isinstance(value, bool):
-        raise _problem(Code.BAD_BODY, "live_delivery must be true or false")
-    if ctx.live is None:
-        raise _problem(Code.LIVE_NOT_SUPPORTED, "live delivery needs the DIDComm WebSocket")
+    value = pickup_live(ctx, msg.get("live_delivery"))
     return Outcome(_status(ctx, msg, mediation, None, None, live=value), live=value)
 
 
 def batch_pickup(ctx: ContextV1, msg: V1Message) -> Outcome:
     """Pickup 1.0: a batch has no acknowledgement, so what it carries leaves the queue with it."""
     mediation = _granted(ctx)
-    size = msg.get("batch_size")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise _problem(Code.BAD_BODY, "batch_size must be a positive integer")
-    rows = services.messages_rows(mediation=mediation, recipient=None, limit=min(size, MAX_DELIVERY_LIMIT))
-    removed = services.messages_received(mediation=mediation, ids=[mid for mid, _, _ in rows])
+    rows = messages_rows(mediation=mediation, recipient=None, limit=pickup_limit(msg.get("batch_size"), "batch_size"))
+    removed = messages_received(mediation=mediation, ids=[mid for mid, _, _ in rows])
     metrics.DELIVERED.inc(removed)
     ctx.extra["delivered"] = removed
-    return Outcome(
-        {
-            "@type": PICKUP_V1 + "batch",
-            "@id": str(uuid.uuid4()),
-            # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
-            # batch without it: both, with the same value.
-            "messages~attach": [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows],
-            "~thread": _thread(msg),
-        }
-    )
+    # RFC 0212 names the entry's id `@id`; Credo (its own mediator too) reads `id` and refuses a
+    # batch without it: both, with the same value.
+    batch = [{"@id": mid, "id": mid, "message": data.get("json")} for mid, data, _ in rows]
+    return _answer(PICKUP_V1 + "batch", msg, {"messages~attach": batch})
 
 
 def status_request_v1(ctx: ContextV1, msg: V1Message) -> Outcome:
     mediation = _granted(ctx)
-    figures = services.messages_status(mediation=mediation, recipient=None)
-    return Outcome(
-        {
-            "@type": PICKUP_V1 + "status",
-            "@id": str(uuid.uuid4()),
-            "message_count": figures["message_count"],
-            "~thread": _thread(msg),
-        }
-    )
+    figures = messages_status(mediation=mediation, recipient=None)
+    return _answer(PICKUP_V1 + "status", msg, {"message_count": figures["message_count"]})
 
 
 # --- Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0 ----------------------------------
@@ -440,29 +407,21 @@ def ping(ctx: ContextV1, msg: V1Message) -> Outcome:
     _connection(ctx)
     if msg.get("response_requested", True) is False:
         return Outcome()
-    return Outcome({"@type": TRUST_PING_V1 + "ping_response", "@id": str(uuid.uuid4()), "~thread": _thread(msg)})
+    return _answer(TRUST_PING_V1 + "ping_response", msg)
 
 
 def query(ctx: ContextV1, msg: V1Message) -> Outcome:
     _connection(ctx)
     pattern = msg.get("query")
     if not isinstance(pattern, str) or not pattern:
-        raise _problem(Code.BAD_BODY, "query must be a string")
-    prefix = pattern[:-1] if pattern.endswith("*") else None
-    protocols = [
-        {"pid": pid, "roles": list(roles)}
-        for pid, roles in SUPPORTED_V1.items()
-        if (pid.startswith(prefix) if prefix is not None else pid == pattern)
-    ]
-    return Outcome(
-        {"@type": DISCOVER_V1 + "disclose", "@id": str(uuid.uuid4()), "protocols": protocols, "~thread": _thread(msg)}
-    )
+        raise Problem(Code.BAD_BODY, "query must be a string")
+    protocols = [{"pid": pid, "roles": list(roles)} for pid, roles in SUPPORTED_V1.items() if matches(pattern, pid)]
+    return _answer(DISCOVER_V1 + "disclose", msg, {"protocols": protocols})
 
 
 def problem_report(ctx: ContextV1, msg: V1Message) -> Outcome:
     description = msg.get("description")
-    code = description.get("code") if isinstance(description, dict) else msg.get("problem-code")
-    ctx.extra["reported"] = code if isinstance(code, str) and len(code) <= 64 and code.isascii() else "-"
+    note_reported(ctx, description.get("code") if isinstance(description, dict) else msg.get("problem-code"))
     return Outcome()
 
 
@@ -479,7 +438,7 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     FORWARD_V1: forward,
     PICKUP_V2 + "status-request": status_request,
     PICKUP_V2 + "delivery-request": delivery_request,
-    PICKUP_V2 + "messages-received": messages_received,
+    PICKUP_V2 + "messages-received": received,
     PICKUP_V2 + "live-delivery-change": live_delivery_change,
     PICKUP_V1 + "batch-pickup": batch_pickup,
     PICKUP_V1 + "status-request": status_request_v1,
@@ -493,5 +452,5 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
 def run(ctx: ContextV1, msg: V1Message) -> Outcome:
     handler = HANDLERS.get(msg.type)
     if handler is None:
-        raise _problem(Code.UNSUPPORTED_TYPE, "message type not supported")
+        raise Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
     return handler(ctx, msg)

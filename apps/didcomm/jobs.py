@@ -7,7 +7,8 @@ from datetime import datetime
 from apps.ops.jobs import Job
 
 from .outbound import outbound_purge_expired
-from .services import messages_purge_expired, seen_messages_prune
+from .queue import messages_purge_expired
+from .replay import seen_messages_prune
 
 
 def _purge(*, now: datetime, dry_run: bool, tenant) -> int:

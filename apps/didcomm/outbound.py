@@ -1,6 +1,6 @@
-"""DIDComm v1 outbound delivery: POST a queued reply or forwarded message to the agent's endpoint.
+"""DIDComm v1 outbound delivery: queue, then POST a reply or forwarded message to the agent's endpoint.
 
-Called by the Celery task `deliver_outbound` (after the row commits) and by the beat job that
+`outbound_create` queues a row and sends its Celery task after commit. Delivery is called by the Celery task `deliver_outbound` (after the row commits) and by the beat job that
 retries due rows. A 2xx removes the row (and, for a forwarded message, the queued message:
 delivered). Anything else keeps it with exponential backoff until it expires (the tenant's TTL).
 Targets that resolve to private, loopback, link-local or other non-global addresses (also inside
@@ -21,19 +21,22 @@ from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 import httpx
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from . import metrics
-from .models import Connection, Outbound, QueuedMessage
+from .models import Connection, DidcommPolicy, Outbound, QueuedMessage
 
 log = logging.getLogger("mediator.didcomm")
 
 MEDIA_TYPE = "application/didcomm-envelope-enc"
 LEASE = timedelta(seconds=60)  # a claimed row is not claimed again before this (a worker died mid-POST)
 DUE_BATCH = 100
+# The Celery task that POSTs an outbound row (apps/didcomm/tasks.py), sent by name.
+OUTBOUND_TASK = "apps.didcomm.tasks.deliver_outbound"
 
 
 class TargetRefused(Exception):
@@ -95,6 +98,30 @@ def check_target(url: str) -> None:
             continue
         if not all(_public(a) for a in (address, *embedded)):
             raise TargetRefused("host resolves to a non-public address")
+
+
+def outbound_create(*, connection: Connection, queued: QueuedMessage | None, body: str, expires_at) -> Outbound:
+    """Queue an outbound POST to a v1 connection's endpoint; its delivery task leaves after commit."""
+    row = Outbound.objects.create(
+        tenant_id=connection.tenant_id, connection=connection, queued=queued, body=body, expires_at=expires_at
+    )
+    outbound_send_on_commit(row.pk)
+    return row
+
+
+def outbound_send_on_commit(row_id: int) -> None:
+    """Send the delivery task of an outbound row once the transaction that made it commits."""
+    transaction.on_commit(
+        lambda: current_app.send_task(OUTBOUND_TASK, args=[row_id], queue=settings.MEDIATOR_DIDCOMM_OUTBOUND_QUEUE)
+    )
+
+
+@transaction.atomic
+def outbound_reply(*, connection: Connection, envelope: dict, policy: DidcommPolicy) -> Outbound:
+    """Queue a packed reply for POSTing to the connection's endpoint (the agent asked no return route)."""
+    expires = timezone.now() + timedelta(hours=policy.message_ttl_hours)
+    body = json.dumps(envelope, separators=(",", ":"))
+    return outbound_create(connection=connection, queued=None, body=body, expires_at=expires)
 
 
 def _backoff(attempts: int) -> int:

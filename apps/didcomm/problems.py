@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .protocols import PROBLEM_REPORT
+from .protocols import PROBLEM_REPORT, Code
 
 
 class Problem(Exception):
@@ -22,6 +22,24 @@ class Problem(Exception):
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.
         self.message: Any = None
         self.ctx: Any = None
+
+
+def unavailable() -> Problem:
+    """The answer while the database is unreachable, or to a defect of ours (never a 500)."""
+    return Problem(Code.UNAVAILABLE, "mediator unavailable", 503)
+
+
+def refusal(tenant: Any, enabled: bool = True, *, active: bool | None = None) -> Problem | None:
+    """Why a request to `tenant` (None: no tenant serves the host) is refused, or None when DIDComm
+    is served there: no mediator (404), suspended (503; `active`, else the tenant's own state),
+    DIDComm off (404, `enabled` False). A socket gets the same report, then closes with 4000 + the status."""
+    if tenant is None:
+        return Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
+    if not (tenant.is_active if active is None else active):
+        return Problem(Code.UNAVAILABLE, "mediator suspended", 503)
+    if not enabled:
+        return Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
+    return None
 
 
 def problem_message(

@@ -14,8 +14,9 @@ from django.db.models.functions import Coalesce
 from apps.messaging.selectors import live_presence, presence_rows
 from apps.wire.display import utc_iso
 
+from .identity import identities_accepting
+from .invitation import invitation_for
 from .models import PRESENCE_PREFIX, Connection, Mediation, Outbound, QueuedMessage, RecipientKey
-from .services import identities_accepting, invitation_for
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -85,16 +86,15 @@ DELIVERY_FAILING = Q(last_delivery_error_at__isnull=False) & (
 )
 
 
-def connections_with_delivery(qs: QuerySet[Connection]) -> QuerySet[WithAnnotations[Connection, DeliveryCounts]]:
+def _count_of(qs: QuerySet, outer: str):
+    """An annotation: how many rows of `qs` have `outer` = the annotated row's pk (0 when none)."""
+    counted = qs.filter(**{outer: OuterRef("pk")}).order_by().values(outer).annotate(n=Count("id")).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def connections_with_delivery(qs: QuerySet[Connection]) -> QuerySet[Connection]:
     """`qs` with `n_waiting`: the connection's outbound messages waiting to be POSTed (retrying)."""
-    waiting = (
-        Outbound.objects.filter(connection=OuterRef("pk"))
-        .order_by()
-        .values("connection")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    return qs.annotate(n_waiting=Coalesce(Subquery(waiting, output_field=IntegerField()), Value(0)))
+    return qs.annotate(n_waiting=_count_of(Outbound.objects.all(), "connection"))
 
 
 def delivery_summary(*, tenant) -> dict:
@@ -156,14 +156,7 @@ def queued_by_tenant(*, tenant_ids: list[int]) -> dict[int, int]:
 
 def queued_annotation():
     """A Tenant-queryset annotation: the tenant's queued DIDComm messages (0 when none)."""
-    queued = (
-        QueuedMessage.objects.filter(mediation__tenant=OuterRef("pk"))
-        .order_by()
-        .values("mediation__tenant")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    return Coalesce(Subquery(queued, output_field=IntegerField()), Value(0))
+    return _count_of(QueuedMessage.objects.all(), "mediation__tenant")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def deliver_outbound(outbound_id: int) -> str:
     """DIDComm v1: POST one queued reply or forwarded message to its agent; re-queue itself on failure."""
     attempt = outbound_deliver(outbound_id=outbound_id)
     if attempt.retry_in is not None:
-        # The retry goes to the outbound queue, as the first attempt did (services.outbound_create).
+        # The retry goes to the outbound queue, as the first attempt did (outbound.outbound_create).
         deliver_outbound.apply_async(
             args=[outbound_id], countdown=attempt.retry_in, queue=settings.MEDIATOR_DIDCOMM_OUTBOUND_QUEUE
         )

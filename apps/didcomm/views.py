@@ -18,20 +18,19 @@ from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 from apps.tenants.middleware import TenantRequest
 
-from . import dispatch_v1
+from . import dispatch
 from .dispatch import Reply
+from .invitation import invitation_for, invitation_v1_for
+from .policy import policy_for
 from .problems import problem_message
 from .protocols import Code
-from .services import invitation_for, policy_for
-from .services_v1 import invitation_v1_for
 
 
 def _response(reply: Reply) -> HttpResponse:
-    response = HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
+    status, headers, body = _reply_triple(reply)
+    response = HttpResponse(body, status=status, headers=dict(headers))
     if not reply.content_type:
         del response["Content-Type"]
-    if reply.retry_after is not None:
-        response["Retry-After"] = str(reply.retry_after)
     return response
 
 
@@ -52,22 +51,18 @@ def endpoint(request: TenantRequest) -> HttpResponse:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):
         return _problem(Code.TOO_BIG, "message too large", 413)
-    # Two front doors to one mediator: an RFC 0019 envelope goes the v1 way, anything else v2.
-    content_type = request.META.get("CONTENT_TYPE")
-    handler, envelope = dispatch_v1.route(raw, content_type)
-    reply = handler(
+    reply = dispatch.handle(
         raw,
         tenant=request.tenant,
         transport="http",
         remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
-        content_type=content_type,
-        envelope=envelope,
+        content_type=request.META.get("CONTENT_TYPE"),
     )
     return _response(reply)
 
 
 def _reply_triple(reply: Reply) -> tuple[int, list[tuple[str, str]], bytes]:
-    """What `_response(reply)` sends: (status, headers without Content-Length, body)."""
+    """What a reply sends: (status, headers without Content-Length, body); the WSGI entry's answer."""
     headers = [("Content-Type", reply.content_type)] if reply.content_type else []
     if reply.retry_after is not None:
         headers.append(("Retry-After", str(reply.retry_after)))
@@ -90,15 +85,8 @@ def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[
     objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
     if raw is None:
         return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    content_type = environ.get("CONTENT_TYPE")
-    handler, envelope = dispatch_v1.route(raw, content_type)
-    reply = handler(
-        raw,
-        tenant=tenant,
-        transport="http",
-        remote_addr=client,
-        content_type=content_type,
-        envelope=envelope,
+    reply = dispatch.handle(
+        raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE")
     )
     return _reply_triple(reply)
 

@@ -1,39 +1,19 @@
-"""Tenant lookups. `tenant_for_host` runs on every request, so it keeps a small per-process cache.
-
-Cache: host → (Tenant, expiry). Entries live MEDIATOR_TENANT_CACHE_SECONDS (default 5, 0 = off).
-Any Tenant/TenantDomain save or delete in this process clears it (signals in apps.py); another
-process sees the change within the TTL. Race accepted: a request that started before a save may
-still be served from the entry it already read.
+"""Tenant lookups. `tenant_for_host` runs on every request, so it keeps host → Tenant in a
+per-process cache (apps/tenants/cache.py), cleared by any Tenant/TenantDomain save or delete (apps.py).
+Race accepted: a request that started before a save may still be served from the entry it already read.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-
 from django.conf import settings
-from django.db import transaction
 from django.db.models.base import ModelState
 
+from .cache import TenantCache
 from .models import Tenant, TenantDomain
 
-_cache: dict[str, tuple[Tenant | None, float]] = {}
-_cache_lock = threading.Lock()
-_MAX_ENTRIES = 1024  # unknown hosts are cached too; cap what a Host-header scan can grow
-
-
-def _clear() -> None:
-    with _cache_lock:
-        _cache.clear()
-
-
-def tenant_cache_clear(**_kwargs) -> None:
-    """Forget every cached host now and again after commit (Tenant/TenantDomain save and delete signals).
-
-    The second clear drops an entry another request may have cached from the pre-commit state.
-    """
-    _clear()
-    transaction.on_commit(_clear)
+# Unknown hosts are cached too: the cap bounds what a Host-header scan can grow.
+HOSTS: TenantCache[Tenant | None] = TenantCache("tenant-cache", max_entries=1024)
+tenant_cache_clear = HOSTS.clear
 
 
 def _clone(tenant: Tenant | None) -> Tenant | None:
@@ -70,19 +50,7 @@ def _resolve(host: str) -> Tenant | None:
 def tenant_for_host(host: str) -> Tenant | None:
     """The tenant serving `host` (its domain or an alias, exact host[:port]), else the default tenant, else None."""
     host = host.lower()
-    ttl = settings.MEDIATOR_TENANT_CACHE_SECONDS
-    if ttl <= 0:
-        return _resolve(host)
-    now = time.monotonic()
-    hit = _cache.get(host)
-    if hit is not None and hit[1] > now:
-        return _clone(hit[0])
-    tenant = _resolve(host)
-    with _cache_lock:
-        if len(_cache) >= _MAX_ENTRIES:
-            _cache.clear()
-        _cache[host] = (tenant, now + ttl)
-    return _clone(tenant)
+    return _clone(HOSTS.load(host, lambda: _resolve(host))[0])
 
 
 def tenant_by_did(did: str) -> Tenant | None:

@@ -22,9 +22,10 @@ from django.test import Client
 
 from apps.didcomm.core import jwe
 from apps.didcomm.core.resolver import key_agreement_key
+from apps.didcomm.identity import service_uris
+from apps.didcomm.invitation import invitation_for
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
-from apps.didcomm.services import invitation_for, service_uris
 from apps.tenants.services import tenant_create
 from tests.interop.didcomm_node import Party
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.didcomm.services import invitation_for
+from apps.didcomm.invitation import invitation_for
 from tests.interop import identus
 
 

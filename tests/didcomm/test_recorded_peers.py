@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from apps.didcomm.core.keys import X25519, PrivateKey
+from apps.didcomm.identity import identity_current
 from apps.didcomm.models import Connection, Mediation, MediatorIdentity, Outbound, QueuedMessage, RecipientKey
-from apps.didcomm.services import identity_current
 from apps.tenants.services import tenant_create
 
 from .recorded import mediator_key, open_recorded

@@ -19,8 +19,9 @@ from django.test import Client
 from apps.didcomm.core import jwe
 from apps.didcomm.core.did_peer import mediator_peer_did
 from apps.didcomm.core.resolver import key_agreement_key
+from apps.didcomm.identity import service_uris
+from apps.didcomm.invitation import invitation_for
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
-from apps.didcomm.services import invitation_for, service_uris
 from apps.tenants.services import tenant_create
 from tests.interop.didcomm_node import Party
 

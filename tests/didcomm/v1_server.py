@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from apps.didcomm.services import identity_current
+from apps.didcomm.identity import identity_current
 from apps.tenants.services import tenant_create
 from tests.interop.wiretap import WireTap
 from tests.support.servers import free_port, start_celery_worker, start_daphne

@@ -16,8 +16,9 @@ from django.utils import timezone
 from rest_framework.permissions import IsAdminUser
 from rest_framework.test import APIClient
 
+from apps.didcomm.identity import identity_current
 from apps.didcomm.models import DidcommPolicy, MediatorIdentity
-from apps.didcomm.services import identity_current, policy_for
+from apps.didcomm.policy import policy_for
 from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import METHOD_VERBS, OperatorPermissions
 from apps.tenants.services import Actor, api_token_issue, audit_record, tenant_suspend

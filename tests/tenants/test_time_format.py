@@ -87,8 +87,8 @@ def _times(value):
 
 @pytest.mark.django_db
 def test_every_moment_the_api_gives_is_iso_utc_to_the_second(api, tenant_a, actor):
+    from apps.didcomm.identity import identity_current, identity_rotate
     from apps.didcomm.models import Mediation
-    from apps.didcomm.services import identity_current, identity_rotate
 
     identity_current(tenant=tenant_a)
     identity_rotate(tenant=tenant_a, actor=actor)  # a previous identity, with its grace period

@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 
 from apps.didcomm.core.agent import Agent, routed_did
+from apps.didcomm.identity import identity_current
 from apps.didcomm.models import Mediation, QueuedMessage, RecipientKey, presence_key
 from apps.didcomm.recipients import did_hash
-from apps.didcomm.services import identity_current
 from apps.messaging.models import PendingEvent
 from apps.messaging.presence import socket_entered
 from apps.tenants.services import tenant_create

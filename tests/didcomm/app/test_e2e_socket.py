@@ -170,7 +170,7 @@ def test_the_socket_answers_bad_frames_with_problem_reports_and_stays_open(deplo
     ],
 )
 def test_a_refused_upgrade_gets_a_problem_report_then_its_close_code(deploy, case, code, close):
-    from apps.didcomm.services import policy_update
+    from apps.didcomm.policy import policy_update
     from apps.tenants.services import Actor, tenant_suspend
 
     host = deploy.host

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from apps.didcomm import metrics
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
+from apps.didcomm.identity import identity_rotate
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
-from apps.didcomm.services import identity_rotate, policy_for
+from apps.didcomm.policy import policy_for
 from apps.ops import ratelimit
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor

@@ -21,7 +21,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.didcomm import services, storage
+from apps.didcomm import mediation, queue, storage
+from apps.didcomm.identity import identity_current
 from apps.didcomm.models import (
     Connection,
     DidcommPolicy,
@@ -32,6 +33,7 @@ from apps.didcomm.models import (
     RecipientKey,
     presence_key,
 )
+from apps.didcomm.policy import policy_for
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
 from apps.messaging.models import PendingQueueDepth
@@ -134,7 +136,7 @@ def test_the_forward_finds_only_a_granted_recipient_of_the_tenant(tenant_a, tena
 
 
 def _v1_connection(tenant, endpoint: str) -> Connection:
-    identity = services.identity_current(tenant=tenant)
+    identity = identity_current(tenant=tenant)
     return Connection.objects.create(
         tenant=tenant, identity=identity, their_did="did:example:agent", their_verkey="verkey", endpoint=endpoint,
         thread_id="t", protocol="didexchange/1.1", state=Connection.State.COMPLETED,
@@ -243,8 +245,8 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(tenant_a, ten
     )
     assert _counted() == _real() == {a.pk: 5, b.pk: 2, c.pk: 1}
     # messages-received: two of a's (and one id that is not ours); then all of b's: b's row goes
-    assert services.messages_received(mediation=a.mediation, ids=[*_message_ids(a, 2), "nope"]) == 2
-    assert services.messages_received(mediation=b.mediation, ids=_message_ids(b, 2)) == 2
+    assert queue.messages_received(mediation=a.mediation, ids=[*_message_ids(a, 2), "nope"]) == 2
+    assert queue.messages_received(mediation=b.mediation, ids=_message_ids(b, 2)) == 2
     assert _counted() == _real() == {a.pk: 3, c.pk: 1}
     # TTL purge across recipients and tenants
     expired = [
@@ -252,13 +254,13 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(tenant_a, ten
         QueuedMessage.objects.get(recipient=c).pk,
     ]
     QueuedMessage.objects.filter(pk__in=expired).update(expires_at=now - timedelta(seconds=1))
-    assert services.messages_purge_expired(tenant=None, now=timezone.now(), dry_run=False) == 2
+    assert queue.messages_purge_expired(tenant=None, now=timezone.now(), dry_run=False) == 2
     assert _counted() == _real() == {a.pk: 2}
     # a forward after the purge counts from there; c's row comes back
     assert storage.forward(_request(tenant_b.pk, cap=5)).outcome == "stored"
     assert _counted() == _real() == {a.pk: 2, c.pk: 1}
     # revoke: the recipient and its queue go, and the counter row with them
-    services.mediation_revoke(mediation=a.mediation, actor=Actor(None, "test"))
+    mediation.mediation_revoke(mediation=a.mediation, actor=Actor(None, "test"))
     assert _counted() == _real() == {c.pk: 1}
     # cascade: the recipient's deletion (the collector deletes its messages), then the tenant's
     _preload(b, 3)
@@ -304,7 +306,7 @@ def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(
         try:
             while not stop.is_set():
                 # the oldest messages, the ones the next eviction takes too
-                services.messages_received(mediation=rk.mediation, ids=_message_ids(rk, 2))
+                queue.messages_received(mediation=rk.mediation, ids=_message_ids(rk, 2))
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
         finally:
@@ -401,10 +403,10 @@ def _client_live(tenant, client="did:example:client") -> None:
 def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
     _client_live(tenant_a)
-    policy = services.policy_for(tenant=tenant_a)
+    policy = policy_for(tenant=tenant_a)
     small = {"json": {"protected": "x" * 100}}
     with django_capture_on_commit_callbacks(execute=True):
-        stored = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=small)
+        stored = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=small)
     text = QueuedMessage.objects.get(message_id=stored.message_id).data
     assert text == json.dumps(small, separators=(",", ":"))
     assert pushes == [
@@ -412,20 +414,20 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_
             "tenant_id": tenant_a.pk,
             "did": "did:example:client",
             "message": {
-                "type": services.WAKE,
+                "type": queue.WAKE,
                 "ids": [stored.message_id],
                 "items": [{"id": stored.message_id, "data": text}],
             },
         }
     ]
     pushes.clear()
-    exact = {"base64": "A" * (services.WAKE_ITEMS_MAX - len('{"base64":""}'))}
-    big = {"base64": "A" * (services.WAKE_ITEMS_MAX - len('{"base64":""}') + 1)}
+    exact = {"base64": "A" * (queue.WAKE_ITEMS_MAX - len('{"base64":""}'))}
+    big = {"base64": "A" * (queue.WAKE_ITEMS_MAX - len('{"base64":""}') + 1)}
     with django_capture_on_commit_callbacks(execute=True):
-        at_limit = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=exact)
-        over = services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=big)
+        at_limit = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=exact)
+        over = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=big)
     assert [p["message"].get("items", [{}])[0].get("id") for p in pushes] == [at_limit.message_id, None]
-    assert pushes[1]["message"] == {"type": services.WAKE, "ids": [over.message_id]}
+    assert pushes[1]["message"] == {"type": queue.WAKE, "ids": [over.message_id]}
 
 
 @pytest.mark.django_db
@@ -435,15 +437,15 @@ def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
     _grant(tenant_a)
     _client_live(tenant_a)
     DidcommPolicy.objects.filter(tenant=tenant_a).delete()
-    policy = services.policy_for(tenant=tenant_a)
+    policy = policy_for(tenant=tenant_a)
     policy.queue_cap, policy.overflow = 1, DidcommPolicy.Overflow.REJECT
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        assert services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
         assert pushes == []
-        with pytest.raises(services.QueueFull):
-            services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
-        assert services.forward_store(tenant=tenant_a, policy=policy, next_did="did:example:nobody", data={}) is None
-        assert services.forward_store(tenant=tenant_a, policy=policy, next_did="not a did", data={}) is None
+        with pytest.raises(queue.QueueFull):
+            queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did="did:example:nobody", data={}) is None
+        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did="not a did", data={}) is None
     assert len(callbacks) == 1 and pushes == []
 
 
@@ -457,12 +459,12 @@ def _now_s() -> int:
 @pytest.mark.django_db
 def test_the_wake_leaves_only_for_a_client_that_may_be_live(tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
-    policy = services.policy_for(tenant=tenant_a)
+    policy = policy_for(tenant=tenant_a)
 
     def forward() -> list[str]:
         pushes.clear()
         with django_capture_on_commit_callbacks(execute=True):
-            services.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+            queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
         return [p["did"] for p in pushes]
 
     client = "did:example:client"

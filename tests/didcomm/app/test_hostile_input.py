@@ -21,9 +21,9 @@ from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
 from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
+from apps.didcomm.identity import verkey_of
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
-from apps.didcomm.services_v1 import verkey_of
 from apps.didcomm.views import wsgi_reply, wsgi_unavailable
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
 from tests.conftest import HOST_A, wsgi_call

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
-from apps.didcomm import services
+from apps.didcomm import identity
 from apps.didcomm.core import jwe
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import key_agreement_key, resolve_did
@@ -101,7 +101,7 @@ def test_a_forward_to_the_legacy_did_is_picked_up_by_a_client_of_the_published_o
 
 def test_a_retired_identitys_legacy_did_keeps_working_in_the_grace_period(didcomm_a, tenant_a, wallet):
     old_legacy = legacy_invitation(didcomm_a)["from"]
-    new = services.identity_rotate(tenant=tenant_a, actor=Actor(None, "cli"))
+    new = identity.identity_rotate(tenant=tenant_a, actor=Actor(None, "cli"))
     summary = identity_summary(tenant=tenant_a)  # what the operator API answers
     assert (summary["legacy_did"], summary["did"]) == (new.legacy_did, new.did) and new.legacy_did != old_legacy
     assert (

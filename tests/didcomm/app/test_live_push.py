@@ -12,8 +12,9 @@ import uuid
 import pytest
 from websockets.asyncio.client import connect
 
-from apps.didcomm import services
+from apps.didcomm import identity, policy, queue, recipients
 from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.didcomm.mediation import mediation_revoke
 from apps.didcomm.models import presence_key
 from apps.didcomm.recipients import did_hash
 from apps.messaging.models import PendingQueueDepth
@@ -115,12 +116,12 @@ def test_a_push_is_packed_from_the_wake_without_reading_the_queue(deploy):
             [real] = delivery["attachments"]
             # A wake for a message the queue does not hold is pushed as it is: the socket never read the queue.
             ghost = {"id": str(uuid.uuid4()), "data": {"json": {"protected": "x", "ciphertext": "y"}}}
-            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [ghost["id"]],
+            await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [ghost["id"]],
                         "items": [{"id": ghost["id"], "data": json.dumps(ghost["data"])}]})  # fmt: skip
             delivery, kid = await _pushed(ws, wallet)
             assert (delivery["attachments"], kid) == ([ghost], deploy.mediator_did + "#key-2")
             # An event that does not name its group (an older sender) reads the queue: the ghost is not there.
-            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [ghost["id"]],
+            await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [ghost["id"]],
                         "items": [{"id": ghost["id"], "data": json.dumps(ghost["data"])}]}, with_group=False)  # fmt: skip
             await _nothing(ws)
             return real
@@ -148,7 +149,7 @@ def test_over_64_kib_the_socket_reads_the_pushed_message_from_the_queue(deploy):
             delivery, kid = await _pushed(ws, wallet)
             assert kid == deploy.mediator_did + "#key-2"
             # A wake without items for a message that is not queued pushes nothing.
-            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [str(uuid.uuid4())]})
+            await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [str(uuid.uuid4())]})
             await _nothing(ws)
             return delivery["attachments"]
         finally:
@@ -170,11 +171,11 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
     async def body():
         ws, ws_other = await _live(deploy, wallet), await _live(deploy, other)
         try:
-            mediation = await asyncio.to_thread(Mediation.objects.get, client_hash=services.did_hash(wallet.did))
-            await asyncio.to_thread(services.mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
+            mediation = await asyncio.to_thread(Mediation.objects.get, client_hash=recipients.did_hash(wallet.did))
+            await asyncio.to_thread(mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
             # A wake that was already on its way when the grant went (the socket kept the grant in memory).
             mid = str(uuid.uuid4())
-            wake = {"type": services.WAKE, "ids": [mid], "items": [{"id": mid, "data": '{"json":{"a":1}}'}]}
+            wake = {"type": queue.WAKE, "ids": [mid], "items": [{"id": mid, "data": '{"json":{"a":1}}'}]}
             await _wake(deploy, wallet.did, wake)
             await _nothing(ws)
             # The other client's socket is not affected.
@@ -188,7 +189,7 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
             await ws_other.close()
 
     asyncio.run(body())
-    assert "revoked" == Mediation.objects.get(client_hash=services.did_hash(wallet.did)).state
+    assert "revoked" == Mediation.objects.get(client_hash=recipients.did_hash(wallet.did)).state
 
 
 def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
@@ -201,7 +202,7 @@ def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
         ws = await _live(deploy, wallet)
         try:
             new = (
-                await asyncio.to_thread(services.identity_rotate, tenant=deploy.tenant, actor=Actor(None, "cli"))
+                await asyncio.to_thread(identity.identity_rotate, tenant=deploy.tenant, actor=Actor(None, "cli"))
             ).did
             assert new != old
             # The announcement (queued for the client) is pushed, authcrypt from the new DID.
@@ -235,7 +236,7 @@ def test_a_message_in_the_backlog_and_in_a_wake_is_pushed_once(deploy):
             backlog, _ = await _pushed(ws, wallet)
             [first] = backlog["attachments"]
             item = {"id": first["id"], "data": json.dumps(first["data"])}
-            await _wake(deploy, wallet.did, {"type": services.WAKE, "ids": [first["id"]], "items": [item]})
+            await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [first["id"]], "items": [item]})
             await _nothing(ws)
             assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
             delivery, _ = await _pushed(ws, wallet)
@@ -263,7 +264,7 @@ def test_a_tenant_that_stops_serving_didcomm_closes_its_live_sockets_at_once(dep
         if change == "suspend":
             tenant_suspend(tenant=deploy.tenant, actor=Actor(None, "cli"))
         else:
-            services.policy_update(tenant=deploy.tenant, actor=Actor(None, "cli"), enabled=False)
+            policy.policy_update(tenant=deploy.tenant, actor=Actor(None, "cli"), enabled=False)
 
     async def body():
         ws = await _live(deploy, wallet)

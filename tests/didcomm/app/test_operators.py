@@ -235,7 +235,7 @@ def test_the_api_edits_the_policy_audited_and_the_mediator_follows_it(api, didco
 
 def test_the_tenant_form_edits_the_didcomm_policy_with_the_same_bounds_and_audits(admin_client, tenant_a):
     from apps.didcomm.models import DidcommPolicy
-    from apps.didcomm.services import policy_for
+    from apps.didcomm.policy import policy_for
     from apps.tenants.models import AuditEntry
     from tests.tenants.test_admin import _add_form, didcomm_form
 
@@ -290,7 +290,7 @@ def test_a_user_who_may_only_view_the_didcomm_policy_sees_it_read_only_on_the_te
     client, django_user_model, tenant_a
 ):
     from apps.didcomm.models import DidcommPolicy
-    from apps.didcomm.services import policy_update
+    from apps.didcomm.policy import policy_update
 
     policy_update(tenant=tenant_a, actor=Actor(None, "cli"), queue_cap=42)
     user = django_user_model.objects.create_user("vera", password="pw", is_staff=True)
@@ -348,8 +348,8 @@ def test_the_api_rotates_the_didcomm_identity_and_the_old_did_keeps_working(api,
 def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after_confirmation(
     admin_client, didcomm_a, tenant_a
 ):
-    from apps.didcomm.services import invitation_for, invitation_qr_svg, policy_update
-    from apps.didcomm.services_v1 import invitation_v1_for
+    from apps.didcomm.invitation import invitation_for, invitation_qr_svg, invitation_v1_for
+    from apps.didcomm.policy import policy_update
     from apps.tenants.models import AuditEntry
 
     _, url = invitation_for(tenant=tenant_a)
@@ -400,8 +400,8 @@ def test_the_tenant_page_shows_the_invitation_with_copy_and_qr_and_rotates_after
 
 
 def test_the_identity_and_connection_pages_show_dids_shortened(admin_client, tenant_a):
+    from apps.didcomm.identity import identity_current
     from apps.didcomm.models import Connection
-    from apps.didcomm.services import identity_current
 
     identity = identity_current(tenant=tenant_a)
     page = admin_client.get(f"/admin/didcomm/mediatoridentity/{identity.pk}/change/").content.decode()

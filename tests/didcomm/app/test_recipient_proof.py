@@ -15,7 +15,7 @@ from apps.didcomm.core.agent import Agent, forward_for, routed_did
 from apps.didcomm.core.did_key import did_key_from_key
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import DidcommPolicy, QueuedMessage, RecipientKey
-from apps.didcomm.services import policy_for
+from apps.didcomm.policy import policy_for
 
 from .agent_v1 import CM1, AgentV1
 from .test_v1 import V1Door, _problem

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.didcomm import services
+from apps.didcomm import recipients, replay
 from apps.didcomm.core.agent import CM2, CM3, PICKUP, Agent, forward_for
 from apps.didcomm.models import Mediation, QueuedMessage, RecipientKey, SeenMessage
 from apps.ops.jobs import run_job
@@ -36,7 +36,7 @@ def _problem(agent, resp) -> tuple[int, str, str | None]:
 def _grant(didcomm_a, wallet: Agent) -> Mediation:
     status, answer, _ = didcomm_a.send(wallet, wallet.message(CM2 + "mediate-request"))
     assert (status, answer["type"]) == (200, CM2 + "mediate-grant")
-    return Mediation.objects.get(client_hash=services.did_hash(wallet.did))
+    return Mediation.objects.get(client_hash=recipients.did_hash(wallet.did))
 
 
 @pytest.mark.parametrize("protocol", [CM2, CM3])
@@ -134,9 +134,9 @@ def test_a_record_lives_as_long_as_the_message_could_be_accepted_and_is_pruned_a
 
 def test_an_expired_record_not_pruned_yet_is_taken_over(tenant_a):
     kw = {"tenant": tenant_a, "sender_did": "did:example:alice", "message_id": "m-1"}
-    assert services.message_id_claim(**kw, keep_until=100, now=50) is True
-    assert services.message_id_claim(**kw, keep_until=200, now=99) is False
-    assert services.message_id_claim(**kw, keep_until=300, now=100) is True
+    assert replay.message_id_claim(**kw, keep_until=100, now=50) is True
+    assert replay.message_id_claim(**kw, keep_until=200, now=99) is False
+    assert replay.message_id_claim(**kw, keep_until=300, now=100) is True
     assert SeenMessage.objects.get().expires_at == 300
 
 

@@ -13,7 +13,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from apps.didcomm import services
+from apps.didcomm import identity, models, policy
 from apps.didcomm.core.agent import CM2, PICKUP, Agent
 from apps.didcomm.models import Mediation
 from apps.didcomm.routing import websocket_urlpatterns
@@ -80,7 +80,7 @@ def test_it_closes_the_sockets_of_a_tenant_that_stops_serving_didcomm(
         if change == "suspend":
             tenant_suspend(tenant=tenant_a, actor=CLI)
         elif change == "didcomm off":
-            services.policy_update(tenant=tenant_a, actor=CLI, enabled=False)
+            policy.policy_update(tenant=tenant_a, actor=CLI, enabled=False)
         else:
             Tenant.objects.filter(pk=tenant_a.pk).delete()
 
@@ -108,7 +108,7 @@ def test_a_save_that_keeps_didcomm_on_leaves_the_sockets_open(tenant_a, didcomm_
     async def body():
         live = await _live(mediator, granted)
         await committed(lambda: tenant_update(tenant=tenant_a, actor=CLI, name="Renamed"))
-        await committed(lambda: services.policy_update(tenant=tenant_a, actor=CLI, queue_cap=10))
+        await committed(lambda: policy.policy_update(tenant=tenant_a, actor=CLI, queue_cap=10))
         assert await live.receive_nothing(timeout=0.2)
         await live.disconnect()
 
@@ -134,8 +134,8 @@ def test_a_socket_that_missed_the_change_refuses_its_next_frame_and_closes(
             if change == "suspend":
                 Tenant.objects.filter(pk=tenant_a.pk).update(status=Tenant.Status.SUSPENDED)
             else:
-                services.DidcommPolicy.objects.filter(tenant=tenant_a).update(enabled=False)
-            services.accepting_cache_clear()
+                models.DidcommPolicy.objects.filter(tenant=tenant_a).update(enabled=False)
+            identity.ACCEPTING.clear()
 
         await sync_to_async(change_without_signals)()
         await comm.send_to(bytes_data=granted.pack(update, mediator))
@@ -143,7 +143,7 @@ def test_a_socket_that_missed_the_change_refuses_its_next_frame_and_closes(
 
     async_to_sync(body)()
     # Nothing was executed: the recipient was not added.
-    assert not services.RecipientKey.objects.filter(mediation=Mediation.objects.get(tenant=tenant_a)).exists()
+    assert not models.RecipientKey.objects.filter(mediation=Mediation.objects.get(tenant=tenant_a)).exists()
 
 
 @pytest.mark.parametrize("announced", [True, False])

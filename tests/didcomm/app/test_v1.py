@@ -365,20 +365,20 @@ def _queued_with_outbound(door, inbox) -> QueuedMessage:
 
 
 def test_messages_received_counts_the_messages_not_their_outbound_rows(door, inbox):
-    from apps.didcomm import services
+    from apps.didcomm import queue
 
     queued = _queued_with_outbound(door, inbox)
-    assert services.messages_received(mediation=queued.mediation, ids=[str(queued.message_id)]) == 1
+    assert queue.messages_received(mediation=queued.mediation, ids=[str(queued.message_id)]) == 1
     assert (QueuedMessage.objects.count(), Outbound.objects.count()) == (0, 0)
 
 
 def test_the_ttl_purge_counts_the_messages_not_their_outbound_rows(door, inbox):
-    from apps.didcomm import services
+    from apps.didcomm import queue
 
     _queued_with_outbound(door, inbox)
     later = timezone.now() + timedelta(days=30)
-    assert services.messages_purge_expired(tenant=None, now=later, dry_run=True) == 1
-    assert services.messages_purge_expired(tenant=None, now=later, dry_run=False) == 1
+    assert queue.messages_purge_expired(tenant=None, now=later, dry_run=True) == 1
+    assert queue.messages_purge_expired(tenant=None, now=later, dry_run=False) == 1
     assert (QueuedMessage.objects.count(), Outbound.objects.count()) == (0, 0)
 
 
@@ -665,8 +665,8 @@ def test_cross_tenant_a_key_registered_on_tenant_a_is_unknown_on_tenant_b(door, 
 
 
 def test_policy_closed_denies_and_removing_a_connection_removes_its_mediation(door, tenant_a):
+    from apps.didcomm.mediation import connection_remove
     from apps.didcomm.models import DidcommPolicy
-    from apps.didcomm.services_v1 import connection_remove
     from apps.tenants.services import Actor
 
     DidcommPolicy.objects.update_or_create(tenant=tenant_a, defaults={"mediation": "closed"})

@@ -127,7 +127,7 @@ def test_an_unexpected_error_in_the_entry_is_a_503_problem_report_never_a_500(ha
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("apps.didcomm.dispatch_v1.route", broken)
+    monkeypatch.setattr("apps.didcomm.dispatch.handle", broken)
     status, headers, report = _without_id(call(entry, b"{}"))
     assert status == "503 Service Unavailable" and ("Content-Type", "application/json") in headers
     assert report == {

@@ -1,0 +1,111 @@
+"""Live delivery, v1 and v2: what a socket keeps per live client to push a Pickup `delivery`
+without the database (the grant, the mediator identity with its key unsealed, the client's key),
+loaded when live mode starts and again on queue.LIVE_REFRESH (revocation, rotation).
+
+The versions differ only in the frame: a v2 client gets a Pickup 3.0 `delivery` authcrypt (JWE)
+from the tenant's current identity to its `skid`, as text; a v1 agent a Pickup 2.0 `delivery`
+(empty `~thread`, as a Credo mediator pushes) authcrypt from its connection's identity to its
+verkey, as bytes. Messages stay queued until messages-received.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from apps.didcomm.core.keys import PublicKey
+from apps.tenants.models import Tenant
+
+from . import protocols
+from .handlers import MAX_DELIVERY_LIMIT
+from .handlers_v1 import RETURN_ROUTE, attachments_v1
+from .identity import accepting_for, identity_current
+from .mediation import connection_for_key, mediation_for, mediation_of
+from .models import Mediation, MediatorIdentity
+from .packing import agreement_key_for, pack_reply, pack_to, stamp
+from .queue import Row, messages_rows
+
+
+@dataclass(slots=True)
+class LiveTarget:
+    """A live client's push state: its grant (an id, not the row: kept per socket), the identity
+    pushes come from (one instance per identity and process) and how a frame is made."""
+
+    mediation_id: int
+    identity: MediatorIdentity
+    pack: Callable[[list[Row]], str | bytes]
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def backlog(self, ids: list[str] | None) -> list[Row]:
+        """The listed messages still queued, or the oldest ones (ids None); database."""
+        return messages_rows(
+            mediation=Mediation(pk=self.mediation_id), recipient=None, limit=MAX_DELIVERY_LIMIT, ids=ids
+        )
+
+    def frame(self, rows: list[Row]) -> str | bytes:
+        """The packed `delivery` of `rows` (they stay queued until messages-received); no database."""
+        return self.pack(rows)
+
+
+def _frame_v2(identity: MediatorIdentity, client_did: str, recipient: tuple[str, PublicKey], rows: list[Row]) -> str:
+    delivery = {
+        "type": protocols.PICKUP + "delivery",
+        "body": {},
+        "attachments": [{"id": m, "data": d} for m, d, _ in rows],
+    }
+    message = stamp(delivery, from_did=identity.did, to_did=client_did)
+    return json.dumps(pack_to(message, identity=identity, recipient=recipient), separators=(",", ":"))
+
+
+def _frame_v1(identity: MediatorIdentity, their_verkey: str, rows: list[Row]) -> bytes:
+    delivery = {
+        "@type": protocols.PICKUP_V2 + "delivery",
+        "@id": str(uuid.uuid4()),
+        "~attach": attachments_v1(rows),
+        "~thread": {},
+        "~transport": dict(RETURN_ROUTE),
+    }
+    envelope = pack_reply(delivery, identity=identity, their_verkey=their_verkey, routing_keys=[])
+    return json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+
+
+def shared_identity(*, tenant: Tenant, identity: MediatorIdentity) -> MediatorIdentity:
+    """This process's instance of `identity` for live sockets: the one of the tenant's accepting
+    identities (identity.accepting_for, keys unsealed once per process), or `identity` itself
+    when it no longer accepts (a v1 connection made with an identity retired past its grace)."""
+    for cached in accepting_for(tenant=tenant).identities:
+        if cached.pk == identity.pk:
+            return cached
+    return identity
+
+
+def live_start(
+    *, tenant: Tenant, protocol: str, client_did: str, client_kid: str, backlog: bool
+) -> tuple[LiveTarget | None, list[Row]]:
+    """(the push state of a live socket's client, what is queued when `backlog`, oldest first);
+    (None, []) when its grant (v1: its connection or grant) is gone. `client_kid`: the v2 client's
+    `skid`, the v1 agent's verkey."""
+    connection = connection_for_key(tenant=tenant, verkey=client_kid) if protocol == "v1" else None
+    if protocol == "v1":
+        mediation = mediation_of(connection=connection) if connection is not None else None
+    else:
+        mediation = mediation_for(tenant=tenant, client_did=client_did)
+    if mediation is None:
+        return None, []
+    # The backlog before the identity: a rotation commits the new identity and its announcement to
+    # the client together, so an announcement in the backlog is never packed from the identity it
+    # retired (read the other way round, a rotation committing between the two reads did that).
+    rows = messages_rows(mediation=mediation, recipient=None, limit=MAX_DELIVERY_LIMIT) if backlog else []
+    if connection is not None:  # v1: the connection's identity, whose Ed25519 key it knows
+        identity = shared_identity(tenant=tenant, identity=connection.identity)
+        pack: Callable[[list[Row]], str | bytes] = partial(_frame_v1, identity, client_kid)
+        identity.authentication_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    else:
+        identity = shared_identity(tenant=tenant, identity=identity_current(tenant=tenant))
+        pack = partial(_frame_v2, identity, client_did, agreement_key_for(client_kid))
+        identity.agreement_key  # noqa: B018 - unsealed here, in a thread, not on the first push
+    return LiveTarget(mediation.pk, identity, pack), rows

@@ -1,0 +1,203 @@
+"""The DIDComm message queue (v1 and v2 share it): the forward's store, messages queued to a
+client by the mediator itself, Pickup reads and acknowledgements, the TTL purge, and the wake a
+client's live sockets get after a message is stored (a push is a wake-up, never the only copy)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Count, Max, Min, Sum
+from django.utils import timezone
+
+from apps.didcomm.core.errors import DidcommError
+from apps.messaging.notify import notify_on_commit
+from apps.tenants.models import Tenant
+
+from . import storage
+from .models import DidcommPolicy, Mediation, QueuedMessage, RecipientKey
+from .outbound import outbound_send_on_commit
+from .recipients import did_hash, lookup_form
+
+# The wake-up a socket in live mode gets when a message for one of its client's recipients is stored:
+# {"type": WAKE, "ids": [id], "items": [{"id": id, "data": <the stored JSON text>}]}, `items` left
+# out when the text is over WAKE_ITEMS_MAX (the socket then reads the queue).
+WAKE = "DIDCOMM_WAKE"
+WAKE_ITEMS_MAX = 64 * 1024
+# To a client's live sockets when its grant is revoked or its mediator identity rotated: they load
+# their push state again (apps/didcomm/consumers.py) before the next push.
+LIVE_REFRESH = "DIDCOMM_LIVE_REFRESH"
+# Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
+PURGE_BATCH = 5_000
+# A stored attachment's text: compact JSON of what a client sent (parsed JSON: never circular).
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+# A queued message as a read returns it: (message id, stored data, received at).
+Row = tuple[str, dict, datetime]
+
+
+class QueueFull(Exception):
+    """The recipient's queue is at its cap and the tenant's overflow policy is `reject`."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    message_id: str
+    evicted: int
+
+
+def wake_message(message_id: str, text: str) -> dict:
+    """The after-commit wake of the sockets of a stored message's client."""
+    wake: dict = {"type": WAKE, "ids": [message_id]}
+    if len(text) <= WAKE_ITEMS_MAX:  # the stored text is ASCII (json.dumps escapes the rest): length = bytes
+        wake["items"] = [{"id": message_id, "data": text}]
+    return wake
+
+
+def enqueue_for_client(*, tenant: Tenant, policy: DidcommPolicy, mediation: Mediation, data: dict) -> str:
+    """Queue a message of ours to the client itself (no recipient DID, no cap): a rotation announcement."""
+    text = json.dumps(data, separators=(",", ":"))
+    now = timezone.now()
+    row = QueuedMessage.objects.create(
+        tenant=tenant,
+        mediation=mediation,
+        recipient=None,
+        data=text,
+        size=len(text),
+        received_at=now,
+        expires_at=now + timedelta(hours=policy.message_ttl_hours),
+    )
+    message_id = str(row.message_id)
+    notify_on_commit(tenant_id=tenant.pk, did=mediation.client_did, message=wake_message(message_id, text))
+    return message_id
+
+
+def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data: dict) -> Stored | None:
+    """Store a forwarded attachment for the granted recipient `next_did` names (any of its forms),
+    durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
+    DID, QueueFull when its queue is full and the overflow policy is `reject`.
+
+    One round trip (apps/didcomm/storage.py). When the recipient's client is a DIDComm
+    v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
+    POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
+    outbound task leave after commit.
+    """
+    try:
+        form = lookup_form(next_did)
+    except DidcommError:
+        return None
+    text = _compact_json(data)
+    now = timezone.now()
+    message_id = uuid.uuid4()
+    done = storage.forward(
+        storage.ForwardRequest(
+            tenant_id=tenant.pk,
+            lookup_hash=did_hash(form),
+            cap=policy.queue_cap,
+            reject=policy.overflow == DidcommPolicy.Overflow.REJECT,
+            message_id=message_id,
+            data=text,
+            now=now,
+            expires_at=now + timedelta(hours=policy.message_ttl_hours),
+            outbound=isinstance(data.get("json"), dict),
+        )
+    )
+    if done.outcome == storage.UNKNOWN:
+        return None
+    if done.outcome == storage.FULL:
+        raise QueueFull()
+    mid = str(message_id)
+    if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves
+        notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
+    if done.outbound_id is not None:
+        outbound_send_on_commit(done.outbound_id)
+    return Stored(mid, done.evicted)
+
+
+def _queue(mediation: Mediation, recipient: RecipientKey | None):
+    qs = QueuedMessage.objects.filter(mediation=mediation)
+    return qs.filter(recipient=recipient) if recipient is not None else qs
+
+
+def messages_rows(
+    *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
+) -> list[Row]:
+    """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay queued."""
+    qs = _queue(mediation, recipient).order_by("id")
+    if ids is not None:
+        qs = qs.filter(message_id__in=_uuids(ids))
+    rows = qs.values_list("message_id", "data", "received_at")[:limit]
+    return [(str(mid), json.loads(data), at) for mid, data, at in rows]
+
+
+def messages_batch(
+    *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
+) -> list[dict]:
+    """Up to `limit` queued messages, oldest first, as Pickup 3.0 attachments (they stay queued)."""
+    rows = messages_rows(mediation=mediation, recipient=recipient, limit=limit, ids=ids)
+    return [{"id": mid, "data": data} for mid, data, _ in rows]
+
+
+def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:
+    """Pickup 3.0 status figures of the client's queue (or one recipient's)."""
+    agg = _queue(mediation, recipient).aggregate(
+        n=Count("id"), oldest=Min("received_at"), newest=Max("received_at"), size=Sum("size")
+    )
+    out: dict = {"message_count": agg["n"]}
+    if agg["n"]:
+        now = timezone.now()
+        out.update(
+            longest_waited_seconds=int((now - agg["oldest"]).total_seconds()),
+            newest_received_time=int(agg["newest"].timestamp()),
+            oldest_received_time=int(agg["oldest"].timestamp()),
+            total_bytes=agg["size"] or 0,
+        )
+    return out
+
+
+def _uuids(ids: list) -> list[uuid.UUID]:
+    out = []
+    for value in ids:
+        try:
+            out.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue  # not one of ours: nothing to remove
+    return out
+
+
+@transaction.atomic
+def messages_received(*, mediation: Mediation, ids: list) -> int:
+    """messages-received: the client's listed messages leave the queue; returns how many did."""
+    return _delete_queued(QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)))
+
+
+def _delete_queued(qs) -> int:
+    """Delete the queued messages of `qs`; how many of them: a v1 message waiting for its outbound
+    POST takes its Outbound row along (on_delete CASCADE), which Django's total would count too."""
+    _, per_model = qs.delete()
+    return per_model.get(QueuedMessage._meta.label, 0)
+
+
+def messages_purge_expired(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
+    """TTL expiry (UC-021 AF-5): delete (or count) queued messages past `expires_at`, in batches."""
+    qs = QueuedMessage.objects.filter(expires_at__lte=now)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    if dry_run:
+        return qs.count()
+    total = 0
+    while True:
+        batch = list(qs.values_list("id", flat=True)[:PURGE_BATCH])
+        if not batch:
+            return total
+        total += _delete_queued(QueuedMessage.objects.filter(id__in=batch))
+
+
+def queue_sizes() -> list[tuple[str, int]]:
+    """(tenant slug, queued messages) for every tenant with a queue: the per-tenant gauge."""
+    rows = QueuedMessage.objects.values("tenant__slug").annotate(n=Count("id")).order_by("tenant__slug")
+    return [(r["tenant__slug"], r["n"]) for r in rows]
