@@ -30,9 +30,10 @@ from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
 from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
+from apps.usage import records
 from apps.wire.errors import ProtocolError
 
-from . import handlers, hooks, protocols, services
+from . import handlers, protocols, services
 from .models import DidcommPolicy, Mediation, MediatorIdentity
 from .problems import Problem, Unanswered, concerning, problem_message, pthid_of
 from .protocols import Code
@@ -175,7 +176,7 @@ def handle(
     observe(
         tenant=tenant,
         transport=transport,
-        channel=hooks.CHANNEL,
+        protocol=records.DIDCOMM_V2,
         short=protocols.short_type(message.type if message else None),
         code=code,
         reply=reply,
@@ -204,7 +205,7 @@ def observe(
     *,
     tenant: Tenant | None,
     transport: str,
-    channel: str,
+    protocol: str,
     short: str,
     code: str,
     reply: Reply,
@@ -229,26 +230,24 @@ def observe(
             duration,
             "".join(f" {k}={v}" for k, v in extra.items()),
         )
-    record = hooks.MessageRecord(
-        tenant_id=tenant.pk if tenant else None,
-        tenant_slug=tenant.slug if tenant else None,
-        at=timezone.now(),
-        transport=transport,
-        channel=channel,
-        command_type=short,
-        code=code,
-        http_status=reply.status,
-        bytes_in=len(raw),
-        bytes_out=len(reply.body),
-        duration_ms=duration,
-        sender_did=sender,
-        remote_addr=remote_addr,
+    records.publish(
+        records.Record(
+            protocol=protocol,
+            tenant_id=tenant.pk if tenant else None,
+            tenant_slug=tenant.slug if tenant else None,
+            at=timezone.now(),
+            transport=transport,
+            channel=protocol,
+            command_type=short,
+            code=code,
+            http_status=reply.status,
+            bytes_in=len(raw),
+            bytes_out=len(reply.body),
+            duration_ms=duration,
+            sender_did=sender,
+            remote_addr=remote_addr,
+        )
     )
-    for observer in hooks.OBSERVERS:
-        try:
-            observer(record)
-        except Exception:  # noqa: BLE001 - an observer must never break the message path
-            log.exception("didcomm observer failed")
 
 
 def admit(

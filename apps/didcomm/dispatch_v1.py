@@ -23,8 +23,9 @@ from apps.didcomm.core import envelope_v1, message_v1
 from apps.didcomm.core.errors import DidcommError, MalformedEnvelope
 from apps.didcomm.core.message import parse_json_object
 from apps.tenants.models import Tenant
+from apps.usage import records
 
-from . import dispatch, handlers_v1, hooks, protocols, services, services_v1
+from . import dispatch, handlers_v1, protocols, services, services_v1
 from .dispatch import (
     ENCRYPTED_MEDIA,
     PLAIN_MEDIA,
@@ -97,7 +98,7 @@ def handle(
     observe(
         tenant=tenant,
         transport=transport,
-        channel=hooks.CHANNEL_V1,
+        protocol=records.DIDCOMM_V1,
         short=protocols.short_type(msg.type if msg else None),
         code=code,
         reply=reply,
