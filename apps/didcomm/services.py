@@ -19,7 +19,7 @@ import segno
 from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Max, Min, Sum
 from django.utils import timezone
 from django.utils.html import escape
@@ -31,13 +31,14 @@ from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.didcomm.core.resolver import resolve_did
+from apps.messaging import queues, sql
 from apps.messaging.notify import notify_on_commit
 from apps.realtime.push import tenant_state_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b58encode, b64url_nopad
 
-from . import protocols, storage
+from . import protocols
 from .models import (
     Connection,
     DidcommPolicy,
@@ -561,14 +562,9 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
 
 # --- replay protection (docs/didcomm.md "Replays") ----------------------------------------------
 
-_SEEN = SeenMessage._meta.db_table
-# One statement, the constraint is the lock (STYLE §5): a row is inserted, or an expired one (not
-# pruned yet) taken over; RETURNING nothing means the sender used this id within its record's life.
-SEEN_CLAIM = (
-    f"INSERT INTO {_SEEN} (tenant_id, sender_hash, id_hash, expires_at) VALUES (%s, %s, %s, %s) "
-    f"ON CONFLICT (tenant_id, sender_hash, id_hash) DO UPDATE SET expires_at = EXCLUDED.expires_at "
-    f"WHERE {_SEEN}.expires_at <= %s RETURNING id"
-)
+# The replay claim (messaging.sql.replay_claim): RETURNING nothing means the sender used this id
+# within its record's life, which ends at its `expires_at` (the prune's `<=`).
+SEEN_CLAIM = sql.replay_claim(SeenMessage._meta.db_table, ("tenant_id", "sender_hash", "id_hash"))
 
 
 def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_until: int, now: int) -> bool:
@@ -576,9 +572,8 @@ def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_u
     IDs") until `keep_until` (Unix s); False when it already did (a replay). Commits with the
     caller's transaction (dispatch.claimed_run), or at once outside one."""
     id_hash = hashlib.sha256(message_id.lower().encode("utf-8")).hexdigest()
-    with connection.cursor() as cur:
-        cur.execute(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now])
-        return cur.fetchone() is not None
+    # A record is past once `now` reaches its expiry: before `now + 1` in whole seconds.
+    return sql.claim(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now + 1])
 
 
 def seen_messages_prune(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
@@ -629,7 +624,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
     DID, QueueFull when its queue is full and the overflow policy is `reject`.
 
-    One round trip on PostgreSQL (apps/didcomm/storage.py). When the recipient's client is a DIDComm
+    One round trip (apps/messaging/queues.py). When the recipient's client is a DIDComm
     v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
     POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
     outbound task leave after commit.
@@ -641,8 +636,8 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     text = _compact_json(data)
     now = timezone.now()
     message_id = uuid.uuid4()
-    done = storage.forward(
-        storage.ForwardRequest(
+    done = queues.forward(
+        queues.ForwardRequest(
             tenant_id=tenant.pk,
             lookup_hash=did_hash(form),
             cap=policy.queue_cap,
@@ -654,9 +649,9 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
             outbound=isinstance(data.get("json"), dict),
         )
     )
-    if done.outcome == storage.UNKNOWN:
+    if done.outcome == queues.UNKNOWN:
         return None
-    if done.outcome == storage.FULL:
+    if done.outcome == queues.FULL:
         raise QueueFull()
     mid = str(message_id)
     if done.may_have_socket:  # most clients have no live socket: then no wake leaves

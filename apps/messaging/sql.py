@@ -5,7 +5,8 @@ whose parties are itself, as requestor, and this tenant's DID). `services.is_reg
 and every command statement of apps/decentrl/storage.py embeds it. `Contract.objects.registrations`
 is the same predicate for listings that need rows (tests/decentrl/test_storage.py compares them).
 
-Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
+`replay_claim` is the one replay claim (`INSERT … ON CONFLICT`) of every front door, `claim` runs
+it. Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
 the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `serialise` holds an
 advisory lock until the caller's transaction ends. tests/decentrl/test_messaging_backend.py checks
 them against one model of the answers.
@@ -114,6 +115,27 @@ def prepared_cursor():
             raw.prepare_threshold = 2**31 - 1
         kept = db.__dict__["_mediator_statements"] = _Statements(db, _PreparedCursor(raw))
     return kept
+
+
+def replay_claim(table: str, key: tuple[str, ...]) -> str:
+    """The replay claim on `table` (unique on `key`, with `id` and an integer `expires_at`), the one
+    text of every front door's: Decentrl's nonces, DIDComm's message ids. Its parameters are the key's
+    values, the record's `expires_at`, then the time before which a record is past (`claim`)."""
+    columns = ", ".join(key)
+    return (
+        f"INSERT INTO {table} ({columns}, expires_at) VALUES ({', '.join(['%s'] * (len(key) + 1))}) "
+        f"ON CONFLICT ({columns}) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+        f"WHERE {table}.expires_at < %s RETURNING id"
+    )
+
+
+def claim(statement: str, params: list) -> bool:
+    """Run a `replay_claim` statement: True when the key was fresh, or its record past and taken
+    over. The unique constraint is the lock: of concurrent claims of one key exactly one gets a
+    row. Commits with the caller's transaction, or at once outside one."""
+    with prepared_cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchone() is not None
 
 
 def _lock_key(key: str) -> int:
