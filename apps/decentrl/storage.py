@@ -7,7 +7,7 @@ is consumed even when a later check fails; the checks only gate what follows. If
 itself fails (a database error) nothing of it commits, so the nonce is then claimed on its own
 before the error goes up (PROTOCOL-DECISIONS §3: consumed after every outcome).
 
-TWO_WAY_PRIVATE: the claim, then messaging's pending-event statement (`queues.deliver_statement`:
+TWO_WAY_PRIVATE: the claim, then messaging's pending-event statement (`sql.deliver_statement`:
 the §7.2 checks, the INSERT, the recipient's presence). DIRECT_AUTHENTICATED and ONE_WAY_PUBLIC:
 the claim and the registration check (`sql.REGISTERED`). QUERY_EVENTS' page comes from here too,
 read by the same call after the claim (`read`, an `EventsQuery`) and only when the nonce was fresh
@@ -27,10 +27,9 @@ from functools import cache
 
 from django.db import DatabaseError
 
-from apps.messaging import eventquery, notify, queues, sql
-from apps.messaging.queues import Found
+from apps.messaging import eventquery, notify, sql
 from apps.messaging.services import Page, events_query
-from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params, replay_claim
+from apps.messaging.sql import REGISTERED, Found, prepared_cursor, registered_params, replay_claim
 from apps.tenants.models import Tenant
 from apps.wire.envelope import EventFilter, Pagination
 
@@ -187,7 +186,7 @@ def claim_and_deliver(
 ) -> Found:
     """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
     public_id = uuid.uuid4()
-    statement, params = queues.deliver_statement(
+    statement, params = sql.deliver_statement(
         CLAIM,
         nonce.params(),
         tenant=tenant,
@@ -198,7 +197,7 @@ def claim_and_deliver(
         now_s=now_s,
         public_id=public_id,
     )
-    found = queues.delivered(_claiming(nonce, statement, params), public_id)
+    found = sql.delivered(_claiming(nonce, statement, params), public_id)
     if found.event_id is not None and found.may_have_socket:
         # Autocommit: the statement has committed, so the push leaves at once.
         notify.notify_pending_event(

@@ -31,7 +31,7 @@ from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.didcomm.core.resolver import resolve_did
-from apps.messaging import queues, sql
+from apps.messaging import sql
 from apps.messaging.notify import notify_on_commit
 from apps.realtime.push import tenant_state_on_commit
 from apps.tenants.models import Tenant
@@ -624,7 +624,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
     DID, QueueFull when its queue is full and the overflow policy is `reject`.
 
-    One round trip (apps/messaging/queues.py). When the recipient's client is a DIDComm
+    One round trip (apps/messaging/sql.py). When the recipient's client is a DIDComm
     v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
     POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
     outbound task leave after commit.
@@ -636,8 +636,8 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     text = _compact_json(data)
     now = timezone.now()
     message_id = uuid.uuid4()
-    done = queues.forward(
-        queues.ForwardRequest(
+    done = sql.forward(
+        sql.ForwardRequest(
             tenant_id=tenant.pk,
             lookup_hash=did_hash(form),
             cap=policy.queue_cap,
@@ -649,9 +649,9 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
             outbound=isinstance(data.get("json"), dict),
         )
     )
-    if done.outcome == queues.UNKNOWN:
+    if done.outcome == sql.UNKNOWN:
         return None
-    if done.outcome == queues.FULL:
+    if done.outcome == sql.FULL:
         raise QueueFull()
     mid = str(message_id)
     if done.may_have_socket:  # most clients have no live socket: then no wake leaves

@@ -1,4 +1,4 @@
-"""The forward's statement (apps/messaging/queues.py `forward`) against one model of the rule
+"""The forward's statement (apps/messaging/sql.py `forward`) against one model of the rule
 (stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
 row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and
 the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
@@ -36,7 +36,7 @@ from apps.didcomm.models import (
 )
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
-from apps.messaging import queues as storage
+from apps.messaging import sql as storage
 from apps.messaging.models import PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.tenants.services import Actor
@@ -535,7 +535,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
 
 
 def test_the_latest_migration_applying_the_forward_function_names_the_codes_text():
-    """A change of queues.FORWARD_FUNCTION reaches a deployed database only by a new migration
+    """A change of sql.FORWARD_FUNCTION reaches a deployed database only by a new migration
     applying it: the latest migration that declares FORWARD_FUNCTION_SHA256 names the code's text."""
     folder = Path(__file__).resolve().parents[3] / "apps" / "didcomm" / "migrations"
     declared = [
