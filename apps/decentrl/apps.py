@@ -16,29 +16,25 @@ class DecentrlConfig(AppConfig):
     verbose_name = "Decentrl"
 
     def ready(self) -> None:
-        from django.conf import settings
-
         from apps.ops import jobs, limits, metrics
-        from apps.usage import metering
+        from apps.usage import records
 
         from . import hooks, nonces
 
-        # The front door sits on top: it plugs the lower apps' limits, metrics and metering into
-        # its own extension points (apps below never import it). ready() may run more than once
-        # in some test setups: register each hook exactly once.
+        # The front door sits on top: it plugs the lower apps' limits and metrics into its own
+        # extension points and the request records' observers (apps below never import it; usage
+        # registers metering itself). ready() may run more than once in some test setups: register
+        # each hook exactly once.
         wiring: list[tuple[list[Any], Callable[..., None]]] = [
             (hooks.PRE_CHECKS, limits.per_ip_check),
             (hooks.SENDER_CHECKS, limits.per_did_check),
             (hooks.WS_CONNECT_CHECKS, limits.ws_connect_check),
             (hooks.WS_AUTH_CHECKS, limits.ws_auth_check),
-            (hooks.OBSERVERS, metrics.observe_command),
             (hooks.WS_OBSERVERS, metrics.observe_ws),
         ]
-        # Metering sees every finished command of the one dispatch path (HTTP and WebSocket).
-        if settings.USAGE_METERING_MODE != "off":
-            wiring.append((hooks.OBSERVERS, metering.observe))
         for registry, fn in wiring:
             if fn not in registry:
                 registry.append(fn)
+        records.subscribe(metrics.observe)
         jobs.register(nonces.PRUNE_JOB)
         metrics.register_store_size("mediator_nonce_store_size", "Nonces held by the replay store.", nonces.nonce_count)

@@ -46,6 +46,7 @@ from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
+from apps.usage import records
 from apps.wire.canonical import canonical_str
 from apps.wire.errors import ErrorCode, ProtocolError
 
@@ -130,26 +131,24 @@ def _meter_authenticate(
     commands (usage metering, metrics). `http_status` carries 200 or the close code; `did` is
     the verified DID or None."""
     reply = {"type": "AUTH_SUCCESS"} if code == "SUCCESS" else {"type": "AUTH_FAILED", "code": code}
-    record = hooks.CommandRecord(
-        tenant_id=tenant.pk,
-        tenant_slug=tenant.slug,
-        at=timezone.now(),
-        transport="ws",
-        channel=None,
-        command_type="AUTHENTICATE",
-        code=code,
-        http_status=status,
-        bytes_in=len((text or "").encode("utf-8")),
-        bytes_out=len(canonical_str(reply)),
-        duration_ms=(time.perf_counter() - started) * 1000,
-        sender_did=did,
-        remote_addr=ip,
+    records.publish(
+        records.Record(
+            protocol=records.DECENTRL,
+            tenant_id=tenant.pk,
+            tenant_slug=tenant.slug,
+            at=timezone.now(),
+            transport="ws",
+            channel=None,
+            command_type="AUTHENTICATE",
+            code=code,
+            http_status=status,
+            bytes_in=len((text or "").encode("utf-8")),
+            bytes_out=len(canonical_str(reply)),
+            duration_ms=(time.perf_counter() - started) * 1000,
+            sender_did=did,
+            remote_addr=ip,
+        )
     )
-    for observer in hooks.OBSERVERS:
-        try:
-            observer(record)
-        except Exception:  # noqa: BLE001 - an observer must never break a socket
-            log.exception("command observer failed")
 
 
 def _backlog_frames(rows: list[dict]) -> list[str]:

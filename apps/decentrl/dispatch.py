@@ -30,6 +30,7 @@ from django.utils import timezone
 from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, resolve_did, verify_signer
+from apps.usage import records
 from apps.wire.canonical import canonical_bytes
 from apps.wire.did import DidError
 from apps.wire.envelope import DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, Command, parse_command
@@ -241,27 +242,25 @@ def handle(
             "duration_ms": round(elapsed_ms, 2),
         },
     )
-    if hooks.OBSERVERS:
-        record = hooks.CommandRecord(
-            tenant_id=tenant.pk if tenant else None,
-            tenant_slug=tenant.slug if tenant else None,
-            at=timezone.now(),
-            transport=transport,
-            channel=outcome.channel,
-            command_type=outcome.command_type,
-            code=outcome.code,
-            http_status=outcome.status,
-            bytes_in=len(raw),
-            bytes_out=len(reply),
-            duration_ms=elapsed_ms,
-            sender_did=outcome.sender_did,
-            remote_addr=remote_addr,
+    if records.OBSERVERS:
+        records.publish(
+            records.Record(
+                protocol=records.DECENTRL,
+                tenant_id=tenant.pk if tenant else None,
+                tenant_slug=tenant.slug if tenant else None,
+                at=timezone.now(),
+                transport=transport,
+                channel=outcome.channel,
+                command_type=outcome.command_type,
+                code=outcome.code,
+                http_status=outcome.status,
+                bytes_in=len(raw),
+                bytes_out=len(reply),
+                duration_ms=elapsed_ms,
+                sender_did=outcome.sender_did,
+                remote_addr=remote_addr,
+            )
         )
-        for observer in hooks.OBSERVERS:
-            try:
-                observer(record)
-            except Exception:  # noqa: BLE001 - an observer must never break a command
-                log.exception("command observer failed")
     return outcome, reply
 
 

@@ -1,22 +1,19 @@
 """The command path's storage seam: one call per command claims its nonce and returns flags.
 
-Every statement text of the command path is here, the nonce claim included
-(tests/decentrl/test_storage.py checks the calls against one model of the rules). Each call is ONE
-prepared statement. The nonce `INSERT … ON CONFLICT` is a data-modifying CTE, executed to
-completion whatever the rest of the statement says, so the nonce is consumed even when a later
-check fails; the checks only gate the INSERT of the event. If the statement itself fails (a
-database error) nothing of it commits, so the nonce is then claimed on its own before the error
-goes up (PROTOCOL-DECISIONS §3: consumed after every outcome).
+Each call is ONE prepared statement, the nonce claim (`CLAIM`, messaging's one replay claim) first
+(tests/decentrl/test_storage.py checks the calls against one model of the rules). The claim is a
+data-modifying CTE, executed to completion whatever the rest of the statement says, so the nonce
+is consumed even when a later check fails; the checks only gate what follows. If the statement
+itself fails (a database error) nothing of it commits, so the nonce is then claimed on its own
+before the error goes up (PROTOCOL-DECISIONS §3: consumed after every outcome).
 
-QUERY_EVENTS' page comes from here too, read by the same call after the claim (`read`, an
-`EventsQuery`) and only when the nonce was fresh and the sender registered: the tags and
-time-range filters put eventquery's page statement in the claim's statement (one round trip),
-every other filter runs the ORM query `services.events_query` after the claim;
-tests/decentrl/test_eventquery.py checks both against a brute force.
-
-TWO_WAY_PRIVATE's statement, its parameters and the reading of its row are pure functions
-(`deliver_statement`, `delivered`), so that another driver runs the very same text
-(bench/async_entry_probe.py on psycopg's async connections; tests/decentrl/test_deliver_statement.py).
+TWO_WAY_PRIVATE: the claim, then messaging's pending-event statement (`sql.deliver_statement`:
+the §7.2 checks, the INSERT, the recipient's presence). DIRECT_AUTHENTICATED and ONE_WAY_PUBLIC:
+the claim and the registration check (`sql.REGISTERED`). QUERY_EVENTS' page comes from here too,
+read by the same call after the claim (`read`, an `EventsQuery`) and only when the nonce was fresh
+and the sender registered: the tags and time-range filters put eventquery's page statement in the
+claim's statement (one round trip), every other filter runs the ORM query `services.events_query`
+after the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
 
 The dispatcher (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
@@ -30,35 +27,19 @@ from functools import cache
 
 from django.db import DatabaseError
 
-from apps.messaging import eventquery, notify, presence
-from apps.messaging.models import Contract, PendingEvent, PendingQueueDepth
+from apps.messaging import eventquery, notify, sql
 from apps.messaging.services import Page, events_query
-from apps.messaging.sql import REGISTERED, prepared_cursor, registered_params
+from apps.messaging.sql import REGISTERED, Found, prepared_cursor, registered_params, replay_claim
 from apps.tenants.models import Tenant
 from apps.wire.envelope import EventFilter, Pagination
 
 from .models import Nonce
 
 _NONCE = Nonce._meta.db_table
-_CONTRACT = Contract._meta.db_table
-_PENDING = PendingEvent._meta.db_table
-_DEPTH = PendingQueueDepth._meta.db_table
 
-# The claim: a row comes back only for a fresh pair. The unique constraint is the lock:
-# concurrent claims of one pair serialise on it and exactly one gets a row. A pair whose record
-# has expired may be reused (the conflict branch only refreshes rows past their expiry).
-CLAIM = (
-    f"INSERT INTO {_NONCE} (tenant_id, sender_did, nonce, expires_at) VALUES (%s, %s, %s, %s) "
-    f"ON CONFLICT (tenant_id, sender_did, nonce) DO UPDATE SET expires_at = EXCLUDED.expires_at "
-    f"WHERE {_NONCE}.expires_at < %s RETURNING id"
-)
-
-# DCTRL-0004 §7.2 step 6: a live contract owned by the recipient naming both parties, either
-# role (contract_parties / contract_parties_rev).
-HAS_CONTRACT = (
-    f"EXISTS(SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND expires_at > %s"
-    " AND ((requestor_did = %s AND recipient_did = %s) OR (requestor_did = %s AND recipient_did = %s)))"
-)
+# The claim (messaging.sql.replay_claim): a row comes back only for a fresh pair, or one whose
+# record has expired (kept through `expires_at` inclusive, DCTRL-0004 §5.4).
+CLAIM = replay_claim(_NONCE, ("tenant_id", "sender_did", "nonce"))
 
 _CLAIM_CHECKING_REGISTRATION = (
     f"WITH claim AS ({CLAIM}) SELECT EXISTS(SELECT 1 FROM claim),"
@@ -104,33 +85,6 @@ def _items(rows: list[tuple]) -> list[dict]:
     ]
 
 
-# Uncorrelated EXISTS sub-selects become InitPlans that PostgreSQL runs lazily, so inside a CASE
-# they cost nothing when the nonce was a replay or a CPU check (signature…) already failed. The
-# queue cap reads the recipient's counter row (queue_depth_recipient), which triggers on
-# messaging_pendingevent keep equal to its unacknowledged count. When the event was stored, the
-# last column reads the same row's presence under its lock (messaging/presence.py): False when
-# no socket of the recipient is open, and then no push leaves.
-_CLAIM_AND_DELIVER = f"""WITH claim AS ({CLAIM})
-, chk AS (
-    SELECT c.fresh,
-        CASE WHEN c.fresh AND %s THEN {REGISTERED} ELSE false END AS registered,
-        CASE WHEN c.fresh AND %s THEN {HAS_CONTRACT} ELSE false END AS has_contract,
-        CASE WHEN c.fresh AND %s AND %s > 0 THEN COALESCE((
-            SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
-            ), false) ELSE false END AS queue_full
-    FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
-), ins AS (
-    INSERT INTO {_PENDING} (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
-    SELECT %s, %s, %s, %s, %s, %s, now() FROM chk
-    WHERE chk.registered AND chk.has_contract AND NOT chk.queue_full
-    RETURNING id
-)
-SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
-    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN {presence.LIVE_UNDER_LOCK} END
-FROM chk
-"""
-
-
 @dataclass(frozen=True)
 class NonceClaim:
     """The (tenant, sender, nonce) pair to consume, kept until `expires_at_ms` (DCTRL-0004 §5.4)."""
@@ -155,27 +109,9 @@ class EventsQuery:
     page: Pagination
 
 
-@dataclass(frozen=True)
-class Found:
-    """What one storage call found. A flag is False when it was not asked: after a replay, after
-    a failed CPU check, or (queue_full) when the recipient is not registered or has no contract.
-    `event_id` is set only when the event was stored; `page` only when a read was asked, the
-    nonce was fresh and the sender registered."""
-
-    nonce_fresh: bool
-    registered: bool = False
-    has_contract: bool = False
-    queue_full: bool = False
-    event_id: str | None = None
-    page: Page | None = None
-    may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
-
-
 def claim(nonce: NonceClaim) -> bool:
     """Consume the pair on its own: True if it was fresh."""
-    with prepared_cursor() as cur:
-        cur.execute(CLAIM, nonce.params())
-        return cur.fetchone() is not None
+    return sql.claim(CLAIM, nonce.params())
 
 
 def _claiming(nonce: NonceClaim, sql: str, params: list) -> tuple:
@@ -249,8 +185,9 @@ def claim_and_deliver(
 ) -> Found:
     """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
     public_id = uuid.uuid4()
-    sql, params = deliver_statement(
-        nonce,
+    statement, params = sql.deliver_statement(
+        CLAIM,
+        nonce.params(),
         tenant=tenant,
         checks_passed=checks_passed,
         sender_did=sender_did,
@@ -259,52 +196,10 @@ def claim_and_deliver(
         now_s=now_s,
         public_id=public_id,
     )
-    found = delivered(_claiming(nonce, sql, params), public_id)
+    found = sql.delivered(_claiming(nonce, statement, params), public_id)
     if found.event_id is not None and found.may_have_socket:
         # Autocommit: the statement has committed, so the push leaves at once.
         notify.notify_pending_event(
             tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
         )
     return found
-
-
-def deliver_statement(
-    nonce: NonceClaim,
-    *,
-    tenant: Tenant,
-    checks_passed: bool,
-    sender_did: str,
-    recipient_did: str,
-    payload: str,
-    now_s: int,
-    public_id: uuid.UUID,
-) -> tuple[str, list]:
-    """`claim_and_deliver`'s one statement and its parameters (pure: no I/O, so a
-    driver that is not Django's cursor runs the same text, bench/async_entry_probe.py)."""
-    cap = tenant.pending_queue_cap or 0
-    params = [
-        *nonce.params(),
-        checks_passed,
-        *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
-        checks_passed,
-        tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
-        # Race accepted: concurrent senders may overshoot
-        # the cap by the number of in-flight sends; nothing is ever evicted.
-        checks_passed, cap, cap, tenant.pk, recipient_did,
-        public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
-        *presence.live_params(tenant_id=tenant.pk, did=recipient_did, now_s=now_s),
-    ]  # fmt: skip
-    return _CLAIM_AND_DELIVER, params
-
-
-def delivered(row: tuple, public_id: uuid.UUID) -> Found:
-    """What `deliver_statement`'s row says; `event_id` only when the event was stored."""
-    fresh, registered, has_contract, queue_full, stored, live = row
-    return Found(
-        bool(fresh),
-        bool(registered),
-        bool(has_contract),
-        bool(queue_full),
-        str(public_id) if stored else None,
-        may_have_socket=presence.may_have_socket(live),
-    )

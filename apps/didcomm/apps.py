@@ -9,16 +9,15 @@ class DidcommConfig(AppConfig):
     verbose_name = "DIDComm"
 
     def ready(self) -> None:
-        from django.conf import settings
         from django.db.models.signals import post_save
 
         from apps.ops import jobs
         from apps.ops import metrics as ops_metrics
         from apps.tenants.models import Tenant
-        from apps.usage import metering
+        from apps.usage import records
         from apps.usage import selectors as usage_selectors
 
-        from . import hooks, metrics, selectors
+        from . import selectors
         from .identity import ACCEPTING
         from .jobs import OUTBOUND_PURGE_JOB, PURGE_JOB, SEEN_PRUNE_JOB
         from .models import DidcommPolicy, MediatorIdentity
@@ -32,14 +31,9 @@ class DidcommConfig(AppConfig):
         # Open /didcomm/ws sockets close when DIDComm is switched off (realtime.push.TENANT_STATE_TYPE).
         post_save.connect(policy_saved, sender=DidcommPolicy, dispatch_uid="didcomm-policy-state")
 
-        # Like the Decentrl front door: plug metering and metrics into our own observer list,
-        # exactly once (ready() may run more than once in some test setups).
-        observers = [metrics.observe_message]
-        if settings.USAGE_METERING_MODE != "off":
-            observers.append(metering.observe)
-        for fn in observers:
-            if fn not in hooks.OBSERVERS:
-                hooks.OBSERVERS.append(fn)
+        # Like the Decentrl front door: metrics observe every message's record (usage registers
+        # metering itself).
+        records.subscribe(ops_metrics.observe)
         jobs.register(PURGE_JOB)
         jobs.register(OUTBOUND_PURGE_JOB)
         jobs.register(SEEN_PRUNE_JOB)

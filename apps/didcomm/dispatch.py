@@ -39,9 +39,10 @@ from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.ops import limits
 from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
+from apps.usage import records
 from apps.wire.errors import ProtocolError
 
-from . import handlers, handlers_v1, hooks, protocols
+from . import handlers, handlers_v1, protocols
 from .handlers_v1 import ContextV1
 from .identity import Accepting, accepting_for, verkey_of
 from .mediation import connection_for_key, mediation_of
@@ -109,7 +110,7 @@ class Door:
     """A DIDComm version's parts of the one message path."""
 
     name: str  # Reply.protocol
-    channel: str  # the usage channel of its records
+    protocol: str  # its records' protocol (usage.records)
     media: tuple[str, ...]  # the HTTP content types it accepts, the one to use first
     # (raw, its parsed object or None, tenant, accepting, transport, live) -> (message, context)
     open: Callable[[bytes, dict | None, Tenant, Accepting, str, bool | None], tuple[Any, Any]]
@@ -157,7 +158,7 @@ def handle(
         reply = door.problem(unavailable(), message, None)
     reply.protocol = door.name
     reply.caller_did, reply.caller_kid = door.caller(ctx) if ctx is not None else (None, None)
-    observe(tenant, transport, door.channel, protocols.short_type(message.type if message else None), code, reply, raw,
+    observe(tenant, transport, door.protocol, protocols.short_type(message.type if message else None), code, reply, raw,
             started, remote_addr, ctx.extra if ctx is not None else {})  # fmt: skip
     return reply
 
@@ -216,7 +217,7 @@ def log_failure(exc: Exception, tenant: Tenant | None) -> None:
         log.error("didcomm: unexpected error tenant=%s: %s at %s", slug, type(exc).__name__, code_path(exc))
 
 
-def observe(tenant, transport, channel, short, code, reply: Reply, raw, started, remote_addr, extra) -> None:
+def observe(tenant, transport, protocol, short, code, reply: Reply, raw, started, remote_addr, extra) -> None:
     """The one log line and the observers' record of a finished DIDComm message."""
     duration = (time.perf_counter() - started) * 1000
     # Routing metadata only: never a payload, an attachment, a key or a DID. Its text is built only
@@ -232,26 +233,24 @@ def observe(tenant, transport, channel, short, code, reply: Reply, raw, started,
             duration,
             "".join(f" {k}={v}" for k, v in extra.items()),
         )
-    record = hooks.MessageRecord(
-        tenant_id=tenant.pk if tenant else None,
-        tenant_slug=tenant.slug if tenant else None,
-        at=timezone.now(),
-        transport=transport,
-        channel=channel,
-        command_type=short,
-        code=code,
-        http_status=reply.status,
-        bytes_in=len(raw),
-        bytes_out=len(reply.body),
-        duration_ms=duration,
-        sender_did=reply.caller_did,
-        remote_addr=remote_addr,
+    records.publish(
+        records.Record(
+            protocol=protocol,
+            tenant_id=tenant.pk if tenant else None,
+            tenant_slug=tenant.slug if tenant else None,
+            at=timezone.now(),
+            transport=transport,
+            channel=protocol,
+            command_type=short,
+            code=code,
+            http_status=reply.status,
+            bytes_in=len(raw),
+            bytes_out=len(reply.body),
+            duration_ms=duration,
+            sender_did=reply.caller_did,
+            remote_addr=remote_addr,
+        )
     )
-    for observer in hooks.OBSERVERS:
-        try:
-            observer(record)
-        except Exception:  # noqa: BLE001 - an observer must never break the message path
-            log.exception("didcomm observer failed")
 
 
 def _rate_limited(err: ProtocolError) -> Problem:
@@ -373,7 +372,7 @@ def _problem_v2(problem: Problem, message: PlainMessage | None, ctx: Context | N
 
 V2 = Door(
     name="v2",
-    channel=hooks.CHANNEL,
+    protocol=records.DIDCOMM_V2,
     media=(ENCRYPTED_MEDIA, "application/json"),
     open=_unpack_v2,
     answer=_answer_v2,
@@ -463,7 +462,7 @@ def _problem_v1(problem: Problem, msg: message_v1.V1Message | None, ctx: Context
 
 V1 = Door(
     name="v1",
-    channel=hooks.CHANNEL_V1,
+    protocol=records.DIDCOMM_V1,
     media=(*V1_MEDIA, ENCRYPTED_MEDIA, "application/json"),
     open=_unpack_v1,
     answer=_answer_v1,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from apps.ops.metrics import OPS_REGISTRY, LabelledChildren
+from apps.ops.metrics import OPS_REGISTRY
 
 FORWARDED = Counter(
     "mediator_messages_forwarded_total", "DIDComm routing/2.0 forwards accepted.", registry=OPS_REGISTRY
@@ -38,17 +38,3 @@ OUTBOUND_FAILURES = Counter(
     ["reason"],
     registry=OPS_REGISTRY,
 )
-MESSAGES = Counter(
-    "mediator_didcomm_messages_total",
-    "DIDComm messages handled, by transport, short message type and result code.",
-    ["transport", "type", "code"],
-    registry=OPS_REGISTRY,
-)
-
-
-_message_children = LabelledChildren(lambda key: MESSAGES.labels(*key))
-
-
-def observe_message(record) -> None:
-    """hooks.OBSERVERS entry: count one finished message (metadata only)."""
-    _message_children.get((record.transport, record.command_type or "-", record.code)).inc()

@@ -14,10 +14,10 @@ from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
 from apps.didcomm.core.errors import DidcommError
+from apps.messaging import sql
 from apps.messaging.notify import notify_on_commit
 from apps.tenants.models import Tenant
 
-from . import storage
 from .models import DidcommPolicy, Mediation, QueuedMessage, RecipientKey
 from .outbound import outbound_send_on_commit
 from .recipients import did_hash, lookup_form
@@ -81,7 +81,7 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
     DID, QueueFull when its queue is full and the overflow policy is `reject`.
 
-    One round trip (apps/didcomm/storage.py). When the recipient's client is a DIDComm
+    One round trip (apps/messaging/sql.py `forward`). When the recipient's client is a DIDComm
     v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
     POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
     outbound task leave after commit.
@@ -93,8 +93,8 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
     text = _compact_json(data)
     now = timezone.now()
     message_id = uuid.uuid4()
-    done = storage.forward(
-        storage.ForwardRequest(
+    done = sql.forward(
+        sql.ForwardRequest(
             tenant_id=tenant.pk,
             lookup_hash=did_hash(form),
             cap=policy.queue_cap,
@@ -106,9 +106,9 @@ def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data:
             outbound=isinstance(data.get("json"), dict),
         )
     )
-    if done.outcome == storage.UNKNOWN:
+    if done.outcome == sql.UNKNOWN:
         return None
-    if done.outcome == storage.FULL:
+    if done.outcome == sql.FULL:
         raise QueueFull()
     mid = str(message_id)
     if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves

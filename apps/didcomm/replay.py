@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from apps.didcomm.core.message import PlainMessage
+from apps.messaging import sql
 from apps.tenants.models import Tenant
 
 from .models import SeenMessage
@@ -22,14 +23,9 @@ from .recipients import did_hash
 
 T = TypeVar("T")
 
-_SEEN = SeenMessage._meta.db_table
-# One statement, the constraint is the lock (STYLE §5): a row is inserted, or an expired one (not
-# pruned yet) taken over; RETURNING nothing means the sender used this id within its record's life.
-SEEN_CLAIM = (
-    f"INSERT INTO {_SEEN} (tenant_id, sender_hash, id_hash, expires_at) VALUES (%s, %s, %s, %s) "
-    f"ON CONFLICT (tenant_id, sender_hash, id_hash) DO UPDATE SET expires_at = EXCLUDED.expires_at "
-    f"WHERE {_SEEN}.expires_at <= %s RETURNING id"
-)
+# The replay claim (messaging.sql.replay_claim): RETURNING nothing means the sender used this id
+# within its record's life, which ends at its `expires_at` (the prune's `<=`).
+SEEN_CLAIM = sql.replay_claim(SeenMessage._meta.db_table, ("tenant_id", "sender_hash", "id_hash"))
 
 
 def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_until: int, now: int) -> bool:
@@ -37,9 +33,8 @@ def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_u
     IDs") until `keep_until` (Unix s); False when it already did (a replay). Commits with the
     caller's transaction (claimed_run), or at once outside one."""
     id_hash = hashlib.sha256(message_id.lower().encode("utf-8")).hexdigest()
-    with connection.cursor() as cur:
-        cur.execute(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now])
-        return cur.fetchone() is not None
+    # A record is past once `now` reaches its expiry: before `now + 1` in whole seconds.
+    return sql.claim(SEEN_CLAIM, [tenant.pk, did_hash(sender_did), id_hash, keep_until, now + 1])
 
 
 def seen_messages_prune(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:

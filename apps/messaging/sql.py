@@ -1,28 +1,68 @@
-"""The messaging database seam: the SQL every statement shares, and what PostgreSQL does its own way.
+"""The messaging database seam: the queues' statements, the SQL they share, the prepared cursor.
 
 `REGISTERED` is the one text of "registered" (PROTOCOL-DECISIONS §4: `did` owns a live contract
 whose parties are itself, as requestor, and this tenant's DID). `services.is_registered` runs it,
 and every command statement of apps/decentrl/storage.py embeds it. `Contract.objects.registrations`
 is the same predicate for listings that need rows (tests/decentrl/test_storage.py compares them).
+`replay_claim` is the one replay claim (`INSERT … ON CONFLICT`) of every front door (Decentrl's
+nonces, DIDComm's message ids); `claim` runs it on its own.
 
 Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
 the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `serialise` holds an
 advisory lock until the caller's transaction ends. tests/decentrl/test_messaging_backend.py checks
 them against one model of the answers.
+
+Both queues' writes are here, each ONE prepared statement:
+
+- **A pending event (TWO_WAY_PRIVATE).** `deliver_statement` is the caller's replay claim (a
+  data-modifying CTE executed to completion whatever the rest says, so the claim holds even when
+  a later check fails), then DCTRL-0004 §7.2's checks, which only gate the INSERT: the recipient
+  registered, a live contract between both parties, the tenant's queue cap on the recipient's
+  counter row (`PendingQueueDepth`, which triggers on messaging_pendingevent keep equal to its
+  unacknowledged count); when stored, the same row's presence read under its lock (presence.py).
+  Its text, parameters and the reading of its row (`delivered`) are pure functions
+  (tests/decentrl/test_deliver_statement.py); the caller runs it.
+- **A DIDComm forward** (UC-021 steps 6-8, AF-4). `forward` calls the plpgsql function whose text
+  is `FORWARD_FUNCTION`, applied by a migration (didcomm 0012; a change of the text is a new
+  migration applying it with the text's new hash, which tests/didcomm/app/test_forward_storage.py
+  checks): the recipient registered under `lookup_hash` in the tenant, whose mediation is granted,
+  is locked; if its queue holds `cap` messages or more, `reject` refuses (nothing stored) and
+  otherwise the oldest are evicted down to `cap - 1`; the message is inserted with its TTL; for a
+  DIDComm v1 connection with an HTTP endpoint, an outbound POST row as well; then the client's
+  presence is read under its row's lock. The depth is the recipient's `didcomm_queuedepth` row,
+  kept exact by statement-level triggers on the queue (didcomm migration 0005), so the cap costs
+  the same at any queue length. It stays a function because each of its statements reads in a new
+  snapshot after the recipient's lock: one plain statement would read the depth, the queue and the
+  presence row as they were when it began, before it waited for a concurrent forward to the same
+  recipient. The queue's tables are the DIDComm app's models (their foreign keys name its
+  mediations and recipients); their statements are here. The pushes and the outbound task are
+  the caller's, after commit.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.postgresql.base import ServerBindingCursor
 
-from .models import Contract, PendingQueueDepth
+from apps.tenants.models import Tenant
+
+from . import presence
+from .models import Contract, PendingEvent, PendingQueueDepth
+
+if TYPE_CHECKING:
+    from .services import Page
 
 _CONTRACT = Contract._meta.db_table
+_PENDING = PendingEvent._meta.db_table
+_DEPTH = PendingQueueDepth._meta.db_table
 
 # Served by the index contract_parties (docs/indexes.md).
 REGISTERED = (
@@ -116,6 +156,27 @@ def prepared_cursor():
     return kept
 
 
+def replay_claim(table: str, key: tuple[str, ...]) -> str:
+    """The replay claim on `table` (unique on `key`, with `id` and an integer `expires_at`), the one
+    text of every front door's: Decentrl's nonces, DIDComm's message ids. Its parameters are the key's
+    values, the record's `expires_at`, then the time before which a record is past (`claim`)."""
+    columns = ", ".join(key)
+    return (
+        f"INSERT INTO {table} ({columns}, expires_at) VALUES ({', '.join(['%s'] * (len(key) + 1))}) "
+        f"ON CONFLICT ({columns}) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+        f"WHERE {table}.expires_at < %s RETURNING id"
+    )
+
+
+def claim(statement: str, params: list) -> bool:
+    """Run a `replay_claim` statement: True when the key was fresh, or its record past and taken
+    over. The unique constraint is the lock: of concurrent claims of one key exactly one gets a
+    row. Commits with the caller's transaction, or at once outside one."""
+    with prepared_cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchone() is not None
+
+
 def _lock_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
@@ -131,3 +192,223 @@ def serialise(key: str) -> None:
     """Hold `key` until the caller's transaction ends: other holders of `key` wait."""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(key)])
+
+
+# --- the Decentrl pending-event queue -------------------------------------------------------
+
+# DCTRL-0004 §7.2 step 6: a live contract owned by the recipient naming both parties, either
+# role (contract_parties / contract_parties_rev).
+HAS_CONTRACT = (
+    f"EXISTS(SELECT 1 FROM {_CONTRACT} WHERE tenant_id = %s AND owner_did = %s AND expires_at > %s"
+    " AND ((requestor_did = %s AND recipient_did = %s) OR (requestor_did = %s AND recipient_did = %s)))"
+)
+
+# After `WITH claim AS (<the claim>)`. Uncorrelated EXISTS sub-selects become InitPlans that
+# PostgreSQL runs lazily, so inside a CASE they cost nothing when the claim was a replay or a CPU
+# check (signature…) already failed.
+_DELIVER_AFTER_CLAIM = f"""
+, chk AS (
+    SELECT c.fresh,
+        CASE WHEN c.fresh AND %s THEN {REGISTERED} ELSE false END AS registered,
+        CASE WHEN c.fresh AND %s THEN {HAS_CONTRACT} ELSE false END AS has_contract,
+        CASE WHEN c.fresh AND %s AND %s > 0 THEN COALESCE((
+            SELECT depth >= %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s
+            ), false) ELSE false END AS queue_full
+    FROM (SELECT EXISTS(SELECT 1 FROM claim) AS fresh) c
+), ins AS (
+    INSERT INTO {_PENDING} (public_id, tenant_id, recipient_did, sender_did, payload, payload_bytes, created_at)
+    SELECT %s, %s, %s, %s, %s, %s, now() FROM chk
+    WHERE chk.registered AND chk.has_contract AND NOT chk.queue_full
+    RETURNING id
+)
+SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
+    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN {presence.LIVE_UNDER_LOCK} END
+FROM chk
+"""
+
+
+@functools.cache
+def deliver_sql(claim_sql: str) -> str:
+    """The pending-event statement after `claim_sql`: one text per claim text, so every call passes
+    psycopg the same string (prepared once per connection)."""
+    return f"WITH claim AS ({claim_sql}){_DELIVER_AFTER_CLAIM}"
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one claiming statement found. A flag is False when it was not asked: after a replay,
+    after a failed CPU check, or (queue_full) when the recipient is not registered or has no
+    contract. `event_id` is set only when the event was stored; `page` only when a read was asked,
+    the nonce was fresh and the sender registered."""
+
+    nonce_fresh: bool
+    registered: bool = False
+    has_contract: bool = False
+    queue_full: bool = False
+    event_id: str | None = None
+    page: Page | None = None
+    may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
+
+
+def deliver_statement(
+    claim_sql: str,
+    claim_params: list,
+    *,
+    tenant: Tenant,
+    checks_passed: bool,
+    sender_did: str,
+    recipient_did: str,
+    payload: str,
+    now_s: int,
+    public_id: uuid.UUID,
+) -> tuple[str, list]:
+    """The pending-event statement after `claim_sql` and its parameters (pure: no I/O). The checks and
+    the INSERT run only when the claim was fresh and `checks_passed`."""
+    cap = tenant.pending_queue_cap or 0
+    params = [
+        *claim_params,
+        checks_passed,
+        *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
+        checks_passed,
+        tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
+        # Race accepted: concurrent senders may overshoot
+        # the cap by the number of in-flight sends; nothing is ever evicted.
+        checks_passed, cap, cap, tenant.pk, recipient_did,
+        public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
+        *presence.live_params(tenant_id=tenant.pk, did=recipient_did, now_s=now_s),
+    ]  # fmt: skip
+    return deliver_sql(claim_sql), params
+
+
+def delivered(row: tuple, public_id: uuid.UUID) -> Found:
+    """What `deliver_statement`'s row says; `event_id` only when the event was stored."""
+    fresh, registered, has_contract, queue_full, stored, live = row
+    return Found(
+        bool(fresh),
+        bool(registered),
+        bool(has_contract),
+        bool(queue_full),
+        str(public_id) if stored else None,
+        may_have_socket=presence.may_have_socket(live),
+    )
+
+
+# --- the DIDComm queue -----------------------------------------------------------------------
+
+FORWARD_FUNCTION = """CREATE OR REPLACE FUNCTION didcomm_forward_store(
+    p_tenant bigint, p_lookup varchar, p_cap integer, p_reject boolean, p_message_id uuid,
+    p_data text, p_now timestamptz, p_expires timestamptz, p_outbound boolean
+) RETURNS TABLE (o_outcome text, o_evicted integer, o_client_did text, o_outbound_id bigint, o_live boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_recipient bigint;
+    v_mediation bigint;
+    v_client text;
+    v_connection bigint;
+    v_endpoint text;
+    v_depth bigint;
+    v_evicted integer := 0;
+    v_queued bigint;
+    v_outbound bigint;
+    v_presence text;
+    v_live boolean;
+BEGIN
+    SELECT r.id, r.mediation_id, m.client_did, 'didcomm:' || m.client_hash, m.connection_id, c.endpoint
+      INTO v_recipient, v_mediation, v_client, v_presence, v_connection, v_endpoint
+      FROM didcomm_recipientkey r
+      JOIN didcomm_mediation m ON m.id = r.mediation_id
+      LEFT JOIN didcomm_connection c ON c.id = m.connection_id
+     WHERE r.tenant_id = p_tenant AND r.lookup_hash = p_lookup AND m.state = 'granted'
+       FOR UPDATE OF r;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'unknown'::text, 0, NULL::text, NULL::bigint, NULL::boolean;
+        RETURN;
+    END IF;
+    SELECT d.depth INTO v_depth FROM didcomm_queuedepth d WHERE d.recipient_id = v_recipient;
+    v_depth := coalesce(v_depth, 0);
+    IF v_depth >= p_cap THEN
+        IF p_reject THEN
+            RETURN QUERY SELECT 'full'::text, 0, NULL::text, NULL::bigint, NULL::boolean;
+            RETURN;
+        END IF;
+        -- UC-021 AF-4: FIFO eviction, the oldest first, with their v1 outbound rows (as Django's
+        -- cascade would; the foreign key has no ON DELETE of its own).
+        WITH gone AS (
+            SELECT q.id FROM didcomm_queuedmessage q WHERE q.recipient_id = v_recipient
+             ORDER BY q.id LIMIT v_depth - p_cap + 1
+        ), outbound AS (
+            DELETE FROM didcomm_outbound WHERE queued_id IN (SELECT id FROM gone)
+        )
+        DELETE FROM didcomm_queuedmessage WHERE id IN (SELECT id FROM gone);
+        GET DIAGNOSTICS v_evicted = ROW_COUNT;
+    END IF;
+    INSERT INTO didcomm_queuedmessage
+        (tenant_id, mediation_id, recipient_id, message_id, data, size, received_at, expires_at)
+    VALUES (p_tenant, v_mediation, v_recipient, p_message_id, p_data, length(p_data), p_now, p_expires)
+    RETURNING id INTO v_queued;
+    IF p_outbound AND v_connection IS NOT NULL AND coalesce(v_endpoint, '') <> '' THEN
+        INSERT INTO didcomm_outbound
+            (tenant_id, connection_id, queued_id, body, attempts, last_status, next_attempt_at, expires_at, created_at)
+        VALUES (p_tenant, v_connection, v_queued, '', 0, '', p_now, p_expires, p_now)
+        RETURNING id INTO v_outbound;
+    END IF;
+    -- The client's presence (apps/messaging/presence.py), read under its row's share lock: a socket
+    -- marking the client present waits for this commit, and one that marked it first is read here.
+    -- A missing row is made with nobody live (a socket's write then waits for this commit too).
+    SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
+      FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
+    IF NOT FOUND THEN
+        INSERT INTO messaging_pendingqueuedepth (tenant_id, recipient_did, depth) VALUES (p_tenant, v_presence, 0)
+            ON CONFLICT (tenant_id, recipient_did) DO NOTHING;
+        SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
+          FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
+    END IF;
+    RETURN QUERY SELECT 'stored'::text, v_evicted, v_client, v_outbound, v_live;
+END $$;
+"""
+
+FORWARD = (
+    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_live"
+    " FROM didcomm_forward_store(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+STORED, UNKNOWN, FULL = "stored", "unknown", "full"
+
+
+@dataclass(frozen=True)
+class ForwardStored:
+    """What one forward store did: `outcome` stored | unknown (no granted recipient) | full (reject)."""
+
+    outcome: str
+    evicted: int = 0
+    client_did: str | None = None  # the recipient's client (whose sockets get the wake)
+    outbound_id: int | None = None  # the v1 outbound row to POST, if one was made
+    # When stored: whether the client may have a live socket (its presence, read under its row's
+    # lock in the storing transaction); the wake leaves only if so.
+    may_have_socket: bool = False
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    tenant_id: int
+    lookup_hash: str
+    cap: int
+    reject: bool
+    message_id: uuid.UUID
+    data: str  # the attachment data object as JSON text, stored opaque
+    now: datetime
+    expires_at: datetime
+    outbound: bool  # make a v1 outbound row when the client is a connection with an endpoint
+
+
+def forward(req: ForwardRequest) -> ForwardStored:
+    """Store one forward (see the module docstring): one round trip."""
+    params = [
+        req.tenant_id, req.lookup_hash, req.cap, req.reject, req.message_id,
+        req.data, req.now, req.expires_at, req.outbound,
+    ]  # fmt: skip
+    with prepared_cursor() as cur:
+        cur.execute(FORWARD, params)
+        outcome, evicted, client_did, outbound_id, live = cur.fetchone()
+    woken = outcome == STORED and presence.may_have_socket(live)
+    return ForwardStored(outcome, evicted, client_did, outbound_id, woken)

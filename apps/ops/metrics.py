@@ -67,6 +67,12 @@ WS_EVENTS = Counter(
     ["event"],
     registry=OPS_REGISTRY,
 )
+MESSAGES = Counter(
+    "mediator_didcomm_messages_total",
+    "DIDComm messages handled, by transport, short message type and result code.",
+    ["transport", "type", "code"],
+    registry=OPS_REGISTRY,
+)
 RATE_LIMITED = Counter(
     "mediator_rate_limited_total", "Requests refused by a rate limit, by limit scope.", ["scope"], registry=OPS_REGISTRY
 )
@@ -103,9 +109,18 @@ class LabelledChildren:
 _command_children = LabelledChildren(lambda key: (COMMANDS.labels(*key), COMMAND_SECONDS.labels(*key[:2])))
 
 
-def observe_command(record) -> None:
-    """hooks.OBSERVERS entry: count and time one finished command (metadata only)."""
-    counter, seconds = _command_children.get((record.transport, record.command_type or "-", record.code))
+# (transport, short type, code) → that series' DIDComm message counter child.
+_message_children = LabelledChildren(lambda key: MESSAGES.labels(*key))
+
+
+def observe(record) -> None:
+    """Request-record observer (apps/usage/records.py) for every protocol: a Decentrl command is
+    counted and timed in the command series, a DIDComm message counted in the message series."""
+    key = (record.transport, record.command_type or "-", record.code)
+    if record.protocol != "decentrl":
+        _message_children.get(key).inc()
+        return
+    counter, seconds = _command_children.get(key)
     counter.inc()
     seconds.observe(record.duration_ms / 1000)
     if record.channel == "TWO_WAY_PRIVATE" and record.code == "SUCCESS":

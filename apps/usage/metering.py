@@ -1,6 +1,6 @@
-"""The metering observer: every finished command becomes one `CommandMeter` row.
+"""The metering observer: every finished command or message (`records.Record`) becomes one `CommandMeter` row.
 
-Hot path: `observe()` only appends the (immutable) CommandRecord to an in-process buffer: no I/O,
+Hot path: `observe()` only appends the (immutable) Record to an in-process buffer: no I/O,
 no model instance, no lock beyond a deque append; rows are built by the writer. A daemon thread bulk-inserts the buffer every USAGE_METERING_FLUSH_MS or
 as soon as USAGE_METERING_BATCH rows are waiting, on one connection while commands keep coming
 (closed after an interval without any). Mode "sync" instead inserts one row inside the
@@ -20,23 +20,18 @@ import atexit
 import logging
 import threading
 from collections import deque
-from typing import Any
 
 from django.conf import settings
 from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 
 from apps.wire.display import printable
 
-from .models import DEFAULT_PROTOCOL, LABEL_MAX, SENDER_DID_MAX, CommandMeter
+from .models import LABEL_MAX, SENDER_DID_MAX, CommandMeter
+from .records import Record
 
 log = logging.getLogger("mediator.usage.metering")
 
-# The report's protocol dimension, from the record's channel: the DIDComm front door meters its v2
-# messages with channel "didcomm-v2" and its v1 (RFC 0019) messages with "didcomm-v1"
-# (apps/didcomm/hooks.py), each its own protocol; every other channel is Decentrl.
-PROTOCOL_BY_CHANNEL = {"didcomm-v2": "didcomm-v2", "didcomm-v1": "didcomm-v1"}
-
-_buffer: deque[Any] = deque()  # CommandRecords waiting for the writer
+_buffer: deque[Record] = deque()  # records waiting for the writer
 # Held for the whole drain+insert so `flush()` returns only after every earlier record is stored.
 _flush_lock = threading.Lock()
 _wake = threading.Event()
@@ -69,14 +64,14 @@ def _in_range(value: int, top: int) -> int:
     return value
 
 
-def _values(record: Any) -> tuple:
-    """The metadata of a CommandRecord as one row's values, in _COLUMNS order; OverflowError for a
+def _values(record: Record) -> tuple:
+    """The metadata of a record as one row's values, in _COLUMNS order; OverflowError for a
     number its column cannot hold (counted as rejected by `_store`)."""
     return (
         record.tenant_id,
         record.at,
         printable(record.transport or "")[:8],
-        PROTOCOL_BY_CHANNEL.get(record.channel or "", DEFAULT_PROTOCOL),
+        record.protocol,
         printable(record.channel or "")[:32],
         # A client chooses its message type: control characters stored escaped (wire.display).
         printable(record.command_type or "")[:LABEL_MAX],
@@ -85,13 +80,13 @@ def _values(record: Any) -> tuple:
         _in_range(max(0, int(record.bytes_in)), _INT4_MAX),
         _in_range(max(0, int(record.bytes_out)), _INT4_MAX),
         float(record.duration_ms),
-        # None unless the signature verified (hooks.CommandRecord): stored as NULL, never "".
+        # None unless the signature verified (records.Record): stored as NULL, never "".
         record.sender_did[:SENDER_DID_MAX] if record.sender_did else None,
     )
 
 
-def observe(record: Any) -> None:
-    """hooks.OBSERVERS entry: record one command's metadata (never raises)."""
+def observe(record: Record) -> None:
+    """Request-record observer (records.OBSERVERS): meter one command's or message's metadata."""
     global dropped
     if record.tenant_id is None:
         return
@@ -123,7 +118,7 @@ def flush() -> int:
         # chasing them wrote a string of small COPYs, each its own transaction, per wake-up.
         waiting = len(_buffer)
         while waiting:
-            records: list[Any] = []
+            records: list[Record] = []
             while waiting and len(records) < settings.USAGE_METERING_BATCH:
                 waiting -= 1
                 record = _buffer.popleft()
@@ -137,7 +132,7 @@ def flush() -> int:
     return written
 
 
-def _store(records: list[Any]) -> int:
+def _store(records: list[Record]) -> int:
     """Write `records`, dropping and counting those that cannot be stored; returns rows written."""
     global rejected
     rows = []

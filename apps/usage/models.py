@@ -15,11 +15,13 @@ from django.db import models
 
 from apps.wire.display import utc_iso
 
+from .records import DECENTRL
+
 # Caps on what a metering row keeps (a verified sender DID can still be up to MAX_DID_LEN long).
 SENDER_DID_MAX = 512
 LABEL_MAX = 64
 PROTOCOL_MAX = 16
-DEFAULT_PROTOCOL = "decentrl"  # DIDComm traffic is metered as "didcomm-v2" / "didcomm-v1" into the same table
+DEFAULT_PROTOCOL = DECENTRL  # DIDComm traffic is metered as "didcomm-v2" / "didcomm-v1" into the same table
 
 
 class CommandMeter(models.Model):
@@ -41,7 +43,7 @@ class CommandMeter(models.Model):
     bytes_in = models.PositiveIntegerField()
     bytes_out = models.PositiveIntegerField()
     duration_ms = models.FloatField()
-    # Only a sender whose signature verified (hooks.CommandRecord); NULL for every other command,
+    # Only a sender whose signature verified (records.Record); NULL for every other command,
     # which still counts per tenant, type and code. NULL, not "": COUNT(DISTINCT) and Spark's
     # countDistinct skip it by definition. Rows written before issue 13 may hold "" for "none";
     # every reader (spark_reports/transform.py) treats both alike.

@@ -1,5 +1,5 @@
-"""`storage.deliver_statement` and `storage.delivered`: claim_and_deliver's statement,
-parameters and row as pure functions (bench/async_entry_probe.py runs the same text on another driver)."""
+"""`messaging.sql.deliver_statement` and `delivered`: claim_and_deliver's statement (messaging's
+pending-event statement after the nonce claim), parameters and row as pure functions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 from django.db import connection
 
 from apps.decentrl import storage
-from apps.decentrl.storage import Found, NonceClaim, deliver_statement, delivered
+from apps.decentrl.storage import NonceClaim
+from apps.messaging import sql as messaging_sql
+from apps.messaging.sql import Found, delivered
 from apps.tenants.models import Tenant
 from tests.support.registration import contract_both_ways, register
 
@@ -19,8 +21,9 @@ PUBLIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000007")
 def _statement(*, cap: int | None, checks_passed: bool = True) -> tuple[str, list]:
     tenant = Tenant(pk=7, did="did:web:m.example", pending_queue_cap=cap)
     nonce = NonceClaim(tenant_id=7, sender_did="did:s", nonce="n1", expires_at_ms=1_300_000, now_ms=1_000_000)
-    return deliver_statement(
-        nonce,
+    return messaging_sql.deliver_statement(
+        storage.CLAIM,
+        nonce.params(),
         tenant=tenant,
         checks_passed=checks_passed,
         sender_did="did:s",
@@ -33,7 +36,7 @@ def _statement(*, cap: int | None, checks_passed: bool = True) -> tuple[str, lis
 
 def test_the_statement_and_its_parameters_in_order():
     sql, params = _statement(cap=50)
-    assert sql is storage._CLAIM_AND_DELIVER
+    assert sql is messaging_sql.deliver_sql(storage.CLAIM)
     assert sql.count("%s") == len(params) == 33
     assert params == [
         7, "did:s", "n1", 1_300_000, 1_000_000,  # the claim
@@ -47,7 +50,7 @@ def test_the_statement_and_its_parameters_in_order():
 
 def test_no_cap_and_failed_checks_are_parameters_not_other_text():
     sql, params = _statement(cap=None, checks_passed=False)
-    assert sql is storage._CLAIM_AND_DELIVER
+    assert sql is messaging_sql.deliver_sql(storage.CLAIM)
     assert [params[5], params[11], params[19], params[20], params[21]] == [False, False, False, 0, 0]
 
 
@@ -85,7 +88,7 @@ def test_claim_and_deliver_runs_exactly_that_statement(post_a, tenant_a, alice, 
     [(sql, params)] = captured
     public_id = params[24]
     assert found == Found(True, True, True, False, str(public_id))
-    assert (sql, params) == deliver_statement(
-        nonce, tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did, payload="p",
+    assert (sql, params) == messaging_sql.deliver_statement(
+        storage.CLAIM, nonce.params(), tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did, payload="p",
         now_s=1, public_id=public_id,
     )  # fmt: skip

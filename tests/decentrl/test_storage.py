@@ -16,10 +16,11 @@ import pytest
 
 from apps.decentrl import storage
 from apps.decentrl.models import Nonce
-from apps.decentrl.storage import EventsQuery, Found, NonceClaim
+from apps.decentrl.storage import EventsQuery, NonceClaim
 from apps.messaging.models import Contract, PendingEvent
 from apps.messaging.selectors import tenant_registrations
 from apps.messaging.services import events_save, is_registered
+from apps.messaging.sql import Found
 from apps.tenants.models import Tenant
 from apps.wire.client import Identity
 from apps.wire.envelope import EventFilter, EventToSave, Pagination

@@ -3,14 +3,14 @@ label children have been emptied past their cap (apps/ops/metrics.LabelledChildr
 
 from datetime import UTC, datetime
 
-from apps.didcomm import metrics
-from apps.didcomm.hooks import MessageRecord
+from apps.ops import metrics
 from apps.ops.metrics import OPS_REGISTRY
+from apps.usage.records import DIDCOMM_V2, Record
 
 
-def _record(transport: str, short: str | None, code: str) -> MessageRecord:
-    return MessageRecord(
-        tenant_id=1, tenant_slug="t", at=datetime.now(UTC), transport=transport, channel="DIDCOMM",
+def _record(transport: str, short: str | None, code: str) -> Record:
+    return Record(
+        protocol=DIDCOMM_V2, tenant_id=1, tenant_slug="t", at=datetime.now(UTC), transport=transport, channel="DIDCOMM",
         command_type=short, code=code, http_status=202, bytes_in=1, bytes_out=0, duration_ms=1.0,
         sender_did=None, remote_addr=None,
     )  # fmt: skip
@@ -35,6 +35,6 @@ def test_each_message_counts_in_its_own_series_also_past_the_children_cap(monkey
         ("http", None, "e.p.msg"),  # a third series: the kept children are emptied, nothing is lost
         ("http", "routing/2.0/forward", "SUCCESS"),
     ):
-        metrics.observe_message(_record(transport, short, code))
+        metrics.observe(_record(transport, short, code))
     assert [_count(*s) - b for s, b in zip(series, before, strict=True)] == [2.0, 1.0, 1.0]
     assert len(metrics._message_children.kept) <= 2

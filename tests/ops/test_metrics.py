@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from apps.decentrl.hooks import CommandRecord
 from apps.ops import metrics
+from apps.usage.records import DECENTRL, Record
 from tests.conftest import HOST_A
 from tests.support.registration import contract_both_ways, register
 
@@ -140,9 +140,9 @@ def test_job_statistics_are_listed_read_only_in_the_operator_console(admin_clien
 
 
 def test_observing_a_command_counts_and_times_its_own_series_also_past_the_children_cap(monkeypatch):
-    def record(command: str | None, code: str, ms: float) -> CommandRecord:
-        return CommandRecord(
-            tenant_id=1, tenant_slug="t", at=datetime.now(UTC), transport="http", channel="DIRECT_AUTHENTICATED",
+    def record(command: str | None, code: str, ms: float) -> Record:
+        return Record(
+            protocol=DECENTRL, tenant_id=1, tenant_slug="t", at=datetime.now(UTC), transport="http", channel="DIRECT_AUTHENTICATED",
             command_type=command, code=code, http_status=200, bytes_in=1, bytes_out=1, duration_ms=ms,
             sender_did=None, remote_addr=None,
         )  # fmt: skip
@@ -173,7 +173,7 @@ def test_observing_a_command_counts_and_times_its_own_series_also_past_the_child
         record(None, "INVALID_COMMAND", 1.0),  # a third series: the cache is emptied, nothing is lost
         record("SAVE_EVENTS", "SUCCESS", 1.0),
     ):
-        metrics.observe_command(rec)
+        metrics.observe(rec)
     after = (count("SAVE_EVENTS", "SUCCESS"), count("SAVE_EVENTS", "RATE_LIMITED"), count("-", "INVALID_COMMAND"))
     assert [a - b for a, b in zip(after, before, strict=True)] == [3.0, 1.0, 1.0]
     assert [timed("SAVE_EVENTS") - timed_before[0], timed("-") - timed_before[1]] == [4.0, 1.0]

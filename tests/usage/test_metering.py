@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from apps.decentrl import hooks
-from apps.usage import metering
+from apps.usage import metering, records
 from apps.usage.models import CommandMeter
 from apps.wire.canonical import canonical_bytes
 from tests.support.registration import contract_both_ways, register
@@ -133,8 +132,9 @@ def test_buffered_metering_adds_no_query_to_the_command(post_a, tenant_a, alice)
 # -- the writer survives bad rows (issue 13 item 4) ---------------------------------------------
 
 
-def meter_record(tenant, **fields) -> hooks.CommandRecord:
+def meter_record(tenant, **fields) -> records.Record:
     values = dict(
+        protocol=records.DECENTRL,
         tenant_id=tenant.pk,
         tenant_slug=tenant.slug,
         at=datetime(2026, 3, 1, 12, tzinfo=UTC),
@@ -150,7 +150,7 @@ def meter_record(tenant, **fields) -> hooks.CommandRecord:
         remote_addr="127.0.0.1",
     )
     values.update(fields)
-    return hooks.CommandRecord(**values)
+    return records.Record(**values)
 
 
 def stored_codes(tenant) -> list[str]:
@@ -365,27 +365,14 @@ def test_only_commands_whose_signature_verified_are_metered_with_their_sender(po
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_protocol_of_a_row_follows_its_channel(tenant_a):
-    # The DIDComm front door meters with channel "didcomm-v2" and no protocol field of its own.
-    from apps.didcomm.hooks import CHANNEL, MessageRecord
-
+def test_each_row_is_metered_under_its_records_protocol(tenant_a):
+    # Each front door names its protocol in the record; the channel column keeps what it says.
     metering.flush()
-    didcomm = MessageRecord(
-        **{
-            **vars(meter_record(tenant_a, code="DIDCOMM_ROW")),
-            "channel": CHANNEL,
-            "command_type": "routing/2.0/forward",
-        }
-    )
-    for record in (meter_record(tenant_a, code="DECENTRL_ROW"), didcomm):
-        metering._buffer.append(record)
+    for protocol in (records.DECENTRL, records.DIDCOMM_V2, records.DIDCOMM_V1):
+        metering._buffer.append(meter_record(tenant_a, protocol=protocol, code=f"ROW_{protocol}"))
     metering.flush()
-    got = dict(
-        CommandMeter.objects.filter(tenant=tenant_a, code__in=["DECENTRL_ROW", "DIDCOMM_ROW"]).values_list(
-            "code", "protocol"
-        )
-    )
-    assert got == {"DECENTRL_ROW": "decentrl", "DIDCOMM_ROW": "didcomm-v2"}
+    got = dict(CommandMeter.objects.filter(tenant=tenant_a, code__startswith="ROW_").values_list("code", "protocol"))
+    assert got == {f"ROW_{p}": p for p in ("decentrl", "didcomm-v2", "didcomm-v1")}
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The forward's storage seam (apps/didcomm/storage.py) against one model of the rule
+"""The forward's statement (apps/messaging/sql.py `forward`) against one model of the rule
 (stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
 row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and
 the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
@@ -8,12 +8,14 @@ evicting forward and a concurrent messages-received."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import os
 import threading
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
@@ -21,7 +23,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.didcomm import mediation, queue, storage
+from apps.didcomm import mediation, queue
 from apps.didcomm.identity import identity_current
 from apps.didcomm.models import (
     Connection,
@@ -36,6 +38,7 @@ from apps.didcomm.models import (
 from apps.didcomm.policy import policy_for
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
+from apps.messaging import sql as storage
 from apps.messaging.models import PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.tenants.services import Actor
@@ -531,3 +534,24 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
         assert another_session_waits_for_a_lock(), "going live did not wait for the forward's commit"
     thread.join(10)
     assert request.message_id in box["backlog"] and len(box["backlog"]) == 2
+
+
+def test_the_latest_migration_applying_the_forward_function_names_the_codes_text():
+    """A change of sql.FORWARD_FUNCTION reaches a deployed database only by a new migration
+    applying it: the latest migration that declares FORWARD_FUNCTION_SHA256 names the code's text."""
+    folder = Path(__file__).resolve().parents[3] / "apps" / "didcomm" / "migrations"
+    declared = [
+        line.split('"')[1]
+        for path in sorted(folder.glob("0*.py"))
+        for line in path.read_text().splitlines()
+        if line.startswith("FORWARD_FUNCTION_SHA256 = ")
+    ]
+    assert declared[-1] == hashlib.sha256(storage.FORWARD_FUNCTION.encode()).hexdigest()
+
+
+@pytest.mark.django_db
+def test_the_database_runs_the_function_in_code():
+    with connection.cursor() as cur:
+        cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'didcomm_forward_store'")
+        [(body,)] = cur.fetchall()
+    assert body == storage.FORWARD_FUNCTION.split("$$")[1]

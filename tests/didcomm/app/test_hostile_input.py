@@ -16,7 +16,6 @@ from nacl import bindings
 
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.didcomm import dispatch, handlers
-from apps.didcomm import hooks as didcomm_hooks
 from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
 from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from apps.didcomm.core.keys import ED25519, PrivateKey
@@ -25,6 +24,7 @@ from apps.didcomm.identity import verkey_of
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
 from apps.didcomm.views import wsgi_reply, wsgi_unavailable
+from apps.usage import records as request_records
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
 from tests.conftest import HOST_A, wsgi_call
 
@@ -159,7 +159,7 @@ def test_an_exception_no_handler_answers_is_a_503_problem_report_logged_without_
 
     monkeypatch.setitem(handlers.HANDLERS, "https://didcomm.org/trust-ping/2.0/ping", broken)
     records = []
-    monkeypatch.setattr(didcomm_hooks, "OBSERVERS", [*didcomm_hooks.OBSERVERS, records.append])
+    monkeypatch.setattr(request_records, "OBSERVERS", [*request_records.OBSERVERS, records.append])
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
     entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})
     with caplog.at_level(logging.INFO, logger="mediator"):

@@ -10,10 +10,10 @@ import logging
 import pytest
 from django.test import override_settings
 
-from apps.didcomm.hooks import CHANNEL
 from apps.ops.logconfig import JsonFormatter, PlainFormatter
 from apps.usage import metering
 from apps.usage.models import CommandMeter
+from apps.usage.records import DIDCOMM_V2 as CHANNEL
 from apps.wire.display import printable
 
 FORGED = (

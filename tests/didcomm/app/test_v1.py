@@ -14,12 +14,12 @@ from django.test import override_settings
 from django.utils import timezone
 
 from apps.didcomm import handlers_v1, outbound
-from apps.didcomm import hooks as didcomm_hooks
 from apps.didcomm import metrics as didcomm_metrics
 from apps.didcomm import selectors as didcomm_selectors
 from apps.didcomm.core.message_v1 import key_to_verkey, verify_attachment
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, RecipientKey
+from apps.usage import records as request_records
 from apps.wire.encoding import b64decode, b64url_nopad
 from tests.conftest import HOST_A, HOST_B
 from tests.tenants.test_operator_hosts import _run_settings
@@ -269,7 +269,7 @@ def test_an_exception_no_handler_answers_is_a_503_about_the_message_metered_unde
 
     monkeypatch.setitem(handlers_v1.HANDLERS, BASE + "trust_ping/1.0/ping", broken)
     records = []
-    monkeypatch.setattr(didcomm_hooks, "OBSERVERS", [*didcomm_hooks.OBSERVERS, records.append])
+    monkeypatch.setattr(request_records, "OBSERVERS", [*request_records.OBSERVERS, records.append])
     ping = agent.message(BASE + "trust_ping/1.0/ping", response_requested=True)
     status, _, resp = door.send(agent, ping)
     report = json.loads(resp.content)

@@ -1,0 +1,30 @@
+"""The forward's function from its one text in code, apps/messaging/sql.py (FORWARD_FUNCTION).
+
+The same function as 0008 (only a comment of its body changed). A later change of the text is a new
+migration like this one, with the text's new hash: tests/didcomm/app/test_forward_storage.py
+checks that the latest such migration names the code's text.
+"""
+
+import importlib
+
+from django.db import migrations
+
+from apps.messaging.sql import FORWARD_FUNCTION
+
+FORWARD_FUNCTION_SHA256 = "765beb4d8db27bd1f45f29132641de6b4fabedd85b4e66e1f446e206b4a2fd0e"
+
+
+def forward(apps, schema_editor):
+    schema_editor.execute(FORWARD_FUNCTION)
+
+
+def backward(apps, schema_editor):
+    previous = importlib.import_module("apps.didcomm.migrations.0008_forward_store_presence")
+    schema_editor.execute(f"DROP FUNCTION {previous.SIGNATURE}")
+    schema_editor.execute(previous.CREATE_FUNCTION)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("didcomm", "0011_recipient_proof")]
+
+    operations = [migrations.RunPython(forward, backward)]
