@@ -98,7 +98,7 @@ app.conf.beat_schedule = {
         "schedule": crontab(hour=2, minute=10),
         "options": {"expires": 6 * 60 * MINUTE},
     },
-    # The nightly usage report (issue 6): Spark aggregates yesterday's metering for the staff
+    # The nightly usage report: Spark aggregates yesterday's metering for the staff
     # dashboard. After midnight UTC so that "yesterday" is complete, before the retention prune
     # would touch anything it needs.
     "nightly-usage-report": {

@@ -76,7 +76,7 @@ ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [
     "daphne",
-    # The operator console's theme; it must come before django.contrib.admin (issue 4).
+    # The operator console's theme; it must come before django.contrib.admin.
     "unfold",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -397,12 +397,12 @@ MEDIATOR_WS_SEND_BUDGET_BYTES = env_int("MEDIATOR_WS_SEND_BUDGET_BYTES", 4 * 102
 if MEDIATOR_WS_SEND_BUDGET_BYTES < 0:
     raise ImproperlyConfigured("MEDIATOR_WS_SEND_BUDGET_BYTES must be 0 or more")
 
-# --- Operator console and API (issue 4, docs/operators.md) ---------------------------------------
+# --- Operator console and API (docs/operators.md) ---------------------------------------
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the
 # tenant services clear this process's cache at once; other processes see a change within the TTL.
 MEDIATOR_TENANT_CACHE_SECONDS = env_int("MEDIATOR_TENANT_CACHE_SECONDS", 5)
 # The operator surfaces (/admin/, /api/v1/, /dashboard/) answer only on these hosts; elsewhere a
-# 404 (apps/tenants/middleware.py, issue 13). Comma-separated `host` (any port) or `host:port`;
+# 404 (apps/tenants/middleware.py). Comma-separated `host` (any port) or `host:port`;
 # "*" is every host, the development default. Production has no default: unset is a startup failure.
 _operator_hosts = (env("MEDIATOR_OPERATOR_HOSTS") or "").strip()
 if not _operator_hosts:
@@ -430,12 +430,12 @@ MEDIATOR_CSP_PATHS = ["/admin/", "/dashboard/", "/api/v1/docs/", "/api/v1/redoc/
 LOGIN_REDIRECT_URL = "/admin/"
 REST_FRAMEWORK = {
     # A token for scripts; the console's session (with its CSRF token) for a logged-in operator,
-    # so that Swagger UI's "Try it out" works from the browser (issue 18).
+    # so that Swagger UI's "Try it out" works from the browser.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.tenants.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # Staff plus the model permission the console needs for the same action (issue 13).
+    # Staff plus the model permission the console needs for the same action.
     "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.OperatorPermissions"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
@@ -526,7 +526,7 @@ UNFOLD = {
     "SCRIPTS": [_static("console/console.js")],
 }
 
-# --- Usage metering and reports (issue 6, docs/usage.md) ------------------------------------------
+# --- Usage metering and reports (docs/usage.md) ------------------------------------------
 # "buffered" (rows batched off the request thread), "sync" (one INSERT per command) or "off".
 USAGE_METERING_MODE = env("USAGE_METERING_MODE", "buffered")
 if USAGE_METERING_MODE not in ("buffered", "sync", "off"):

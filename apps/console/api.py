@@ -129,7 +129,7 @@ class TenantUpdateSerializer(StrictSerializer):
 
 
 class RotateSerializer(StrictSerializer):
-    """Which keys to rotate, said explicitly: `{}` is refused rather than rotating both (issue 18)."""
+    """Which keys to rotate, said explicitly: `{}` is refused rather than rotating both."""
 
     signing = serializers.BooleanField(required=False, help_text="rotate the Ed25519 signing key")
     prekey = serializers.BooleanField(required=False, help_text="rotate the X25519 pre-key")

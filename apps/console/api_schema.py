@@ -1,5 +1,5 @@
 """The operator API's OpenAPI document, finished (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]):
-readable operation titles, and the error answers every operation can give (issue 18: Redoc showed
+readable operation titles, and the error answers every operation can give (Redoc showed
 generated ids and Swagger called 400/401/403 "Undocumented")."""
 
 from __future__ import annotations

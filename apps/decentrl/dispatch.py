@@ -49,7 +49,7 @@ class Outcome:
     body: dict
     command_type: str | None = None
     # The header's sender_did, only when the command's signature verified under it and the command
-    # was not a replay: metering and metrics never attribute a claim (issue 13 item 9).
+    # was not a replay: metering and metrics never attribute a claim.
     sender_did: str | None = None
     code: str = "SUCCESS"
     retry_after: int | None = None

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class DidcommConfig(AppConfig):
-    """The DIDComm v2 front door (issue 15, UC-021): `POST /didcomm`, `/didcomm/ws`, the OOB invitation."""
+    """The DIDComm v2 front door (UC-021): `POST /didcomm`, `/didcomm/ws`, the OOB invitation."""
 
     name = "apps.didcomm"
     label = "didcomm"

@@ -321,7 +321,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def _wake(self, key: str, live: Live, wake: dict, rows: list[Row] | None) -> None:
         """Push the woken messages: from the wake itself when it carries them (no database, packed
-        here on the event loop: ~0.3 ms), else read from the queue (those still queued)."""
+        here on the event loop), else read from the queue (those still queued)."""
         if live.target is None and not await self._load(key, live, backlog=False):
             return
         target = live.target

@@ -318,7 +318,7 @@ class QueuedMessage(models.Model):
 
 
 class QueueDepth(models.Model):
-    """How many messages a recipient has queued (issue 15 §7): the forward's cap reads this row.
+    """How many messages a recipient has queued: the forward's cap reads this row.
 
     Statement-level triggers on QueuedMessage (migration 0005) keep `depth` exact
     whatever removes or adds the rows: the forward, its eviction, messages-received, the TTL purge,

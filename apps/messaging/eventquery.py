@@ -1,4 +1,4 @@
-"""QUERY_EVENTS on PostgreSQL as prepared statements (issue 8), for the tags and time-range filters.
+"""QUERY_EVENTS on PostgreSQL as prepared statements, for the tags and time-range filters.
 
 Same predicates and order as the ORM path in services.events_query (PROTOCOL-DECISIONS §5): only
 the owner's events, `after`/`before` strict, any tag equal, ordered by timestamp then arrival (id).
@@ -55,8 +55,7 @@ def _tags_where(one_tag: bool, after: bool, before: bool) -> str:
     bounds given."""
     # `= $n`, not `= ANY($n)` for one tag: the generic plan of ANY assumes a 10-element array,
     # estimates 10x the rows of one tag and loses to the custom plan, so PostgreSQL re-planned the
-    # prepared statement on every execution (pg_prepared_statements: 0 generic, all custom;
-    # ~0.3 ms of planning). With `=` the estimates agree and the generic plan is kept.
+    # prepared statement on every execution (pg_prepared_statements: 0 generic, all custom). With `=` the estimates agree and the generic plan is kept.
     tag_sql = f"{_TAGS}.tag = %s" if one_tag else f"{_TAGS}.tag = ANY(%s)"
     return f"{_TAGS}.tenant_id = %s AND {_TAGS}.owner_did = %s AND {tag_sql}{_time_range(_TAGS, after, before)}"
 

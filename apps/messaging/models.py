@@ -130,7 +130,7 @@ class PendingEvent(models.Model):
 
 
 class PendingQueueDepth(models.Model):
-    """How many unacknowledged pending events a recipient has (issue 8).
+    """How many unacknowledged pending events a recipient has.
 
     Triggers on PendingEvent (migration 0005) keep `depth` exact whatever writes the
     events: the send statement, ACKNOWLEDGE, the TTL job, a tenant purge, raw SQL. The queue-cap

@@ -51,7 +51,7 @@ def _bad(detail: str) -> ProtocolError:
 
 def _verify_contract(signed: dict) -> wc.ContractInfo:
     try:
-        # A hosted tenant's retired signing key still verifies the contracts it signed (issue 4).
+        # A hosted tenant's retired signing key still verifies the contracts it signed.
         return verify_contract_with_key_history(signed, now_s=_now_s())
     except wc.ContractInvalid as exc:
         raise _bad(str(exc)) from exc
@@ -62,7 +62,7 @@ def _verify_contract(signed: dict) -> wc.ContractInfo:
 def is_registered(*, tenant: Tenant, did: str) -> bool:
     """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
     # The one predicate (sql.REGISTERED), prepared on PostgreSQL: building and compiling the ORM
-    # query profiled at ~20% of a QUERY_EVENTS worker's CPU (issue 8).
+    # query is a large share of a QUERY_EVENTS worker's CPU.
     with prepared_cursor() as cur:
         cur.execute(
             f"SELECT {REGISTERED}",

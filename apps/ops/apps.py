@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class OpsConfig(AppConfig):
-    """Scheduled maintenance, abuse limits, metrics and logging helpers (issue 5).
+    """Scheduled maintenance, abuse limits, metrics and logging helpers.
 
     The front doors plug `limits` and `metrics` into their own extension points
     (apps/decentrl/apps.py); ops imports no front door.

@@ -6,7 +6,7 @@ and Django only notices when a query fails on it: each thread's next request wou
 MEDIATOR_UNAVAILABLE. A PostgreSQL backend that ends a connection sends its FATAL message and
 closes the socket, so the socket of an idle connection turns readable; nothing else makes it
 readable, as the mediator never LISTENs. When a request starts, each open PostgreSQL connection
-outside a transaction gets one zero-timeout poll (about 2 µs); if the socket is readable it is
+outside a transaction gets one zero-timeout poll (cheap); if the socket is readable it is
 closed, and Django opens a fresh connection on first use.
 
 `request_begins` and `request_ends` are what the production command entry

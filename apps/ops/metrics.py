@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 5 §3): aggregate only, never a DID, a payload or a key as a label.
+"""Prometheus metrics: aggregate only, never a DID, a payload or a key as a label.
 
 Process-local metrics live in OPS_REGISTRY. With PROMETHEUS_MULTIPROC_DIR set (several Daphne
 processes) prometheus-client writes them to that shared directory and `/metrics` adds up every
@@ -87,7 +87,7 @@ WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceede
 
 class LabelledChildren:
     """A labelled metric's children kept per label tuple: `labels()` validates and locks on every
-    call (~10 µs of a command's worker CPU). For label values from closed sets (transports,
+    call, a measurable share of a command's worker CPU. For label values from closed sets (transports,
     protocol message types or "-", result codes), so this stays small; it is emptied anyway past
     `limit` entries."""
 

@@ -1,4 +1,4 @@
-"""Is the configured channel layer reachable? Used by /health (issue 3)."""
+"""Is the configured channel layer reachable? Used by /health."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Daphne writes each frame into the socket's Twisted transport at once. The kernel takes bytes from
 there only as fast as the peer's TCP window opens, so for a client that never reads, every push
-stays in the process (hardening issue 13: 8 such sockets grew Daphne by 480 MiB in 8 s). The
+stays in the process, and a few such sockets can grow Daphne by hundreds of MiB. The
 budget caps those unsent bytes per socket:
 
 - a frame the server *pushes* (an event, a PING) is queued only if the unsent bytes plus the

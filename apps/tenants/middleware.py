@@ -3,7 +3,7 @@
 When the database is unreachable no tenant can be resolved: /health answers its 503 shape and
 everything else the protocol's MEDIATOR_UNAVAILABLE, never a 500.
 
-The operator surfaces answer only on MEDIATOR_OPERATOR_HOSTS (OperatorHostMiddleware, issue 13).
+The operator surfaces answer only on MEDIATOR_OPERATOR_HOSTS (OperatorHostMiddleware).
 """
 
 from __future__ import annotations

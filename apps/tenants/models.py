@@ -64,7 +64,7 @@ class Tenant(models.Model):
     public_max_tags = models.PositiveIntegerField(default=20)
     public_channel_id_max_length = models.PositiveIntegerField(default=128)
     public_publish_per_minute = models.PositiveIntegerField(default=30)
-    # Key rotation (issue 4): a registration request encrypted to a retired pre-key is still
+    # Key rotation: a registration request encrypted to a retired pre-key is still
     # accepted for this many hours after the rotation.
     prekey_grace_hours = models.PositiveIntegerField(default=72)
     keys_rotated_at = models.DateTimeField("keys last rotated", null=True, blank=True, editable=False)

@@ -1,6 +1,6 @@
 """Which Django model permission an operator action needs: one table per model, read by the console
 (the admin's pages, actions and buttons) and by the operator API (`OperatorPermissions`), so that
-the two always agree (issue 13, docs/operators.md#permissions).
+the two always agree (docs/operators.md#permissions).
 
 A table maps an action to Django's permission verb on the model: "view", "add", "change" or
 "delete". A user needs `is_staff` and `<app>.<verb>_<model>` (a superuser has every permission).

@@ -84,7 +84,7 @@ def _resolver_with(party: str, resolved: ResolvedDid) -> wc.Resolver:
 def verify_contract_with_key_history(signed: object, *, now_s: int) -> wc.ContractInfo:
     """wire.contract.verify_signed_contract, also accepting a hosted tenant's retired signing keys.
 
-    Key rotation (issue 4): a registration the tenant signed before a rotation stays valid until it
+    Key rotation: a registration the tenant signed before a rotation stays valid until it
     expires, so re-saving it (SAVE_COMMUNICATION_CONTRACT / COMMUNICATION_CONTRACT_RESPONSE)
     must still verify. Raises the same ContractInvalid / ContractSignaturesInvalid.
     """

@@ -1,5 +1,5 @@
 """What each tenant field is called and means, in words, with its unit, bounds and default: one
-table read by the console's form and the operator API's schema (issue 18)."""
+table read by the console's form and the operator API's schema."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every label is escaped; values are numbers. Each chart is an <svg class="usage-c
 <title> tooltip on every bar and point, followed by its legend as an HTML list
 (<ul class="chart-legend">): the legend's names wrap like text at any width, so they are never cut,
 squeezed or drawn over each other, and they keep the page's font size when the SVG is scaled down
-on a phone (issue 17). Colours are classes (c0..c19 of PALETTE, usage.css): no inline style, for the CSP.
+on a phone. Colours are classes (c0..c19 of PALETTE, usage.css): no inline style, for the CSP.
 """
 
 from __future__ import annotations

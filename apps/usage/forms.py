@@ -12,7 +12,7 @@ from apps.tenants.models import Tenant
 
 DASHBOARD_DAYS = (7, 14, 30, 90)
 # Without a range in the query string the dashboard shows the days of the latest published report
-# (issue 18: a 30-day default drew 23 empty days around a 7-day report), else the last 7 days.
+# (a 30-day default drew 23 empty days around a 7-day report), else the last 7 days.
 DASHBOARD_DEFAULT_DAYS = 7
 
 

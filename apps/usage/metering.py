@@ -149,7 +149,7 @@ def _store(records: list[Record]) -> int:
 
 def _store_rows(rows: list[tuple]) -> int:
     """Insert `rows`; if the database refuses their data, halve until the bad rows are alone and
-    drop those: a few statements per bad row instead of losing the batch (issue 13 item 4).
+    drop those: a few statements per bad row instead of losing the batch.
     Any other error (connection lost, table missing) is not the rows' fault and is raised."""
     global rejected
     if not rows:
@@ -172,9 +172,9 @@ def _store_rows(rows: list[tuple]) -> int:
 
 
 def copy_rows(rows: list[tuple]) -> None:
-    """One binary COPY per batch. A portable INSERT cost the writer thread 4-10x the CPU per row
-    (executemany, a multi-row INSERT, bulk_create), and the binary format costs ~1.7 µs of CPU per
-    row against ~4.6 µs for the text one (the values are not formatted as text, nor parsed back)."""
+    """One binary COPY per batch. A portable INSERT (executemany, a multi-row INSERT, bulk_create)
+    costs the writer thread several times the CPU per row, and the binary format less than the text
+    one (the values are not formatted as text, nor parsed back)."""
     sql = f"COPY {CommandMeter._meta.db_table} ({', '.join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
     # psycopg's own exceptions (a value out of its column type's range, raised before sending)
     # and the server's (a NUL in a text value) become Django's, so that a refused row is told

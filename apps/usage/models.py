@@ -45,7 +45,7 @@ class CommandMeter(models.Model):
     duration_ms = models.FloatField()
     # Only a sender whose signature verified (records.Record); NULL for every other command,
     # which still counts per tenant, type and code. NULL, not "": COUNT(DISTINCT) and Spark's
-    # countDistinct skip it by definition. Rows written before issue 13 may hold "" for "none";
+    # countDistinct skip it by definition. Older rows may hold "" for "none";
     # every reader (spark_reports/transform.py) treats both alike.
     sender_did = models.CharField(max_length=SENDER_DID_MAX, null=True, blank=True, default=None)  # noqa: DJ001
 
