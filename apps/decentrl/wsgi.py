@@ -4,10 +4,10 @@ WSGIHandler.
 
 `CommandEntry` is the one HTTP entry of the command path in production. It does what the
 middlewares and the view would do for `POST /`, without building Django request and response
-objects (issue 8 measured the full request cycle at about a third of a TWO_WAY_PRIVATE's worker
-CPU): the database connections' handling of Django's request signals (`ops.dbconn.request_begins`
-and `request_ends`, called directly: the signals' dispatch and the receivers that never concern a
-command were half of the entry's own CPU, 30.0 against 14.3 µs with a reply that does nothing),
+objects (the full request cycle is a large share of a TWO_WAY_PRIVATE's worker CPU; docs/
+benchmarks.md): the database connections' handling of Django's request signals
+(`ops.dbconn.request_begins` and `request_ends`, called directly: the signals' dispatch and the
+receivers that never concern a command cost as much as the rest of the entry),
 tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which the Django
 view `views.command` also calls, so Daphne and `make run` serve the same code), and the headers
 of `response_headers` (CORS and the security headers, from the same code the middlewares run).
