@@ -169,7 +169,6 @@ def read_ranges(
                 customSchema=custom,
                 pushDownPredicate="false",
                 **db.properties,
-                **__import__("json").loads(__import__("os").environ.get("LAKE_EXP_JDBC", "{}")),
             )
             .load()
         )
