@@ -30,7 +30,7 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
 with generate_series: 3 tenants (--tenants), 7 days (--days), 500 sender DIDs, 12 command types,
 ~9% errors, the three protocols in turn. The lake is var/bench-usage/lake (emptied with the
-database). The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
+database; BENCH_VAR_DIR moves both). The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
 Medians go to stdout and var/bench-results/usage_report-<rows>.json (var/ is ignored by git).
 """
 
@@ -56,7 +56,8 @@ TENANTS = 3
 FIRST = date(2026, 1, 1)
 LAST = FIRST + timedelta(days=DAYS - 1)
 ENGINE_PORT = int(os.environ.get("BENCH_ENGINE_PORT", "15099"))
-BENCH_VAR = ROOT / "var" / "bench-usage"  # the bench's own deployment: its engine's name, its lake
+# The bench's own deployment (its engine's name, its lake); BENCH_VAR_DIR lets two benches run at once.
+BENCH_VAR = Path(os.environ.get("BENCH_VAR_DIR") or ROOT / "var" / "bench-usage")
 LAKE = BENCH_VAR / "lake"
 
 SQL_EQUIVALENT = [
