@@ -97,11 +97,14 @@ def settle(rows: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
     """Aggregate the lake's metering rows in ONE Spark job (one scan of the files, one aggregation
     with two grouping sets: `transform.meter_partials`) and keep the result (small) on the engine,
     so that the four tables read it instead of the metering rows (a lazily cached `command_counts`
-    made the tables rescan them). It is kept hash-partitioned by tenant and day in `partitions`
-    partitions: every later aggregation and window groups by tenant and day (and more), so the
+    made the tables rescan them). It is kept in one partition, or hash-partitioned by tenant and day
+    in `partitions`: every later aggregation and window groups by tenant and day (and more), so the
     four tables need no shuffle of it, only one stage each instead of one per aggregation.
     Returns the merged counts and the latency percentiles."""
-    merged = meter_partials(rows).repartition(partitions, "tenant_id", "day").localCheckpoint()
+    partials = meter_partials(rows)
+    # One partition: a coalesce (no shuffle) already holds every tenant and day together.
+    placed = partials.coalesce(1) if partitions == 1 else partials.repartition(partitions, "tenant_id", "day")
+    merged = placed.localCheckpoint()
     return merged_counts(merged), latency_percentiles(merged_histogram(merged))
 
 
