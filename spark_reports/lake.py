@@ -34,7 +34,8 @@ session, released by the server when the job dies):
 Readers keep `0 < export <= last committed attempt AND export NOT IN (abandoned attempts)`: a row
 is in exactly one committed attempt, whatever crashed where.
 
-Compaction (after the beat's export, not a report's): the 5-minute exports leave a closed day with
+Compaction (after the beat's export, not a report's; under its own lock, so that exports never wait
+for it, and an export's rows of a day being compacted are past its `covers`): the 5-minute exports leave a closed day with
 hundreds of small files. For each day before today that has more than one export's files (or new
 files since its last compaction), one attempt C (`day` = D, `covers` = the last committed export)
 reads the day's rows as readers see them and writes them as `export=-C` (one file per tenant and
@@ -80,8 +81,10 @@ from .extract import SCHEMAS, Read, Rows, input_snapshot, read_ranges, typed
 
 EXPORT_TABLE = "usage_meterexport"
 METER_TABLE = "usage_commandmeter"
-# The advisory lock of the export (any constant no other code uses): one export at a time.
+# The advisory locks (any constants no other code uses): one export at a time, one compaction at a
+# time; an export never waits for a compaction (a report's export would wait minutes).
 LOCK_KEY = 0x6D65746572  # "meter"
+COMPACT_LOCK_KEY = LOCK_KEY + 1
 EXPORT_MARKER = "LAKE_EXPORT"
 WRITING_MARKER = "LAKE_EXPORT_WRITING"
 PARTITIONS = ["day", "tenant_id", "export"]
@@ -205,14 +208,15 @@ class Attempt:
 
 
 @contextmanager
-def _exclusive(db: Database) -> Iterator[psycopg.Connection]:
-    """One export at a time, for as long as the job lives (released by the server when it dies)."""
+def _exclusive(db: Database, key: int = LOCK_KEY) -> Iterator[psycopg.Connection]:
+    """One export (or compaction) at a time, for as long as the job lives (released by the server
+    when it dies)."""
     with _connect_pg(db) as pg:
-        pg.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        pg.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:
             yield pg
         finally:
-            pg.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+            pg.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def _begin(pg: psycopg.Connection) -> tuple[Attempt, int]:
@@ -220,7 +224,7 @@ def _begin(pg: psycopg.Connection) -> tuple[Attempt, int]:
     range when nothing is new: the inputs' snapshot is taken all the same); returns it and how many
     attempts were abandoned."""
     now = datetime.now(UTC)
-    abandon = f"UPDATE {EXPORT_TABLE} SET state = 'abandoned', finished_at = %s WHERE state = 'pending'"
+    abandon = f"UPDATE {EXPORT_TABLE} SET state = 'abandoned', finished_at = %s WHERE state = 'pending' AND day IS NULL"
     previous = f"SELECT COALESCE(MAX(hi_id), 0), MAX(started_at) FROM {EXPORT_TABLE} WHERE state = 'committed'"
     insert = (
         f"INSERT INTO {EXPORT_TABLE} (lo_id, hi_id, state, rows, started_at, inputs_from)"
@@ -475,7 +479,8 @@ def compact_day(
     after_write: Callable[[Attempt], None] | None = None,
 ) -> dict:
     """Rewrite `day`'s metering files as readers see them into one compaction's folders, then switch
-    readers to them in one UPDATE (the module's docstring). Holds the export's lock (`pg`)."""
+    readers to them in one UPDATE (the module's docstring). Holds the compaction's lock (`pg`);
+    exports go on meanwhile (their rows are past `covers`: readers keep them)."""
     now = datetime.now(UTC)
     last = pg.execute(f"SELECT COALESCE(MAX(id), 0) FROM {EXPORT_TABLE} WHERE state = 'committed'").fetchone()[0]
     compaction = pg.execute(
@@ -522,23 +527,28 @@ def clean(
     happened `clean_after` ago, and the files of dead attempts; returns how many folders went."""
     now = now or datetime.now(UTC)
     deleted = 0
+    # The compactions of the days with one old enough and not cleaned yet. A day's files are deleted
+    # only by its latest compaction once that is old enough itself (a report that began before it
+    # may read what the one before it kept); an older one has nothing left of its own to delete.
     done = pg.execute(
-        f"SELECT id, day, covers, id = MAX(id) OVER (PARTITION BY day) FROM {EXPORT_TABLE}"
-        " WHERE state = 'compacted' AND day IN (SELECT day FROM {EXPORT_TABLE} WHERE state = 'compacted'"
-        " AND cleaned_at IS NULL AND finished_at < %s)".replace("{EXPORT_TABLE}", EXPORT_TABLE),
-        (now - clean_after,),
+        f"SELECT id, day, covers, finished_at < %(old)s, id = MAX(id) OVER (PARTITION BY day) FROM {EXPORT_TABLE}"
+        f" WHERE state = 'compacted' AND day IN (SELECT day FROM {EXPORT_TABLE} WHERE state = 'compacted'"
+        " AND cleaned_at IS NULL AND finished_at < %(old)s)",
+        {"old": now - clean_after},
     ).fetchall()
-    for compaction, day, covers, latest in done:
-        if latest:
+    cleaned = []
+    for compaction, day, covers, old, latest in done:
+        if old and latest:
             deleted += _delete_folders(
                 meters_uri(lake),
                 f"day={day.isoformat()}",
                 lambda x, c=compaction, cov=covers: x == -c or x > cov,
             )
-    if done:
+        if old:
+            cleaned.append(compaction)
+    if cleaned:
         pg.execute(
-            f"UPDATE {EXPORT_TABLE} SET cleaned_at = %s WHERE id = ANY(%s) AND cleaned_at IS NULL",
-            (now, [c for c, *_ in done]),
+            f"UPDATE {EXPORT_TABLE} SET cleaned_at = %s WHERE id = ANY(%s) AND cleaned_at IS NULL", (now, cleaned)
         )
     # Snapshots: of the recent days (the only ones later attempts cover again).
     committed = dict(
@@ -551,6 +561,14 @@ def clean(
         f"SELECT inputs_from, MAX(id) FROM {EXPORT_TABLE} WHERE state = 'committed' GROUP BY inputs_from"
     ).fetchall()
     state = LakeState(0, 0, (), snapshots=tuple((since, int(e)) for since, e in state_rows))
+    # A later attempt's folder is deleted only once it is known dead: an export may be writing it.
+    dead = {
+        int(r[0])
+        for r in pg.execute(
+            f"SELECT id FROM {EXPORT_TABLE} WHERE state = 'abandoned' AND started_at >= %s",
+            (now - timedelta(days=COMPACT_LOOKBACK_DAYS),),
+        )
+    }
     today = now.date()
     for i in range(COMPACT_LOOKBACK_DAYS + 1):
         day = today - timedelta(days=i)
@@ -561,7 +579,7 @@ def clean(
         deleted += _delete_folders(
             inputs_uri(lake),
             f"day={day.isoformat()}",
-            lambda x, h=holder, old=old_enough: x == h or (x < h and not old) or (x > h and x in committed),
+            lambda x, h=holder, old=old_enough: x == h or (x < h and not old) or (x > h and x not in dead),
         )
     return deleted
 
@@ -579,8 +597,11 @@ def compact(
     """Compact the closed days that need it, then clean what is old enough (the module's docstring)."""
     lake = lake or lake_uri()
     now = now or datetime.now(UTC)
-    with _exclusive(db) as pg:
-        pg.execute(f"UPDATE {EXPORT_TABLE} SET state = 'abandoned', finished_at = %s WHERE state = 'pending'", (now,))
+    with _exclusive(db, COMPACT_LOCK_KEY) as pg:
+        pg.execute(
+            f"UPDATE {EXPORT_TABLE} SET state = 'abandoned', finished_at = %s WHERE state = 'pending' AND day IS NOT NULL",
+            (now,),
+        )
         compacted = [
             compact_day(spark, db, pg, lake, day, after_write=after_write)
             for day in _days_to_compact(pg, today or now.date())
