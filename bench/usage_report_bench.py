@@ -22,12 +22,15 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
   when the process ended, and the phases its result line reports (session, bounds, merge, tables,
   write, stop), per run;
 - --compare TREE: the job of another tree (a `git archive` snapshot) on the same engine, alternating
-  with this tree's, the order flipping every run.
+  with this tree's, the order flipping every run; before them, --export-rounds (2) rounds of both
+  trees' exports of all the rows, alternately (the lake reset before each).
+- every export records the CPU seconds it cost (the engine's JVM, the database backends) and
+  `rows_per_cpu_s`: on a machine shared with other work the wall clock measures the others too.
 
 Data: BENCH_USAGE_DB (default mediator_bench_usage) is dropped and recreated, migrated, and filled
 with generate_series: 3 tenants (--tenants), 7 days (--days), 500 sender DIDs, 12 command types,
 ~9% errors, the three protocols in turn. The lake is var/bench-usage/lake (emptied with the
-database). The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
+database; BENCH_VAR_DIR moves both). The engine listens on BENCH_ENGINE_PORT (default 15099) and is stopped at the end.
 Medians go to stdout and var/bench-results/usage_report-<rows>.json (var/ is ignored by git).
 """
 
@@ -40,6 +43,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from datetime import date, timedelta
 from pathlib import Path
@@ -52,7 +56,8 @@ TENANTS = 3
 FIRST = date(2026, 1, 1)
 LAST = FIRST + timedelta(days=DAYS - 1)
 ENGINE_PORT = int(os.environ.get("BENCH_ENGINE_PORT", "15099"))
-BENCH_VAR = ROOT / "var" / "bench-usage"  # the bench's own deployment: its engine's name, its lake
+# The bench's own deployment (its engine's name, its lake); BENCH_VAR_DIR lets two benches run at once.
+BENCH_VAR = Path(os.environ.get("BENCH_VAR_DIR") or ROOT / "var" / "bench-usage")
 LAKE = BENCH_VAR / "lake"
 
 SQL_EQUIVALENT = [
@@ -189,23 +194,84 @@ def warm(run_id: int, tree: Path = ROOT) -> tuple[float, dict]:
     return time.perf_counter() - t0, steps
 
 
-def export() -> dict:
-    """The metering export over every row past the watermark, as its own process (what the beat runs)."""
+ENGINE_PID = 0  # the engine's JVM (main() starts it): its CPU time is the export's Spark side
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int | str) -> float | None:
+    """User + system CPU seconds of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _pg_backends() -> dict[str, float]:
+    """CPU seconds of every PostgreSQL backend connected to the bench database."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith(b"postgres: ") and f" {DB} ".encode() in cmdline:
+                cpu = _cpu_s(pid)
+                if cpu is not None:
+                    out[pid] = cpu
+    return out
+
+
+def export(tree: Path = ROOT) -> dict:
+    """The metering export over every row past the watermark, as its own process (what the beat
+    runs, of `tree`), with the CPU seconds it cost: the engine's JVM and the database backends
+    (sampled every 0.2 s; a machine shared with other work slows the wall clock, less the CPU)."""
+    seen: dict[str, float] = {}
+    before = _pg_backends()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for pid, cpu in _pg_backends().items():
+                seen[pid] = max(seen.get(pid, 0.0), cpu)
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    jvm0 = _cpu_s(ENGINE_PID) if ENGINE_PID else None
     t0 = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "spark_reports.lake", "export"],
-        cwd=ROOT,
-        env=django_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "spark_reports.lake", "export"],
+            cwd=tree,
+            env=django_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        stop.set()
+        sampler.join()
     wall = time.perf_counter() - t0
+    jvm1 = _cpu_s(ENGINE_PID) if ENGINE_PID else None
     line = next(x for x in reversed(out.stdout.splitlines()) if x.startswith("LAKE_EXPORT "))
     result = json.loads(line.split(" ", 1)[1])
     result["wall_s"] = round(wall, 2)
     result["rows_per_s"] = round(result["rows"] / result["seconds"]) if result["seconds"] else None
+    result["jvm_cpu_s"] = round(jvm1 - jvm0, 2) if jvm0 is not None and jvm1 is not None else None
+    result["pg_cpu_s"] = round(sum(cpu - before.get(pid, 0.0) for pid, cpu in seen.items()), 2)
+    if result["rows"] and result["jvm_cpu_s"] is not None:
+        # What the box would export with both cores on it: rows per CPU second, times two.
+        result["rows_per_cpu_s"] = round(result["rows"] / (result["jvm_cpu_s"] + result["pg_cpu_s"]))
+    result["load"] = round(os.getloadavg()[0], 1)
     return result
+
+
+def reset_lake() -> None:
+    """No attempt recorded and an empty lake: the next export takes every row anew."""
+    shutil.rmtree(LAKE, ignore_errors=True)
+    psql("DELETE FROM usage_meterexport", DB)
 
 
 def sql_groupby() -> float:
@@ -230,7 +296,7 @@ def sql_only() -> float:
         return time.perf_counter() - t0
 
 
-def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = None) -> dict:
+def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = None, export_rounds: int = 0) -> dict:
     prepare(rows)
     result: dict = {
         "rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": [], "sql_groupby_s": []
@@ -240,10 +306,28 @@ def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = Non
         # The engine's first Spark job paid the JVM's warm-up: the same rows exported anew on the warm
         # engine (no attempt recorded, an empty lake), as every later export runs. Later sizes find
         # the engine warm already.
-        shutil.rmtree(LAKE, ignore_errors=True)
-        psql("DELETE FROM usage_meterexport", DB)
+        reset_lake()
         result["export_warm"] = export()
     print(f"  export {result['export']}  warm {result.get('export_warm')}", flush=True)
+    if compare:
+        # The other tree's export and this one's alternately on the same rows, the order flipping
+        # every round; the last export (this tree's) leaves the lake the reports read.
+        result.update(export_runs=[], compare_export_runs=[])
+        for i in range(export_rounds):
+            pair = [(compare, "compare_export_runs"), (ROOT, "export_runs")]
+            for tree, key in pair if i % 2 == 0 else pair[::-1]:
+                reset_lake()
+                result[key].append(export(tree))
+                print(f"  {key} {result[key][-1]}", flush=True)
+        if export_rounds % 2 == 0:
+            reset_lake()
+            export()
+        for key in ("export_runs", "compare_export_runs"):
+            if result[key]:
+                for field in ("rows_per_s", "rows_per_cpu_s", "seconds"):
+                    values = [r[field] for r in result[key] if r.get(field) is not None]
+                    if values:
+                        result[f"{key}_median_{field}"] = statistics.median(values)
     if compare:
         result.update(compare_tree=str(compare), compare_s=[])
     new_run_id()  # Django's first connection, so that timings below hold only the work
@@ -282,6 +366,9 @@ def main() -> None:
     parser.add_argument(
         "--warm-ups", type=int, default=1, help="reports run before the first size (the JVM's JIT warms over several)"
     )
+    parser.add_argument(
+        "--export-rounds", type=int, default=2, help="with --compare: rounds of the two trees' exports, alternately"
+    )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
     parser.add_argument(
@@ -298,7 +385,8 @@ def main() -> None:
         os.environ[name] = env[name]
     from spark_reports import engine
 
-    pid = engine.start_background(var_dir=BENCH_VAR, host="127.0.0.1", port=ENGINE_PORT)
+    global ENGINE_PID
+    pid = ENGINE_PID = engine.start_background(var_dir=BENCH_VAR, host="127.0.0.1", port=ENGINE_PORT)
     try:
         run_all(args)
     finally:
@@ -314,7 +402,11 @@ def run_all(args) -> None:
         print(f"== {rows} metering rows", flush=True)
         # The engine is warmed by one report before the first size; later sizes find it warm.
         res = bench(
-            rows, runs[i] if len(runs) > 1 else runs[0], warm_ups=args.warm_ups if i == 0 else 0, compare=args.compare
+            rows,
+            runs[i] if len(runs) > 1 else runs[0],
+            warm_ups=args.warm_ups if i == 0 else 0,
+            compare=args.compare,
+            export_rounds=args.export_rounds,
         )
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()

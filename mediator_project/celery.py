@@ -82,7 +82,8 @@ app.conf.beat_schedule = {
         "options": {"expires": MINUTE},
     },
     # The metering export: every few minutes the rows past the watermark leave the database once,
-    # into the Parquet lake the reports read (spark_reports/lake.py; a report exports first too).
+    # into the Parquet lake the reports read, with a snapshot of the reports' other inputs; then the
+    # closed days' small files are compacted (spark_reports/lake.py; a report exports first too).
     # One export at a time (an advisory lock); a tick that finds one running waits, then finds
     # little left to do.
     "export-metering": {

@@ -76,11 +76,10 @@ def database_from_url(url: str) -> Database:
     name = unquote(parts.path.lstrip("/"))
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     props = {"driver": "org.postgresql.Driver", "user": unquote(parts.username or "postgres")}
-    # The extract's GROUP BYs (extract.py: partial aggregates of the inputs the lake does not hold)
-    # hash a few thousand groups out of each range's rows, but PostgreSQL cannot estimate the groups
-    # (it expects one per row) and would sort the rows on disk instead. So the job's own sessions
-    # hash: more work_mem, no sort (none of its queries needs one), and no JIT (its compiling took
-    # longer than these queries themselves).
+    # The job's JDBC sessions: no JIT (its compiling took longer than these queries themselves), and
+    # for a GROUP BY over a range (a partial aggregate; the export's range reads have none today)
+    # hashing rather than sorting on disk: PostgreSQL cannot estimate such groups (it expects one
+    # per row), so more work_mem and no sort (none of the job's queries needs one).
     props["options"] = (
         f"-c work_mem={os.environ.get('REPORT_WORK_MEM', '256MB')} -c enable_sort=off"
         " -c enable_incremental_sort=off -c jit=off"

@@ -1,18 +1,16 @@
-"""Extract: the report's database inputs over JDBC, with partitioned reads on each table's bigint id,
-and the metering rows' JDBC read of the lake's export (lake.py).
+"""Extract: what the jobs read from the database, the only place they do. The metering rows' JDBC
+read (partitioned id-range reads, lake.py's export) and the snapshot of the report's other inputs
+(registrations, pending and stored events, aggregated per tenant and UTC day) that every export
+writes into the lake beside the metering rows. A report reads the lake only.
 
 Only metadata columns are selected; payloads, tags and signatures are never read.
 PostgreSQL timestamps arrive as timestamps (session time zone UTC).
-
-The metering rows are not read by a report: the export (lake.py) reads each of them once, into the
-Parquet lake, and the report aggregates the lake's files in Spark (transform.meter_partials). A
-report still reads registrations, pending and stored events here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime
 
 import psycopg
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +27,7 @@ from pyspark.sql.types import (
 )
 
 from .config import Database, env_int
-from .transform import LATENCY_BUCKET_FLOOR, LATENCY_BUCKETS_PER_E  # noqa: F401 - the histogram's definition, re-exported
+from .transform import LATENCY_BUCKET_FLOOR, LATENCY_BUCKETS_PER_E
 
 # Every input's columns and types as the transform sees them, whatever the database: a JDBC read is
 # cast to these, and an input that the bounds query says is empty is an empty local DataFrame of
@@ -86,33 +84,24 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
         ("duration_ms", DoubleType()),
         ("sender_did", StringType()),
     ],
-    "registrations": [("tenant_id", LongType()), ("created_at", TimestampType())],
-    "pending": [("tenant_id", LongType()), ("created_at", TimestampType()), ("acknowledged_at", TimestampType())],
-    "stored": [("tenant_id", LongType()), ("created_at", TimestampType()), ("payload_bytes", LongType())],
+    # The report's other inputs per tenant and UTC day as the export snapshots them (lake.py): a
+    # counts row (bucket, delivered and top_ms null) and the delivery latency histogram's rows
+    # (acknowledged pending events per bucket of their creation-to-acknowledgement time, the
+    # latency histogram's buckets, and the bucket's largest time; the counts null).
+    "inputs": [
+        ("tenant_id", LongType()),
+        ("registrations", LongType()),
+        ("pending_created", LongType()),
+        ("stored_events", LongType()),
+        ("stored_bytes", LongType()),
+        ("bucket", LongType()),
+        ("delivered", LongType()),
+        ("top_ms", DoubleType()),
+    ],
 }
 # Rows per JDBC partition: a small input is one JDBC read (one task); a large one is split into
 # ranges of about this many rows, up to SPARK_JDBC_PARTITIONS ranges read in parallel.
 ROWS_PER_PARTITION = 250_000
-
-
-@dataclass(frozen=True)
-class ReportInputs:
-    """The inputs of the report, with normalised column types."""
-
-    registrations: DataFrame  # tenant_id, created_at
-    pending: DataFrame  # tenant_id, created_at, acknowledged_at
-    stored: DataFrame  # tenant_id, created_at, payload_bytes
-
-
-def _ts_literal(d: date) -> str:
-    # A safe literal built from a date object, never from user text.
-    return f"TIMESTAMPTZ '{d.isoformat()} 00:00:00+00'"
-
-
-def _tenant_filter(column: str, tenant_ids: list[int] | None) -> str:
-    if not tenant_ids:
-        return ""
-    return f" AND {column} IN ({','.join(str(int(t)) for t in tenant_ids)})"
 
 
 Bounds = tuple[int | None, int | None, int]  # MIN(id), MAX(id), COUNT(*)
@@ -144,22 +133,6 @@ class Read:
         return f"SELECT {self.select} {source}{self.group_by}{tail}"
 
 
-def _bounds(db: Database, rows: dict[str, Rows]) -> dict[str, Bounds]:
-    """MIN(id), MAX(id), COUNT(*) of every input, in ONE small query that the job process sends
-    itself (as load.write_rows does): a Spark JDBC read of it cost a Spark job, 0.3-1 s of
-    scheduling on a busy box, for four rows (issue 17)."""
-    union = " UNION ALL ".join(
-        f"SELECT '{name}' AS name, MIN({r.id_column}) AS lo, MAX({r.id_column}) AS hi, COUNT(*) AS n {r.from_where}"
-        for name, r in rows.items()
-    )
-    with psycopg.connect(**db.connect_kwargs) as pg:
-        found = pg.execute(union).fetchall()
-    out: dict[str, Bounds] = {}
-    for name, lo, hi, n in found:
-        out[name] = (int(lo), int(hi), int(n)) if n else (None, None, 0)
-    return out
-
-
 def id_ranges(bounds: Bounds, partitions: int) -> list[tuple[int, int]]:
     """[lo, hi] split into `partitions` half-open id ranges of equal width that cover it exactly."""
     lo, hi, n = bounds
@@ -182,7 +155,11 @@ def read_ranges(
     customSchema: the declared types.
     pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
     wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
-    `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows)."""
+    `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows).
+    prepareThreshold -1: the driver prepares the query on the server from its first execution, so
+    the rows come in PostgreSQL's binary format (timestamps, integers, doubles neither formatted as
+    text by the server nor parsed by the JVM). Each query runs once, in its own transaction, so a
+    pooler in transaction mode keeps it whole."""
     custom = ", ".join(f"{c} {kind.simpleString()}" for c, kind in SCHEMAS[name])
     frames = []
     for start, stop in id_ranges(bounds, partitions or jdbc_partitions(bounds[2])):
@@ -193,6 +170,7 @@ def read_ranges(
                 url=db.url,
                 dbtable=f"({query}) q",
                 fetchsize="10000",
+                prepareThreshold="-1",
                 customSchema=custom,
                 pushDownPredicate="false",
                 **db.properties,
@@ -221,46 +199,51 @@ def typed(df: DataFrame, name: str) -> DataFrame:
     return df.select(*[F.col(column).cast(kind).alias(column) for column, kind in SCHEMAS[name]])
 
 
-def extract(
-    spark: SparkSession, db: Database, date_from: date, date_to: date, tenant_ids: list[int] | None = None
-) -> tuple[ReportInputs, dict[str, int]]:
-    """Read registrations, pending and stored events for
-    [date_from, date_to] (UTC days); also returns how many rows each input holds (known before any
-    row is read: progress shows it)."""
-    lo = _ts_literal(date_from)
-    hi = _ts_literal(date_to + timedelta(days=1))
-    rows = {
-        # A registration is a contract the identity owns and requested from this tenant's own DID
-        # (PROTOCOL-DECISIONS §4); each one stored in the range counts, re-registrations included.
-        "registrations": Rows(
-            "FROM messaging_contract c JOIN tenants_tenant t ON t.id = c.tenant_id"
-            " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did"
-            f" AND c.created_at >= {lo} AND c.created_at < {hi}{_tenant_filter('c.tenant_id', tenant_ids)}",
-            "c.id",
+def input_snapshot(db: Database, since: date | None) -> dict[date, list[tuple]]:
+    """The report's other inputs per tenant and UTC day, for the days from `since` on (every day when
+    None), in SCHEMAS["inputs"] order, per day: registrations (contracts the identity owns and
+    requested from this tenant's own DID, PROTOCOL-DECISIONS §4, re-registrations included) and
+    stored events per day of creation, pending events created per day of creation and delivered per
+    day of acknowledgement (the histogram of their delivery time). Four small GROUP BYs in one
+    session of the job."""
+    lo = datetime(since.year, since.month, since.day, tzinfo=UTC) if since else datetime.min.replace(tzinfo=UTC)
+    day = "(({}) AT TIME ZONE 'UTC')::date"
+    queries = [
+        # (query, where its figures go in the counts row)
+        (
+            f"SELECT c.tenant_id, {day.format('c.created_at')}, count(*) FROM messaging_contract c"
+            " JOIN tenants_tenant t ON t.id = c.tenant_id"
+            " WHERE c.owner_did = c.requestor_did AND c.recipient_did = t.did AND c.created_at >= %(lo)s GROUP BY 1, 2",
+            [1],
         ),
-        "pending": Rows(
-            "FROM messaging_pendingevent"
-            f" WHERE ((created_at >= {lo} AND created_at < {hi}) OR (acknowledged_at >= {lo} AND acknowledged_at < {hi}))"
-            f"{_tenant_filter('tenant_id', tenant_ids)}",
-            "id",
+        (
+            f"SELECT tenant_id, {day.format('created_at')}, count(*) FROM messaging_pendingevent"
+            " WHERE created_at >= %(lo)s GROUP BY 1, 2",
+            [2],
         ),
-        "stored": Rows(
-            f"FROM messaging_storedevent WHERE created_at >= {lo} AND created_at < {hi}"
-            f"{_tenant_filter('tenant_id', tenant_ids)}",
-            "id",
+        (
+            f"SELECT tenant_id, {day.format('created_at')}, count(*), sum(payload_bytes) FROM messaging_storedevent"
+            " WHERE created_at >= %(lo)s GROUP BY 1, 2",
+            [3, 4],
         ),
-    }
-    reads = {
-        "registrations": Read("registrations", "c.tenant_id AS tenant_id, c.created_at AS created_at"),
-        "pending": Read("pending", "tenant_id, created_at, acknowledged_at"),
-        "stored": Read("stored", "tenant_id, created_at, payload_bytes"),
-    }
-    bounds = _bounds(db, rows)
-    frames = {
-        # An input the bounds say is empty is not read at all (its JDBC read would still cost a task).
-        name: typed(read_ranges(spark, db, read, rows[read.rows], bounds[read.rows], name), name)
-        if bounds[read.rows][2]
-        else spark.createDataFrame([], schema(name))
-        for name, read in reads.items()
-    }
-    return ReportInputs(**frames), {name: b[2] for name, b in bounds.items()}
+    ]
+    histogram = (
+        f"SELECT tenant_id, d, CASE WHEN ms > 0 THEN floor(ln(ms) * {LATENCY_BUCKETS_PER_E})::bigint"
+        f" ELSE {LATENCY_BUCKET_FLOOR} END, count(*), max(ms)"
+        f" FROM (SELECT tenant_id, {day.format('acknowledged_at')} d,"
+        " (extract(epoch FROM acknowledged_at - created_at) * 1000)::float8 ms"
+        " FROM messaging_pendingevent WHERE acknowledged_at >= %(lo)s) p GROUP BY 1, 2, 3"
+    )
+    counts: dict[tuple[int, date], list] = {}
+    out: dict[date, list[tuple]] = {}
+    with psycopg.connect(**db.connect_kwargs) as pg:
+        for query, slots in queries:
+            for tenant, d, *values in pg.execute(query, {"lo": lo}):
+                row = counts.setdefault((tenant, d), [tenant, 0, 0, 0, 0, None, None, None])
+                for slot, value in zip(slots, values, strict=True):
+                    row[slot] = int(value or 0)
+        for tenant, d, bucket, n, top in pg.execute(histogram, {"lo": lo}):
+            out.setdefault(d, []).append((tenant, None, None, None, None, int(bucket), int(n), float(top)))
+    for (_, d), row in counts.items():
+        out.setdefault(d, []).append(tuple(row))
+    return out

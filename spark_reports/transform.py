@@ -14,7 +14,8 @@ Per tenant and UTC day:
 
 Inputs: the metering rows arrive as rows from the Parquet lake (lake.py), which `meter_partials`
 aggregates in ONE scan into two kinds of aggregates (a grouping set each); registrations, pending
-and stored events arrive as rows.
+and stored events arrive as the export's per tenant and day snapshot of them (extract.SCHEMAS
+["inputs"]: counts, and the delivery latency histogram in the same buckets as command latency).
 - `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
   table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
   top are all derived;
@@ -27,9 +28,8 @@ rank r exactly; the report gives that bucket's largest duration. Both lie in one
 [e^(b/1000), e^((b+1)/1000)), so the reported value v' and the exact one v satisfy
 v <= v' < v * e^(1/1000): at most 0.1 % (0.10005 %) above, never below, and always a duration of
 the data (exact when the bucket holds one distinct duration).
-Delivery latency percentiles use `percentile_approx` with PERCENTILE_ACCURACY over the pending
-rows: the value returned is an element of the data whose rank is within n / accuracy of the exact
-rank (exact when n <= accuracy).
+Delivery latency percentiles (created -> acknowledged) are read the same way off the snapshot's
+histogram, with the same bound.
 
 Cost: Spark scans the lake's columns once and aggregates them in one shuffle (`meter_partials`:
 both aggregates, two grouping sets), then only reshapes aggregates thousands of times smaller than
@@ -45,7 +45,6 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-PERCENTILE_ACCURACY = 10_000
 # A command's latency bucket: floor(LATENCY_BUCKETS_PER_E * ln(duration_ms)), so that the durations
 # of one bucket differ by less than a factor e^(1/1000) (0.1 %); durations <= 0 share the lowest
 # bucket. The one definition of the histogram.
@@ -118,10 +117,6 @@ class UsageReport:
 
 def _in_range(day: Column, date_from: date, date_to: date) -> Column:
     return (day >= F.lit(date_from)) & (day <= F.lit(date_to))
-
-
-def _pct(col: str, q: float, accuracy: int) -> Column:
-    return F.percentile_approx(F.col(col).cast("double"), q, accuracy).cast("double")
 
 
 def _labels() -> dict[str, Column]:
@@ -263,16 +258,17 @@ def command_latency(histogram: DataFrame, date_from: date, date_to: date) -> Dat
     )
 
 
-def latency_percentiles(merged: DataFrame) -> DataFrame:
-    """p50/p95 per tenant and day from a merged histogram (one row per tenant, day and bucket)."""
+def latency_percentiles(merged: DataFrame, name: str = "latency") -> DataFrame:
+    """p50/p95 per tenant and day from a merged histogram (one row per tenant, day and bucket), as
+    `<name>_p50_ms` and `<name>_p95_ms`."""
     day = Window.partitionBy("tenant_id", "day")
     ranked = merged.withColumn("total", F.sum("commands").over(day)).withColumn(
         "cumulative",
         F.sum("commands").over(day.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)),
     )
     return ranked.groupBy("tenant_id", "day").agg(
-        _rank_value(0.5).cast("double").alias("latency_p50_ms"),
-        _rank_value(0.95).cast("double").alias("latency_p95_ms"),
+        _rank_value(0.5).cast("double").alias(f"{name}_p50_ms"),
+        _rank_value(0.95).cast("double").alias(f"{name}_p95_ms"),
     )
 
 
@@ -288,47 +284,22 @@ def command_totals(counts: DataFrame) -> DataFrame:
     )
 
 
-def registration_stats(registrations: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    r = registrations.withColumn("day", F.to_date("created_at")).where(_in_range(F.col("day"), date_from, date_to))
-    return r.groupBy("tenant_id", "day").agg(F.count(F.lit(1)).alias("new_registrations"))
-
-
-def pending_stats(pending: DataFrame, date_from: date, date_to: date, accuracy: int = PERCENTILE_ACCURACY) -> DataFrame:
-    """Created per day of creation; delivered and delivery latency per day of acknowledgement."""
-    created = (
-        pending.withColumn("day", F.to_date("created_at"))
-        .where(_in_range(F.col("day"), date_from, date_to))
-        .groupBy("tenant_id", "day")
-        .agg(F.count(F.lit(1)).alias("pending_created"))
+def input_figures(inputs: DataFrame, date_from: date, date_to: date) -> list[DataFrame]:
+    """The daily figures of the inputs' snapshot (extract.SCHEMAS["inputs"] per tenant and day):
+    new registrations, pending events created and delivered, stored events and bytes, and the
+    delivery latency percentiles read off its histogram rows."""
+    rows = inputs.where(_in_range(F.col("day"), date_from, date_to))
+    totals = rows.groupBy("tenant_id", "day").agg(
+        F.sum("registrations").alias("new_registrations"),
+        F.sum("pending_created").alias("pending_created"),
+        F.sum("delivered").alias("pending_delivered"),
+        F.sum("stored_events").alias("stored_events"),
+        F.sum("stored_bytes").alias("stored_bytes"),
     )
-    return _merge(
-        [created, _delivered(pending, date_from, date_to, accuracy)],
-        ["pending_created", "pending_delivered", "delivery_p50_ms", "delivery_p95_ms"],
+    histogram = rows.where(F.col("bucket").isNotNull()).select(
+        "tenant_id", "day", "bucket", F.col("delivered").alias("commands"), "top_ms"
     )
-
-
-def _delivered(pending: DataFrame, date_from: date, date_to: date, accuracy: int) -> DataFrame:
-    return (
-        pending.where(F.col("acknowledged_at").isNotNull())
-        .withColumn("day", F.to_date("acknowledged_at"))
-        .where(_in_range(F.col("day"), date_from, date_to))
-        .withColumn(
-            "delivery_ms", (F.unix_micros("acknowledged_at") - F.unix_micros("created_at")).cast("double") / 1000.0
-        )
-        .groupBy("tenant_id", "day")
-        .agg(
-            F.count(F.lit(1)).alias("pending_delivered"),
-            _pct("delivery_ms", 0.5, accuracy).alias("delivery_p50_ms"),
-            _pct("delivery_ms", 0.95, accuracy).alias("delivery_p95_ms"),
-        )
-    )
-
-
-def stored_stats(stored: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    s = stored.withColumn("day", F.to_date("created_at")).where(_in_range(F.col("day"), date_from, date_to))
-    return s.groupBy("tenant_id", "day").agg(
-        F.count(F.lit(1)).alias("stored_events"), F.sum("payload_bytes").alias("stored_bytes")
-    )
+    return [totals, latency_percentiles(histogram, "delivery")]
 
 
 def _merge(parts: list[DataFrame], columns: list[str]) -> DataFrame:
@@ -344,32 +315,10 @@ def _merge(parts: list[DataFrame], columns: list[str]) -> DataFrame:
     return union.groupBy("tenant_id", "day").agg(*[F.max(c).alias(c) for c in columns])
 
 
-def daily(
-    counts: DataFrame,
-    latency: DataFrame,
-    registrations: DataFrame,
-    pending: DataFrame,
-    stored: DataFrame,
-    date_from: date,
-    date_to: date,
-    accuracy: int = PERCENTILE_ACCURACY,
-) -> DataFrame:
+def daily(counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date) -> DataFrame:
     """One row per tenant and day with any activity; absent counts are 0, absent percentiles null."""
-    created = (
-        pending.withColumn("day", F.to_date("created_at"))
-        .where(_in_range(F.col("day"), date_from, date_to))
-        .groupBy("tenant_id", "day")
-        .agg(F.count(F.lit(1)).alias("pending_created"))
-    )
     out = _merge(
-        [
-            command_totals(counts),
-            latency,
-            registration_stats(registrations, date_from, date_to),
-            created,
-            _delivered(pending, date_from, date_to, accuracy),
-            stored_stats(stored, date_from, date_to),
-        ],
+        [command_totals(counts), latency, *input_figures(inputs, date_from, date_to)],
         [c for c in DAILY_COLUMNS if c not in ("tenant_id", "day", "error_rate")],
     )
     for c in COUNT_COLUMNS:
@@ -417,19 +366,12 @@ def top_identities(counts: DataFrame, n: int = TOP_N) -> DataFrame:
 
 
 def report_from(
-    counts: DataFrame,
-    latency: DataFrame,
-    registrations: DataFrame,
-    pending: DataFrame,
-    stored: DataFrame,
-    date_from: date,
-    date_to: date,
-    accuracy: int = PERCENTILE_ACCURACY,
+    counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date
 ) -> UsageReport:
     """The report from the merged metering aggregates (`command_counts`, `command_latency`) and the
-    other three inputs."""
+    inputs' snapshot."""
     return UsageReport(
-        daily=daily(counts, latency, registrations, pending, stored, date_from, date_to, accuracy),
+        daily=daily(counts, latency, inputs, date_from, date_to),
         by_type=by_type(counts),
         by_code=by_code(counts),
         top=top_identities(counts),
@@ -437,25 +379,15 @@ def report_from(
 
 
 def usage_report(
-    counts: DataFrame,
-    latency: DataFrame,
-    registrations: DataFrame,
-    pending: DataFrame,
-    stored: DataFrame,
-    date_from: date,
-    date_to: date,
-    accuracy: int = PERCENTILE_ACCURACY,
+    counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date
 ) -> UsageReport:
-    """The whole report for [date_from, date_to] from the extracted inputs (the metering rows' two
-    partial aggregates, then rows). (The job merges the two first and keeps them on the engine:
+    """The whole report for [date_from, date_to] from the metering rows' two partial aggregates and
+    the inputs' snapshot. (The job merges the two first and keeps them on the engine:
     spark_reports.usage_report.settle.)"""
     return report_from(
         command_counts(counts, date_from, date_to),
         command_latency(latency, date_from, date_to),
-        registrations,
-        pending,
-        stored,
+        inputs,
         date_from,
         date_to,
-        accuracy,
     )

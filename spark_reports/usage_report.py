@@ -1,4 +1,4 @@
-"""The usage report job: extract -> transform -> load for one ReportRun.
+"""The usage report job: the export, then the lake -> transform -> load for one ReportRun.
 
     python -m spark_reports.usage_report --run-id 7 --from 2026-11-01 --to 2026-11-21 [--tenant 3 ...]
 
@@ -29,7 +29,6 @@ from pyspark.sql import DataFrame
 
 from . import lake as meter_lake
 from .config import Database, build_session, database_from_env, env_int, session_target
-from .extract import extract
 from .load import load
 from .transform import latency_percentiles, merged_counts, merged_histogram, meter_partials, report_from
 
@@ -97,10 +96,15 @@ def shuffle_partitions(rows: int) -> int:
 def settle(rows: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
     """Aggregate the lake's metering rows in ONE Spark job (one scan of the files, one aggregation
     with two grouping sets: `transform.meter_partials`) and keep the result (small) on the engine,
-    in `partitions` partitions, so that the four tables read it instead of the metering rows (a
-    lazily cached `command_counts` made the tables rescan them). Returns the merged counts and the
-    latency percentiles."""
-    merged = meter_partials(rows).coalesce(partitions).localCheckpoint()
+    so that the four tables read it instead of the metering rows (a lazily cached `command_counts`
+    made the tables rescan them). It is kept in one partition, or hash-partitioned by tenant and day
+    in `partitions`: every later aggregation and window groups by tenant and day (and more), so the
+    four tables need no shuffle of it, only one stage each instead of one per aggregation.
+    Returns the merged counts and the latency percentiles."""
+    partials = meter_partials(rows)
+    # One partition: a coalesce (no shuffle) already holds every tenant and day together.
+    placed = partials.coalesce(1) if partitions == 1 else partials.repartition(partitions, "tenant_id", "day")
+    merged = placed.localCheckpoint()
     return merged_counts(merged), latency_percentiles(merged_histogram(merged))
 
 
@@ -122,9 +126,10 @@ def run(
         progress.step("counting rows")
     exported = meter_lake.export(spark, db, lake)
     phases = {"export": time.perf_counter() - started}
-    inputs, sizes = extract(spark, db, date_from, date_to, tenant_ids)
-    sizes["meters"] = meter_lake.rows_estimate(db, date_from, date_to)
-    rows = meter_lake.read_meters(spark, db, date_from, date_to, tenant_ids, lake)
+    sizes = {"meters": meter_lake.rows_estimate(db, date_from, date_to)}
+    state = meter_lake.lake_state(db, date_from, date_to)
+    rows = meter_lake.read_meters(spark, db, date_from, date_to, tenant_ids, lake, state)
+    inputs = meter_lake.read_inputs(spark, db, date_from, date_to, tenant_ids, lake, state)
     phases["bounds"] = time.perf_counter() - started - sum(phases.values())
     if progress:
         progress.state["rows_total"] = sizes["meters"]
@@ -133,7 +138,7 @@ def run(
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     meter_counts, latency = settle(rows, partitions)
     phases["merge"] = time.perf_counter() - started - sum(phases.values())
-    report = report_from(meter_counts, latency, inputs.registrations, inputs.pending, inputs.stored, date_from, date_to)
+    report = report_from(meter_counts, latency, inputs, date_from, date_to)
 
     def computed() -> None:
         phases["tables"] = time.perf_counter() - started - sum(phases.values())

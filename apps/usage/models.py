@@ -209,12 +209,18 @@ class MeterExport(models.Model):
     `usage_commandmeter` written to the Parquet lake under `export=<id>`. Only `committed` attempts
     are part of the lake; the export watermark is the largest committed hi_id. A `pending` attempt
     that a later export finds was interrupted (a crash, kill -9) is marked `abandoned` and its
-    files are never read; its rows are exported again by the next attempt."""
+    files are never read; its rows are exported again by the next attempt. Every attempt also writes
+    a snapshot of the report's other inputs for the days from `inputs_from` on (all days when null).
+
+    A compaction (`day` set) rewrites one closed day's files of the exports up to `covers` as
+    `export=-<id>`; once `compacted`, readers take those instead of the files it replaces, which are
+    deleted later (`cleaned_at`)."""
 
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
         COMMITTED = "committed", "Committed"
         ABANDONED = "abandoned", "Abandoned"
+        COMPACTED = "compacted", "Compacted"
 
     lo_id = models.BigIntegerField(help_text="exclusive")
     hi_id = models.BigIntegerField(help_text="inclusive")
@@ -224,6 +230,10 @@ class MeterExport(models.Model):
     last_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    inputs_from = models.DateField(null=True, blank=True, help_text="first day of its inputs snapshot")
+    day = models.DateField(null=True, blank=True, help_text="a compaction's day")
+    covers = models.BigIntegerField(null=True, blank=True, help_text="a compaction's last export")
+    cleaned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["state", "hi_id"], name="meterexport_state_hi")]

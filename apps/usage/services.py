@@ -438,13 +438,17 @@ def _lake_job(action: list[str], env: dict[str, str]) -> dict:
 
 
 def metering_export() -> str:
-    """Export the metering rows past the watermark to the lake (a Spark job on the warm engine)."""
+    """Export the metering rows past the watermark (and the inputs' snapshot) to the lake, then
+    compact its closed days (a Spark job on the warm engine)."""
     env = _job_env()
     problem = spark_engine_ensure(env=env)
     if problem:
         raise RuntimeError(f"spark engine: {problem}")
     result = _lake_job(["export"], env)
-    return f"exported {result['rows']} metering rows ({result.get('abandoned', 0)} interrupted exports abandoned)"
+    summary = f"exported {result['rows']} metering rows ({result.get('abandoned', 0)} interrupted exports abandoned)"
+    if result.get("compacted"):
+        summary += f"; compacted {len(result['compacted'])} closed days"
+    return summary
 
 
 def metering_watermark() -> int:

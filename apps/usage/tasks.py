@@ -26,7 +26,8 @@ def nightly_usage_report() -> str:
 
 @shared_task(name="apps.usage.tasks.export_metering")
 def export_metering() -> str:
-    """Export the metering rows past the watermark to the Parquet lake (a Spark job)."""
+    """Export the metering rows past the watermark to the Parquet lake and compact its closed days
+    (a Spark job)."""
     return services.metering_export()
 
 

@@ -143,13 +143,15 @@ def write_orm(ds: Dataset, tenants: dict) -> None:
 # The report's command latency percentiles are at most this factor above the exact nearest-rank
 # value, never below it (spark_reports/transform.py: one latency bucket).
 LATENCY_RATIO = math.exp(1 / LATENCY_BUCKETS_PER_E)
-LATENCY_COLUMNS = ("latency_p50_ms", "latency_p95_ms")
+# Percentiles read off a latency histogram (commands, and pending events delivered): within its bound.
+LATENCY_COLUMNS = ("latency_p50_ms", "latency_p95_ms", "delivery_p50_ms", "delivery_p95_ms")
 
 
 def latency_within_bound(got: float | None, exact: float | None) -> bool:
     """The reported command latency percentile against the exact nearest-rank one."""
     if exact is None or got is None:
         return got is exact
+    exact = float(exact)  # PostgreSQL's numeric (a delivery time) or float
     return exact - 1e-9 <= got < exact * LATENCY_RATIO + 1e-9
 
 

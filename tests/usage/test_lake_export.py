@@ -162,3 +162,56 @@ def test_the_beat_task_exports_through_a_job_process(spark, tenant_a, tenant_b):
     assert tasks.export_metering() == "exported 40 metering rows (0 interrupted exports abandoned)"
     assert tasks.export_metering() == "exported 0 metering rows (0 interrupted exports abandoned)"
     assert services.metering_watermark() == CommandMeter.objects.latest("pk").pk
+
+
+def export_folders(lake_dir: str, day) -> set[tuple[str, str]]:
+    """The (tenant_id=, export=) folders of one day of the lake's metering rows."""
+    root = Path(lake.meters_uri(lake_dir)) / f"day={day.isoformat()}"
+    return {(p.parent.name, p.name) for p in root.glob("tenant_id=*/export=*")}
+
+
+def test_compaction_rewrites_closed_days_and_readers_see_every_row_once_at_every_step(
+    spark, tenant_a, tenant_b, lake_dir
+):
+    db = database_from_url(services.report_database_url())
+    for start in (0, 90, 180):  # three exports, each with rows on the three days and both tenants
+        meter_rows([tenant_a, tenant_b], 90, start=start)
+        lake.export(spark, db)
+    days = [DAY.date() + timedelta(days=i) for i in range(3)]
+    today = days[-1] + timedelta(days=1)
+    expected = sorted(CommandMeter.objects.values_list("pk", flat=True))
+    assert len(export_folders(lake_dir, days[0])) == 6
+
+    class Died(Exception):
+        pass
+
+    def die(attempt):
+        raise Died  # the compaction's files are written, its commit never comes
+
+    with pytest.raises(Died):
+        lake.compact(spark, db, today=today, after_write=die)
+    assert MeterExport.objects.get(state=MeterExport.State.PENDING).day == days[0]
+    assert committed_ids(spark, db) == expected  # its files are there, unread
+
+    result = lake.compact(spark, db, today=today)
+    assert [(c["day"], c["rows"]) for c in result["compacted"]] == [(d.isoformat(), 90) for d in days]
+    assert MeterExport.objects.filter(day__isnull=False, state=MeterExport.State.ABANDONED).count() == 1
+    # Old and new files are both on disk until CLEAN_AFTER: readers take one set of them.
+    assert len(export_folders(lake_dir, days[0])) == 6 + 2 + 2
+    assert committed_ids(spark, db) == expected
+
+    meter_rows([tenant_a, tenant_b], 30, start=270)  # late rows of the compacted days
+    lake.export(spark, db)
+    expected = sorted(CommandMeter.objects.values_list("pk", flat=True))
+    assert committed_ids(spark, db) == expected
+
+    later = datetime.now(UTC) + lake.CLEAN_AFTER + timedelta(minutes=1)
+    result = lake.compact(spark, db, today=today, now=later)
+    assert [c["day"] for c in result["compacted"]] == [d.isoformat() for d in days]  # the late rows joined
+    assert result["cleaned_folders"] > 0
+    latest = MeterExport.objects.filter(state=MeterExport.State.COMPACTED, day=days[0]).latest("pk")
+    assert export_folders(lake_dir, days[0]) == {
+        (f"tenant_id={t.pk}", f"export={-latest.pk}") for t in (tenant_a, tenant_b)
+    }
+    assert committed_ids(spark, db) == expected
+    assert lake.compact(spark, db, today=today, now=later)["compacted"] == []  # nothing left to do

@@ -7,6 +7,7 @@ from datetime import date, datetime
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType
 
 from spark_reports import extract, transform
 
@@ -42,8 +43,32 @@ def meters(spark, rows, protocol=None):
     return counts, latency
 
 
-def empty(spark, schema: str):
-    return spark.createDataFrame([], schema=schema)
+def snapshot(spark, regs=(), pending=(), stored=()):
+    """The inputs' snapshot as the export takes it (extract.input_snapshot) of these rows:
+    regs (tenant_id, created_at), pending (tenant_id, created_at, acknowledged_at), stored
+    (tenant_id, created_at, payload_bytes). Counts per tenant and day of creation; deliveries per
+    day of acknowledgement, in latency buckets with the bucket's largest time."""
+    counts: dict = {}
+    histogram: dict = {}
+
+    def add(tenant, day, slot, value=1):
+        row = counts.setdefault((tenant, day), [tenant, 0, 0, 0, 0, None, None, None, day])
+        row[slot] += value
+
+    for tenant, created in regs:
+        add(tenant, created.date(), 1)
+    for tenant, created, acknowledged in pending:
+        add(tenant, created.date(), 2)
+        if acknowledged is not None:
+            ms = (acknowledged - created).total_seconds() * 1000
+            n, top = histogram.get((tenant, acknowledged.date(), bucket(ms)), (0, ms))
+            histogram[(tenant, acknowledged.date(), bucket(ms))] = (n + 1, max(top, ms))
+    for tenant, created, size in stored:
+        add(tenant, created.date(), 3)
+        add(tenant, created.date(), 4, size)
+    rows = [tuple(r) for r in counts.values()]
+    rows += [(t, None, None, None, None, b, n, top, d) for (t, d, b), (n, top) in histogram.items()]
+    return spark.createDataFrame(rows, schema=extract.schema("inputs").add("day", DateType()))
 
 
 @pytest.fixture
@@ -62,23 +87,15 @@ def inputs(spark):
             (1, ts(date(2026, 3, 3), 0), "QUERY_EVENTS", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
         ],
     )
-    regs = spark.createDataFrame(
-        [(1, ts(D1, 6)), (1, ts(D1, 7)), (2, ts(D2, 1))], "tenant_id long, created_at timestamp"
-    )
-    pending = spark.createDataFrame(
-        [
-            (1, ts(D1, 10), ts(D1, 10, 0, 1)),  # delivered after 1 s
-            (1, ts(D1, 11), ts(D2, 11)),  # delivered the next day after 24 h
-            (1, ts(D1, 12), None),  # still pending
-            (1, ts(date(2026, 2, 28), 12), ts(D1, 12, 0, 3)),  # created before the range, delivered in it
-        ],
-        "tenant_id long, created_at timestamp, acknowledged_at timestamp",
-    )
-    stored = spark.createDataFrame(
-        [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)],
-        "tenant_id long, created_at timestamp, payload_bytes long",
-    )
-    return (*m, regs, pending, stored)
+    regs = [(1, ts(D1, 6)), (1, ts(D1, 7)), (2, ts(D2, 1))]
+    pending = [
+        (1, ts(D1, 10), ts(D1, 10, 0, 1)),  # delivered after 1 s
+        (1, ts(D1, 11), ts(D2, 11)),  # delivered the next day after 24 h
+        (1, ts(D1, 12), None),  # still pending
+        (1, ts(date(2026, 2, 28), 12), ts(D1, 12, 0, 3)),  # created before the range, delivered in it
+    ]
+    stored = [(1, ts(D1, 9), 100), (1, ts(D1, 9, 30), 250), (2, ts(D2, 9), 7)]
+    return (*m, snapshot(spark, regs, pending, stored))
 
 
 def collect(df, *keys):
@@ -152,10 +169,7 @@ def test_commands_without_a_verified_sender_count_per_tenant_and_code_but_never_
     rows += [(1, ts(D1, 3), "TWO_WAY_PRIVATE", "DUPLICATE_NONCE", 401, 10, 10, 1.0, None)] * 5
     rows += [(1, ts(D1, 4), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, "")]  # a row from before: "" = none
     m = meters(spark, rows)
-    empty_regs = empty(spark, "tenant_id long, created_at timestamp")
-    empty_pending = empty(spark, "tenant_id long, created_at timestamp, acknowledged_at timestamp")
-    empty_stored = empty(spark, "tenant_id long, created_at timestamp, payload_bytes long")
-    report = transform.usage_report(*m, empty_regs, empty_pending, empty_stored, D1, D1)
+    report = transform.usage_report(*m, snapshot(spark), D1, D1)
     day = report.daily.collect()[0]
     assert (day["commands"], day["errors"], day["active_identities"]) == (23, 20, 1)
     assert [(r["rank"], r["sender_did"], r["commands"]) for r in report.top.collect()] == [(1, "did:a", 2)]
