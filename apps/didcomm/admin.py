@@ -20,6 +20,7 @@ from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 from unfold.decorators import action
 
+from apps.tenants.admin import ReadOnlyModelAdmin
 from apps.tenants.services import Actor
 from apps.tenants.templatetags.mediator import did_cell
 from apps.wire.display import utc_iso
@@ -332,7 +333,7 @@ class ContestedFilter(admin.SimpleListFilter):
 
 
 @admin.register(RecipientKey)
-class RecipientKeyAdmin(ModelAdmin):
+class RecipientKeyAdmin(ReadOnlyModelAdmin):
     """Registered recipient DIDs (protocol-owned, read-only): which client holds each, whether its
     registration proved control, and how often another client was refused it (docs/didcomm.md
     "Who may register a recipient"). Removal goes through the grant or the connection."""
@@ -344,15 +345,6 @@ class RecipientKeyAdmin(ModelAdmin):
     ordering = ["-last_contested_at", "-id"]
     fields = ["tenant", "recipient_did", "mediation", "proven", "contested", "last_contested_at", "created_at"]
     readonly_fields = fields
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="recipient DID")
     def short_did(self, obj: RecipientKey) -> str:

@@ -26,8 +26,24 @@ def _pretty(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True) if value is not None else "—"
 
 
+class ReadOnlyModelAdmin(ModelAdmin):
+    """A console page that only shows rows: what it lists is written by services or jobs, never
+    added, edited or deleted here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ModelAdmin):
+class AuditEntryAdmin(ReadOnlyModelAdmin):
+    """The audit log, append-only."""
+
     list_display = ["at", "actor_name", "via", "action", "tenant_slug"]
     list_filter = ["via", "action", "tenant"]
     search_fields = ["actor_name", "action", "tenant_slug"]
@@ -43,16 +59,6 @@ class AuditEntryAdmin(ModelAdmin):
     @display(description="After")
     def after_json(self, obj: AuditEntry):
         return format_html("<pre>{}</pre>", _pretty(obj.after))
-
-    # The audit log is append-only: written by services, never edited here.
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 # Users and groups in the same theme.
