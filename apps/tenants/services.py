@@ -311,29 +311,22 @@ def tenant_rotate_keys(*, tenant: Tenant, actor: Actor, signing: bool = True, pr
     since = locked.keys_rotated_at or locked.created_at
     new_signing = Ed25519KeyPair.generate() if signing else locked.signing_keypair
     new_prekey = X25519KeyPair.generate() if prekey else locked.prekey_pair
-    history = []
-    if signing:
-        history.append(
-            TenantKey(
-                tenant=locked,
-                purpose=TenantKey.Purpose.SIGNING,
-                public=bytes(locked.signing_public),
-                private_sealed=locked.signing_private_sealed,
-                created_at=since,
-                retired_at=now,
-            )
+    retired = [
+        (TenantKey.Purpose.SIGNING, locked.signing_public, locked.signing_private_sealed, signing),
+        (TenantKey.Purpose.PREKEY, locked.prekey_public, locked.prekey_private_sealed, prekey),
+    ]
+    history = [
+        TenantKey(
+            tenant=locked,
+            purpose=purpose,
+            public=bytes(public),
+            private_sealed=sealed,
+            created_at=since,
+            retired_at=now,
         )
-    if prekey:
-        history.append(
-            TenantKey(
-                tenant=locked,
-                purpose=TenantKey.Purpose.PREKEY,
-                public=bytes(locked.prekey_public),
-                private_sealed=locked.prekey_private_sealed,
-                created_at=since,
-                retired_at=now,
-            )
-        )
+        for purpose, public, sealed, rotated in retired
+        if rotated
+    ]
     TenantKey.objects.bulk_create(history)
     locked.set_keys(new_signing, new_prekey)
     locked.keys_rotated_at = now
