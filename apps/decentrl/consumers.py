@@ -295,15 +295,9 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
-        if getattr(self, "budget", None):
-            self.budget.release()
         for task in getattr(self, "tasks", []):
             task.cancel()
-        presence = getattr(self, "presence", None)
-        if presence is not None:
-            await presence.close()
-        if getattr(self, "memberships", None) is not None:
-            await self.memberships.close()
+        await self.release_held()
         if getattr(self, "observed", False):
             _observe("disconnect", self.tenant)
 

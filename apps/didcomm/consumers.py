@@ -368,13 +368,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         idle_watch = getattr(self, "idle_watch", None)
         if idle_watch is not None:
             idle_watch.cancel()
-        if getattr(self, "budget", None):
-            self.budget.release()
-        presence = getattr(self, "presence", None)
-        if presence is not None:
-            await presence.close()
-        if getattr(self, "memberships", None) is not None:
-            await self.memberships.close()
+        await self.release_held()
         if getattr(self, "observed", False):
             metrics.ACTIVE_CONNECTIONS.dec()
 

@@ -54,3 +54,16 @@ class LayerLossMixin(_ConsumerBase):
 
     async def layer_lost(self) -> None:
         raise NotImplementedError
+
+    async def release_held(self) -> None:
+        """Free what the socket holds as it closes, in either protocol: its send budget, its
+        presence and its group memberships (each absent when the socket closed before taking it)."""
+        budget = getattr(self, "budget", None)
+        if budget:
+            budget.release()
+        presence = getattr(self, "presence", None)
+        if presence is not None:
+            await presence.close()
+        memberships = getattr(self, "memberships", None)
+        if memberships is not None:
+            await memberships.close()
