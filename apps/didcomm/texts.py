@@ -10,6 +10,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Field
 from django.utils.text import capfirst
 
+from apps.tenants.texts import unit_label
+from apps.wire.display import grouped
+
 from .models import DidcommPolicy
 
 # name: (label, unit or "", meaning). Units are plural nouns, as in apps/tenants/texts.py.
@@ -97,7 +100,7 @@ def label(name: str) -> str:
     if name not in FIELDS:
         return str(capfirst(_field(name).verbose_name))
     text, unit, _ = FIELDS[name]
-    return f"{text} ({unit})" if unit else text
+    return unit_label(text, unit)
 
 
 def _bounds(name: str) -> tuple[int | None, int | None]:
@@ -111,7 +114,7 @@ def _bounds(name: str) -> tuple[int | None, int | None]:
 
 
 def _amount(value) -> str:
-    return f"{value:,}".replace(",", " ") if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return grouped(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def help_text(name: str) -> str:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
 from apps.wire.did import web_did_for_host
+from apps.wire.display import grouped
 
 from .models import ApiToken, AuditEntry, Tenant, TenantDomain, TenantKey
 from .selectors import domain_owner, tenant_cache_clear
@@ -145,7 +146,7 @@ def _served_elsewhere(host: str, *, tenant_id: int | None) -> str | None:
 def policy_range_message(field: str) -> str:
     """The one message for a policy value out of its bounds, in the console and the API alike."""
     lo, hi = POLICY_BOUNDS[field]
-    return f"Must be between {lo:,} and {hi:,}.".replace(",", " ")
+    return f"Must be between {grouped(lo)} and {grouped(hi)}."
 
 
 def validate_policy(values: dict) -> dict:

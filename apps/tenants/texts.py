@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db.models import Field
 
-from apps.wire.display import human_bytes
+from apps.wire.display import grouped, human_bytes
 
 from .models import Tenant
 from .services import NULLABLE_POLICY, POLICY_BOUNDS
@@ -84,16 +84,21 @@ _DEPLOYMENT_DEFAULT = {
 }
 
 
+def unit_label(text: str, unit: str) -> str:
+    """`Pending event lifetime (days)`: a setting's label with its unit, in every console form."""
+    return f"{text} ({unit})" if unit else text
+
+
 def label(name: str) -> str:
     """`Pending event lifetime (days)`."""
     text, unit, _ = FIELDS[name]
-    return f"{text} ({unit})" if unit else text
+    return unit_label(text, unit)
 
 
 def _amount(name: str, value: int) -> str:
     if name in _BYTES:
         return f"{value} ({human_bytes(value)})"
-    return f"{value:,}".replace(",", " ")
+    return grouped(value)
 
 
 def help_text(name: str) -> str:

@@ -27,6 +27,11 @@ def utc_iso(value: datetime | int | float) -> str:
     return datetime.fromtimestamp(value, UTC).strftime(UTC_FORMAT)
 
 
+def grouped(n: int) -> str:
+    """`1 000 000`: a whole number with its thousands set apart by spaces."""
+    return f"{n:,}".replace(",", " ")
+
+
 def human_bytes(n: int | float) -> str:
     """`512 B`, `1.5 KiB`, `6.0 MiB`: powers of 1024, one decimal above bytes."""
     size = float(n)
