@@ -202,6 +202,12 @@ class ReportTopIdentity(models.Model):
 
 # A run's result rows, one model per table (a run stages and publishes the four together).
 ReportResult = ReportDaily | ReportCommandType | ReportErrorCode | ReportTopIdentity
+RESULT_MODELS: dict[str, type[ReportResult]] = {
+    "daily": ReportDaily,
+    "by_type": ReportCommandType,
+    "by_code": ReportErrorCode,
+    "top": ReportTopIdentity,
+}
 
 
 class MeterExport(models.Model):

@@ -16,13 +16,12 @@ from apps.tenants.models import Tenant
 
 from .models import (
     DEFAULT_PROTOCOL,
+    RESULT_MODELS,
     CommandMeter,
     ReportCommandType,
     ReportDaily,
-    ReportErrorCode,
     ReportResult,
     ReportRun,
-    ReportTopIdentity,
 )
 
 # The codes that are not errors (spark_reports/transform.py NOT_ERRORS says the same): SUCCESS, and
@@ -30,17 +29,17 @@ from .models import (
 NOT_ERRORS = ("SUCCESS", "EVICTED")
 
 CSV_TABLES: dict[str, tuple[type[ReportResult], list[str]]] = {
-    "daily": (
-        ReportDaily,
-        [
+    name: (RESULT_MODELS[name], columns)
+    for name, columns in {
+        "daily": [
             "tenant__slug",
             "day",
             *[f.name for f in ReportDaily._meta.fields if f.name not in ("id", "run", "tenant", "day")],
         ],
-    ),
-    "by_type": (ReportCommandType, ["tenant__slug", "day", "command_type", "commands", "errors"]),
-    "by_code": (ReportErrorCode, ["tenant__slug", "day", "code", "commands", "rate"]),
-    "top": (ReportTopIdentity, ["tenant__slug", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out"]),
+        "by_type": ["tenant__slug", "day", "command_type", "commands", "errors"],
+        "by_code": ["tenant__slug", "day", "code", "commands", "rate"],
+        "top": ["tenant__slug", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out"],
+    }.items()
 }
 
 

@@ -23,16 +23,7 @@ from django.utils import timezone
 
 from apps.tenants.models import Tenant
 
-from .models import (
-    CommandMeter,
-    MeterExport,
-    ReportCommandType,
-    ReportDaily,
-    ReportErrorCode,
-    ReportResult,
-    ReportRun,
-    ReportTopIdentity,
-)
+from .models import RESULT_MODELS, CommandMeter, MeterExport, ReportRun
 
 log = logging.getLogger("mediator.usage")
 
@@ -47,12 +38,6 @@ ENGINE_DOWN_WORDS = (
 )
 POLL_S = 0.5  # how often the launcher copies progress and looks for a Cancel
 CANCEL_GRACE_S = 15.0  # SIGTERM -> SIGKILL
-RESULT_MODELS: dict[str, type[ReportResult]] = {
-    "daily": ReportDaily,
-    "by_type": ReportCommandType,
-    "by_code": ReportErrorCode,
-    "top": ReportTopIdentity,
-}
 LOG_TAIL_CHARS = 4000
 # The Celery task that runs a queued report (apps/usage/tasks.py, which calls this module), sent by name.
 REPORT_TASK = "apps.usage.tasks.run_usage_report"
@@ -163,20 +148,32 @@ def spark_engine_ensure(*, env: dict[str, str]) -> str | None:
     if not _local_engine():
         return None
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "spark_reports.engine", "start"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=settings.USAGE_ENGINE_START_TIMEOUT_S,
-            check=False,
-        )
+        proc = _spark_module("engine", ["start"], env, settings.USAGE_ENGINE_START_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"the Spark engine did not start within {settings.USAGE_ENGINE_START_TIMEOUT_S} s"
     if proc.returncode != 0:
-        return (proc.stdout + proc.stderr).strip()[-LOG_TAIL_CHARS:] or f"engine start exited with {proc.returncode}"
+        return _output_tail(proc) or f"engine start exited with {proc.returncode}"
     return None
+
+
+def _spark_module(
+    module: str, args: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m spark_reports.<module> <args>` to its end, its output captured."""
+    return subprocess.run(  # noqa: S603 - fixed argv, no shell
+        [sys.executable, "-m", f"spark_reports.{module}", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _output_tail(proc: subprocess.CompletedProcess[str]) -> str:
+    """The end of a finished job's output, as much as a run's log keeps."""
+    return (proc.stdout + proc.stderr).strip()[-LOG_TAIL_CHARS:]
 
 
 def _job_env() -> dict[str, str]:
@@ -421,20 +418,11 @@ def nightly_report_run(*, today: date | None = None) -> ReportRun | None:
 
 def _lake_job(action: list[str], env: dict[str, str]) -> dict:
     """Run `python -m spark_reports.lake <action>` to its end; its result line as a dict."""
-    proc = subprocess.run(  # noqa: S603 - fixed argv, no shell
-        [sys.executable, "-m", "spark_reports.lake", *action],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=settings.USAGE_REPORT_TIMEOUT_S,
-        check=False,
-    )
+    proc = _spark_module("lake", action, env, settings.USAGE_REPORT_TIMEOUT_S)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(EXPORT_MARKER + " "):
             return json.loads(line[len(EXPORT_MARKER) + 1 :])
-    tail = (proc.stdout + proc.stderr).strip()[-LOG_TAIL_CHARS:]
-    raise RuntimeError(f"spark_reports.lake {' '.join(action)} exited with {proc.returncode}: {tail}")
+    raise RuntimeError(f"spark_reports.lake {' '.join(action)} exited with {proc.returncode}: {_output_tail(proc)}")
 
 
 def metering_export() -> str:
