@@ -152,16 +152,16 @@ if EMBEDDED_PGDATA is not None:
     EMBEDDED_PG_TCP = {"host": "127.0.0.1", "port": _pg_port, "password": _dev_secret("pg-password", 24)}
     DATABASE_URL = f"postgresql://postgres@{quote(str(EMBEDDED_PGDATA), safe='')}:{_pg_port}/mediator"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-# The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py),
-# so there a persistent connection per thread (DB_CONN_MAX_AGE seconds, set by
-# scripts/run_production.sh for the HTTP tier only) saves the pool's checkout and
-# return on every request.
+# The HTTP tier's application threads are long-lived (Granian, mediator_project/http_server.py;
+# make run's Daphne, mediator_project/asgi.py), so there a persistent connection per thread
+# (DB_CONN_MAX_AGE seconds, set by scripts/run_production.sh for the HTTP tier only and by
+# scripts/run_embedded.sh) saves the pool's checkout and return on every request.
 DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 0)
 if DB_CONN_MAX_AGE > 0:
     DATABASES["default"]["CONN_MAX_AGE"] = DB_CONN_MAX_AGE
 else:
-    # Under ASGI every request may run on a new thread, so persistent per-thread connections leak;
-    # psycopg's pool bounds them per process (DB_POOL_MAX_SIZE) and keeps them warm.
+    # Elsewhere (production's Daphne for the sockets, Celery, management commands) psycopg's pool
+    # bounds the connections per process (DB_POOL_MAX_SIZE) and keeps them warm.
     # Added to the URL's own options (target_session_attrs of a multi-host URL, connect_timeout).
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"].get("OPTIONS", {}),

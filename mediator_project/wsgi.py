@@ -1,4 +1,5 @@
-"""WSGI entry point (HTTP only): Django's handler, with POST / and POST /didcomm on a lean chain
+"""WSGI entry point (HTTP only), served by Granian in production and by `make run`'s Daphne
+(mediator_project/asgi.py): Django's handler, with POST / and POST /didcomm on a lean chain
 (apps/decentrl/wsgi.py; the DIDComm reply is apps/didcomm/views.py's)."""
 
 import os

@@ -64,5 +64,7 @@ fi
 echo "Serving the default tenant at http://localhost:${PORT} (DID did:web:localhost%3A${PORT}); console at http://localhost:${PORT}/admin/ (make operator creates the first operator). Ctrl+C stops."
 # Daphne runs in the background and we wait for it: bash defers traps while a foreground child
 # runs, so this is what lets a TERM to this script (or to `make run`) stop Daphne and the helpers.
-"$VENV/bin/python" -m mediator_project.socket_server -b "$BIND" -p "$PORT" & pids+=($!)
+# Its HTTP requests run on a fixed pool of threads (mediator_project/asgi.py), each keeping one
+# database connection between requests, as the production HTTP tier's threads do.
+DB_CONN_MAX_AGE="${DB_CONN_MAX_AGE:-600}" "$VENV/bin/python" -m mediator_project.socket_server -b "$BIND" -p "$PORT" & pids+=($!)
 wait "$!"

@@ -61,8 +61,9 @@ def did_document(request: TenantRequest) -> HttpResponse:
 
 
 def command(request: TenantRequest) -> HttpResponse:
-    """POST / under Django (Daphne, `make run`): the same dispatch.http_reply as the production
-    entry (apps/decentrl/wsgi.py); the middlewares add the CORS and security headers."""
+    """POST / under Django's full chain, which the command entry (apps/decentrl/wsgi.py) hands a
+    request it does not replicate (PREPEND_WWW, DISALLOWED_USER_AGENTS): the same
+    dispatch.http_reply; the middlewares add the CORS and security headers."""
     try:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):

@@ -1,15 +1,16 @@
-"""The production WSGI application (Granian, mediator_project/http_server.py, docs/serving.md):
+"""The WSGI application of both layouts (Granian in production, mediator_project/http_server.py;
+`make run`'s Daphne through mediator_project/asgi.py; docs/serving.md):
 `POST /` (every protocol command) goes to `CommandEntry`, everything else to Django's own
 WSGIHandler.
 
-`CommandEntry` is the one HTTP entry of the command path in production. It does what the
+`CommandEntry` is the one HTTP entry of the command path. It does what the
 middlewares and the view would do for `POST /`, without building Django request and response
 objects (the full request cycle is a large share of a TWO_WAY_PRIVATE's worker CPU; docs/
 benchmarks.md): the database connections' handling of Django's request signals
 (`ops.dbconn.request_begins` and `request_ends`, called directly: the signals' dispatch and the
 receivers that never concern a command cost as much as the rest of the entry),
 tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which the Django
-view `views.command` also calls, so Daphne and `make run` serve the same code), and the headers
+view `views.command` also calls, for what this entry hands to Django), and the headers
 of `response_headers` (CORS and the security headers, from the same code the middlewares run).
 
 What it does not replicate it hands to Django: an insecure request under SECURE_SSL_REDIRECT
