@@ -83,6 +83,10 @@ class WSGIOverASGI:
             environ = translator.build_environ(scope, body)
         except ValueError:  # more duplicate headers than asgiref allows
             return _start(400, [("Content-Type", "text/plain")]), b"Bad Request: too many duplicate headers"
+        # The body is complete: its length is what was read (a chunked request declares none, and
+        # WSGI readers, the command entry's cap among them, go by CONTENT_LENGTH).
+        environ["CONTENT_LENGTH"] = str(body.seek(0, os.SEEK_END))
+        body.seek(0)
         started: list[Any] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
