@@ -88,15 +88,21 @@ class RedisSentinel:
             options["sentinel_kwargs"] = self._sentinel_kwargs()
         return url, options
 
-    def client(self, **options: Any) -> redis.Redis:
-        """A blocking redis-py client of the current master; `options` (e.g. fail_fast()) apply to
-        the master's connections; a sentinel that is down is skipped at once for the next."""
+    def master_pool(self, **options: Any) -> redis.sentinel.SentinelConnectionPool:
+        """A blocking connection pool of the current master: each new connection asks the sentinels
+        for it; `options` apply to the master's connections, a sentinel that is down is skipped at
+        once for the next."""
         timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
         sentinel_kwargs = {**timeouts, "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}
         manager = redis.sentinel.Sentinel(
             self.sentinels, sentinel_kwargs={**sentinel_kwargs, **self._sentinel_kwargs()}
         )
-        return manager.master_for(self.master, **self._master_kwargs(), **options)
+        return redis.sentinel.SentinelConnectionPool(self.master, manager, **{**self._master_kwargs(), **options})
+
+    def client(self, **options: Any) -> redis.Redis:
+        """A blocking redis-py client of the current master; `options` (e.g. fail_fast()) apply to
+        the master's connections; a sentinel that is down is skipped at once for the next."""
+        return redis.Redis.from_pool(self.master_pool(**options))
 
 
 def _netloc(host: str, port: int) -> str:

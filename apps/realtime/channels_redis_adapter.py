@@ -38,6 +38,8 @@ import channels_redis
 import redis
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.ops.redisconn import RedisSentinel
+
 log = logging.getLogger("mediator.realtime")
 
 # The channels_redis version whose internals this module copies (requirements.txt pins it).
@@ -88,28 +90,45 @@ class SyncSender:
         self.layer = layer
         self.pools = []
         for host in layer.hosts:
-            options = {k: v for k, v in host.items() if k != "address"}
+            options = {
+                k: v for k, v in host.items() if k not in ("address", "sentinels", "master_name", "sentinel_kwargs")
+            }
             # A push is a wake-up: a Redis that hangs must not hold the worker for the layer's
             # own 30 s read timeout (Daphne's BZPOPMIN needs that, we do not).
             for name in ("socket_timeout", "socket_connect_timeout"):
                 options[name] = min(options.get(name) or SEND_TIMEOUT_S, SEND_TIMEOUT_S)
-            self.pools.append(redis.ConnectionPool.from_url(host["address"], **options))
+            if "address" in host:
+                self.pools.append(redis.ConnectionPool.from_url(host["address"], **options))
+            else:
+                # The layer's sentinel form (REDIS_SENTINELS): each new connection asks the
+                # sentinels for the master, so after a failover the next push finds the new one.
+                self.pools.append(RedisSentinel.from_channel_layer_host(host).master_pool(**options))
         self._local = threading.local()
 
     def _round_trip(self, index: int, commands: list[tuple]) -> list:
         """Send `commands` as one pipeline on this thread's connection to host `index`; their
-        replies in order. After any error the connection is dropped (its stream state is unknown)."""
+        replies in order. After any error the connection is dropped (its stream state is unknown);
+        a kept connection that turns out broken (Redis restarted, or failed over: the sentinels
+        then name another master) is replaced once, at once, so the push is not lost."""
         conns = self._local.__dict__.setdefault("conns", {})
         conn = conns.get(index)
-        if conn is None or conn.pid != os.getpid():
-            conn = conns[index] = self.pools[index].make_connection()
-        try:
-            conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-            return [conn.read_response() for _ in commands]
-        except BaseException:
-            conns.pop(index, None)
-            conn.disconnect()
-            raise
+        kept = conn is not None and conn.pid == os.getpid()
+        while True:
+            if not kept:
+                conn = self.pools[index].make_connection()
+                # Connected here, as the pool does: `send_packed_command` would connect by itself
+                # without a sentinel-managed connection's master lookup.
+                conn.connect()
+                conns[index] = conn
+            try:
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                return [conn.read_response() for _ in commands]
+            except BaseException as exc:
+                conns.pop(index, None)
+                conn.disconnect()
+                if not (kept and isinstance(exc, redis.ConnectionError)):
+                    raise
+                kept = False
 
     def members(self, group: str) -> list[str]:
         """The group's live channels (joined within group_expiry), in one command."""
@@ -157,13 +176,10 @@ def is_redis_layer(layer) -> bool:
 
 
 def sync_sender(layer) -> SyncSender | None:
-    """The layer's SyncSender; None unless it is channels_redis's RedisChannelLayer with every
-    host given as an address (sentinels and the pub/sub layer keep the public, asyncio path)."""
+    """The layer's SyncSender; None unless it is channels_redis's RedisChannelLayer (hosts given as
+    addresses or as sentinels; another layer, e.g. the pub/sub one, keeps its own group_send)."""
     if not is_redis_layer(layer):
         return None
-    if hasattr(layer, "_mediator_sync_sender"):
-        return layer._mediator_sync_sender
-    hosts = getattr(layer, "hosts", None) or []
-    sender = SyncSender(layer) if hosts and all("address" in h for h in hosts) else None
-    layer._mediator_sync_sender = sender
-    return sender
+    if not hasattr(layer, "_mediator_sync_sender"):
+        layer._mediator_sync_sender = SyncSender(layer)
+    return layer._mediator_sync_sender

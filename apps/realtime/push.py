@@ -3,31 +3,25 @@
 thread committed it: a Daphne worker thread, an HTTP-tier (Granian) thread, a Celery task, a test.
 
 How the send is made from that sync code:
-- the in-memory layer keeps asyncio queues that belong to the ASGI server's event loop, so
-  `async_to_sync` must hand the call to that loop (it does, from a thread asgiref started);
-- channels_redis's `RedisChannelLayer` (hosts given as addresses, the deployment's setting) is
-  sent to by the version-pinned adapter `channels_redis_adapter.SyncSender`, on blocking redis-py
-  connections. The committing thread does not wait for Redis: it hands the push to this
-  process's `Pusher` (one thread), which collects the pushes that arrive within PUSH_LINGER_S
-  (2 ms), looks up every collected group's members in one pipeline (one round trip for the
-  batch; most recipients have no socket) and sends to the groups that have sockets (one more
-  round trip each). It writes exactly what the layer's own `group_send` writes, so Daphne's
-  consumers receive it unchanged. The public `group_send` from sync code costs several times its
-  worker CPU per push, and a round trip per push in the committing thread would cost about a tenth
-  of a TWO_WAY_PRIVATE's worker CPU. The queue holds at
+- channels_redis's `RedisChannelLayer` (the deployment's layer, its hosts given as addresses or
+  through Sentinel) is sent to by the version-pinned adapter `channels_redis_adapter.SyncSender`,
+  on blocking redis-py connections, and only by it. The committing thread does not wait for Redis:
+  it hands the push to this process's `Pusher` (one thread), which collects the pushes that
+  arrive within PUSH_LINGER_S (2 ms), looks up every collected group's members in one pipeline
+  (one round trip for the batch) and sends to the groups that have sockets (one more round trip
+  each). It writes exactly what the layer's own `group_send` writes, so Daphne's consumers
+  receive it unchanged. What that buys over the public `group_send` (on a long-lived loop of its
+  own) is measured by `make bench` (bench/push_bench.py, docs/benchmarks.md). The queue holds at
   most PUSH_QUEUE_MAX pushes: past that a push is dropped, counted (`Pusher.dropped`) and logged
-  (a push is a wake-up: the event is stored). Pushes still queued when the process exits are
-  sent by an atexit flush;
-- any other layer (channels_redis through Sentinel, the pub/sub layer) is sent to by its own
-  `group_send` on one long-lived background loop per process (`LoopPusher`): the committing
-  thread only queues the push (bounded by PUSH_QUEUE_MAX, as above), so a Redis that is down or
-  failing over never holds a request. Without that loop, `async_to_sync` in a plain WSGI worker
-  would make a new event loop, and so a new Redis connection, for every single push.
+  (a push is a wake-up: the event is stored); pushes still queued when the process exits are
+  sent by an atexit flush. A Redis that is down or failing over never holds a request;
+- any other layer (the in-memory one of `make run`, whose asyncio queues belong to the ASGI
+  server's event loop) gets its own `group_send` through `async_to_sync`, which hands the call
+  to that loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import os
@@ -36,13 +30,13 @@ import time
 from collections import deque
 
 from asgiref.sync import async_to_sync
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import get_channel_layer
 from django.db import transaction
 
 from apps.messaging.notify import pushes_dropped
 from apps.wire.canonical import canonical_str
 
-from .channels_redis_adapter import SEND_TIMEOUT_S, SyncSender, sync_sender
+from .channels_redis_adapter import SyncSender, sync_sender
 from .groups import group_name, tenant_group_name
 
 log = logging.getLogger("mediator.realtime")
@@ -55,21 +49,6 @@ PUSH_TYPE = "realtime.push"
 # "deleted": bool} or {"type": TENANT_STATE_TYPE, "didcomm": bool}. A socket whose tenant no longer
 # serves it closes (docs/realtime.md, docs/didcomm.md); its own handler, never forwarded to a client.
 TENANT_STATE_TYPE = "realtime.tenant_state"
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_pid: int | None = None
-_loop_lock = threading.Lock()
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """This process's push loop, started on first use (and again after a fork)."""
-    global _loop, _loop_pid
-    with _loop_lock:
-        if _loop is None or _loop_pid != os.getpid() or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
-            _loop_pid = os.getpid()
-            threading.Thread(target=_loop.run_forever, name="realtime-push", daemon=True).start()
-        return _loop
 
 
 def push_to_sockets(sender, *, tenant_id: int, did: str, message: dict, **kwargs) -> None:
@@ -120,30 +99,15 @@ PUSH_LINGER_S = 0.002
 PUSH_QUEUE_MAX = 10_000
 
 
-class _Dropping:
-    """What both pushers share: a push past PUSH_QUEUE_MAX is dropped, counted (`dropped`, and on
-    /metrics) and logged every thousandth time (a push is a wake-up: the event is stored)."""
+class Pusher:
+    """This process's pushes to channels_redis (see the module docstring): `put` queues one and
+    returns at once; the pusher's thread sends them, oldest first. A push past PUSH_QUEUE_MAX is
+    dropped, counted (`dropped`, and on /metrics) and logged every thousandth time."""
 
-    def __init__(self) -> None:
+    def __init__(self, sender: SyncSender) -> None:
         self.pid = os.getpid()
         self.dropped = 0
         self.counting = threading.Lock()
-
-    def _drop(self, tenant_id: int, what) -> None:
-        with self.counting:
-            self.dropped += 1
-            dropped = self.dropped
-        pushes_dropped.send(sender=None, count=1)
-        if dropped % 1000 == 1:
-            log.warning("push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what)
-
-
-class Pusher(_Dropping):
-    """This process's pushes to channels_redis (see the module docstring): `put` queues one and
-    returns at once; the pusher's thread sends them, oldest first."""
-
-    def __init__(self, sender: SyncSender) -> None:
-        super().__init__()
         self.sender = sender
         self.queue: deque[tuple] = deque()
         self.wake = threading.Event()
@@ -161,6 +125,14 @@ class Pusher(_Dropping):
         self.queue.append((group, build, tenant_id, what))
         if not self.wake.is_set():
             self.wake.set()
+
+    def _drop(self, tenant_id: int, what) -> None:
+        with self.counting:
+            self.dropped += 1
+            dropped = self.dropped
+        pushes_dropped.send(sender=None, count=1)
+        if dropped % 1000 == 1:
+            log.warning("push queue full: %s pushes dropped so far (tenant_id=%s type=%s)", dropped, tenant_id, what)
 
     def _run(self) -> None:
         while True:
@@ -202,81 +174,19 @@ class Pusher(_Dropping):
                 log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
 
 
-class LoopPusher(_Dropping):
-    """Pushes through the layer's own `group_send` on this process's push loop (`_background_loop`):
-    `put` queues one and returns at once, so the committing thread never waits for Redis (nor
-    for a Sentinel failover); one coroutine sends them, oldest first, each within SEND_TIMEOUT_S.
-    Pushes still queued when the process exits are sent by an atexit flush."""
-
-    def __init__(self, layer) -> None:
-        super().__init__()
-        self.layer = layer
-        self.loop = _background_loop()
-        self.queue: asyncio.Queue[tuple] = asyncio.Queue()  # touched only on the loop
-        self.pending = 0  # queued or being sent
-        self.idle = threading.Condition()
-        asyncio.run_coroutine_threadsafe(self._run(), self.loop)
-        atexit.register(self._flush_at_exit)
-
-    def put(self, group: str, build, tenant_id: int, what) -> None:
-        """Queue a push of `build()` to `group`."""
-        with self.idle:
-            if self.pending >= PUSH_QUEUE_MAX:
-                full = True
-            else:
-                full = False
-                self.pending += 1
-        if full:
-            self._drop(tenant_id, what)
-            return
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (group, build, tenant_id, what))
-
-    async def _run(self) -> None:
-        while True:
-            group, build, tenant_id, what = await self.queue.get()
-            try:
-                await asyncio.wait_for(self.layer.group_send(group, build()), SEND_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - see push_to_sockets; never log the message (it carries payloads)
-                log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
-            finally:
-                with self.idle:
-                    self.pending -= 1
-                    if not self.pending:
-                        self.idle.notify_all()
-
-    def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every push queued before the call was sent (or failed and was logged)."""
-        with self.idle:
-            return self.idle.wait_for(lambda: self.pending == 0, timeout_s)
-
-    def _flush_at_exit(self) -> None:
-        if self.pid == os.getpid():
-            self.flush(SEND_TIMEOUT_S)
-
-
 _pushers_lock = threading.Lock()
 
 
-def _owned(owner, make):
-    """The pusher `owner` (a SyncSender, or a layer) has in this process, made by `make(owner)` on
-    first use (and again after a fork: threads do not survive it)."""
-    current = owner.__dict__.get("_mediator_pusher")
+def pusher(sender: SyncSender) -> Pusher:
+    """The sender's pusher in this process, made on first use (and again after a fork: threads do
+    not survive it)."""
+    current = sender.__dict__.get("_mediator_pusher")
     if current is None or current.pid != os.getpid():
         with _pushers_lock:
-            current = owner.__dict__.get("_mediator_pusher")
+            current = sender.__dict__.get("_mediator_pusher")
             if current is None or current.pid != os.getpid():
-                current = owner.__dict__["_mediator_pusher"] = make(owner)
+                current = sender.__dict__["_mediator_pusher"] = Pusher(sender)
     return current
-
-
-def pusher(sender: SyncSender) -> Pusher:
-    """The sender's pusher in this process."""
-    return _owned(sender, Pusher)
-
-
-def loop_pusher(layer) -> LoopPusher:
-    """The layer's pusher in this process."""
-    return _owned(layer, LoopPusher)
 
 
 def _group_send(group: str, build, tenant_id: int, what) -> None:
@@ -287,9 +197,6 @@ def _group_send(group: str, build, tenant_id: int, what) -> None:
         if (sync := sync_sender(layer)) is not None:
             pusher(sync).put(group, build, tenant_id, what)
             return
-        if isinstance(layer, InMemoryChannelLayer):
-            async_to_sync(layer.group_send)(group, build())
-        else:
-            loop_pusher(layer).put(group, build, tenant_id, what)
+        async_to_sync(layer.group_send)(group, build())
     except Exception:  # noqa: BLE001 - see push_to_sockets; never log the message (it carries payloads)
         log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
