@@ -30,9 +30,6 @@ class ContractQuerySet(models.QuerySet):
         """Live registration contracts of `did` with this tenant."""
         return self.live_registrations(tenant, now_s).filter(owner_did=did)
 
-    def between(self, a: str, b: str):
-        return self.filter(models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a))
-
 
 class Contract(models.Model):
     """A SignedCommunicationContract stored on behalf of `owner_did`, verbatim as received."""
@@ -69,59 +66,67 @@ class Contract(models.Model):
         return f"contract {self.public_id} (expires {self.expires_at})"
 
 
-class ContractRequest(models.Model):
-    """An encrypted contract request waiting for its recipient (DCTRL-0004 §8.1, forwarded)."""
+class AwaitingQuerySet(models.QuerySet):
+    def awaiting(self, tenant, did: str):
+        """The recipient's unacknowledged rows (its `unacknowledged` index)."""
+        return self.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+
+    def acknowledge(self, tenant, did: str, ids: list[uuid.UUID], **also) -> int:
+        """Acknowledge the recipient's own rows among `ids` (setting `also` too); others' are ignored."""
+        return self.awaiting(tenant, did).filter(public_id__in=ids).update(acknowledged_at=timezone.now(), **also)
+
+
+def unacknowledged(name: str, *fields: str) -> models.Index:
+    """A recipient's unacknowledged rows in arrival order: (tenant, recipient_did, *fields, id)."""
+    return models.Index(
+        fields=["tenant", "recipient_did", *fields, "id"], name=name, condition=models.Q(acknowledged_at__isnull=True)
+    )
+
+
+class Awaiting(models.Model):
+    """A row addressed to a recipient DID, queued until the recipient acknowledges it."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    recipient_did = models.CharField(max_length=2048)
+    sender_did = models.CharField(max_length=2048)
+    created_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AwaitingQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class ContractRequest(Awaiting):
+    """An encrypted contract request waiting for its recipient (DCTRL-0004 §8.1, forwarded)."""
+
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="contract_requests", db_index=False
     )
-    recipient_did = models.CharField(max_length=2048)
-    sender_did = models.CharField(max_length=2048)
     encrypted_contract_request = models.TextField()
     requestor_ephemeral_public_key = models.CharField(max_length=64)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [
-            models.Index(
-                fields=["tenant", "recipient_did", "id"],
-                name="creq_pending",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
-        ]
+        indexes = [unacknowledged("creq_pending")]
 
     def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
         return f"contract request {self.public_id}"
 
 
-class PendingEvent(models.Model):
+class PendingEvent(Awaiting):
     """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False
     )
-    recipient_did = models.CharField(max_length=2048)
-    sender_did = models.CharField(max_length=2048)
     payload = models.TextField(blank=True)
     payload_bytes = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
-            models.Index(
-                fields=["tenant", "recipient_did", "id"],
-                name="pending_unacked",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
-            models.Index(
-                fields=["tenant", "recipient_did", "sender_did", "id"],
-                name="pending_unacked_sender",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
+            unacknowledged("pending_unacked"),
+            unacknowledged("pending_unacked_sender", "sender_did"),
             models.Index(fields=["created_at"], name="pending_created"),
         ]
 
