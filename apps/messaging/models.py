@@ -12,12 +12,38 @@ from django.db import models
 from django.utils import timezone
 
 
-class ContractQuerySet(models.QuerySet):
-    def active(self, now_s: int):
-        return self.filter(expires_at__gt=now_s)
+class PublicRow(models.Model):
+    """A row clients name by its random `public_id`; it reads as its kind and that id, metadata only
+    (never payloads, tags or signatures)."""
 
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} {self.public_id}"
+
+
+class OwnedQuerySet(models.QuerySet):
     def owned_by(self, tenant, did: str):
         return self.filter(tenant=tenant, owner_did=did)
+
+
+class Owned(PublicRow):
+    """A row stored on behalf of its owner DID, who alone reads it."""
+
+    owner_did = models.CharField(max_length=2048)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class ContractQuerySet(OwnedQuerySet):
+    def active(self, now_s: int):
+        return self.filter(expires_at__gt=now_s)
 
     def live_registrations(self, tenant, now_s: int):
         """Every live registration contract with this tenant (PROTOCOL-DECISIONS §4): owned by its
@@ -31,12 +57,10 @@ class ContractQuerySet(models.QuerySet):
         return self.live_registrations(tenant, now_s).filter(owner_did=did)
 
 
-class Contract(models.Model):
+class Contract(Owned):
     """A SignedCommunicationContract stored on behalf of `owner_did`, verbatim as received."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="contracts", db_index=False)
-    owner_did = models.CharField(max_length=2048)
     requestor_did = models.CharField(max_length=2048)
     recipient_did = models.CharField(max_length=2048)
     expires_at = models.BigIntegerField(help_text="Unix seconds")
@@ -62,7 +86,7 @@ class Contract(models.Model):
             models.Index(fields=["tenant", "recipient_did", "expires_at", "owner_did"], name="contract_registrations"),
         ]
 
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+    def __str__(self) -> str:
         return f"contract {self.public_id} (expires {self.expires_at})"
 
 
@@ -83,10 +107,9 @@ def unacknowledged(name: str, *fields: str) -> models.Index:
     )
 
 
-class Awaiting(models.Model):
+class Awaiting(PublicRow):
     """A row addressed to a recipient DID, queued until the recipient acknowledges it."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     recipient_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -110,9 +133,6 @@ class ContractRequest(Awaiting):
     class Meta:
         indexes = [unacknowledged("creq_pending")]
 
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"contract request {self.public_id}"
-
 
 class PendingEvent(Awaiting):
     """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
@@ -129,9 +149,6 @@ class PendingEvent(Awaiting):
             unacknowledged("pending_unacked_sender", "sender_did"),
             models.Index(fields=["created_at"], name="pending_created"),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"pending event {self.public_id}"
 
 
 class PendingQueueDepth(models.Model):
@@ -162,12 +179,10 @@ class PendingQueueDepth(models.Model):
         return f"queue depth {self.depth}"
 
 
-class StoredEvent(models.Model):
+class StoredEvent(Owned):
     """An owner's storage-encrypted event (DCTRL-0004 §8.9)."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="stored_events", db_index=False)
-    owner_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     recipient_did = models.CharField(max_length=2048)
     contract_id = models.CharField(max_length=256, null=True, blank=True)  # noqa: DJ001 - absent differs from ""
@@ -191,9 +206,6 @@ class StoredEvent(models.Model):
                 condition=models.Q(processed=False),
             ),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"stored event {self.public_id}"
 
 
 class EventTag(models.Model):
@@ -233,7 +245,7 @@ class PublicEventQuerySet(models.QuerySet):
         return self.filter(tenant=tenant, publisher_did=did)
 
 
-class PublicEvent(models.Model):
+class PublicEvent(PublicRow):
     """A signed public event (DCTRL-0007), stored verbatim so that every reader can re-verify it.
 
     Deleting wipes `event`, `tags` and `signature` and sets `deleted_at`: the row stays only as a
@@ -241,7 +253,6 @@ class PublicEvent(models.Model):
     pruned by `apps.messaging.public.public_tombstones_prune`.
     """
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="public_events", db_index=False)
     publisher_did = models.CharField(max_length=2048)
     channel_id = models.CharField(max_length=256)
@@ -272,6 +283,3 @@ class PublicEvent(models.Model):
             models.Index(fields=["tenant", "publisher_did", "created_at"], name="pubev_rate"),
             models.Index(fields=["deleted_at"], name="pubev_tombstones", condition=models.Q(deleted_at__isnull=False)),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"public event {self.public_id}"

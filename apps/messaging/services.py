@@ -334,7 +334,7 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagi
 
     The ORM query, for every filter; on PostgreSQL the command path asks eventquery's prepared
     statements for the tags and time-range filters instead (apps/decentrl/storage.py)."""
-    qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
+    qs = StoredEvent.objects.owned_by(tenant, owner_did)
     if flt.after_timestamp is not None:
         qs = qs.filter(timestamp__gt=flt.after_timestamp)
     if flt.before_timestamp is not None:
