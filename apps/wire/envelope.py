@@ -249,13 +249,9 @@ def _v_query_with_page(p: dict[str, Any]) -> Listing:
     return Listing(parse_pagination(p))
 
 
-def _v_ack_requests(p: dict[str, Any]) -> Acknowledge:
-    ids = _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
-    return Acknowledge(tuple(ids))
-
-
-def _v_ack_events(p: dict[str, Any]) -> Acknowledge:
-    return Acknowledge(tuple(_str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)))
+def _acknowledge(key: str) -> Callable[[dict[str, Any]], Acknowledge]:
+    """An acknowledge command's validator: the list of ids under `key`."""
+    return lambda p: Acknowledge(tuple(_str_list(p.get(key), key, MAX_ID_LIST, 64)))
 
 
 def _contract_filter(f: dict[str, Any]) -> ContractFilter:
@@ -336,11 +332,11 @@ DIRECT_COMMANDS = {
     "REQUEST_COMMUNICATION_CONTRACT": _v_request_contract,
     "COMMUNICATION_CONTRACT_RESPONSE": _v_signed_contract,
     "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_query_with_page,
-    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_ack_requests,
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _acknowledge("communication_contract_ids"),
     "SAVE_COMMUNICATION_CONTRACT": _v_signed_contract,
     "QUERY_COMMUNICATION_CONTRACTS": _query(_contract_filter),
     "QUERY_PENDING_EVENTS": _query(_pending_filter),
-    "ACKNOWLEDGE_PENDING_EVENTS": _v_ack_events,
+    "ACKNOWLEDGE_PENDING_EVENTS": _acknowledge("event_ids"),
     "SAVE_EVENTS": _v_save_events,
     "QUERY_EVENTS": _query(_event_filter),
     "UPDATE_EVENT_TAGS": _v_update_tags,
