@@ -35,8 +35,6 @@ class Owned(PublicRow):
 
     owner_did = models.CharField(max_length=2048)
 
-    objects = OwnedQuerySet.as_manager()
-
     class Meta:
         abstract = True
 
@@ -192,6 +190,8 @@ class StoredEvent(Owned):
     encrypted_tags = models.JSONField(default=list, help_text="tags in the order saved")
     processed = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         indexes = [
