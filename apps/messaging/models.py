@@ -40,9 +40,6 @@ class Owned(PublicRow):
 
 
 class ContractQuerySet(OwnedQuerySet):
-    def active(self, now_s: int):
-        return self.filter(expires_at__gt=now_s)
-
     def live_registrations(self, tenant, now_s: int):
         """Every live registration contract with this tenant (PROTOCOL-DECISIONS §4): owned by its
         requestor, the tenant's DID as recipient. The rows of what sql.REGISTERED asks for one DID."""
