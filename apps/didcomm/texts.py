@@ -5,12 +5,11 @@ model's own name and help, so a new policy field shows up labelled without an en
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Field
 from django.utils.text import capfirst
 
-from apps.tenants.texts import unit_label
+from apps.tenants.texts import described, unit_label
 from apps.wire.display import grouped
 
 from .models import DidcommPolicy
@@ -120,25 +119,18 @@ def _amount(value) -> str:
 def help_text(name: str) -> str:
     """The meaning, then the allowed range and the default, e.g. "… Allowed 1–100 000; default 1 000."."""
     field = _field(name)
-    meaning = FIELDS[name][2] if name in FIELDS else str(field.help_text)
-    parts = [meaning] if meaning else []
     lo, hi = _bounds(name)
-    if lo is not None and hi is not None:
-        parts.append(f"Allowed {_amount(lo)}–{_amount(hi)}.")
-    if field.null:
-        setting = DEPLOYMENT_DEFAULT.get(name)
-        if setting and hasattr(settings, setting):
-            parts.append(f"Blank = the deployment default ({setting}, now {getattr(settings, setting)}).")
-        else:
-            parts.append("Blank = the deployment default.")
-    elif field.has_default() and not callable(field.default):
-        default = field.default
+    allowed = (_amount(lo), _amount(hi)) if lo is not None and hi is not None else None
+    default = ""
+    if field.has_default() and not callable(field.default):
+        value = field.default
         if field.choices:
-            default = choices(name).get(default, default)
-        elif isinstance(default, bool):
-            default = "on" if default else "off"
-        parts.append(f"Default: {default}." if isinstance(default, str) else f"Default {_amount(default)}.")
-    return " ".join(parts)
+            value = choices(name).get(value, value)
+        elif isinstance(value, bool):
+            value = "on" if value else "off"
+        default = f"Default: {value}." if isinstance(value, str) else f"Default {_amount(value)}."
+    meaning = FIELDS[name][2] if name in FIELDS else str(field.help_text)
+    return described(meaning, allowed, field.null, DEPLOYMENT_DEFAULT.get(name), default)
 
 
 def choices(name: str) -> dict[str, str]:

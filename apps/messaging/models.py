@@ -12,13 +12,34 @@ from django.db import models
 from django.utils import timezone
 
 
-class ContractQuerySet(models.QuerySet):
-    def active(self, now_s: int):
-        return self.filter(expires_at__gt=now_s)
+class PublicRow(models.Model):
+    """A row clients name by its random `public_id`; it reads as its kind and that id, metadata only
+    (never payloads, tags or signatures)."""
 
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} {self.public_id}"
+
+
+class OwnedQuerySet(models.QuerySet):
     def owned_by(self, tenant, did: str):
         return self.filter(tenant=tenant, owner_did=did)
 
+
+class Owned(PublicRow):
+    """A row stored on behalf of its owner DID, who alone reads it."""
+
+    owner_did = models.CharField(max_length=2048)
+
+    class Meta:
+        abstract = True
+
+
+class ContractQuerySet(OwnedQuerySet):
     def live_registrations(self, tenant, now_s: int):
         """Every live registration contract with this tenant (PROTOCOL-DECISIONS §4): owned by its
         requestor, the tenant's DID as recipient. The rows of what sql.REGISTERED asks for one DID."""
@@ -30,16 +51,11 @@ class ContractQuerySet(models.QuerySet):
         """Live registration contracts of `did` with this tenant."""
         return self.live_registrations(tenant, now_s).filter(owner_did=did)
 
-    def between(self, a: str, b: str):
-        return self.filter(models.Q(requestor_did=a, recipient_did=b) | models.Q(requestor_did=b, recipient_did=a))
 
-
-class Contract(models.Model):
+class Contract(Owned):
     """A SignedCommunicationContract stored on behalf of `owner_did`, verbatim as received."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="contracts", db_index=False)
-    owner_did = models.CharField(max_length=2048)
     requestor_did = models.CharField(max_length=2048)
     recipient_did = models.CharField(max_length=2048)
     expires_at = models.BigIntegerField(help_text="Unix seconds")
@@ -65,68 +81,69 @@ class Contract(models.Model):
             models.Index(fields=["tenant", "recipient_did", "expires_at", "owner_did"], name="contract_registrations"),
         ]
 
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
+    def __str__(self) -> str:
         return f"contract {self.public_id} (expires {self.expires_at})"
 
 
-class ContractRequest(models.Model):
+class AwaitingQuerySet(models.QuerySet):
+    def awaiting(self, tenant, did: str):
+        """The recipient's unacknowledged rows (its `unacknowledged` index)."""
+        return self.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+
+    def acknowledge(self, tenant, did: str, ids: list[uuid.UUID], **also) -> int:
+        """Acknowledge the recipient's own rows among `ids` (setting `also` too); others' are ignored."""
+        return self.awaiting(tenant, did).filter(public_id__in=ids).update(acknowledged_at=timezone.now(), **also)
+
+
+def unacknowledged(name: str, *fields: str) -> models.Index:
+    """A recipient's unacknowledged rows in arrival order: (tenant, recipient_did, *fields, id)."""
+    return models.Index(
+        fields=["tenant", "recipient_did", *fields, "id"], name=name, condition=models.Q(acknowledged_at__isnull=True)
+    )
+
+
+class Awaiting(PublicRow):
+    """A row addressed to a recipient DID, queued until the recipient acknowledges it."""
+
+    recipient_did = models.CharField(max_length=2048)
+    sender_did = models.CharField(max_length=2048)
+    created_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AwaitingQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class ContractRequest(Awaiting):
     """An encrypted contract request waiting for its recipient (DCTRL-0004 §8.1, forwarded)."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="contract_requests", db_index=False
     )
-    recipient_did = models.CharField(max_length=2048)
-    sender_did = models.CharField(max_length=2048)
     encrypted_contract_request = models.TextField()
     requestor_ephemeral_public_key = models.CharField(max_length=64)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [
-            models.Index(
-                fields=["tenant", "recipient_did", "id"],
-                name="creq_pending",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
-        ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"contract request {self.public_id}"
+        indexes = [unacknowledged("creq_pending")]
 
 
-class PendingEvent(models.Model):
+class PendingEvent(Awaiting):
     """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False
     )
-    recipient_did = models.CharField(max_length=2048)
-    sender_did = models.CharField(max_length=2048)
     payload = models.TextField(blank=True)
     payload_bytes = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
-            models.Index(
-                fields=["tenant", "recipient_did", "id"],
-                name="pending_unacked",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
-            models.Index(
-                fields=["tenant", "recipient_did", "sender_did", "id"],
-                name="pending_unacked_sender",
-                condition=models.Q(acknowledged_at__isnull=True),
-            ),
+            unacknowledged("pending_unacked"),
+            unacknowledged("pending_unacked_sender", "sender_did"),
             models.Index(fields=["created_at"], name="pending_created"),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"pending event {self.public_id}"
 
 
 class PendingQueueDepth(models.Model):
@@ -157,12 +174,10 @@ class PendingQueueDepth(models.Model):
         return f"queue depth {self.depth}"
 
 
-class StoredEvent(models.Model):
+class StoredEvent(Owned):
     """An owner's storage-encrypted event (DCTRL-0004 §8.9)."""
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="stored_events", db_index=False)
-    owner_did = models.CharField(max_length=2048)
     sender_did = models.CharField(max_length=2048)
     recipient_did = models.CharField(max_length=2048)
     contract_id = models.CharField(max_length=256, null=True, blank=True)  # noqa: DJ001 - absent differs from ""
@@ -172,6 +187,8 @@ class StoredEvent(models.Model):
     encrypted_tags = models.JSONField(default=list, help_text="tags in the order saved")
     processed = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         indexes = [
@@ -186,9 +203,6 @@ class StoredEvent(models.Model):
                 condition=models.Q(processed=False),
             ),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"stored event {self.public_id}"
 
 
 class EventTag(models.Model):
@@ -228,7 +242,7 @@ class PublicEventQuerySet(models.QuerySet):
         return self.filter(tenant=tenant, publisher_did=did)
 
 
-class PublicEvent(models.Model):
+class PublicEvent(PublicRow):
     """A signed public event (DCTRL-0007), stored verbatim so that every reader can re-verify it.
 
     Deleting wipes `event`, `tags` and `signature` and sets `deleted_at`: the row stays only as a
@@ -236,7 +250,6 @@ class PublicEvent(models.Model):
     pruned by `apps.messaging.public.public_tombstones_prune`.
     """
 
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="public_events", db_index=False)
     publisher_did = models.CharField(max_length=2048)
     channel_id = models.CharField(max_length=256)
@@ -267,6 +280,3 @@ class PublicEvent(models.Model):
             models.Index(fields=["tenant", "publisher_did", "created_at"], name="pubev_rate"),
             models.Index(fields=["deleted_at"], name="pubev_tombstones", condition=models.Q(deleted_at__isnull=False)),
         ]
-
-    def __str__(self) -> str:  # metadata only: never payloads, tags or signatures
-        return f"public event {self.public_id}"

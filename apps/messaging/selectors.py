@@ -40,13 +40,7 @@ class TenantStatistics:
 def tenant_statistics(*, tenant, now_s: int | None = None) -> TenantStatistics:
     """Live figures for one tenant (a handful of aggregate queries, each scoped to the tenant)."""
     now_s = int(time.time()) if now_s is None else now_s
-    identities = (
-        Contract.objects.filter(tenant=tenant, recipient_did=tenant.did, expires_at__gt=now_s)
-        .filter(requestor_did=F("owner_did"))
-        .values("owner_did")
-        .distinct()
-        .count()
-    )
+    identities = Contract.objects.live_registrations(tenant, now_s).values("owner_did").distinct().count()
     contracts = Contract.objects.filter(tenant=tenant).aggregate(
         total=Count("id"), live=Count("id", filter=Q(expires_at__gt=now_s)), last=Max("created_at")
     )

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.db import transaction
 
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import resolve_did, verify_contract_with_key_history
@@ -75,25 +74,20 @@ def is_registered(*, tenant: Tenant, did: str) -> bool:
 
 
 def contract_store(*, tenant: Tenant, owner_did: str, signed: dict, info: wc.ContractInfo) -> Contract:
-    """Store a verified contract for `owner_did`; storing the same contract again is a no-op."""
-    existing = Contract.objects.filter(tenant=tenant, owner_did=owner_did, contract_hash=info.contract_hash).first()
-    if existing:
-        return existing
-    try:
-        # A concurrent identical save loses on the unique constraint; the savepoint keeps the
-        # outer transaction usable and the winner's row is returned.
-        with transaction.atomic():
-            return Contract.objects.create(
-                tenant=tenant,
-                owner_did=owner_did,
-                requestor_did=info.requestor_did,
-                recipient_did=info.recipient_did,
-                expires_at=info.expires_at,
-                contract_hash=info.contract_hash,
-                signed_contract=canonical_str(signed),
-            )
-    except IntegrityError:
-        return Contract.objects.get(tenant=tenant, owner_did=owner_did, contract_hash=info.contract_hash)
+    """Store a verified contract for `owner_did`; storing the same contract again is a no-op (a
+    concurrent identical save loses on the unique constraint and gets the winner's row)."""
+    contract, _ = Contract.objects.get_or_create(
+        tenant=tenant,
+        owner_did=owner_did,
+        contract_hash=info.contract_hash,
+        defaults={
+            "requestor_did": info.requestor_did,
+            "recipient_did": info.recipient_did,
+            "expires_at": info.expires_at,
+            "signed_contract": canonical_str(signed),
+        },
+    )
+    return contract
 
 
 @transaction.atomic
@@ -216,16 +210,16 @@ class Page:
     total: int
 
 
-def _page_total(qs, page: Pagination, n_rows: int) -> int:
+def _page_total(qs, page: Pagination, n_rows: int, count: Callable[[], int] | None = None) -> int:
     """`total` for a page of `n_rows` items: a partial page (or an empty first page) implies it,
-    which spares the COUNT on the common small-queue path; otherwise count."""
+    which spares the COUNT on the common small-queue path; otherwise `count()`, or count `qs`."""
     if n_rows < page.page_size and (n_rows > 0 or page.page == 0):
         return page.offset + n_rows
-    return qs.count()
+    return count() if count is not None else qs.count()
 
 
 def contract_requests_query(*, tenant: Tenant, did: str, page: Pagination) -> Page:
-    qs = ContractRequest.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+    qs = ContractRequest.objects.awaiting(tenant, did)
     rows = list(qs.order_by("id")[page.offset : page.offset + page.page_size])
     items = [
         {
@@ -241,9 +235,7 @@ def contract_requests_query(*, tenant: Tenant, did: str, page: Pagination) -> Pa
 
 def contract_requests_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
     """Mark the sender's own requests acknowledged; others' ids are ignored (§8.4)."""
-    return ContractRequest.objects.filter(
-        tenant=tenant, recipient_did=did, public_id__in=_uuids(ids), acknowledged_at__isnull=True
-    ).update(acknowledged_at=timezone.now())
+    return ContractRequest.objects.acknowledge(tenant, did, _uuids(ids))
 
 
 def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagination) -> Page:
@@ -264,24 +256,23 @@ def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagi
 
 
 def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, page: Pagination) -> Page:
-    qs = PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True)
+    qs = PendingEvent.objects.awaiting(tenant, did)
     if sender_did is not None:
         qs = qs.filter(sender_did=sender_did)
     rows = list(
         qs.order_by("id").values_list("public_id", "payload", "sender_did")[page.offset : page.offset + page.page_size]
     )
     items = [{"id": str(pid), "payload": payload, "sender_did": sender} for pid, payload, sender in rows]
-    if sender_did is None and not (len(rows) < page.page_size and (rows or page.page == 0)):
-        # A full page (or one past the end) needs the total: on PostgreSQL the counter row, not a
-        # walk of the queue.
-        return Page(items, queue_depth(tenant_id=tenant.pk, did=did))
-    return Page(items, _page_total(qs, page, len(rows)))
+    # The whole queue's total is its counter row, not a walk of the queue.
+    depth = (lambda: queue_depth(tenant_id=tenant.pk, did=did)) if sender_did is None else None
+    return Page(items, _page_total(qs, page, len(rows), depth))
 
 
 def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_id: int = 0) -> list[dict]:
     """Backlog for a socket that just authenticated (PROTOCOL-DECISIONS §6)."""
     rows = (
-        PendingEvent.objects.filter(tenant=tenant, recipient_did=did, acknowledged_at__isnull=True, id__gt=after_id)
+        PendingEvent.objects.awaiting(tenant, did)
+        .filter(id__gt=after_id)
         .order_by("id")
         .values_list("id", "public_id", "payload", "sender_did")[:limit]
     )
@@ -290,9 +281,7 @@ def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_
 
 def pending_events_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
     """ACK the recipient's own events: the payload is dropped, the row keeps metadata (§8.8)."""
-    count = PendingEvent.objects.filter(
-        tenant=tenant, recipient_did=did, public_id__in=_uuids(ids), acknowledged_at__isnull=True
-    ).update(acknowledged_at=timezone.now(), payload="")
+    count = PendingEvent.objects.acknowledge(tenant, did, _uuids(ids), payload="")
     notify.announce_acknowledged(tenant_id=tenant.pk, count=count)
     return count
 
@@ -345,7 +334,7 @@ def events_query(*, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagi
 
     The ORM query, for every filter; on PostgreSQL the command path asks eventquery's prepared
     statements for the tags and time-range filters instead (apps/decentrl/storage.py)."""
-    qs = StoredEvent.objects.filter(tenant=tenant, owner_did=owner_did)
+    qs = StoredEvent.objects.owned_by(tenant, owner_did)
     if flt.after_timestamp is not None:
         qs = qs.filter(timestamp__gt=flt.after_timestamp)
     if flt.before_timestamp is not None:

@@ -28,8 +28,6 @@ from datetime import UTC, datetime
 
 from apps.wire.display import printable
 
-# Attributes of a LogRecord that are not user-supplied `extra`.
-_STANDARD = set(vars(logging.LogRecord("x", 0, "x", 0, "x", None, None))) | {"message", "asctime", "taskName"}
 # Extras that may be emitted: metadata only, never anything from a payload.
 STRUCTURED_FIELDS = ("tenant", "transport", "command", "code", "status", "duration_ms", "job", "count")
 

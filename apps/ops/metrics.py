@@ -29,11 +29,16 @@ log = logging.getLogger("mediator.metrics")
 
 OPS_REGISTRY = CollectorRegistry(auto_describe=True)
 
-COMMANDS = Counter(
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+    """A counter of this process in OPS_REGISTRY (summed over processes by `exposition`)."""
+    return Counter(name, doc, labels, registry=OPS_REGISTRY)
+
+
+COMMANDS = _counter(
     "mediator_commands_total",
     "Commands handled, by transport, command type and result code.",
-    ["transport", "command", "code"],
-    registry=OPS_REGISTRY,
+    ("transport", "command", "code"),
 )
 COMMAND_SECONDS = Histogram(
     "mediator_command_duration_seconds",
@@ -42,18 +47,14 @@ COMMAND_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=OPS_REGISTRY,
 )
-PENDING_STORED = Counter(
-    "mediator_pending_events_stored_total", "TWO_WAY_PRIVATE events stored for a recipient.", registry=OPS_REGISTRY
-)
-PENDING_DELIVERED = Counter(
+PENDING_STORED = _counter("mediator_pending_events_stored_total", "TWO_WAY_PRIVATE events stored for a recipient.")
+PENDING_DELIVERED = _counter(
     "mediator_pending_events_delivered_total",
     "Pending events acknowledged by their recipient (delivered; payload dropped).",
-    registry=OPS_REGISTRY,
 )
-PUSHES_DROPPED = Counter(
+PUSHES_DROPPED = _counter(
     "mediator_pushes_dropped_total",
     "Real-time pushes dropped because a process's push queue was full (the events stay stored).",
-    registry=OPS_REGISTRY,
 )
 WS_CONNECTIONS = Gauge(
     "mediator_websocket_connections",
@@ -61,25 +62,19 @@ WS_CONNECTIONS = Gauge(
     registry=OPS_REGISTRY,
     multiprocess_mode="livesum",
 )
-WS_EVENTS = Counter(
+WS_EVENTS = _counter(
     "mediator_websocket_events_total",
     "WebSocket lifecycle events (connect, authenticated, disconnect, send_budget_exceeded).",
-    ["event"],
-    registry=OPS_REGISTRY,
+    ("event",),
 )
-MESSAGES = Counter(
+MESSAGES = _counter(
     "mediator_didcomm_messages_total",
     "DIDComm messages handled, by transport, short message type and result code.",
-    ["transport", "type", "code"],
-    registry=OPS_REGISTRY,
+    ("transport", "type", "code"),
 )
-RATE_LIMITED = Counter(
-    "mediator_rate_limited_total", "Requests refused by a rate limit, by limit scope.", ["scope"], registry=OPS_REGISTRY
-)
-RATE_LIMIT_ERRORS = Counter(
-    "mediator_rate_limiter_errors_total",
-    "Rate-limit checks that failed open (Redis unreachable).",
-    registry=OPS_REGISTRY,
+RATE_LIMITED = _counter("mediator_rate_limited_total", "Requests refused by a rate limit, by limit scope.", ("scope",))
+RATE_LIMIT_ERRORS = _counter(
+    "mediator_rate_limiter_errors_total", "Rate-limit checks that failed open (Redis unreachable)."
 )
 
 WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}

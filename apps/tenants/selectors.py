@@ -53,16 +53,6 @@ def tenant_for_host(host: str) -> Tenant | None:
     return _clone(HOSTS.load(host, lambda: _resolve(host))[0])
 
 
-def tenant_by_did(did: str) -> Tenant | None:
-    """A tenant hosted by this deployment, by its did:web."""
-    return Tenant.objects.filter(did=did).first()
-
-
-def tenant_by_slug(slug: str) -> Tenant | None:
-    """A tenant by its slug."""
-    return Tenant.objects.filter(slug=slug).first()
-
-
 def domain_owner(domain: str, *, exclude_tenant_id: int | None = None) -> str | None:
     """The slug of the tenant serving `domain` as its domain or an alias (other than
     `exclude_tenant_id`), or None when no tenant does."""

@@ -101,18 +101,30 @@ def _amount(name: str, value: int) -> str:
     return grouped(value)
 
 
+def described(meaning: str, allowed: tuple[str, str] | None, nullable: bool, setting: str | None, default: str) -> str:
+    """A setting's help, in every console form and the operator API's schema: its meaning, the
+    allowed range, then what a blank means (the deployment's `setting`, with its value now) or
+    the `default` sentence."""
+    parts = [meaning] if meaning else []
+    if allowed is not None:
+        parts.append(f"Allowed {allowed[0]}–{allowed[1]}.")
+    if nullable and setting and hasattr(settings, setting):
+        parts.append(f"Blank = the deployment default ({setting}, now {getattr(settings, setting)}).")
+    elif nullable:
+        parts.append("Blank = the deployment default.")
+    elif default:
+        parts.append(default)
+    return " ".join(parts)
+
+
 def help_text(name: str) -> str:
     """The meaning, then the allowed range and the default, e.g. "… Allowed 1–3650; default 30."."""
     _, _, meaning = FIELDS[name]
     if name not in POLICY_BOUNDS:
         return meaning
     lo, hi = POLICY_BOUNDS[name]
-    parts = [meaning, f"Allowed {_amount(name, lo)}–{_amount(name, hi)}."]
-    if name in NULLABLE_POLICY:
-        setting = _DEPLOYMENT_DEFAULT[name]
-        parts.append(f"Blank = the deployment default ({setting}, now {getattr(settings, setting)}).")
-    else:
-        field = Tenant._meta.get_field(name)
-        assert isinstance(field, Field)  # a policy setting is a column, not a relation
-        parts.append(f"Default {_amount(name, field.default)}.")
-    return " ".join(parts)
+    field = Tenant._meta.get_field(name)
+    assert isinstance(field, Field)  # a policy setting is a column, not a relation
+    nullable = name in NULLABLE_POLICY
+    default = "" if nullable else f"Default {_amount(name, field.default)}."
+    return described(meaning, (_amount(name, lo), _amount(name, hi)), nullable, _DEPLOYMENT_DEFAULT.get(name), default)

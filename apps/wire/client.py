@@ -398,10 +398,6 @@ class MediatorClient:
             payload["filter"] = flt
         return self.command_payload(who, payload)
 
-    def adopt_contract(self, who: Identity, signed: dict[str, Any], ephemeral_private: bytes) -> None:
-        """Requestor side: keep an accepted contract (after CONTRACTS_UPDATED / query)."""
-        who.remember_contract(signed, ephemeral_private)
-
     def pick_up_contracts(self, who: Identity, *, with_did: str | None = None) -> list[dict[str, Any]]:
         """Requestor side: QUERY_COMMUNICATION_CONTRACTS on this (our own) mediator and adopt every
         accepted contract answering one of our outstanding requests; returns the adopted ones.

@@ -8,8 +8,9 @@ does not match raises ProtocolError(INVALID_COMMAND) (PROTOCOL-DECISIONS §3 ste
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Generic, TypeGuard, TypeVar
 
 from .canonical import CanonicalError, loads_strict
 from .errors import ErrorCode, ProtocolError
@@ -139,6 +140,17 @@ class Acknowledge:
     ids: tuple[str, ...]
 
 
+F = TypeVar("F")
+
+
+@dataclass(frozen=True)
+class Query(Generic[F]):
+    """A list command: its filter and its page."""
+
+    filter: F
+    page: Pagination
+
+
 @dataclass(frozen=True)
 class ContractFilter:
     did: str | None = None
@@ -147,20 +159,8 @@ class ContractFilter:
 
 
 @dataclass(frozen=True)
-class QueryContracts:
-    filter: ContractFilter
-    page: Pagination
-
-
-@dataclass(frozen=True)
 class PendingFilter:
     sender_did: str | None = None
-
-
-@dataclass(frozen=True)
-class QueryPendingEvents:
-    filter: PendingFilter
-    page: Pagination
 
 
 @dataclass(frozen=True)
@@ -187,10 +187,9 @@ class EventFilter:
     unprocessed_only: bool = False
 
 
-@dataclass(frozen=True)
-class QueryEvents:
-    filter: EventFilter
-    page: Pagination
+QueryContracts = Query[ContractFilter]
+QueryPendingEvents = Query[PendingFilter]
+QueryEvents = Query[EventFilter]
 
 
 @dataclass(frozen=True)
@@ -224,9 +223,15 @@ def _opt_str(f: dict[str, Any], key: str, name: str, max_len: int) -> str | None
     return None if opt(f, key) is None else as_str(f[key], name, max_len)
 
 
-def _filter(p: dict[str, Any]) -> dict[str, Any]:
-    f = p.get("filter")
-    return {} if f is None else as_obj(f, "filter")
+def _query(build: Callable[[dict[str, Any]], F]) -> Callable[[dict[str, Any]], Query[F]]:
+    """A list command's validator: its pagination, then its `filter` object through `build`."""
+
+    def validate(p: dict[str, Any]) -> Query[F]:
+        page = parse_pagination(p)
+        f = p.get("filter")
+        return Query(build({} if f is None else as_obj(f, "filter")), page)
+
+    return validate
 
 
 def _v_request_contract(p: dict[str, Any]) -> RequestContract:
@@ -244,32 +249,21 @@ def _v_query_with_page(p: dict[str, Any]) -> Listing:
     return Listing(parse_pagination(p))
 
 
-def _v_ack_requests(p: dict[str, Any]) -> Acknowledge:
-    ids = _str_list(p.get("communication_contract_ids"), "communication_contract_ids", MAX_ID_LIST, 64)
-    return Acknowledge(tuple(ids))
+def _acknowledge(key: str) -> Callable[[dict[str, Any]], Acknowledge]:
+    """An acknowledge command's validator: the list of ids under `key`."""
+    return lambda p: Acknowledge(tuple(_str_list(p.get(key), key, MAX_ID_LIST, 64)))
 
 
-def _v_ack_events(p: dict[str, Any]) -> Acknowledge:
-    return Acknowledge(tuple(_str_list(p.get("event_ids"), "event_ids", MAX_ID_LIST, 64)))
-
-
-def _v_query_contracts(p: dict[str, Any]) -> QueryContracts:
-    page = parse_pagination(p)
-    f = _filter(p)
-    return QueryContracts(
-        ContractFilter(
-            did=_opt_str(f, "did", "filter.did", MAX_DID_LEN),
-            expires_at_before=_opt_int(f, "expires_at_before", "filter.expires_at_before"),
-            expires_at_after=_opt_int(f, "expires_at_after", "filter.expires_at_after"),
-        ),
-        page,
+def _contract_filter(f: dict[str, Any]) -> ContractFilter:
+    return ContractFilter(
+        did=_opt_str(f, "did", "filter.did", MAX_DID_LEN),
+        expires_at_before=_opt_int(f, "expires_at_before", "filter.expires_at_before"),
+        expires_at_after=_opt_int(f, "expires_at_after", "filter.expires_at_after"),
     )
 
 
-def _v_query_pending(p: dict[str, Any]) -> QueryPendingEvents:
-    page = parse_pagination(p)
-    f = _filter(p)
-    return QueryPendingEvents(PendingFilter(_opt_str(f, "sender_did", "filter.sender_did", MAX_DID_LEN)), page)
+def _pending_filter(f: dict[str, Any]) -> PendingFilter:
+    return PendingFilter(_opt_str(f, "sender_did", "filter.sender_did", MAX_DID_LEN))
 
 
 def _v_save_events(p: dict[str, Any]) -> SaveEvents:
@@ -294,9 +288,7 @@ def _v_save_events(p: dict[str, Any]) -> SaveEvents:
     return SaveEvents(tuple(out))
 
 
-def _v_query_events(p: dict[str, Any]) -> QueryEvents:
-    page = parse_pagination(p)
-    f = _filter(p)
+def _event_filter(f: dict[str, Any]) -> EventFilter:
     after = _opt_int(f, "after_timestamp", "filter.after_timestamp")
     before = _opt_int(f, "before_timestamp", "filter.before_timestamp")
     participant = _opt_str(f, "participant_did", "filter.participant_did", MAX_DID_LEN)
@@ -306,7 +298,7 @@ def _v_query_events(p: dict[str, Any]) -> QueryEvents:
     unprocessed = opt(f, "unprocessed_only")
     if unprocessed is not None and not isinstance(unprocessed, bool):
         raise invalid("filter.unprocessed_only must be a boolean")
-    return QueryEvents(EventFilter(after, before, participant, tuple(tags), bool(unprocessed)), page)
+    return EventFilter(after, before, participant, tuple(tags), bool(unprocessed))
 
 
 def _v_update_tags(p: dict[str, Any]) -> UpdateEventTags:
@@ -340,13 +332,13 @@ DIRECT_COMMANDS = {
     "REQUEST_COMMUNICATION_CONTRACT": _v_request_contract,
     "COMMUNICATION_CONTRACT_RESPONSE": _v_signed_contract,
     "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_query_with_page,
-    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _v_ack_requests,
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _acknowledge("communication_contract_ids"),
     "SAVE_COMMUNICATION_CONTRACT": _v_signed_contract,
-    "QUERY_COMMUNICATION_CONTRACTS": _v_query_contracts,
-    "QUERY_PENDING_EVENTS": _v_query_pending,
-    "ACKNOWLEDGE_PENDING_EVENTS": _v_ack_events,
+    "QUERY_COMMUNICATION_CONTRACTS": _query(_contract_filter),
+    "QUERY_PENDING_EVENTS": _query(_pending_filter),
+    "ACKNOWLEDGE_PENDING_EVENTS": _acknowledge("event_ids"),
     "SAVE_EVENTS": _v_save_events,
-    "QUERY_EVENTS": _v_query_events,
+    "QUERY_EVENTS": _query(_event_filter),
     "UPDATE_EVENT_TAGS": _v_update_tags,
 }
 PUBLIC_COMMANDS = {

@@ -72,9 +72,6 @@ class MediatorSocket:
     def close_code(self) -> int | None:
         return self.conn.close_code
 
-    async def send_raw(self, data: str | bytes) -> None:
-        await self.conn.send(data)
-
     async def send_json(self, obj: Any) -> None:
         await self.conn.send(canonical_str(obj))
 

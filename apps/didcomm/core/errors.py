@@ -6,76 +6,60 @@ names and shapes, so an error can be logged or sent back as it is.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 
 class DidcommError(ValueError):
-    """Base of every error the core raises on bad input."""
+    """Base of every error the core raises on bad input. A subclass's `code` is its name in snake
+    case (`InvalidKey`: `invalid_key`); its `problem_code` is given as a class keyword, by default
+    a message the sender got wrong."""
 
     code = "didcomm_error"
-    problem_code = "e.p.msg"  # Report Problem 2.0: a message the sender got wrong
+    problem_code = "e.p.msg"
+
+    def __init_subclass__(cls, problem_code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.code = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        if problem_code is not None:
+            cls.problem_code = problem_code
 
 
 class InvalidKey(DidcommError):
     """A key is not valid in the claimed encoding, curve or length."""
 
-    code = "invalid_key"
 
-
-class InvalidDid(DidcommError):
+class InvalidDid(DidcommError, problem_code="e.p.did.malformed"):
     """A DID (or DID URL) does not parse for its method."""
 
-    code = "invalid_did"
-    problem_code = "e.p.did.malformed"
 
-
-class UnsupportedDidMethod(DidcommError):
+class UnsupportedDidMethod(DidcommError, problem_code="e.p.did.unresolvable"):
     """A DID method this library does not resolve."""
-
-    code = "unsupported_did_method"
-    problem_code = "e.p.did.unresolvable"
 
 
 class MalformedEnvelope(DidcommError):
     """A JWE or JWS is not well-formed JSON of the DIDComm v2 shape."""
 
-    code = "malformed_envelope"
 
-
-class UnsupportedAlgorithm(DidcommError):
+class UnsupportedAlgorithm(DidcommError, problem_code="e.p.trust.crypto.unsupported"):
     """An `alg`, `enc` or curve outside what DIDComm v2 (and this library) supports."""
 
-    code = "unsupported_algorithm"
-    problem_code = "e.p.trust.crypto.unsupported"
 
-
-class UnknownRecipientKey(DidcommError):
+class UnknownRecipientKey(DidcommError, problem_code="e.p.trust.crypto.unknown-key"):
     """No recipient `kid` of the JWE names a key we hold."""
 
-    code = "unknown_recipient_key"
-    problem_code = "e.p.trust.crypto.unknown-key"
 
-
-class UnknownSenderKey(DidcommError):
+class UnknownSenderKey(DidcommError, problem_code="e.p.trust.crypto.unknown-key"):
     """The authcrypt sender key (`skid`) does not resolve to a key-agreement key."""
 
-    code = "unknown_sender_key"
-    problem_code = "e.p.trust.crypto.unknown-key"
 
-
-class UndecryptableEnvelope(DidcommError):
+class UndecryptableEnvelope(DidcommError, problem_code="e.p.trust.crypto"):
     """Key unwrapping, the tag or the header binding (`apu`/`apv`) did not verify."""
 
-    code = "undecryptable_envelope"
-    problem_code = "e.p.trust.crypto"
 
-
-class InvalidSignature(DidcommError):
+class InvalidSignature(DidcommError, problem_code="e.p.trust.crypto"):
     """A JWS signature does not verify, or names a key that does not resolve."""
-
-    code = "invalid_signature"
-    problem_code = "e.p.trust.crypto"
 
 
 class MalformedMessage(DidcommError):
     """A plaintext DIDComm message misses a required field or has one of the wrong type."""
-
-    code = "malformed_message"
