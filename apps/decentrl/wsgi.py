@@ -21,7 +21,7 @@ receiver of `request_started` or `request_finished` it does not know (`check_req
 tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
 
 Another front door may hand its own POST path to a CommandEntry of its own (`routes`, composed in
-mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/views.py's `wsgi_reply`); it gets the same
+mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/dispatch.py's `http_reply`); it gets the same
 signals, tenant resolution, body cap and headers, and answers with its own protocol's errors.
 """
 
