@@ -55,17 +55,18 @@ def product_file(filename: str, _seen: dict[str, str | None] = {}) -> str | None
 
 
 @contextmanager
-def recording(is_write: Callable[[str], bool]) -> Iterator[tuple[set[str], list[bool]]]:
-    """(the product files whose functions ran, [whether the write was reached]): every Python
+def recording(is_write: Callable[[str], bool]) -> Iterator[tuple[dict[str, set[str]], list[bool]]]:
+    """({product file: the functions of it that ran}, [whether the write was reached]): every Python
     function call of this thread is seen until a statement `is_write` accepts is executed."""
-    files: set[str] = set()
+    files: dict[str, set[str]] = {}
     reached = [False]
 
     def profile(frame, event, _arg) -> None:
         if event == "call":
-            name = product_file(frame.f_code.co_filename)
+            code = frame.f_code
+            name = product_file(code.co_filename)
             if name is not None:
-                files.add(name)
+                files.setdefault(name, set()).add(code.co_qualname)
 
     def at_statement(execute, sql, params, many, context):
         if not reached[0] and is_write(sql):
@@ -191,8 +192,8 @@ def _v1(app, host: str) -> Callable[[], tuple[bytes, str]]:
     return lambda: (forward_to(key.did_key, routing_key, inner), ENVELOPE)
 
 
-def measure(app, tenant, host: str) -> dict[str, list[str]]:
-    """{kind: the product files on its path}, for each kind of WRITES."""
+def measure(app, tenant, host: str) -> dict[str, dict[str, list[str]]]:
+    """{kind: {each product file on its path: the functions of it that ran}}, for each kind of WRITES."""
     requests = {
         TWO_WAY_PRIVATE: ("/", _decentrl(app, tenant, host)),
         FORWARD_V2: ("/didcomm", _v2(app, host)),
@@ -207,5 +208,5 @@ def measure(app, tenant, host: str) -> dict[str, list[str]]:
         with recording(WRITES[kind]) as (files, reached):
             status, reply = call(app, body, host=host, path=path, content_type=media)
         assert status in (200, 202) and reached[0], (kind, status, reply[:200])
-        paths[kind] = sorted(files)
+        paths[kind] = {name: sorted(functions) for name, functions in sorted(files.items())}
     return paths
