@@ -34,7 +34,6 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
-from django.utils import timezone
 
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
@@ -46,12 +45,12 @@ from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
 from apps.realtime.sendbudget import SendBudget, frame_bytes
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
-from apps.usage import records
 from apps.wire.canonical import canonical_str
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import hooks
 from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
+from .dispatch import Outcome, observe
 
 log = logging.getLogger("mediator.realtime")
 
@@ -131,24 +130,9 @@ def _meter_authenticate(
     commands (usage metering, metrics). `http_status` carries 200 or the close code; `did` is
     the verified DID or None."""
     reply = {"type": "AUTH_SUCCESS"} if code == "SUCCESS" else {"type": "AUTH_FAILED", "code": code}
-    records.publish(
-        records.Record(
-            protocol=records.DECENTRL,
-            tenant_id=tenant.pk,
-            tenant_slug=tenant.slug,
-            at=timezone.now(),
-            transport="ws",
-            channel=None,
-            command_type="AUTHENTICATE",
-            code=code,
-            http_status=status,
-            bytes_in=len((text or "").encode("utf-8")),
-            bytes_out=len(canonical_str(reply)),
-            duration_ms=(time.perf_counter() - started) * 1000,
-            sender_did=did,
-            remote_addr=ip,
-        )
-    )
+    outcome = Outcome(status, reply, "AUTHENTICATE", did, code)
+    bytes_in, bytes_out = len((text or "").encode("utf-8")), len(canonical_str(reply))
+    observe(tenant, "ws", outcome, bytes_in, bytes_out, (time.perf_counter() - started) * 1000, ip)
 
 
 def _backlog_frames(rows: list[dict]) -> list[str]:

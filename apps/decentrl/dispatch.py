@@ -8,8 +8,9 @@ The sequence, top to bottom (PROTOCOL-DECISIONS §3; DCTRL-0004 §5.4, §6.2, §
               2. CPU checks: the signature's verdict, then the channel's checks that need no
                  row (recipient resolves, addressed to the mediator, whose registration is
                  needed); the first failure is kept, not answered yet
-              3. ONE storage call (storage.py): claims the nonce and returns the flags (and, for
-                 QUERY_EVENTS, the page it then read: handlers.READS)
+              3. ONE storage call: claims the nonce and returns the flags (TWO_WAY_PRIVATE:
+                 messaging's statement `sql.deliver`, which also stores the event; the others:
+                 storage.py, and for QUERY_EVENTS the page it then read: handlers.READS)
               4. the error, in protocol order: replay, the kept CPU failure, then the flags
               5. the handler (one transaction inside its service); TWO_WAY_PRIVATE has none,
                  the storage call stored its event
@@ -27,6 +28,8 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
+from apps.messaging import sql
+from apps.messaging.sql import Delivery
 from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, resolve_did, verify_signer
@@ -133,23 +136,20 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
         if not storage.claim(nonce):
             raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
         raise failure
-    # 3. One storage call.
-    if h.channel == TWO_WAY_PRIVATE:
-        found = storage.claim_and_deliver(
-            nonce,
-            tenant=tenant,
-            checks_passed=failure is None,
-            sender_did=h.sender_did,
-            recipient_did=h.recipient_did,
-            payload=cmd.payload,
-            now_s=now_ms // 1000,
-        )
-    else:
-        # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
-        reads = handlers.READS.get(cmd.type) if failure is None else None
-        found = storage.claim_checking_registration(
-            nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=reads(tenant, cmd) if reads else None
-        )
+    # 3. One storage call. If its statement fails, nothing of it committed, its claim included.
+    try:
+        if h.channel == TWO_WAY_PRIVATE:
+            event = Delivery(tenant, h.sender_did, h.recipient_did, cmd.payload, now_ms // 1000, failure is None)
+            found = sql.deliver(storage.CLAIM, nonce, event)
+        else:
+            # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
+            reads = handlers.READS.get(cmd.type) if failure is None else None
+            found = storage.claim_checking_registration(
+                nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=reads(tenant, cmd) if reads else None
+            )
+    except DatabaseError:
+        storage.claim_after_failure(nonce)
+        raise
     # 4. The error, in protocol order.
     if not found.nonce_fresh:
         raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
@@ -242,26 +242,41 @@ def handle(
             "duration_ms": round(elapsed_ms, 2),
         },
     )
-    if records.OBSERVERS:
-        records.publish(
-            records.Record(
-                protocol=records.DECENTRL,
-                tenant_id=tenant.pk if tenant else None,
-                tenant_slug=tenant.slug if tenant else None,
-                at=timezone.now(),
-                transport=transport,
-                channel=outcome.channel,
-                command_type=outcome.command_type,
-                code=outcome.code,
-                http_status=outcome.status,
-                bytes_in=len(raw),
-                bytes_out=len(reply),
-                duration_ms=elapsed_ms,
-                sender_did=outcome.sender_did,
-                remote_addr=remote_addr,
-            )
-        )
+    observe(tenant, transport, outcome, len(raw), len(reply), elapsed_ms, remote_addr)
     return outcome, reply
+
+
+def observe(
+    tenant: Tenant | None,
+    transport: str,
+    outcome: Outcome,
+    bytes_in: int,
+    bytes_out: int,
+    elapsed_ms: float,
+    remote_addr: str | None,
+) -> None:
+    """The observers' record (metering, metrics) of one finished command: every command of `handle`,
+    and the socket's AUTHENTICATE (consumers.py)."""
+    if not records.OBSERVERS:
+        return
+    records.publish(
+        records.Record(
+            protocol=records.DECENTRL,
+            tenant_id=tenant.pk if tenant else None,
+            tenant_slug=tenant.slug if tenant else None,
+            at=timezone.now(),
+            transport=transport,
+            channel=outcome.channel,
+            command_type=outcome.command_type,
+            code=outcome.code,
+            http_status=outcome.status,
+            bytes_in=bytes_in,
+            bytes_out=bytes_out,
+            duration_ms=elapsed_ms,
+            sender_did=outcome.sender_did,
+            remote_addr=remote_addr,
+        )
+    )
 
 
 _JSON = ("Content-Type", "application/json")

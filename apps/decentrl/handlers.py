@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
@@ -15,6 +16,7 @@ from .context import CommandContext
 from .storage import EventsQuery
 
 SUCCESS = {"type": "SUCCESS"}
+Handler = Callable[[CommandContext], dict]
 
 
 def _fits(tenant: Tenant, page: Pagination) -> bool:
@@ -68,44 +70,31 @@ def communication_contract_response(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
-def query_pending_contract_requests(ctx: CommandContext) -> dict:
-    body: env.Listing = ctx.body
-    page = _within_cap(ctx, body.page)
-    result = svc.contract_requests_query(tenant=ctx.tenant, did=ctx.sender_did, page=page)
-    return _page_reply("pending_communication_contract_requests", page, result)
+def _listing(key: str, query: Callable[..., svc.Page], filters: Callable[[Any], dict] = lambda body: {}) -> Handler:
+    """A listing command's handler: the page within the tenant's cap, `query` for the sender's rows
+    (with what `filters` takes from the payload), the reply under `key`."""
+
+    def handler(ctx: CommandContext) -> dict:
+        page = _within_cap(ctx, ctx.body.page)
+        return _page_reply(key, page, query(tenant=ctx.tenant, did=ctx.sender_did, page=page, **filters(ctx.body)))
+
+    return handler
 
 
-def acknowledge_pending_contract_requests(ctx: CommandContext) -> dict:
-    body: env.Acknowledge = ctx.body
-    svc.contract_requests_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=list(body.ids))
-    return SUCCESS
+def _acknowledging(acknowledge: Callable[..., object]) -> Handler:
+    """An acknowledging command's handler: `acknowledge` the sender's listed ids."""
+
+    def handler(ctx: CommandContext) -> dict:
+        body: env.Acknowledge = ctx.body
+        acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=list(body.ids))
+        return SUCCESS
+
+    return handler
 
 
 def save_communication_contract(ctx: CommandContext) -> dict:
     body: env.SignedContract = ctx.body
     svc.contract_save(tenant=ctx.tenant, owner_did=ctx.sender_did, signed=body.signed_communication_contract)
-    return SUCCESS
-
-
-def query_communication_contracts(ctx: CommandContext) -> dict:
-    body: env.QueryContracts = ctx.body
-    page = _within_cap(ctx, body.page)
-    result = svc.contracts_query(tenant=ctx.tenant, did=ctx.sender_did, flt=body.filter, page=page)
-    return _page_reply("communication_contracts", page, result)
-
-
-def query_pending_events(ctx: CommandContext) -> dict:
-    body: env.QueryPendingEvents = ctx.body
-    page = _within_cap(ctx, body.page)
-    result = svc.pending_events_query(
-        tenant=ctx.tenant, did=ctx.sender_did, sender_did=body.filter.sender_did, page=page
-    )
-    return _page_reply("pending_events", page, result)
-
-
-def acknowledge_pending_events(ctx: CommandContext) -> dict:
-    body: env.Acknowledge = ctx.body
-    svc.pending_events_acknowledge(tenant=ctx.tenant, did=ctx.sender_did, ids=list(body.ids))
     return SUCCESS
 
 
@@ -136,17 +125,21 @@ def update_event_tags(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
-Handler = Callable[[CommandContext], dict]
-
 DIRECT_HANDLERS: dict[str, Handler] = {
     "REQUEST_COMMUNICATION_CONTRACT": request_communication_contract,
     "COMMUNICATION_CONTRACT_RESPONSE": communication_contract_response,
-    "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": query_pending_contract_requests,
-    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": acknowledge_pending_contract_requests,
+    "QUERY_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _listing(
+        "pending_communication_contract_requests", svc.contract_requests_query
+    ),
+    "ACKNOWLEDGE_PENDING_COMMUNICATION_CONTRACT_REQUESTS": _acknowledging(svc.contract_requests_acknowledge),
     "SAVE_COMMUNICATION_CONTRACT": save_communication_contract,
-    "QUERY_COMMUNICATION_CONTRACTS": query_communication_contracts,
-    "QUERY_PENDING_EVENTS": query_pending_events,
-    "ACKNOWLEDGE_PENDING_EVENTS": acknowledge_pending_events,
+    "QUERY_COMMUNICATION_CONTRACTS": _listing(
+        "communication_contracts", svc.contracts_query, lambda body: {"flt": body.filter}
+    ),
+    "QUERY_PENDING_EVENTS": _listing(
+        "pending_events", svc.pending_events_query, lambda body: {"sender_did": body.filter.sender_did}
+    ),
+    "ACKNOWLEDGE_PENDING_EVENTS": _acknowledging(svc.pending_events_acknowledge),
     "SAVE_EVENTS": save_events,
     "QUERY_EVENTS": query_events,
     "UPDATE_EVENT_TAGS": update_event_tags,

@@ -1,15 +1,17 @@
-"""The command path's storage seam: one call per command claims its nonce and returns flags.
+"""The command path's nonce claim, and the statements that claim it for commands other than
+TWO_WAY_PRIVATE: one call per command claims its nonce and returns flags.
 
 Each call is ONE prepared statement, the nonce claim (`CLAIM`, messaging's one replay claim) first
 (tests/decentrl/test_storage.py checks the calls against one model of the rules). The claim is a
 data-modifying CTE, executed to completion whatever the rest of the statement says, so the nonce
 is consumed even when a later check fails; the checks only gate what follows. If the statement
-itself fails (a database error) nothing of it commits, so the nonce is then claimed on its own
-before the error goes up (PROTOCOL-DECISIONS §3: consumed after every outcome).
+itself fails (a database error) nothing of it commits: the dispatcher then claims the nonce on its
+own (`claim_after_failure`) before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
+outcome).
 
-TWO_WAY_PRIVATE: the claim, then messaging's pending-event statement (`sql.deliver_statement`:
-the §7.2 checks, the INSERT, the recipient's presence). DIRECT_AUTHENTICATED and ONE_WAY_PUBLIC:
-the claim and the registration check (`sql.REGISTERED`). QUERY_EVENTS' page comes from here too,
+TWO_WAY_PRIVATE's statement is messaging's (`sql.deliver`: `CLAIM`, then the §7.2 checks, the
+INSERT, the recipient's presence); the dispatcher runs it with this claim. DIRECT_AUTHENTICATED and
+ONE_WAY_PUBLIC: the claim and the registration check (`sql.REGISTERED`). QUERY_EVENTS' page comes from here too,
 read by the same call after the claim (`read`, an `EventsQuery`) and only when the nonce was fresh
 and the sender registered: the tags and time-range filters put eventquery's page statement in the
 claim's statement (one round trip), every other filter runs the ORM query `services.events_query`
@@ -21,13 +23,13 @@ The dispatcher (apps/decentrl/dispatch.py) never runs inside `atomic`: each stat
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import NamedTuple
 
 from django.db import DatabaseError
 
-from apps.messaging import eventquery, notify, sql
+from apps.messaging import eventquery, sql
 from apps.messaging.services import Page, events_query
 from apps.messaging.sql import REGISTERED, Found, prepared_cursor, registered_params, replay_claim
 from apps.tenants.models import Tenant
@@ -85,18 +87,15 @@ def _items(rows: list[tuple]) -> list[dict]:
     ]
 
 
-@dataclass(frozen=True)
-class NonceClaim:
-    """The (tenant, sender, nonce) pair to consume, kept until `expires_at_ms` (DCTRL-0004 §5.4)."""
+class NonceClaim(NamedTuple):
+    """The (tenant, sender, nonce) pair to consume, kept until `expires_at_ms` (DCTRL-0004 §5.4):
+    `CLAIM`'s parameters, in its order."""
 
     tenant_id: int
     sender_did: str
     nonce: str
     expires_at_ms: int
     now_ms: int
-
-    def params(self) -> list:
-        return [self.tenant_id, self.sender_did, self.nonce, self.expires_at_ms, self.now_ms]
 
 
 @dataclass(frozen=True)
@@ -111,26 +110,22 @@ class EventsQuery:
 
 def claim(nonce: NonceClaim) -> bool:
     """Consume the pair on its own: True if it was fresh."""
-    return sql.claim(CLAIM, nonce.params())
+    return sql.claim(CLAIM, list(nonce))
 
 
-def _claiming(nonce: NonceClaim, sql: str, params: list) -> tuple:
-    try:
-        with prepared_cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchone()
-    except DatabaseError:
-        _claim_after_failure(nonce)
-        raise
-
-
-def _claim_after_failure(nonce: NonceClaim) -> None:
-    # The failed statement committed nothing, its claim included: claim the pair on its own
-    # so that it stays consumed after the 503.
+def claim_after_failure(nonce: NonceClaim) -> None:
+    """After a claiming statement failed (it committed nothing, its claim included): claim the pair
+    on its own, so that it stays consumed after the 503; a second failure is left to that 503."""
     try:
         claim(nonce)
     except DatabaseError:
         pass
+
+
+def _claiming(statement: str, params: list) -> tuple:
+    with prepared_cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchone()
 
 
 def claim_checking_registration(
@@ -142,7 +137,7 @@ def claim_checking_registration(
     reg = registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=did or "", now_s=now_s)
     if read is not None and _by_statement(read.flt):
         return _claim_and_read(nonce, reg, tenant, read)
-    fresh, registered = _claiming(nonce, _CLAIM_CHECKING_REGISTRATION, [*nonce.params(), did is not None, *reg])
+    fresh, registered = _claiming(_CLAIM_CHECKING_REGISTRATION, [*nonce, did is not None, *reg])
     found = Found(bool(fresh), registered=bool(registered))
     if read is None or not found.registered:
         return found
@@ -156,13 +151,9 @@ def _claim_and_read(nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQu
     page_sql, page_params = eventquery.page_statement(
         tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
     )
-    try:
-        with prepared_cursor() as cur:
-            cur.execute(_claim_and_read_sql(page_sql), [*nonce.params(), *reg, *page_params])
-            rows = cur.fetchall()
-    except DatabaseError:
-        _claim_after_failure(nonce)
-        raise
+    with prepared_cursor() as cur:
+        cur.execute(_claim_and_read_sql(page_sql), [*nonce, *reg, *page_params])
+        rows = cur.fetchall()
     fresh, registered = bool(rows[0][0]), bool(rows[0][1])
     if not registered:
         return Found(fresh)
@@ -171,35 +162,3 @@ def _claim_and_read(nonce: NonceClaim, reg: list, tenant: Tenant, read: EventsQu
         page, tenant=tenant, owner_did=owner_did, after=after, before=before, tags=tags, offset=offset, limit=limit
     )
     return Found(True, registered=True, page=Page(_items([r[:4] for r in page]), total))
-
-
-def claim_and_deliver(
-    nonce: NonceClaim,
-    *,
-    tenant: Tenant,
-    checks_passed: bool,
-    sender_did: str,
-    recipient_did: str,
-    payload: str,
-    now_s: int,
-) -> Found:
-    """Claim the pair and, if fresh and `checks_passed`, run the §7.2 checks and store the event."""
-    public_id = uuid.uuid4()
-    statement, params = sql.deliver_statement(
-        CLAIM,
-        nonce.params(),
-        tenant=tenant,
-        checks_passed=checks_passed,
-        sender_did=sender_did,
-        recipient_did=recipient_did,
-        payload=payload,
-        now_s=now_s,
-        public_id=public_id,
-    )
-    found = sql.delivered(_claiming(nonce, statement, params), public_id)
-    if found.event_id is not None and found.may_have_socket:
-        # Autocommit: the statement has committed, so the push leaves at once.
-        notify.notify_pending_event(
-            tenant_id=tenant.pk, did=recipient_did, event_id=found.event_id, sender_did=sender_did, payload=payload
-        )
-    return found

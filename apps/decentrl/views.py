@@ -61,8 +61,8 @@ def did_document(request: TenantRequest) -> HttpResponse:
 
 
 def command(request: TenantRequest) -> HttpResponse:
-    """POST / under Django's full chain, which the command entry (apps/decentrl/wsgi.py) hands a
-    request it does not replicate (PREPEND_WWW, DISALLOWED_USER_AGENTS): the same
+    """POST / under Django's own handler (the test client, bench/entry_bench.py's reference; the
+    production application answers every POST / in its entry, apps/decentrl/wsgi.py): the same
     dispatch.http_reply; the middlewares add the CORS and security headers."""
     try:
         raw = request.body

@@ -10,18 +10,22 @@ benchmarks.md): the database connections' handling of Django's request signals
 (`ops.dbconn.request_begins` and `request_ends`, called directly: the signals' dispatch and the
 receivers that never concern a command cost as much as the rest of the entry),
 tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which the Django
-view `views.command` also calls, for what this entry hands to Django), and the headers
+view `views.command` also calls under Django's own handler), and the headers
 of `response_headers` (CORS and the security headers, from the same code the middlewares run).
 
-What it does not replicate it hands to Django: an insecure request under SECURE_SSL_REDIRECT
-(Django redirects it), and every request when PREPEND_WWW or DISALLOWED_USER_AGENTS is set. A
-middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
-(ImproperlyConfigured), so a new middleware cannot silently miss the command path; so does a
+It answers every `POST /` but one kind, which it hands to Django: an insecure request under
+SECURE_SSL_REDIRECT, which SecurityMiddleware redirects before any view. So the command path has
+one way in: Django's view of `POST /` (`views.command`) serves only Django's own handler (the test
+client, bench/entry_bench.py's reference). PREPEND_WWW and DISALLOWED_USER_AGENTS stop it from
+starting (`check_middleware`): CommonMiddleware's redirect of a protocol POST would be followed as
+a GET and lose the command, and a user-agent ban is not a protocol rule (refuse those at nginx).
+A middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
+too (ImproperlyConfigured), so a new middleware cannot silently miss the command path; so does a
 receiver of `request_started` or `request_finished` it does not know (`check_request_signals`).
 tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
 
 Another front door may hand its own POST path to a CommandEntry of its own (`routes`, composed in
-mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/views.py's `wsgi_reply`); it gets the same
+mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/dispatch.py's `http_reply`); it gets the same
 signals, tenant resolution, body cap and headers, and answers with its own protocol's errors.
 """
 
@@ -199,7 +203,15 @@ class CommandEntry:
 
 
 def check_middleware() -> None:
-    """Refuse to start when settings.MIDDLEWARE has one CommandEntry would silently skip."""
+    """Refuse to start when settings.MIDDLEWARE has one CommandEntry would silently skip, or
+    CommonMiddleware is set to do what no protocol POST may get (PREPEND_WWW's redirect,
+    DISALLOWED_USER_AGENTS' 403)."""
+    unhonoured = [name for name in ("PREPEND_WWW", "DISALLOWED_USER_AGENTS") if getattr(settings, name)]
+    if unhonoured:
+        raise ImproperlyConfigured(
+            f"POST / and POST /didcomm do not honour {' or '.join(unhonoured)}: a redirected protocol POST "
+            "is re-sent as a GET and a user-agent ban is not a protocol rule (refuse user agents at nginx)"
+        )
     unknown = [m for m in settings.MIDDLEWARE if m not in REPLICATED and m not in IRRELEVANT]
     if unknown:
         raise ImproperlyConfigured(
@@ -233,7 +245,7 @@ def check_request_signals() -> None:
 
 class ProtocolWSGIApplication:
     """`POST /` to CommandEntry (and each of `routes`, path → CommandEntry, to its own), everything
-    else (and what it does not replicate) to Django."""
+    else (and an insecure POST under SECURE_SSL_REDIRECT, for its redirect) to Django."""
 
     def __init__(self, routes: dict[str, CommandEntry] | None = None) -> None:
         check_middleware()
@@ -248,8 +260,6 @@ class ProtocolWSGIApplication:
             environ.get("REQUEST_METHOD") == "POST"
             and (entry := self.commands if path == "/" else self.routes.get(path)) is not None
             and not (settings.SECURE_SSL_REDIRECT and not is_secure(environ))
-            and not settings.PREPEND_WWW
-            and not settings.DISALLOWED_USER_AGENTS
         ):
             return entry(environ, start_response)
         return self.django(environ, start_response)

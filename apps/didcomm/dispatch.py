@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.utils import timezone
 
@@ -43,10 +44,9 @@ from apps.usage import records
 from apps.wire.errors import ProtocolError
 
 from . import handlers, handlers_v1, protocols
-from .handlers_v1 import ContextV1
 from .identity import Accepting, accepting_for, verkey_of
 from .mediation import connection_for_key, mediation_of
-from .models import DidcommPolicy, MediatorIdentity
+from .models import Connection, DidcommPolicy, MediatorIdentity
 from .outbound import outbound_reply
 from .packing import pack_for_kid, pack_reply, stamp
 from .problems import Problem, Unanswered, concerning, problem_message, pthid_of, refusal, unavailable
@@ -105,6 +105,26 @@ class Context:
         return self.caller_did
 
 
+@dataclass
+class ContextV1:
+    """What a v1 handler may know about the message it handles (never the raw bytes)."""
+
+    tenant: Tenant
+    policy: DidcommPolicy
+    identity: MediatorIdentity  # the identity whose key the envelope was for; answers come from it
+    identities: list[MediatorIdentity]
+    sender_verkey: str | None  # authcrypt sender (base58), None for anoncrypt
+    connection: Connection | None  # the connection of sender_verkey, if any
+    transport: str
+    live: bool | None
+    code: str = "SUCCESS"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rate_key(self) -> str | None:
+        return self.sender_verkey
+
+
 @dataclass(frozen=True)
 class Door:
     """A DIDComm version's parts of the one message path."""
@@ -161,6 +181,29 @@ def handle(
     observe(tenant, transport, door.protocol, protocols.short_type(message.type if message else None), code, reply, raw,
             started, remote_addr, ctx.extra if ctx is not None else {})  # fmt: skip
     return reply
+
+
+def http_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list[tuple[str, str]], bytes]:
+    """`POST /didcomm` as (status, headers without Content-Length, body), for both HTTP entries (the
+    production entry, apps/decentrl/wsgi.py's CommandEntry, and the view `views.endpoint`). `raw` is
+    None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    if raw is None:
+        return _problem_triple(Code.TOO_BIG, "message too large", 413)
+    reply = handle(raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE"))
+    headers = [("Content-Type", reply.content_type)] if reply.content_type else []
+    if reply.retry_after is not None:
+        headers.append(("Retry-After", str(reply.retry_after)))
+    return reply.status, headers, reply.body
+
+
+def http_unavailable() -> tuple[int, list[tuple[str, str]], bytes]:
+    """The production entry's answer when the entry itself fails (never a 500)."""
+    return _problem_triple(Code.UNAVAILABLE, "mediator unavailable", 503)
+
+
+def _problem_triple(code: str, comment: str, status: int) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = json.dumps(problem_message(code, comment, pthid=None), cls=DjangoJSONEncoder).encode("utf-8")
+    return status, [("Content-Type", "application/json")], body
 
 
 def route(raw: bytes, content_type: str | None) -> tuple[Door, dict | None]:
@@ -279,6 +322,18 @@ def limit_ip(tenant: Tenant, remote_addr: str, policy) -> None:
         raise _rate_limited(err) from err
 
 
+def run(table: dict[str, Callable[..., handlers.Outcome]], ctx: Any, message: Any) -> handlers.Outcome:
+    """The handler of `message`'s type in `table` (a version's HANDLERS), or the unsupported-type problem."""
+    handler = table.get(message.type)
+    if handler is None:
+        raise Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
+    return handler(ctx, message)
+
+
+def _run_v2(ctx: Context, message: PlainMessage) -> handlers.Outcome:
+    return run(handlers.HANDLERS, ctx, message)
+
+
 def _json(obj: dict) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
@@ -341,9 +396,9 @@ def _unpack_v2(raw, envelope, tenant, accepting: Accepting, transport, live) -> 
 
 def _answer_v2(ctx: Context, message: PlainMessage) -> Reply:
     if ctx.caller_did and message.type != protocols.FORWARD:
-        outcome = claimed_run(ctx, message, handlers.run)
+        outcome = claimed_run(ctx, message, _run_v2)
     else:
-        outcome = handlers.run(ctx, message)
+        outcome = _run_v2(ctx, message)
     if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
         # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
         return Reply(202, live=outcome.live)
@@ -418,7 +473,7 @@ def _unpack_v1(raw, envelope, tenant, accepting: Accepting, transport, live) -> 
 
 
 def _answer_v1(ctx: ContextV1, msg: message_v1.V1Message) -> Reply:
-    outcome = handlers_v1.run(ctx, msg)
+    outcome = run(handlers_v1.HANDLERS, ctx, msg)
     if outcome.connection is not None:
         ctx.connection = outcome.connection
     implicit = _implicit(ctx, msg, outcome)

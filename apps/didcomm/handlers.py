@@ -1,32 +1,46 @@
 """DIDComm v2 protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome,
-and the rules v1's handlers share (the forward's store, recipient updates, Pickup's checks).
+the forward of both versions (v2's routing 2.0, v1's routing 1.0, and their one store), and the
+rules v1's handlers share (recipient updates, Pickup's checks).
 
 Bodies are validated here, at the edge, into stable problem codes; the writes are services.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.utils import timezone
+
+from apps.didcomm.core import message_v1
+from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.message import PlainMessage
+from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
+from apps.messaging import sql
+from apps.messaging.notify import notify_on_commit
 
 from . import metrics, protocols
 from .mediation import RecipientRefused, mediation_for, mediation_request, recipient_of_client, recipients_page
 from .mediation import recipients_update as _recipients_update
-from .models import Connection, Mediation, RecipientKey
+from .models import Connection, DidcommPolicy, Mediation, RecipientKey
+from .outbound import outbound_send_on_commit
 from .problems import Problem
 from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
-from .queue import QueueFull, forward_store, messages_batch, messages_received, messages_status
-from .recipients import key_forms
+from .queue import messages_batch, messages_received, messages_status, wake_message
+from .recipients import did_hash, key_forms, lookup_form
 
 log = logging.getLogger("mediator.didcomm")
 
 MAX_DELIVERY_LIMIT = 100
 MAX_PAGE = 100
 MAX_UPDATES = 100
+# A stored attachment's text: compact JSON of what a client sent (parsed JSON: never circular).
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 @dataclass(frozen=True)
@@ -70,22 +84,72 @@ def forward(ctx, msg: PlainMessage) -> Outcome:
     return Outcome()
 
 
-def store_forward(ctx, next_did: str, data: dict) -> None:
-    """A forward's store, v1 and v2: the attachment `data` queued for the granted recipient
-    `next_did` names, counted and noted for the log line; the problem report when nobody here
-    mediates it or its queue is full under the `reject` policy."""
+def forward_v1(ctx, msg: V1Message) -> Outcome:
+    """Routing 1.0: store `msg` for the key `to` names (base58 or did:key) before answering;
+    delivery follows."""
+    to, inner = msg.get("to"), msg.get("msg")
+    if not isinstance(to, str) or not to:
+        raise Problem(Code.BAD_BODY, "forward needs to")
+    if not isinstance(inner, dict):
+        raise Problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
     try:
-        stored = forward_store(tenant=ctx.tenant, policy=ctx.policy, next_did=next_did, data=data)
-    except QueueFull:
-        raise Problem(Code.STORAGE_FULL, "recipient queue is full", 507) from None
-    if stored is None:
+        target = message_v1.key_to_did_key(to)
+    except DidcommError:
+        target = to  # a DID names a recipient registered as that DID
+    store_forward(ctx, target, {"json": inner})
+    return Outcome()
+
+
+def store_forward(ctx, next_did: str, data: dict) -> str:
+    """A forward's store, v1 and v2 (UC-021 steps 6-8, AF-4): the attachment `data` queued for the
+    granted recipient `next_did` names (any of its forms), durably, before any answer or push;
+    counted and noted for the log line; its message id. The problem report when nobody here
+    mediates it or its queue is full under the `reject` policy.
+
+    One round trip (apps/messaging/sql.py `forward`). When the recipient's client is a DIDComm v1
+    connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
+    POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
+    outbound task leave after commit.
+    """
+    try:
+        form = lookup_form(next_did)
+    except DidcommError:
+        form = None
+    text = _compact_json(data)
+    now = timezone.now()
+    message_id = uuid.uuid4()
+    policy = ctx.policy
+    done = None
+    if form is not None:
+        done = sql.forward(
+            sql.ForwardRequest(
+                tenant_id=ctx.tenant.pk,
+                lookup_hash=did_hash(form),
+                cap=policy.queue_cap,
+                reject=policy.overflow == DidcommPolicy.Overflow.REJECT,
+                message_id=message_id,
+                data=text,
+                now=now,
+                expires_at=now + timedelta(hours=policy.message_ttl_hours),
+                outbound=isinstance(data.get("json"), dict),
+            )
+        )
+    if done is None or done.outcome == sql.UNKNOWN:
         raise Problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
+    if done.outcome == sql.FULL:
+        raise Problem(Code.STORAGE_FULL, "recipient queue is full", 507)
+    mid = str(message_id)
+    if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves
+        notify_on_commit(tenant_id=ctx.tenant.pk, did=done.client_did, message=wake_message(mid, text))
+    if done.outbound_id is not None:
+        outbound_send_on_commit(done.outbound_id)
     metrics.FORWARDED.inc()
     metrics.STORED.inc()
-    if stored.evicted:
-        metrics.EVICTED.inc(stored.evicted)
+    if done.evicted:
+        metrics.EVICTED.inc(done.evicted)
         ctx.code = "EVICTED"
-    ctx.extra.update(message_id=stored.message_id, evicted=stored.evicted)
+    ctx.extra.update(message_id=mid, evicted=done.evicted)
+    return mid
 
 
 # --- coordinate-mediation 2.0 and 3.0 (one store) -----------------------------------------------
@@ -316,10 +380,3 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     DISCOVER + "queries": queries,
     REPORT_PROBLEM + "problem-report": problem_report,
 }
-
-
-def run(ctx, msg: PlainMessage) -> Outcome:
-    handler = HANDLERS.get(msg.type)
-    if handler is None:
-        raise Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
-    return handler(ctx, msg)

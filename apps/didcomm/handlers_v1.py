@@ -1,7 +1,8 @@
 """DIDComm v1 protocol handlers: one function per message type, (ContextV1, V1Message) -> Outcome.
 
-DID Exchange 1.0/1.1 (responder), Coordinate Mediation 1.0, Routing 1.0 forward, Pickup 2.0 and
-1.0, Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0. Bodies are validated here into
+DID Exchange 1.0/1.1 (responder), Coordinate Mediation 1.0, Pickup 2.0 and 1.0, Trust Ping 1.0,
+Discover Features 1.0, Report Problem 1.0; the Routing 1.0 forward is handlers.py's (`forward_v1`,
+with v2's forward and their one store). Bodies are validated here into
 the same problem codes as v2; the writes are services (the grant/recipient/queue store is shared).
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from apps.didcomm.core import diddoc, message_v1
 from apps.didcomm.core.did_key import key_from_did_key
@@ -19,7 +20,6 @@ from apps.didcomm.core.errors import DidcommError, InvalidSignature
 from apps.didcomm.core.keys import ED25519, PublicKey
 from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import resolve_did
-from apps.tenants.models import Tenant
 from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
@@ -27,6 +27,7 @@ from . import metrics, protocols
 from .handlers import (
     Outcome,
     _paginate,
+    forward_v1,
     matches,
     note_reported,
     pickup_limit,
@@ -34,7 +35,6 @@ from .handlers import (
     pickup_received,
     pickup_recipient,
     recipients_update,
-    store_forward,
     update_list,
 )
 from .identity import did_key_of, v1_did
@@ -47,7 +47,7 @@ from .mediation import (
     mediation_request_v1,
     recipients_page,
 )
-from .models import Connection, DidcommPolicy, Mediation, MediatorIdentity
+from .models import Connection, Mediation
 from .problems import Problem
 from .protocols import (
     CM1,
@@ -66,25 +66,10 @@ from .protocols import (
 from .queue import messages_received, messages_rows, messages_status
 from .recipients import key_forms
 
+if TYPE_CHECKING:  # the context is dispatch's, which calls these handlers
+    from .dispatch import ContextV1
+
 RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pickup answers
-
-
-@dataclass
-class ContextV1:
-    tenant: Tenant
-    policy: DidcommPolicy
-    identity: MediatorIdentity  # the identity whose key the envelope was for; answers come from it
-    identities: list[MediatorIdentity]
-    sender_verkey: str | None  # authcrypt sender (base58), None for anoncrypt
-    connection: Connection | None  # the connection of sender_verkey, if any
-    transport: str
-    live: bool | None
-    code: str = "SUCCESS"
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def rate_key(self) -> str | None:
-        return self.sender_verkey
 
 
 def _thread(msg: V1Message, **extra) -> dict:
@@ -294,24 +279,6 @@ def keylist_query(ctx: ContextV1, msg: V1Message) -> Outcome:
     return _answer(CM1 + "keylist", msg, {"keys": [{"recipient_key": k} for k in keys]})
 
 
-# --- Routing 1.0 --------------------------------------------------------------------------------
-
-
-def forward(ctx: ContextV1, msg: V1Message) -> Outcome:
-    """Store `msg` for the key `to` names (base58 or did:key) before answering; delivery follows."""
-    to, inner = msg.get("to"), msg.get("msg")
-    if not isinstance(to, str) or not to:
-        raise Problem(Code.BAD_BODY, "forward needs to")
-    if not isinstance(inner, dict):
-        raise Problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
-    try:
-        target = message_v1.key_to_did_key(to)
-    except DidcommError:
-        target = to  # a DID names a recipient registered as that DID
-    store_forward(ctx, target, {"json": inner})
-    return Outcome()
-
-
 # --- Pickup 2.0 (Credo) and 1.0 -----------------------------------------------------------------
 
 
@@ -435,7 +402,7 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     CM1 + "mediate-request": mediate_request,
     CM1 + "keylist-update": keylist_update,
     CM1 + "keylist-query": keylist_query,
-    FORWARD_V1: forward,
+    FORWARD_V1: forward_v1,
     PICKUP_V2 + "status-request": status_request,
     PICKUP_V2 + "delivery-request": delivery_request,
     PICKUP_V2 + "messages-received": received,
@@ -447,10 +414,3 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     REPORT_PROBLEM_V1: problem_report,
     NOTIFICATION_PROBLEM: problem_report,
 }
-
-
-def run(ctx: ContextV1, msg: V1Message) -> Outcome:
-    handler = HANDLERS.get(msg.type)
-    if handler is None:
-        raise Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
-    return handler(ctx, msg)

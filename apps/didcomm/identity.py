@@ -22,8 +22,8 @@ from apps.didcomm.core.diddoc import DidDocument
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
 from apps.messaging.notify import notify_on_commit
-from apps.tenants.cache import TenantCache
 from apps.tenants.models import Tenant
+from apps.tenants.selectors import TenantCache
 from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b58encode
 
@@ -78,8 +78,8 @@ def identities_accepting(*, tenant: Tenant, now: datetime | None = None) -> list
 #
 # Every DIDComm message needs the tenant's policy and the mediator identities that may decrypt it
 # (with their unsealed keys and resolved did:peer:2 documents): three to four queries and a key
-# unsealing each time. Each process keeps them per tenant (apps/tenants/cache.py: the TTL, and
-# cleared by any save or delete of a policy, an identity or a tenant, apps.py). A rotation never
+# unsealing each time. Each process keeps them per tenant (apps/tenants/selectors.py `TenantCache`:
+# the TTL, and cleared by any save or delete of a policy, an identity or a tenant, apps.py). A rotation never
 # makes a valid message undecryptable: an envelope whose recipient kid is not among the cached
 # identities reloads them once from the database before it is refused (dispatch). Unsealed keys
 # live in these objects only (memory), never in a log or a message.

@@ -1,26 +1,22 @@
-"""The DIDComm message queue (v1 and v2 share it): the forward's store, messages queued to a
-client by the mediator itself, Pickup reads and acknowledgements, the TTL purge, and the wake a
-client's live sockets get after a message is stored (a push is a wake-up, never the only copy)."""
+"""The DIDComm message queue (v1 and v2 share it): messages queued to a client by the mediator
+itself, Pickup reads and acknowledgements, the TTL purge, and the wake a client's live sockets get
+after a message is stored (a push is a wake-up, never the only copy). A forward's store is the
+forward handlers' (handlers.store_forward: one call of messaging's statement)."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
-from apps.didcomm.core.errors import DidcommError
-from apps.messaging import sql
 from apps.messaging.notify import notify_on_commit
 from apps.tenants.models import Tenant
 
 from .models import DidcommPolicy, Mediation, QueuedMessage, RecipientKey
-from .outbound import outbound_send_on_commit
-from .recipients import did_hash, lookup_form
 
 # The wake-up a socket in live mode gets when a message for one of its client's recipients is stored:
 # {"type": WAKE, "ids": [id], "items": [{"id": id, "data": <the stored JSON text>}]}, `items` left
@@ -32,22 +28,10 @@ WAKE_ITEMS_MAX = 64 * 1024
 LIVE_REFRESH = "DIDCOMM_LIVE_REFRESH"
 # Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
 PURGE_BATCH = 5_000
-# A stored attachment's text: compact JSON of what a client sent (parsed JSON: never circular).
-_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 # A queued message as a read returns it: (message id, stored data, received at).
 Row = tuple[str, dict, datetime]
-
-
-class QueueFull(Exception):
-    """The recipient's queue is at its cap and the tenant's overflow policy is `reject`."""
-
-
-@dataclass(frozen=True)
-class Stored:
-    message_id: str
-    evicted: int
 
 
 def wake_message(message_id: str, text: str) -> dict:
@@ -74,48 +58,6 @@ def enqueue_for_client(*, tenant: Tenant, policy: DidcommPolicy, mediation: Medi
     message_id = str(row.message_id)
     notify_on_commit(tenant_id=tenant.pk, did=mediation.client_did, message=wake_message(message_id, text))
     return message_id
-
-
-def forward_store(*, tenant: Tenant, policy: DidcommPolicy, next_did: str, data: dict) -> Stored | None:
-    """Store a forwarded attachment for the granted recipient `next_did` names (any of its forms),
-    durably, before any answer or push (UC-021 step 8): None when no granted recipient has that
-    DID, QueueFull when its queue is full and the overflow policy is `reject`.
-
-    One round trip (apps/messaging/sql.py `forward`). When the recipient's client is a DIDComm
-    v1 connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
-    POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
-    outbound task leave after commit.
-    """
-    try:
-        form = lookup_form(next_did)
-    except DidcommError:
-        return None
-    text = _compact_json(data)
-    now = timezone.now()
-    message_id = uuid.uuid4()
-    done = sql.forward(
-        sql.ForwardRequest(
-            tenant_id=tenant.pk,
-            lookup_hash=did_hash(form),
-            cap=policy.queue_cap,
-            reject=policy.overflow == DidcommPolicy.Overflow.REJECT,
-            message_id=message_id,
-            data=text,
-            now=now,
-            expires_at=now + timedelta(hours=policy.message_ttl_hours),
-            outbound=isinstance(data.get("json"), dict),
-        )
-    )
-    if done.outcome == sql.UNKNOWN:
-        return None
-    if done.outcome == sql.FULL:
-        raise QueueFull()
-    mid = str(message_id)
-    if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves
-        notify_on_commit(tenant_id=tenant.pk, did=done.client_did, message=wake_message(mid, text))
-    if done.outbound_id is not None:
-        outbound_send_on_commit(done.outbound_id)
-    return Stored(mid, done.evicted)
 
 
 def _queue(mediation: Mediation, recipient: RecipientKey | None):

@@ -1,7 +1,9 @@
 """DIDComm over HTTP: `POST /didcomm` (a v2 JWE or a v1 RFC 0019 envelope, told apart by shape) and
 `GET /didcomm/invitation` (OOB 2.0, or OOB 1.1 with `?version=1`).
 
-POST is a plain Django view: the received bytes reach the decrypter untouched (STYLE §8).
+POST is dispatch.http_reply, which the production entry (apps/decentrl/wsgi.py's CommandEntry) calls
+itself; `endpoint` is that reply under Django's full chain. The received bytes reach the decrypter
+untouched (STYLE §8).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import json
 
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
@@ -19,19 +20,10 @@ from apps.ops.http import allow_methods
 from apps.tenants.middleware import TenantRequest
 
 from . import dispatch
-from .dispatch import Reply
 from .invitation import invitation_for, invitation_v1_for
 from .policy import policy_for
 from .problems import problem_message
 from .protocols import Code
-
-
-def _response(reply: Reply) -> HttpResponse:
-    status, headers, body = _reply_triple(reply)
-    response = HttpResponse(body, status=status, headers=dict(headers))
-    if not reply.content_type:
-        del response["Content-Type"]
-    return response
 
 
 def _problem(code: str, comment: str, status: int) -> HttpResponse:
@@ -50,45 +42,13 @@ def endpoint(request: TenantRequest) -> HttpResponse:
     try:
         raw = request.body
     except (RequestDataTooBig, RawPostDataException):
-        return _problem(Code.TOO_BIG, "message too large", 413)
-    reply = dispatch.handle(
-        raw,
-        tenant=request.tenant,
-        transport="http",
-        remote_addr=forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR")),
-        content_type=request.META.get("CONTENT_TYPE"),
-    )
-    return _response(reply)
-
-
-def _reply_triple(reply: Reply) -> tuple[int, list[tuple[str, str]], bytes]:
-    """What a reply sends: (status, headers without Content-Length, body); the WSGI entry's answer."""
-    headers = [("Content-Type", reply.content_type)] if reply.content_type else []
-    if reply.retry_after is not None:
-        headers.append(("Retry-After", str(reply.retry_after)))
-    return reply.status, headers, reply.body
-
-
-def _problem_triple(code: str, comment: str, status: int) -> tuple[int, list[tuple[str, str]], bytes]:
-    body = json.dumps(problem_message(code, comment, pthid=None), cls=DjangoJSONEncoder).encode("utf-8")
-    return status, [("Content-Type", "application/json")], body
-
-
-def wsgi_unavailable() -> tuple[int, list[tuple[str, str]], bytes]:
-    """The production entry's answer when the entry itself fails (never a 500)."""
-    return _problem_triple(Code.UNAVAILABLE, "mediator unavailable", 503)
-
-
-def wsgi_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list[tuple[str, str]], bytes]:
-    """`POST /didcomm` for the production WSGI entry (apps/decentrl/wsgi.py's CommandEntry, which
-    does what the middlewares do): what `endpoint` answers, without Django request and response
-    objects. `raw` is None when the body is over DATA_UPLOAD_MAX_MEMORY_SIZE."""
-    if raw is None:
-        return _problem_triple(Code.TOO_BIG, "message too large", 413)
-    reply = dispatch.handle(
-        raw, tenant=tenant, transport="http", remote_addr=client, content_type=environ.get("CONTENT_TYPE")
-    )
-    return _reply_triple(reply)
+        raw = None
+    client = forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
+    status, headers, body = dispatch.http_reply(raw, request.tenant, client, request.META)
+    response = HttpResponse(body, status=status, headers=dict(headers))
+    if not any(name == "Content-Type" for name, _ in headers):
+        del response["Content-Type"]
+    return response
 
 
 @allow_methods(("GET", "HEAD"), _wrong_method)

@@ -21,7 +21,7 @@ Both queues' writes are here, each ONE prepared statement:
   counter row (`PendingQueueDepth`, which triggers on messaging_pendingevent keep equal to its
   unacknowledged count); when stored, the same row's presence read under its lock (presence.py).
   Its text, parameters and the reading of its row (`delivered`) are pure functions
-  (tests/decentrl/test_deliver_statement.py); the caller runs it.
+  (tests/decentrl/test_deliver_statement.py); `deliver` runs it and sends the push.
 - **A DIDComm forward** (UC-021 steps 6-8, AF-4). `forward` calls the plpgsql function whose text
   is `FORWARD_FUNCTION`, applied by a migration (didcomm 0012; a change of the text is a new
   migration applying it with the text's new hash, which tests/didcomm/app/test_forward_storage.py
@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -54,7 +55,7 @@ from django.db.backends.postgresql.base import ServerBindingCursor
 
 from apps.tenants.models import Tenant
 
-from . import presence
+from . import notify, presence
 from .models import Contract, PendingEvent, PendingQueueDepth
 
 if TYPE_CHECKING:
@@ -250,32 +251,38 @@ class Found:
     may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """A TWO_WAY_PRIVATE event for `deliver`: from `sender_did` to `recipient_did` on `tenant` at
+    `now_s`; `checks_passed` is False when a CPU check (the signature…) already failed, so that
+    only the caller's claim runs."""
+
+    tenant: Tenant
+    sender_did: str
+    recipient_did: str
+    payload: str
+    now_s: int
+    checks_passed: bool = True
+
+
 def deliver_statement(
-    claim_sql: str,
-    claim_params: list,
-    *,
-    tenant: Tenant,
-    checks_passed: bool,
-    sender_did: str,
-    recipient_did: str,
-    payload: str,
-    now_s: int,
-    public_id: uuid.UUID,
+    claim_sql: str, claim_params: Sequence, event: Delivery, public_id: uuid.UUID
 ) -> tuple[str, list]:
     """The pending-event statement after `claim_sql` and its parameters (pure: no I/O). The checks and
-    the INSERT run only when the claim was fresh and `checks_passed`."""
+    the INSERT run only when the claim was fresh and `event.checks_passed`."""
+    tenant, recipient_did, sender_did, ok = event.tenant, event.recipient_did, event.sender_did, event.checks_passed
     cap = tenant.pending_queue_cap or 0
     params = [
         *claim_params,
-        checks_passed,
-        *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=now_s),
-        checks_passed,
-        tenant.pk, recipient_did, now_s, sender_did, recipient_did, recipient_did, sender_did,
+        ok,
+        *registered_params(tenant_id=tenant.pk, tenant_did=tenant.did, did=recipient_did, now_s=event.now_s),
+        ok,
+        tenant.pk, recipient_did, event.now_s, sender_did, recipient_did, recipient_did, sender_did,
         # Race accepted: concurrent senders may overshoot
         # the cap by the number of in-flight sends; nothing is ever evicted.
-        checks_passed, cap, cap, tenant.pk, recipient_did,
-        public_id, tenant.pk, recipient_did, sender_did, payload, len(payload.encode("utf-8")),
-        *presence.live_params(tenant_id=tenant.pk, did=recipient_did, now_s=now_s),
+        ok, cap, cap, tenant.pk, recipient_did,
+        public_id, tenant.pk, recipient_did, sender_did, event.payload, len(event.payload.encode("utf-8")),
+        *presence.live_params(tenant_id=tenant.pk, did=recipient_did, now_s=event.now_s),
     ]  # fmt: skip
     return deliver_sql(claim_sql), params
 
@@ -291,6 +298,28 @@ def delivered(row: tuple, public_id: uuid.UUID) -> Found:
         str(public_id) if stored else None,
         may_have_socket=presence.may_have_socket(live),
     )
+
+
+def deliver(claim_sql: str, claim_params: Sequence, event: Delivery) -> Found:
+    """Run the caller's claim and, if fresh and the checks passed, DCTRL-0004 §7.2's checks and the
+    INSERT: one statement, which commits by itself outside a transaction (the command path runs
+    none), so a stored event's push to the recipient's sockets leaves at once, and only when its
+    presence row says one may be open. A database error goes up: nothing of the statement, its
+    claim included, committed."""
+    public_id = uuid.uuid4()
+    statement, params = deliver_statement(claim_sql, claim_params, event, public_id)
+    with prepared_cursor() as cur:
+        cur.execute(statement, params)
+        found = delivered(cur.fetchone(), public_id)
+    if found.event_id is not None and found.may_have_socket:
+        notify.notify_pending_event(
+            tenant_id=event.tenant.pk,
+            did=event.recipient_did,
+            event_id=found.event_id,
+            sender_did=event.sender_did,
+            payload=event.payload,
+        )
+    return found
 
 
 # --- the DIDComm queue -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`messaging.sql.deliver_statement` and `delivered`: claim_and_deliver's statement (messaging's
+"""`messaging.sql.deliver_statement` and `delivered`: `sql.deliver`'s statement (messaging's
 pending-event statement after the nonce claim), parameters and row as pure functions."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.db import connection
 from apps.decentrl import storage
 from apps.decentrl.storage import NonceClaim
 from apps.messaging import sql as messaging_sql
-from apps.messaging.sql import Found, delivered
+from apps.messaging.sql import Delivery, Found, delivered
 from apps.tenants.models import Tenant
 from tests.support.registration import contract_both_ways, register
 
@@ -21,17 +21,8 @@ PUBLIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000007")
 def _statement(*, cap: int | None, checks_passed: bool = True) -> tuple[str, list]:
     tenant = Tenant(pk=7, did="did:web:m.example", pending_queue_cap=cap)
     nonce = NonceClaim(tenant_id=7, sender_did="did:s", nonce="n1", expires_at_ms=1_300_000, now_ms=1_000_000)
-    return messaging_sql.deliver_statement(
-        storage.CLAIM,
-        nonce.params(),
-        tenant=tenant,
-        checks_passed=checks_passed,
-        sender_did="did:s",
-        recipient_did="did:r",
-        payload="héllo",
-        now_s=1_000,
-        public_id=PUBLIC_ID,
-    )
+    event = Delivery(tenant, "did:s", "did:r", "héllo", 1_000, checks_passed)
+    return messaging_sql.deliver_statement(storage.CLAIM, nonce, event, PUBLIC_ID)
 
 
 def test_the_statement_and_its_parameters_in_order():
@@ -68,7 +59,7 @@ def test_the_row_read():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_claim_and_deliver_runs_exactly_that_statement(post_a, tenant_a, alice, bob):
+def test_deliver_runs_exactly_that_statement(post_a, tenant_a, alice, bob):
     register(post_a, alice, tenant_a)
     register(post_a, bob, tenant_a)
     contract_both_ways(post_a, alice, bob, tenant_a)
@@ -79,16 +70,11 @@ def test_claim_and_deliver_runs_exactly_that_statement(post_a, tenant_a, alice, 
         return execute(sql, params, many, context)
 
     nonce = NonceClaim(tenant_id=tenant_a.pk, sender_did=alice.did, nonce="n-stmt", expires_at_ms=2**40, now_ms=1)
+    event = Delivery(tenant_a, alice.did, bob.did, "p", 1)
     with connection.execute_wrapper(capture):
-        found = storage.claim_and_deliver(
-            nonce, tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did,
-            payload="p", now_s=1,
-        )  # fmt: skip
+        found = messaging_sql.deliver(storage.CLAIM, nonce, event)
     assert found.nonce_fresh and found.registered and found.has_contract and not found.queue_full
     [(sql, params)] = captured
     public_id = params[24]
     assert found == Found(True, True, True, False, str(public_id))
-    assert (sql, params) == messaging_sql.deliver_statement(
-        storage.CLAIM, nonce.params(), tenant=tenant_a, checks_passed=True, sender_did=alice.did, recipient_did=bob.did, payload="p",
-        now_s=1, public_id=public_id,
-    )  # fmt: skip
+    assert (sql, params) == messaging_sql.deliver_statement(storage.CLAIM, nonce, event, public_id)

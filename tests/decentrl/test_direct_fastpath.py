@@ -163,3 +163,21 @@ def test_a_failed_query_statement_still_leaves_the_nonce_consumed(post_a, tenant
     assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
     monkeypatch.undo()
     assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
+
+
+@pytest.mark.django_db(transaction=True)  # a failed statement aborts an enclosing test transaction
+def test_a_failed_two_way_private_statement_still_leaves_the_nonce_consumed(
+    post_a, tenant_a, registered, alice, bob, monkeypatch
+):
+    from apps.messaging import sql
+
+    # messaging's pending-event statement, failing when it runs: it commits nothing, the claim in
+    # front of it included, so the dispatcher claims the nonce on its own before the 503.
+    real = sql.deliver_sql
+    monkeypatch.setattr(
+        sql, "deliver_sql", lambda claim: real(claim).replace("SELECT chk.fresh,", "SELECT 1 / 0 = 1,", 1)
+    )
+    env = envelope(alice, "blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
+    assert post_a.send(env) == (503, err("MEDIATOR_UNAVAILABLE"))
+    monkeypatch.undo()
+    assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -143,6 +144,14 @@ def test_the_application_routes_only_post_root_to_the_command_entry(tenant_a):
 def test_a_middleware_the_entry_does_not_know_stops_it_from_starting(settings):
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.gzip.GZipMiddleware"]
     with pytest.raises(ImproperlyConfigured, match="GZipMiddleware"):
+        ProtocolWSGIApplication()
+
+
+@pytest.mark.parametrize("name, value", [("PREPEND_WWW", True), ("DISALLOWED_USER_AGENTS", [re.compile("bot")])])
+def test_a_common_middleware_rule_no_protocol_post_may_get_stops_it_from_starting(settings, name, value):
+    """No POST / or POST /didcomm goes to Django's chain instead: the entry is their one way in."""
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=name):
         ProtocolWSGIApplication()
 
 

@@ -13,9 +13,11 @@ from django.db import connections, transaction
 from apps.decentrl import storage
 from apps.decentrl.storage import NonceClaim
 from apps.messaging import presence
+from apps.messaging import sql as messaging_sql
 from apps.messaging.models import PendingEvent, PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.messaging.services import pending_events_unacked
+from apps.messaging.sql import Delivery
 from tests.support.pglocks import another_session_waits_for_a_lock
 from tests.support.registration import contract_both_ways
 
@@ -158,15 +160,8 @@ def _in_thread(fn):
 
 
 def _deliver(tenant, alice, bob, nonce: str):
-    return storage.claim_and_deliver(
-        NonceClaim(tenant_id=tenant.pk, sender_did=alice.did, nonce=nonce, expires_at_ms=2**40, now_ms=1),
-        tenant=tenant,
-        checks_passed=True,
-        sender_did=alice.did,
-        recipient_did=bob.did,
-        payload="racing",
-        now_s=_now(),
-    )
+    claim = NonceClaim(tenant_id=tenant.pk, sender_did=alice.did, nonce=nonce, expires_at_ms=2**40, now_ms=1)
+    return messaging_sql.deliver(storage.CLAIM, claim, Delivery(tenant, alice.did, bob.did, "racing", _now()))
 
 
 def test_a_socket_that_joined_during_the_statement_is_seen(post_a, tenant_a, contracted, pushes):

@@ -3,7 +3,7 @@
 Counted in autocommit, as production runs (transactional_db: no test-wrapping savepoints), with
 the tenant cache off as in every test. BEGIN and COMMIT are counted by Django too.
 
-TWO_WAY_PRIVATE (storage.claim_and_deliver): tenant lookup, then one statement that
+TWO_WAY_PRIVATE (messaging's sql.deliver): tenant lookup, then one statement that
 claims the nonce, checks registration, contract and queue cap and inserts = 2.
 QUERY_PENDING_EVENTS: tenant lookup, nonce claim with the registration check, page SELECT = 3 (at most 4: a partial page implies its total, so the COUNT only runs when a page is
 full or past the end).

@@ -17,10 +17,11 @@ import pytest
 from apps.decentrl import storage
 from apps.decentrl.models import Nonce
 from apps.decentrl.storage import EventsQuery, NonceClaim
+from apps.messaging import sql as messaging_sql
 from apps.messaging.models import Contract, PendingEvent
 from apps.messaging.selectors import tenant_registrations
 from apps.messaging.services import events_save, is_registered
-from apps.messaging.sql import Found
+from apps.messaging.sql import Delivery, Found
 from apps.tenants.models import Tenant
 from apps.wire.client import Identity
 from apps.wire.envelope import EventFilter, EventToSave, Pagination
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.django_db
 
 
 def model_delivery(*, fresh: bool, checks: bool, registered: bool, contract: bool, full: bool) -> Found:
-    """What claim_and_deliver must find: flags only after a fresh nonce and passed CPU checks;
+    """What `sql.deliver` after the nonce claim must find: flags only after a fresh nonce and passed CPU checks;
     the queue only for a registered recipient holding the contract; stored when all allow it."""
     if not (fresh and checks):
         return Found(fresh)
@@ -85,7 +86,7 @@ def _claim(tenant, sender: str) -> NonceClaim:
     )
 
 
-def test_claim_and_deliver_matches_the_model_in_every_case(tenant_a):
+def test_deliver_after_the_claim_matches_the_model_in_every_case(tenant_a):
     Tenant.objects.filter(pk=tenant_a.pk).update(pending_queue_cap=1)
     tenant_a.refresh_from_db()
     for i, (fresh, checks, registered, contract, full) in enumerate(itertools.product([True, False], repeat=5)):
@@ -95,15 +96,8 @@ def test_claim_and_deliver_matches_the_model_in_every_case(tenant_a):
         if not fresh:
             assert storage.claim(nonce) is True
         queued = PendingEvent.objects.filter(recipient_did=recipient).count()
-        found = storage.claim_and_deliver(
-            nonce,
-            tenant=tenant_a,
-            checks_passed=checks,
-            sender_did=sender,
-            recipient_did=recipient,
-            payload="blob-" + str(i),
-            now_s=int(time.time()),
-        )
+        event = Delivery(tenant_a, sender, recipient, "blob-" + str(i), int(time.time()), checks)
+        found = messaging_sql.deliver(storage.CLAIM, nonce, event)
         case = {"fresh": fresh, "checks": checks, "registered": registered, "contract": contract, "full": full}
         expected = model_delivery(**case)
         assert (found.nonce_fresh, found.registered, found.has_contract, found.queue_full) == (
@@ -179,9 +173,7 @@ def test_a_nonce_is_claimed_once_and_reusable_only_after_its_expiry(tenant_a):
     nonce = _claim(tenant_a, "did:example:s")
     assert storage.claim(nonce) is True
     assert storage.claim(nonce) is False
-    later = NonceClaim(
-        **{**nonce.__dict__, "now_ms": nonce.expires_at_ms + 1, "expires_at_ms": nonce.expires_at_ms + 9}
-    )
+    later = nonce._replace(now_ms=nonce.expires_at_ms + 1, expires_at_ms=nonce.expires_at_ms + 9)
     assert storage.claim(later) is True
     assert Nonce.objects.get(sender_did="did:example:s").expires_at == nonce.expires_at_ms + 9
 

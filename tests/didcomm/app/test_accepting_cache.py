@@ -1,4 +1,4 @@
-"""The per-process cache of a tenant's DIDComm policy and accepting identities (identity.accepting_for, on apps/tenants/cache.py):
+"""The per-process cache of a tenant's DIDComm policy and accepting identities (identity.accepting_for, on apps/tenants/selectors.py's TenantCache):
 a warm cache reads neither, an edit in this process is seen at once, and a rotation made by another
 process never makes a message to the new DID undecryptable (one reload on an unknown kid)."""
 

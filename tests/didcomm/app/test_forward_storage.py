@@ -16,6 +16,7 @@ import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection, connections, transaction
@@ -23,7 +24,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.didcomm import mediation, queue
+from apps.didcomm import handlers, mediation, queue
 from apps.didcomm.identity import identity_current
 from apps.didcomm.models import (
     Connection,
@@ -36,6 +37,8 @@ from apps.didcomm.models import (
     presence_key,
 )
 from apps.didcomm.policy import policy_for
+from apps.didcomm.problems import Problem
+from apps.didcomm.protocols import Code
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
 from apps.messaging import sql as storage
@@ -402,6 +405,12 @@ def _client_live(tenant, client="did:example:client") -> None:
     presence.socket_entered(tenant_id=tenant.pk, did=presence_key(did_hash(client)), now_s=_now_s())
 
 
+def _store(tenant, policy, next_did: str, data: dict) -> str:
+    """handlers.store_forward for `next_did` on `tenant` under `policy`: the stored message's id."""
+    ctx = SimpleNamespace(tenant=tenant, policy=policy, code="SUCCESS", extra={})
+    return handlers.store_forward(ctx, next_did, data)
+
+
 @pytest.mark.django_db
 def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_capture_on_commit_callbacks):
     _grant(tenant_a)
@@ -409,8 +418,8 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_
     policy = policy_for(tenant=tenant_a)
     small = {"json": {"protected": "x" * 100}}
     with django_capture_on_commit_callbacks(execute=True):
-        stored = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=small)
-    text = QueuedMessage.objects.get(message_id=stored.message_id).data
+        stored = _store(tenant_a, policy, RECIPIENT, small)
+    text = QueuedMessage.objects.get(message_id=stored).data
     assert text == json.dumps(small, separators=(",", ":"))
     assert pushes == [
         {
@@ -418,8 +427,8 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_
             "did": "did:example:client",
             "message": {
                 "type": queue.WAKE,
-                "ids": [stored.message_id],
-                "items": [{"id": stored.message_id, "data": text}],
+                "ids": [stored],
+                "items": [{"id": stored, "data": text}],
             },
         }
     ]
@@ -427,10 +436,10 @@ def test_the_wake_carries_the_stored_text_up_to_64_kib(tenant_a, pushes, django_
     exact = {"base64": "A" * (queue.WAKE_ITEMS_MAX - len('{"base64":""}'))}
     big = {"base64": "A" * (queue.WAKE_ITEMS_MAX - len('{"base64":""}') + 1)}
     with django_capture_on_commit_callbacks(execute=True):
-        at_limit = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=exact)
-        over = queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data=big)
-    assert [p["message"].get("items", [{}])[0].get("id") for p in pushes] == [at_limit.message_id, None]
-    assert pushes[1]["message"] == {"type": queue.WAKE, "ids": [over.message_id]}
+        at_limit = _store(tenant_a, policy, RECIPIENT, exact)
+        over = _store(tenant_a, policy, RECIPIENT, big)
+    assert [p["message"].get("items", [{}])[0].get("id") for p in pushes] == [at_limit, None]
+    assert pushes[1]["message"] == {"type": queue.WAKE, "ids": [over]}
 
 
 @pytest.mark.django_db
@@ -443,12 +452,15 @@ def test_nothing_is_pushed_before_the_commit_nor_for_an_unknown_or_full_queue(
     policy = policy_for(tenant=tenant_a)
     policy.queue_cap, policy.overflow = 1, DidcommPolicy.Overflow.REJECT
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+        assert _store(tenant_a, policy, RECIPIENT, {"base64": "AA"})
         assert pushes == []
-        with pytest.raises(queue.QueueFull):
-            queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
-        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did="did:example:nobody", data={}) is None
-        assert queue.forward_store(tenant=tenant_a, policy=policy, next_did="not a did", data={}) is None
+        with pytest.raises(Problem) as full:
+            _store(tenant_a, policy, RECIPIENT, {"base64": "AA"})
+        assert (full.value.code, full.value.status) == (Code.STORAGE_FULL, 507)
+        for nobody in ("did:example:nobody", "not a did"):
+            with pytest.raises(Problem) as unknown:
+                _store(tenant_a, policy, nobody, {})
+            assert unknown.value.code == Code.NOT_FOUND
     assert len(callbacks) == 1 and pushes == []
 
 
@@ -467,7 +479,7 @@ def test_the_wake_leaves_only_for_a_client_that_may_be_live(tenant_a, pushes, dj
     def forward() -> list[str]:
         pushes.clear()
         with django_capture_on_commit_callbacks(execute=True):
-            queue.forward_store(tenant=tenant_a, policy=policy, next_did=RECIPIENT, data={"base64": "AA"})
+            _store(tenant_a, policy, RECIPIENT, {"base64": "AA"})
         return [p["did"] for p in pushes]
 
     client = "did:example:client"

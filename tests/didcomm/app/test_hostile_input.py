@@ -20,10 +20,10 @@ from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
 from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
+from apps.didcomm.dispatch import http_reply, http_unavailable
 from apps.didcomm.identity import verkey_of
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
-from apps.didcomm.views import wsgi_reply, wsgi_unavailable
 from apps.usage import records as request_records
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
 from tests.conftest import HOST_A, wsgi_call
@@ -76,7 +76,7 @@ def _hostile_bodies(mediator_did: str) -> dict[str, tuple[bytes, str]]:
 
 
 def test_hostile_envelopes_get_their_problem_code_from_both_entries(tenant_a, didcomm_a):
-    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})
+    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(http_reply, http_unavailable)})
     answers = {}
     for name, (body, _) in _hostile_bodies(didcomm_a.mediator_did).items():
         view = didcomm_a.post(body)
@@ -161,7 +161,7 @@ def test_an_exception_no_handler_answers_is_a_503_problem_report_logged_without_
     records = []
     monkeypatch.setattr(request_records, "OBSERVERS", [*request_records.OBSERVERS, records.append])
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
-    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})
+    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(http_reply, http_unavailable)})
     with caplog.at_level(logging.INFO, logger="mediator"):
         view = didcomm_a.post(wallet.pack(ping, didcomm_a.mediator_did))
         status, _, body = wsgi_call(

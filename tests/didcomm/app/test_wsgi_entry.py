@@ -1,5 +1,5 @@
 """POST /didcomm through the production WSGI entry (mediator_project/wsgi.py: apps/decentrl/wsgi.py's
-CommandEntry with apps/didcomm/views.py's `wsgi_reply`) gives what Django's full handler gives (the
+CommandEntry with apps/didcomm/dispatch.py's `http_reply`) gives what Django's full handler gives (the
 view `endpoint` behind every middleware): same status, same headers, same body (problem reports
 differ only in their random `id`)."""
 
@@ -12,8 +12,8 @@ from django.core.handlers.wsgi import WSGIHandler
 
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
+from apps.didcomm.dispatch import http_reply, http_unavailable
 from apps.didcomm.models import QueuedMessage
-from apps.didcomm.views import wsgi_reply, wsgi_unavailable
 from tests.conftest import wsgi_call
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def handlers(db):
     """(Django's full handler, the production application as mediator_project/wsgi.py builds it)."""
-    return WSGIHandler(), ProtocolWSGIApplication({"/didcomm": CommandEntry(wsgi_reply, wsgi_unavailable)})
+    return WSGIHandler(), ProtocolWSGIApplication({"/didcomm": CommandEntry(http_reply, http_unavailable)})
 
 
 def call(app, body: bytes, content_type: str = ENCRYPTED, **kw):
@@ -40,7 +40,7 @@ def test_the_production_application_routes_post_didcomm_to_the_lean_entry():
     from mediator_project.wsgi import application
 
     entry = application.routes["/didcomm"]
-    assert (entry.reply, entry.unavailable) == (wsgi_reply, wsgi_unavailable)
+    assert (entry.reply, entry.unavailable) == (http_reply, http_unavailable)
     seen = []
     app = ProtocolWSGIApplication({"/didcomm": lambda environ, start_response: seen.append("didcomm") or []})
     app.commands = lambda environ, start_response: seen.append("commands") or []
