@@ -4,7 +4,11 @@ tests/didcomm/app/test_e2e_socket_frames.py), and an option given on the command
 
 from __future__ import annotations
 
+import httpx
+import pytest
+
 from mediator_project import socket_server
+from tests.support.servers import free_port, start_daphne
 
 
 def test_daphnes_message_limits_are_twice_the_body_cap(settings):
@@ -26,3 +30,22 @@ def test_options_and_an_application_given_on_the_command_line_come_last_and_win(
     args = socket_server.arguments(["--websocket-max-message-size", "5", "other.asgi:application"])
     assert args[-3:] == ["--websocket-max-message-size", "5", "other.asgi:application"]
     assert args.count("mediator_project.asgi:application") == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_post_body_daphne_cannot_parse_as_a_form_reaches_the_application_as_under_granian(tmp_path):
+    """Twisted parses a POST form body for Daphne, which never reads the result (socket_server.Request);
+    a body that is not the multipart its Content-Type says was answered by Twisted: a bare 400, the
+    connection dropped. The application answers it, as it does behind Granian."""
+    from apps.tenants.services import tenant_create
+
+    port = free_port()
+    tenant_create(slug="daphne", domain=f"127.0.0.1:{port}", public_url=f"http://127.0.0.1:{port}")
+    server = start_daphne(tmp_path, port=port)
+    try:
+        for ctype in ("multipart/form-data; boundary=x", "application/x-www-form-urlencoded"):
+            r = httpx.post(server.url + "/", content=b"{}", headers={"Content-Type": ctype}, timeout=10)
+            assert (r.status_code, r.json()) == (400, {"type": "ERROR", "code": "INVALID_COMMAND"}), ctype
+    finally:
+        server.stop()
