@@ -10,9 +10,9 @@ consumers receive what it sends unchanged.
 Why not the public API: from a WSGI worker `group_send` is a coroutine, so every push needs an
 event loop (a hop to a background loop thread, or `async_to_sync`'s new loop and Redis connection
 per call) and it always writes (it prunes the group and reads it inside the send), while most
-TWO_WAY_PRIVATE recipients have no socket at all. On the real layer the adapter's worker CPU per
-push is a fraction of the public path's, which would add a double-digit share to a
-TWO_WAY_PRIVATE's CPU.
+TWO_WAY_PRIVATE recipients have no socket at all. On the real layer the adapter's CPU per push
+is a fraction of the public path's even on a long-lived loop (bench/push_bench.py, `make bench`),
+so it is the only path to this layer, by address and through Sentinel.
 
 The price is the coupling, kept explicit:
 - requirements.txt pins channels-redis to exactly `PINNED` (tests/realtime/test_channels_redis_adapter.py
