@@ -165,8 +165,8 @@ def session_target() -> tuple[str, str]:
 SESSION_CONFIG = {
     "spark.sql.session.timeZone": "UTC",
     # Adaptive execution re-plans after every stage and runs a report's ~20 small stages one after
-    # another: 3.4-8.9 s against 1.7-2.6 s without it for the same 100k-row report (issue 17). The
-    # job sizes its shuffles to the row count itself (usage_report.shuffle_partitions).
+    # another, which makes a small report several times slower. The job sizes its shuffles to the
+    # row count itself (usage_report.shuffle_partitions).
     "spark.sql.adaptive.enabled": "false",
 }
 

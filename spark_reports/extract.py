@@ -102,6 +102,8 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
 # Rows per JDBC partition: a small input is one JDBC read (one task); a large one is split into
 # ranges of about this many rows, up to SPARK_JDBC_PARTITIONS ranges read in parallel.
 ROWS_PER_PARTITION = 250_000
+# Rows the PostgreSQL driver fetches per round trip (it otherwise buffers a range's whole result).
+FETCH_SIZE = 10_000
 
 
 Bounds = tuple[int | None, int | None, int]  # MIN(id), MAX(id), COUNT(*)
@@ -155,7 +157,7 @@ def read_ranges(
     customSchema: the declared types.
     pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
     wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
-    `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows).
+    `at`, then expects a few hundred rows and sorts instead of hashing (several times slower).
     prepareThreshold -1: the driver prepares the query on the server from its first execution, so
     the rows come in PostgreSQL's binary format (timestamps, integers, doubles neither formatted as
     text by the server nor parsed by the JVM). Each query runs once, in its own transaction, so a
@@ -169,7 +171,7 @@ def read_ranges(
             .options(
                 url=db.url,
                 dbtable=f"({query}) q",
-                fetchsize="10000",
+                fetchsize=str(FETCH_SIZE),
                 prepareThreshold="-1",
                 customSchema=custom,
                 pushDownPredicate="false",
