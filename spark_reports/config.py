@@ -12,7 +12,8 @@ SPARK_MASTER            a classic master (local[*], spark://..., yarn): the job 
 SPARK_LOCAL_IP          default 127.0.0.1 (set before a classic driver's JVM starts)
 SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
 SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL jar
-SPARK_JDBC_PARTITIONS   partitions of each partitioned JDBC read, default 4
+SPARK_JDBC_PARTITIONS   the most tasks of the export's JDBC read (and of compaction), default this
+                        machine's cores (the local engine's executors); a cluster's cores when remote
 SPARK_SHUFFLE_PARTITIONS default 4 (reports are small; 200 would only add task overhead)
 REPORT_WORK_MEM         PostgreSQL work_mem of the job's JDBC reads, default 256MB (a planner allowance: the
                         memory used follows the real groups); they also set enable_sort=off, jit=off

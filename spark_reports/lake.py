@@ -77,8 +77,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DoubleType, LongType, StructField, StructType
 
-from .config import ROOT, Database, build_session, database_from_env, env_int
-from .extract import SCHEMAS, Read, Rows, input_snapshot, read_ranges, typed
+from .config import ROOT, Database, build_session, database_from_env
+from .extract import SCHEMAS, Read, Rows, input_snapshot, max_partitions, read_ranges, typed
 
 EXPORT_TABLE = "usage_meterexport"
 METER_TABLE = "usage_commandmeter"
@@ -538,7 +538,7 @@ def compact_day(
     attempt = Attempt(int(compaction), 0, 0)
     rows = read_meters(spark, db, day, day, lake=lake)
     expected = rows.count()
-    tasks = max(1, env_int("SPARK_JDBC_PARTITIONS", 4))
+    tasks = max_partitions()
     out = rows.withColumn("export", F.lit(-attempt.export).cast("long")).repartition(tasks, "tenant_id")
     _write_meters(spark, out, lake)
     if after_write:
