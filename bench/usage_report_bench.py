@@ -24,7 +24,8 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
 - stages: the job's own step timestamps (from its progress lines), when its result line came and
   when the process ended, and the phases its result line reports (session, bounds, merge, tables,
   write, stop), per run;
-- --runs 0: the exports only (no report, no SQL).
+- --runs 0: the exports only (no report, no SQL); --keep-data: the reports and SQL only, on the
+  database and lake the last run of the same size left (no insert, no export).
 - --compare TREE: the job of another tree (a `git archive` snapshot) on the same engine, alternating
   with this tree's, the order flipping every run; before them, --export-rounds (2) rounds of both
   trees' exports of all the rows, alternately (the lake reset before each).
@@ -308,19 +309,21 @@ def bench(
     compare: Path | None = None,
     export_rounds: int = 0,
     sql_all: bool = True,
+    keep_data: bool = False,
 ) -> dict:
-    prepare(rows)
     result: dict = {
         "rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": [], "sql_groupby_s": []
     }  # fmt: skip
-    result["export"] = export()
-    if warm_ups:
+    if not keep_data:
+        prepare(rows)
+        result["export"] = export()
+    if warm_ups and not keep_data:
         # The engine's first Spark job paid the JVM's warm-up: the same rows exported anew on the warm
         # engine (no attempt recorded, an empty lake), as every later export runs. Later sizes find
         # the engine warm already.
         reset_lake()
         result["export_warm"] = export()
-    print(f"  export {result['export']}  warm {result.get('export_warm')}", flush=True)
+    print(f"  export {result.get('export')}  warm {result.get('export_warm')}", flush=True)
     if compare:
         # The other tree's export and this one's alternately on the same rows, the order flipping
         # every round; the last export (this tree's) leaves the lake the reports read.
@@ -400,6 +403,11 @@ def main() -> None:
         default="all",
         help="beside each report: the four SQL queries and the one GROUP BY (all), or the GROUP BY alone",
     )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="the database and lake as the last run left them (same --rows, --days, --tenants): no insert, no export",
+    )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
     parser.add_argument(
@@ -439,6 +447,7 @@ def run_all(args) -> None:
             compare=args.compare,
             export_rounds=args.export_rounds,
             sql_all=args.sql == "all",
+            keep_data=args.keep_data,
         )
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()
