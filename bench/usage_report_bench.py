@@ -3,7 +3,8 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
 
     .venv/bin/python -m bench.usage_report_bench                 # 1M and 5M rows, 3 runs each
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1   # "fast enough to click"
-    .venv/bin/python -m bench.usage_report_bench --rows 10000000 --runs 1   # the 10M-row target
+    .venv/bin/python -m bench.usage_report_bench --rows 10000000 --runs 3 --sql groupby   # the 10M-row target
+    .venv/bin/python -m bench.usage_report_bench --rows 2000000 --runs 0 --warm-ups 0 --compare /tmp/old-tree  # exports only
     .venv/bin/python -m bench.usage_report_bench --rows 100000 --days 1 --tenants 1 --compare /tmp/old-tree  # old vs new
 
 - export: `python -m spark_reports.lake export` over all the rows (what the beat runs every few
@@ -16,11 +17,15 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
   report: client start, extract, transform, load (wall clock of the process);
 - sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
   top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded;
-  sql_groupby: the first of those alone, one GROUP BY (the target's "ratio ≤ 1x" compares with it).
+  sql_groupby: the first of those alone, one GROUP BY (the target's "ratio ≤ 1x" compares with it;
+  `--sql groupby` runs it alone). The SQL and the report run side by side, which goes first flipping
+  every run; `ratio_vs_groupby_runs` is each run's report / GROUP BY.
   The report itself reads no metering row from PostgreSQL (its export ran first and found nothing new).
 - stages: the job's own step timestamps (from its progress lines), when its result line came and
   when the process ended, and the phases its result line reports (session, bounds, merge, tables,
   write, stop), per run;
+- --runs 0: the exports only (no report, no SQL); --keep-data: the reports and SQL only, on the
+  database and lake the last run of the same size left (no insert, no export).
 - --compare TREE: the job of another tree (a `git archive` snapshot) on the same engine, alternating
   with this tree's, the order flipping every run; before them, --export-rounds (2) rounds of both
   trees' exports of all the rows, alternately (the lake reset before each).
@@ -296,19 +301,29 @@ def sql_only() -> float:
         return time.perf_counter() - t0
 
 
-def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = None, export_rounds: int = 0) -> dict:
-    prepare(rows)
+def bench(
+    rows: int,
+    runs: int,
+    *,
+    warm_ups: int = 1,
+    compare: Path | None = None,
+    export_rounds: int = 0,
+    sql_all: bool = True,
+    keep_data: bool = False,
+) -> dict:
     result: dict = {
         "rows": rows, "days": DAYS, "tenants": TENANTS, "runs": runs, "warm_s": [], "sql_s": [], "sql_groupby_s": []
     }  # fmt: skip
-    result["export"] = export()
-    if warm_ups:
+    if not keep_data:
+        prepare(rows)
+        result["export"] = export()
+    if warm_ups and not keep_data:
         # The engine's first Spark job paid the JVM's warm-up: the same rows exported anew on the warm
         # engine (no attempt recorded, an empty lake), as every later export runs. Later sizes find
         # the engine warm already.
         reset_lake()
         result["export_warm"] = export()
-    print(f"  export {result['export']}  warm {result.get('export_warm')}", flush=True)
+    print(f"  export {result.get('export')}  warm {result.get('export_warm')}", flush=True)
     if compare:
         # The other tree's export and this one's alternately on the same rows, the order flipping
         # every round; the last export (this tree's) leaves the lake the reports read.
@@ -328,6 +343,8 @@ def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = Non
                     values = [r[field] for r in result[key] if r.get(field) is not None]
                     if values:
                         result[f"{key}_median_{field}"] = statistics.median(values)
+    if not runs:
+        return result  # the exports alone
     if compare:
         result.update(compare_tree=str(compare), compare_s=[])
     new_run_id()  # Django's first connection, so that timings below hold only the work
@@ -336,20 +353,31 @@ def bench(rows: int, runs: int, *, warm_ups: int = 1, compare: Path | None = Non
         warm(new_run_id())
         if compare:
             warm(new_run_id(), compare)
+    trees = [(ROOT, "warm_s"), (compare, "compare_s")] if compare else [(ROOT, "warm_s")]
     for i in range(runs):
-        result["sql_s"].append(round(sql_only(), 2))
-        result["sql_groupby_s"].append(round(sql_groupby(), 2))
-        # With --compare, this tree's job and the other's run in turn, the order flipping every run.
-        trees = [(ROOT, "warm_s"), (compare, "compare_s")] if compare else [(ROOT, "warm_s")]
-        for tree, key in trees if i % 2 == 0 else trees[::-1]:
-            seconds, steps = warm(new_run_id(), tree)
-            result[key].append(round(seconds, 2))
-            result.setdefault(key.replace("_s", "_stages"), []).append(steps)
-            print(f"  sql {result['sql_s'][-1]}s  {key} {result[key][-1]}s  {steps}", flush=True)
+        # The SQL and the report(s) side by side, which goes first flipping every run; with --compare,
+        # this tree's job and the other's in turn, their order flipping too.
+        sides = ["sql", "report"] if i % 2 == 0 else ["report", "sql"]
+        for side in sides:
+            if side == "sql":
+                if sql_all:
+                    result["sql_s"].append(round(sql_only(), 2))
+                result["sql_groupby_s"].append(round(sql_groupby(), 2))
+                continue
+            for tree, key in trees if i % 2 == 0 else trees[::-1]:
+                seconds, steps = warm(new_run_id(), tree)
+                result[key].append(round(seconds, 2))
+                result.setdefault(key.replace("_s", "_stages"), []).append(steps)
+                print(f"  {key} {result[key][-1]}s  {steps}", flush=True)
+        result.setdefault("ratio_vs_groupby_runs", []).append(
+            round(result["warm_s"][-1] / result["sql_groupby_s"][-1], 2)
+        )
+        print(f"  sql {result['sql_s'][-1:]}  sql_groupby {result['sql_groupby_s'][-1]}s", flush=True)
     for key in ("warm_s", "sql_s", "sql_groupby_s", "compare_s"):
-        if key in result:
+        if result.get(key):
             result[key.replace("_s", "_median_s")] = round(statistics.median(result[key]), 2)
-    result["ratio"] = round(result["warm_median_s"] / result["sql_median_s"], 2)
+    if result["sql_s"]:
+        result["ratio"] = round(result["warm_median_s"] / result["sql_median_s"], 2)
     result["ratio_vs_groupby"] = round(result["warm_median_s"] / result["sql_groupby_median_s"], 2)
     if compare:
         result["warm_vs_compare"] = round(result["warm_median_s"] / result["compare_median_s"], 2)
@@ -368,6 +396,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--export-rounds", type=int, default=2, help="with --compare: rounds of the two trees' exports, alternately"
+    )
+    parser.add_argument(
+        "--sql",
+        choices=["all", "groupby"],
+        default="all",
+        help="beside each report: the four SQL queries and the one GROUP BY (all), or the GROUP BY alone",
+    )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="the database and lake as the last run left them (same --rows, --days, --tenants): no insert, no export",
     )
     parser.add_argument("--days", type=int, default=DAYS)
     parser.add_argument("--tenants", type=int, default=TENANTS)
@@ -407,6 +446,8 @@ def run_all(args) -> None:
             warm_ups=args.warm_ups if i == 0 else 0,
             compare=args.compare,
             export_rounds=args.export_rounds,
+            sql_all=args.sql == "all",
+            keep_data=args.keep_data,
         )
         res["load_average"] = os.getloadavg()
         res["cpus"] = os.cpu_count()

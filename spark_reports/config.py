@@ -12,7 +12,8 @@ SPARK_MASTER            a classic master (local[*], spark://..., yarn): the job 
 SPARK_LOCAL_IP          default 127.0.0.1 (set before a classic driver's JVM starts)
 SPARK_DRIVER_MEMORY     default 1g (classic driver, or the engine's)
 SPARK_JDBC_JARS         comma-separated driver jars, default Debian's PostgreSQL jar
-SPARK_JDBC_PARTITIONS   partitions of each partitioned JDBC read, default 4
+SPARK_JDBC_PARTITIONS   the most tasks of the export's JDBC read (and of compaction), default this
+                        machine's cores (the local engine's executors); a cluster's cores when remote
 SPARK_SHUFFLE_PARTITIONS default 4 (reports are small; 200 would only add task overhead)
 REPORT_WORK_MEM         PostgreSQL work_mem of the job's JDBC reads, default 256MB (a planner allowance: the
                         memory used follows the real groups); they also set enable_sort=off, jit=off
@@ -165,8 +166,8 @@ def session_target() -> tuple[str, str]:
 SESSION_CONFIG = {
     "spark.sql.session.timeZone": "UTC",
     # Adaptive execution re-plans after every stage and runs a report's ~20 small stages one after
-    # another: 3.4-8.9 s against 1.7-2.6 s without it for the same 100k-row report (issue 17). The
-    # job sizes its shuffles to the row count itself (usage_report.shuffle_partitions).
+    # another, which makes a small report several times slower. The job sizes its shuffles to the
+    # row count itself (usage_report.shuffle_partitions).
     "spark.sql.adaptive.enabled": "false",
 }
 

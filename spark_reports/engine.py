@@ -5,8 +5,8 @@
     python -m spark_reports.engine status   # exit 0 when this deployment's engine answers
     python -m spark_reports.engine stop     # stop this deployment's engine (make run, on its way out)
 
-A report used to start its own JVM and SparkSession (15-40 s on this box before reading a row).
-The engine keeps one JVM warm, with the JDBC drivers on its classpath; each report is a thin
+A JVM and a SparkSession take tens of seconds to start on a small box, before reading a row: the
+engine keeps one JVM warm, with the JDBC drivers on its classpath; each report is a thin
 Connect client (`config.build_session`). The server listens on SPARK_ENGINE_HOST (default
 127.0.0.1, loopback only) and SPARK_ENGINE_PORT when set, else on a free port it records with its
 pid in MEDIATOR_VAR_DIR/spark-engine.json, and runs its executors on SPARK_ENGINE_MASTER (default

@@ -9,6 +9,7 @@ PostgreSQL timestamps arrive as timestamps (session time zone UTC).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -100,8 +101,10 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
     ],
 }
 # Rows per JDBC partition: a small input is one JDBC read (one task); a large one is split into
-# ranges of about this many rows, up to SPARK_JDBC_PARTITIONS ranges read in parallel.
+# ranges of about this many rows, up to max_partitions() ranges read in parallel.
 ROWS_PER_PARTITION = 250_000
+# Rows the PostgreSQL driver fetches per round trip (it otherwise buffers a range's whole result).
+FETCH_SIZE = 10_000
 
 
 Bounds = tuple[int | None, int | None, int]  # MIN(id), MAX(id), COUNT(*)
@@ -155,7 +158,7 @@ def read_ranges(
     customSchema: the declared types.
     pushDownPredicate false: the database runs exactly the query written here. Spark would otherwise
     wrap the transform's day filter around a GROUP BY, and PostgreSQL, pushing it inside as a cast of
-    `at`, then expects a few hundred rows and sorts instead of hashing (2-5x slower at 1M rows).
+    `at`, then expects a few hundred rows and sorts instead of hashing (several times slower).
     prepareThreshold -1: the driver prepares the query on the server from its first execution, so
     the rows come in PostgreSQL's binary format (timestamps, integers, doubles neither formatted as
     text by the server nor parsed by the JVM). Each query runs once, in its own transaction, so a
@@ -169,7 +172,7 @@ def read_ranges(
             .options(
                 url=db.url,
                 dbtable=f"({query}) q",
-                fetchsize="10000",
+                fetchsize=str(FETCH_SIZE),
                 prepareThreshold="-1",
                 customSchema=custom,
                 pushDownPredicate="false",
@@ -183,11 +186,18 @@ def read_ranges(
     return union
 
 
+def max_partitions() -> int:
+    """The most tasks the export reads (and compaction writes) in: SPARK_JDBC_PARTITIONS, by default
+    this machine's cores, those of the local engine's executors (local[*]). A task reads, decodes
+    and encodes its rows on one core; more tasks than cores only add connections, open files and
+    scheduling, and cost CPU."""
+    return max(1, env_int("SPARK_JDBC_PARTITIONS", os.cpu_count() or 1))
+
+
 def jdbc_partitions(rows: int) -> int:
     """How many id ranges to read `rows` rows in: one per ROWS_PER_PARTITION rows (each range is one
-    task, and a task costs scheduling on a busy box), at most SPARK_JDBC_PARTITIONS (default 4)."""
-    most = max(1, env_int("SPARK_JDBC_PARTITIONS", 4))
-    return max(1, min(most, -(-rows // ROWS_PER_PARTITION)))
+    task, and a task costs scheduling on a busy box), at most max_partitions()."""
+    return max(1, min(max_partitions(), -(-rows // ROWS_PER_PARTITION)))
 
 
 def schema(name: str) -> StructType:

@@ -77,8 +77,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DoubleType, LongType, StructField, StructType
 
-from .config import ROOT, Database, build_session, database_from_env, env_int
-from .extract import SCHEMAS, Read, Rows, input_snapshot, read_ranges, typed
+from .config import ROOT, Database, build_session, database_from_env
+from .extract import SCHEMAS, Read, Rows, input_snapshot, max_partitions, read_ranges, typed
 
 EXPORT_TABLE = "usage_meterexport"
 METER_TABLE = "usage_commandmeter"
@@ -297,9 +297,9 @@ def _write_meters(spark: SparkSession, frame: DataFrame, lake: str) -> None:
     # A task keeps one open file per (day, tenant) it meets instead of sorting its rows by
     # partition first (the rows arrive in id order, the tenants interleaved).
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
-    # Timestamps as Parquet's INT64 microseconds, not Spark's default INT96: the writer dictionary-
-    # encoded the 12-byte INT96 values, nearly all distinct, through a hash map of byte arrays, a
-    # fifth of the export's CPU (and INT96 has no min/max statistics).
+    # Timestamps as Parquet's INT64 microseconds, not Spark's default INT96: the writer would hash
+    # the 12-byte INT96 values, nearly all distinct, into a dictionary of byte arrays, and INT96 has
+    # no min/max statistics (the commit reads the time span from them, `written`).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     (
         frame.write.mode("overwrite")
@@ -361,22 +361,35 @@ def write_inputs(lake: str, export: int, snapshot: dict[date, list[tuple]]) -> N
 
 def written(spark: SparkSession, lake: str, export: int, day: date | None = None) -> dict:
     """What attempt `export` wrote (on `day`, or any), read back from the lake (only its folders):
-    rows and time span. The commit records what the files hold, not what the write meant to hold."""
+    rows and time span. The commit records what the files hold, not what the write meant to hold;
+    their Parquet footers say it (row counts, the `at` column's min/max statistics: no second pass
+    over the rows), the files as Spark lists them."""
     root = meters_uri(lake)
     days = f"day={day.isoformat()}" if day else "day=*"
-    files = (
-        spark.read.schema(LAKE_SCHEMA).option("basePath", root).parquet(f"{root}/{days}/tenant_id=*/export={export}")
-    )
     try:
-        found = files.agg(
-            F.count(F.lit(1)).alias("rows"), F.min("at").alias("first_at"), F.max("at").alias("last_at")
-        ).first()
+        files = (
+            spark.read.schema(LAKE_SCHEMA)
+            .option("basePath", root)
+            .parquet(f"{root}/{days}/tenant_id=*/export={export}")
+            .inputFiles()
+        )
     except AnalysisException as exc:  # no folder at all: the range held no row (ids of deleted rows)
         if "PATH_NOT_FOUND" not in str(exc):
             raise
-        return {"rows": 0, "first_at": None, "last_at": None}
-    assert found is not None  # an aggregate without GROUP BY has one row
-    return found.asDict()
+        files = []
+    rows, first, last = 0, None, None
+    for path in files:
+        filesystem, name = pafs.FileSystem.from_uri(_pyarrow_uri(path))
+        meta = pq.read_metadata(name, filesystem=filesystem)
+        rows += meta.num_rows
+        at = meta.schema.names.index("at")
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(at).statistics
+            if stats is None or not stats.has_min_max:
+                raise RuntimeError(f"{path} has no statistics of `at`")
+            first = stats.min if first is None else min(first, stats.min)
+            last = stats.max if last is None else max(last, stats.max)
+    return {"rows": rows, "first_at": first, "last_at": last}
 
 
 def _day_folders(uri: str, date_from: date, date_to: date) -> list[str]:
@@ -525,7 +538,7 @@ def compact_day(
     attempt = Attempt(int(compaction), 0, 0)
     rows = read_meters(spark, db, day, day, lake=lake)
     expected = rows.count()
-    tasks = max(1, env_int("SPARK_JDBC_PARTITIONS", 4))
+    tasks = max_partitions()
     out = rows.withColumn("export", F.lit(-attempt.export).cast("long")).repartition(tasks, "tenant_id")
     _write_meters(spark, out, lake)
     if after_write:

@@ -3,8 +3,8 @@ job (a few hundred rows per tenant and day at most, whatever the metering volume
 under the run's id in ONE database transaction, into tables created by Django migrations
 (apps/usage/models.py). Nothing is created, truncated or dropped here.
 
-Why not a JDBC write per table (issue 17): each table cost a `count` job and a write job, ~1-3 s of
-task scheduling apiece on a busy 2-core box, for a few hundred rows. One collect lets the engine
+Why not a JDBC write per table: each table would cost a `count` job and a write job, seconds of task
+scheduling apiece on a busy small box, for a few hundred rows. One collect lets the engine
 compute the shared `command_counts` shuffle once for all four tables; one transaction makes the
 rows appear together (or not at all).
 

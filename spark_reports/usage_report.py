@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     code = main()
     # The report is written and its result line printed; the interpreter's own exit (gRPC's and
-    # pyspark's threads and modules torn down) took another 0.3-1.2 s on a busy box, and the
-    # launcher publishes the run only when the process has ended (issue 17). Nothing is left to do.
+    # pyspark's threads and modules torn down) would add up to a second, and the launcher publishes
+    # the run only when the process has ended. Nothing is left to do.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -4,8 +4,7 @@ Hot path: `observe()` only appends the (immutable) Record to an in-process buffe
 no model instance, no lock beyond a deque append; rows are built by the writer. A daemon thread bulk-inserts the buffer every USAGE_METERING_FLUSH_MS or
 as soon as USAGE_METERING_BATCH rows are waiting, on one connection while commands keep coming
 (closed after an interval without any). Mode "sync" instead inserts one row inside the
-request (simpler, costs one INSERT per command); "off" does nothing. bench/metering_overhead.py
-measures all three.
+request (simpler, costs one INSERT per command); "off" does nothing.
 
 Accepted loss: rows buffered in a process that is SIGKILLed (at most one flush interval) are lost;
 metering is usage accounting, not billing-grade. The buffer is capped: past USAGE_METERING_MAX_BUFFER

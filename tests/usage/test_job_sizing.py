@@ -1,8 +1,10 @@
-"""How the job sizes its reads and shuffles to the rows it has (issue 17): one JDBC read and one
-shuffle partition for small inputs (each partition is a task to schedule), more for large ones, never
-more than the configured maximum."""
+"""How the jobs size their reads and shuffles to the rows they have: one JDBC read and one shuffle
+partition for small inputs (each partition is a task to schedule), more for large ones, never more
+than the configured maximum (for the export's reads, by default the machine's cores)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -16,7 +18,15 @@ from spark_reports.usage_report import shuffle_partitions
 )
 def test_jdbc_partitions_follow_the_row_count_up_to_the_maximum(rows, expected, monkeypatch):
     monkeypatch.delenv("SPARK_JDBC_PARTITIONS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     assert jdbc_partitions(rows) == expected
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(None, 1), (1, 1), (2, 2), (16, 16)])
+def test_jdbc_partitions_maximum_is_the_machines_cores_by_default(cores, expected, monkeypatch):
+    monkeypatch.delenv("SPARK_JDBC_PARTITIONS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert jdbc_partitions(100_000_000) == expected
 
 
 def test_jdbc_partitions_maximum_is_configurable(monkeypatch):

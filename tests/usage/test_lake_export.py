@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.db.models import Max, Min
 from pyspark.sql import functions as F
 
 from apps.usage import services, tasks
@@ -162,6 +163,10 @@ def test_the_beat_task_exports_through_a_job_process(spark, tenant_a, tenant_b):
     assert tasks.export_metering() == "exported 40 metering rows (0 interrupted exports abandoned)"
     assert tasks.export_metering() == "exported 0 metering rows (0 interrupted exports abandoned)"
     assert services.metering_watermark() == CommandMeter.objects.latest("pk").pk
+    # The commit's row count and time span, read from the files' footers, are the rows' own.
+    export = MeterExport.objects.get(state=MeterExport.State.COMMITTED, rows__gt=0)
+    span = CommandMeter.objects.aggregate(first=Min("at"), last=Max("at"))
+    assert (export.rows, export.first_at, export.last_at) == (40, span["first"], span["last"])
 
 
 def export_folders(lake_dir: str, day) -> set[tuple[str, str]]:

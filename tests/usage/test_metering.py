@@ -180,7 +180,7 @@ def test_a_batch_with_bad_rows_writes_the_good_rows_and_drops_and_counts_the_bad
         meter_record(tenant_a, code="BAD_TYPE", duration_ms="slow"),  # cannot even be made into a row
         meter_record(tenant_a, code="GOOD_4"),
     ]
-    metering._buffer.extend(batch)  # one batch, as the writer drains it (bench/metering_overhead.py does too)
+    metering._buffer.extend(batch)  # one batch, as the writer drains it
     try:
         metering.flush()
     finally:
