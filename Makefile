@@ -91,4 +91,4 @@ cluster-drill: install
 cluster-ci: install
 	scripts/cluster/down.sh
 	scripts/cluster/up.sh && ip netns exec mci-client env PYTHONPATH=$(CURDIR) $(PY) scripts/cluster/drill.py \
-	  --warmup 3 --seconds 12 --after 5; rc=$$?; scripts/cluster/down.sh; exit $$rc
+	  --warmup 2 --seconds 8 --after 3 --no-final-restore; rc=$$?; scripts/cluster/down.sh; exit $$rc
