@@ -148,3 +148,22 @@ def committed(django_capture_on_commit_callbacks):
         return await sync_to_async(inner)()
 
     return call
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix():
+    """pytest-django's own xdist suffix, not added: tests/support/xdist_worker.py already named each
+    worker's test database."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n N --dist loadgroup` (make test), in each worker: a module is one unit of work,
+    so its module-scoped servers start once; every test on the warm Spark engine is one unit, run
+    first (the longest), so one worker starts one engine and never runs two Spark tests at once."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        group = "spark" if "spark_engine" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: "spark_engine" not in item.fixturenames)
