@@ -31,13 +31,14 @@ operator: install
 # The whole suite: the simulated cluster's drills (short), then pytest (last, so its closing line ends the
 # output), the Spark standalone cluster test included (MEDIATOR_SPARK_CLUSTER=1). pytest runs PYTEST_WORKERS
 # pytest-xdist workers (2; 0 runs it in this process), each a suite of its own (tests/support/xdist_worker.py:
-# its test database and Redis prefix); a module is one unit of work, the Spark tests one more (tests/conftest.py).
+# its test database and Redis prefix); a module is one unit of work, the Spark tests one more, handed out
+# first, then the modules in collection order (tests/conftest.py).
 # `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
 PYTEST_WORKERS ?= 2
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci
-	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy checks all product code,
 # strict on apps/wire and apps/didcomm/core, the default level elsewhere (pyproject.toml [tool.mypy]).
