@@ -158,10 +158,10 @@ def django_db_modify_db_settings_xdist_suffix():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under `pytest -n N --dist loadgroup` (make test), in each worker: a module is one unit of work,
-    so its module-scoped servers start once; every test on the warm Spark engine is one unit, so one
-    worker starts one engine and never runs two Spark tests at once. That unit comes first: with
-    --no-loadscope-reorder (make test) it is handed out first, a long unit that must not be the tail."""
+    """Under `pytest -n N --dist loadgroup` (`make test PYTEST_WORKERS=N`), in each worker: a module is
+    one unit of work, so its module-scoped servers start once; every test on the warm Spark engine is
+    one unit, so one worker starts one engine and never runs two Spark tests at once. That unit comes
+    first: with --no-loadscope-reorder it is handed out first, a long unit that must not be the tail."""
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
