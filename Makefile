@@ -29,12 +29,12 @@ operator: install
 	$(PY) scripts/with_postgres.py -- sh -c '$(PY) manage.py migrate --noinput -v0 && exec $(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))'
 
 # The whole suite: the simulated cluster's drills (short), then pytest (last, so its closing line ends the
-# output), the Spark standalone cluster test included (MEDIATOR_SPARK_CLUSTER=1). PYTEST_WORKERS=2 runs it on
-# pytest-xdist workers, each a suite of its own (tests/support/xdist_worker.py: its test database and Redis
-# prefix); a module is one unit of work, the Spark tests one more, handed out first, then the modules in
-# collection order (tests/conftest.py). The default, 0, runs it in this process: on the shared 2-core box two
-# workers were slower (docs/benchmarks.md). `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
-PYTEST_WORKERS ?= 0
+# output), the Spark standalone cluster test included (MEDIATOR_SPARK_CLUSTER=1), on PYTEST_WORKERS
+# pytest-xdist workers (2, one per core; 0 runs it in this process), each a suite of its own
+# (tests/support/xdist_worker.py: its test database and Redis prefix); a module is one unit of work, the
+# Spark tests one more, handed out first, then the modules in collection order (tests/conftest.py).
+# `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
+PYTEST_WORKERS ?= 2
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci
