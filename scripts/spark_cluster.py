@@ -10,7 +10,7 @@ cluster, start its Connect server the same way (`python -m spark_reports.engine 
 SPARK_ENGINE_MASTER=spark://your-master:7077, SPARK_ENGINE_HOST set to an address the workers and
 the mediator reach) or use the cluster's own, with the JDBC driver jars on its --jars.
 `make spark-cluster-test` starts one, runs a report on it with a worker killed mid-report, and
-compares the results with local mode's (tests/cluster/).
+compares the results with local mode's (tests/usage/test_spark_cluster.py).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env.pop("SPARK_REMOTE", None)
+    # The master and the workers only coordinate: the C1 compiler alone and the serial collector
+    # halve the CPU they take to start on a small machine (the executors keep the JVM's defaults).
+    env.setdefault("SPARK_DAEMON_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     return env
 
 
@@ -100,8 +103,16 @@ def start(directory: Path, workers: int, worker_memory: str, timeout: float = 18
             raise RuntimeError(f"{alive_workers(ui)} of {workers} workers registered (see {directory})")
         time.sleep(0.25)
     connect = _free_port()
+    # The Connect server on this master; the caller's own environment (a test run's) is left as it was.
+    before = os.environ.get("SPARK_ENGINE_MASTER")
     os.environ["SPARK_ENGINE_MASTER"] = master
-    state["pids"]["connect"] = engine.start_background(var_dir=directory, host="127.0.0.1", port=connect)
+    try:
+        state["pids"]["connect"] = engine.start_background(var_dir=directory, host="127.0.0.1", port=connect)
+    finally:
+        if before is None:
+            del os.environ["SPARK_ENGINE_MASTER"]
+        else:
+            os.environ["SPARK_ENGINE_MASTER"] = before
     state["connect"] = f"sc://127.0.0.1:{connect}"
     (directory / STATE).write_text(json.dumps(state))
     return state

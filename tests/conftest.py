@@ -148,3 +148,23 @@ def committed(django_capture_on_commit_callbacks):
         return await sync_to_async(inner)()
 
     return call
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix():
+    """pytest-django's own xdist suffix, not added: tests/support/xdist_worker.py already named each
+    worker's test database."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n N --dist loadgroup` (`make test PYTEST_WORKERS=N`), in each worker: a module is
+    one unit of work, so its module-scoped servers start once; every test on the warm Spark engine is
+    one unit, so one worker starts one engine and never runs two Spark tests at once. That unit comes
+    first: with --no-loadscope-reorder it is handed out first, a long unit that must not be the tail."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        group = "spark" if "spark_engine" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: "spark_engine" not in item.fixturenames)

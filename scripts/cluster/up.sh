@@ -114,6 +114,14 @@ YML
   chown -R postgres:postgres "$CLUSTER_DIR/$db"
 done
 for db in "${DBS[@]}"; do start_patroni "$db"; done
+
+# --- Redis under Sentinel, started while Patroni bootstraps -------------------------
+start_redis redis1
+wait_for "Redis on redis1" 20 in_ns client redis-cli -h "${ADDR[redis1]}" ping
+start_redis redis2 redis1
+for s in "${SENTINEL_HOSTS[@]}"; do start_sentinel "$s"; done
+
+# --- the database, once Patroni has a primary and a synchronous standby ---------------------
 wait_for "a Patroni primary" 180 primary
 synced() { in_ns client curl -fsS -m 2 "http://${ADDR[$(primary)]}:8008/cluster" | grep -q '"sync_standby"'; }
 wait_for "a synchronous standby" 180 synced
@@ -121,11 +129,6 @@ p="${ADDR[$(primary)]}"
 log "primary $(primary)"
 in_ns client "$PG_BIN/psql" -qAt -h "$p" -U postgres -d postgres -c "CREATE ROLE mediator LOGIN" -c "CREATE DATABASE mediator OWNER mediator"
 
-# --- Redis under Sentinel --------------------------------------------------------------------
-start_redis redis1
-wait_for "Redis on redis1" 20 in_ns client redis-cli -h "${ADDR[redis1]}" ping
-start_redis redis2 redis1
-for s in "${SENTINEL_HOSTS[@]}"; do start_sentinel "$s"; done
 wait_for "the Redis replica in sync and three sentinels agreeing" 60 redis_ready
 log "Redis master $(redis_master), sentinels on ${SENTINEL_HOSTS[*]}"
 
