@@ -28,25 +28,27 @@ run: install
 operator: install
 	$(PY) scripts/with_postgres.py -- sh -c '$(PY) manage.py migrate --noinput -v0 && exec $(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))'
 
-# The whole suite: the simulated cluster's drills (short), then pytest (last, so its closing line ends the
-# output), the Spark standalone cluster test included (MEDIATOR_SPARK_CLUSTER=1), on PYTEST_WORKERS
-# pytest-xdist workers (2, one per core; 0 runs it in this process), each a suite of its own
-# (tests/support/xdist_worker.py: its test database and Redis prefix); a module is one unit of work, the
-# Spark tests one more, handed out first, then the modules in collection order (tests/conftest.py).
-# `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
-PYTEST_WORKERS ?= 2
+# The whole suite: the simulated cluster's drills (short), the Spark standalone cluster test, then pytest
+# (last, so its closing line ends the output). `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
+# PYTEST_WORKERS=2 runs pytest on two pytest-xdist workers, each a suite of its own
+# (tests/support/xdist_worker.py: its test database and Redis prefix; a module is one unit of work, the
+# Spark tests one more, handed out first: tests/conftest.py): ~12 instead of ~18 minutes on 2 cores, but
+# not the default yet, since one browser test's row count (tests/usage/test_browser_report_run.py) came
+# out higher on two workers, twice, and passes alone and in one process: the cause is not yet found.
+PYTEST_WORKERS ?= 0
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci
-	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py
+	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy checks all product code,
 # strict on apps/wire and apps/didcomm/core, the default level elsewhere (pyproject.toml [tool.mypy]).
 MYPY_PATHS := apps mediator_project spark_reports
 
 # A Spark standalone cluster (master + 2 workers, scripts/spark_cluster.py) runs a report with a
-# worker killed mid-report and must publish exactly local mode's figures. `make test` runs it within the
-# suite; this target runs only it.
+# worker killed mid-report and must publish exactly local mode's figures. Four more JVMs, so `make test`
+# runs it on its own before the suite; this target runs only it.
 spark-cluster-test: install
 	scripts/ensure_services.sh
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py $(PYTEST_ARGS)
