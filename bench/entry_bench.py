@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import psycopg
 
+from bench import write_results
 from bench.pg import PG_ADMIN_URL, db_url
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 BODY = b'{"type":"NOT_A_COMMAND"}'
 ENTRY, DJANGO = "command entry", "Django's handler"
 
@@ -129,9 +126,6 @@ def main(argv: list[str] | None = None) -> None:
         "median_ratio": statistics.median(ratios),
         "load_average": os.getloadavg(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    (RESULTS / f"entry-{stamp}.json").write_text(json.dumps(summary, indent=2))
     lines = [
         "| round | command entry µs/req | Django's handler µs/req | ratio |",
         "|---|---|---|---|",
@@ -141,9 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         f"\nDjango's handler / command entry, median of the rounds: **{summary['median_ratio']:.2f}×**",
     ]
-    (RESULTS / f"entry-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(summary))
-    print("\n".join(lines))
+    write_results("entry", summary, lines)
 
 
 if __name__ == "__main__":

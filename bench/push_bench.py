@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import threading
@@ -28,15 +27,13 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 import redis
 from channels_redis.core import RedisChannelLayer
 
 from apps.realtime.channels_redis_adapter import SyncSender
+from bench import write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 ADAPTER, PUBLIC = "adapter", "public group_send"
 MESSAGE = {"type": "realtime.push", "group": "", "text": "x" * 200}
 
@@ -136,9 +133,6 @@ def main(argv: list[str] | None = None) -> None:
         "median_ratio": statistics.median(ratios),
         "load_average": os.getloadavg(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    (RESULTS / f"push-{stamp}.json").write_text(json.dumps(summary, indent=2))
     lines = [
         "| round | adapter µs/push (process + Redis) | public group_send µs/push (process + Redis) | ratio |",
         "|---|---|---|---|",
@@ -148,9 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         f"\npublic group_send / adapter, CPU per push, median of the rounds: **{summary['median_ratio']:.2f}×**",
     ]
-    (RESULTS / f"push-{stamp}.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps(summary))
-    print("\n".join(lines))
+    write_results("push", summary, lines)
 
 
 if __name__ == "__main__":
