@@ -30,12 +30,11 @@ operator: install
 
 # The whole suite: the simulated cluster's drills (short), the Spark standalone cluster test, then pytest
 # (last, so its closing line ends the output). `make test PYTEST_ARGS=tests/x` narrows only the pytest run.
-# PYTEST_WORKERS=2 runs pytest on two pytest-xdist workers, each a suite of its own
+# pytest runs on PYTEST_WORKERS pytest-xdist workers, each a suite of its own
 # (tests/support/xdist_worker.py: its test database and Redis prefix; a module is one unit of work, the
-# Spark tests one more, handed out first: tests/conftest.py): ~12 instead of ~18 minutes on 2 cores, but
-# not the default yet, since one browser test's row count (tests/usage/test_browser_report_run.py) came
-# out higher on two workers, twice, and passes alone and in one process: the cause is not yet found.
-PYTEST_WORKERS ?= 0
+# Spark tests one more, handed out first: tests/conftest.py): ~12 instead of ~18 minutes on 2 cores.
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci

@@ -71,7 +71,9 @@ def chart_name(protocol: str, command_type: str) -> str:
 @pytest.fixture
 def stack(spark_engine, transactional_db, tmp_path):
     """Daphne and a Celery worker; both (and the job processes the worker starts) use the session's
-    warm engine: SPARK_ENGINE_PORT is in os.environ, which server_env copies."""
+    warm engine: SPARK_ENGINE_PORT is in os.environ, which server_env copies. The database starts
+    with no metering rows: the report's row count is this test's own."""
+    assert not CommandMeter.objects.exists(), "a module before this one left metering rows committed"
     worker = start_celery_worker(tmp_path, env=SPARK_ENV)
     daphne = start_daphne(tmp_path, env={"CELERY_BROKER_URL": worker.broker_url, "USAGE_REPORT_QUEUE": worker.queue})
     yield daphne, worker

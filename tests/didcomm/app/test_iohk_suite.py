@@ -29,6 +29,7 @@ from websockets.asyncio.client import connect
 
 from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import resolve_did
+from apps.usage.models import CommandMeter
 from tests.support.servers import free_port, start_daphne
 
 # The marker makes pytest-django create the test database; the tests themselves only talk to the
@@ -95,6 +96,10 @@ def mediator(django_db_setup, django_db_blocker, tmp_path_factory):
             yield m
         finally:
             m.close()
+            # Committed outside every test's transaction, so nothing flushes it: the tenant and its
+            # metering rows (kept past a tenant's deletion, for reports) go, or the next module's
+            # report counts them.
+            CommandMeter.objects.filter(tenant_id=m.tenant.pk).delete()
             type(m.tenant).objects.filter(pk=m.tenant.pk).delete()
 
 
