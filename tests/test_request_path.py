@@ -11,7 +11,7 @@ from tests.conftest import HOST_A
 from tests.support.request_path import FORWARD_V1, FORWARD_V2, TWO_WAY_PRIVATE, measure
 
 TARGETS = {TWO_WAY_PRIVATE: 8, FORWARD_V2: 10, FORWARD_V1: 10}
-LIMITS = {TWO_WAY_PRIVATE: 15, FORWARD_V2: 20, FORWARD_V1: 19}
+LIMITS = {TWO_WAY_PRIVATE: 14, FORWARD_V2: 19, FORWARD_V1: 18}
 
 
 @pytest.fixture

@@ -69,12 +69,12 @@ def test_the_derived_broker_url_carries_celery_messages_over_the_socket_to_its_d
 
 
 def test_the_rate_limits_share_their_window_over_the_socket(settings):
-    from apps.ops import ratelimit
+    from apps.ops import limits
 
     settings.MEDIATOR_RATE_LIMIT_REDIS_URL = redis_socket_url(SOCKET_DB)
     settings.MEDIATOR_RATE_LIMIT_PREFIX = f"mediator-test-{uuid.uuid4().hex}"
-    assert isinstance(ratelimit.backend(), ratelimit.RedisBackend)
-    decisions = [ratelimit.hit("unix_socket", 1, "203.0.113.9", 2).allowed for _ in range(3)]
+    assert isinstance(limits.backend(), limits.RedisBackend)
+    decisions = [limits.hit("unix_socket", 1, "203.0.113.9", 2).allowed for _ in range(3)]
     assert decisions == [True, True, False]
     # The window lives in the socket Redis's database, not in this process.
     client = redis.Redis(unix_socket_path=str(REDIS_SOCKET), db=SOCKET_DB)

@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from kombu import Connection
 
-from apps.ops import ratelimit
+from apps.ops import limits
 from apps.ops.redisconn import RedisSentinel
 from apps.realtime import health
 from apps.realtime.groups import group_name
@@ -111,7 +111,7 @@ def test_pushes_the_rate_limits_health_and_celery_follow_a_failover_without_a_re
     assert push_reaches_a_socket(2) == expected(2)
     assert health.channel_layer_reachable()
     key = f"sentinel-test-{uuid.uuid4().hex}"
-    assert [ratelimit.hit("test", 1, key, 1).allowed, ratelimit.hit("test", 1, key, 1).allowed] == [True, False]
+    assert [limits.hit("test", 1, key, 1).allowed, limits.hit("test", 1, key, 1).allowed] == [True, False]
     broker, options = deployment.celery_broker()
     with Connection(broker, transport_options=options, connect_timeout=5) as conn:
         queue = conn.SimpleQueue(f"sentinel-test-{uuid.uuid4().hex}")

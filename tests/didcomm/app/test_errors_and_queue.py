@@ -16,7 +16,7 @@ from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.identity import identity_rotate
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
 from apps.didcomm.policy import policy_for
-from apps.ops import ratelimit
+from apps.ops import limits
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor
 
@@ -219,7 +219,7 @@ def test_the_ttl_job_removes_expired_messages_only(didcomm_a, tenant_a, wallet):
 
 def test_rate_limits_per_ip_and_per_sender_are_429_with_retry_after(didcomm_a, tenant_a, wallet, settings, monkeypatch):
     settings.MEDIATOR_RATE_LIMIT_PREFIX = f"test-rl-{uuid.uuid4().hex}"
-    monkeypatch.setattr(ratelimit, "_now_ms", lambda: 1_900_000_000_000)  # the limiter's clock stands still
+    monkeypatch.setattr(limits, "_now_ms", lambda: 1_900_000_000_000)  # the limiter's clock stands still
     DidcommPolicy.objects.filter(pk=policy_for(tenant=tenant_a).pk).update(rate_limit_per_sender=2)
     for _ in range(2):
         assert didcomm_a.send(wallet, wallet.message("https://didcomm.org/trust-ping/2.0/ping"))[0] == 200
