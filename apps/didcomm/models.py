@@ -50,37 +50,68 @@ class DidcommPolicy(models.Model):
         REFUSE = "refuse", "Refuse them (problem report e.p.req.recipient-unproven, HTTP 403)"
 
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
-    enabled = models.BooleanField(default=True, help_text="Serve DIDComm v2 (POST /didcomm, /didcomm/ws).")
-    mediation = models.CharField(max_length=8, choices=Mediation.choices, default=Mediation.OPEN)
+    enabled = models.BooleanField(
+        default=True,
+        help_text=(
+            "Serve DIDComm v2 and v1 (POST /didcomm, /didcomm/ws, the invitations). Off: they answer "
+            "e.p.xfer.unknown-mediator (404) and open DIDComm sockets close; Decentrl is not affected."
+        ),
+    )
+    mediation = models.CharField(
+        max_length=8,
+        choices=Mediation.choices,
+        default=Mediation.OPEN,
+        help_text="Who is granted mediation when a wallet or agent asks.",
+    )
     max_grants = models.PositiveIntegerField(
-        default=0, validators=_bounds(0, 1_000_000), help_text="Granted mediation clients at most; 0 = unlimited."
+        default=0, validators=_bounds(0, 1_000_000), help_text="Granted mediation clients at once; 0 = unlimited."
     )
     max_recipients_per_grant = models.PositiveIntegerField(
-        default=100, validators=_bounds(1, 10_000), help_text="Recipient DIDs one client may add."
+        default=100,
+        validators=_bounds(1, 10_000),
+        help_text="Recipient DIDs (keys) one mediation client may register.",
     )
     queue_cap = models.PositiveIntegerField(
-        default=1000, validators=_bounds(1, 100_000), help_text="Queued messages per recipient DID."
+        default=1000,
+        validators=_bounds(1, 100_000),
+        help_text=(
+            "Queued DIDComm messages one recipient DID may hold; beyond it the overflow rule applies. "
+            "Decentrl events have their own cap (Queues and storage: Pending queue cap)."
+        ),
     )
-    overflow = models.CharField(max_length=8, choices=Overflow.choices, default=Overflow.EVICT)
+    overflow = models.CharField(
+        max_length=8,
+        choices=Overflow.choices,
+        default=Overflow.EVICT,
+        help_text="What a forward to a recipient at its queue cap does.",
+    )
     message_ttl_hours = models.PositiveIntegerField(
-        default=72, validators=_bounds(1, 24 * 366), help_text="Queued messages expire after this."
+        default=72,
+        validators=_bounds(1, 24 * 366),
+        help_text="Queued DIDComm messages not picked up within this many hours are purged.",
     )
     # Per minute; null = the deployment default (MEDIATOR_DIDCOMM_RATE_LIMIT_PER_*), 0 = off. Per IP:
     # a token bucket, the rate sustained with bursts of up to _burst.
     rate_limit_per_sender = models.PositiveIntegerField(
-        null=True, blank=True, validators=_bounds(0, 1_000_000), help_text="Messages per minute from one sender."
+        null=True,
+        blank=True,
+        validators=_bounds(0, 1_000_000),
+        help_text=("Messages per minute per authenticated sender DID; beyond it a problem report (HTTP 429); 0 = off."),
     )
     rate_limit_per_ip = models.PositiveIntegerField(
         null=True,
         blank=True,
         validators=_bounds(0, 1_000_000),
-        help_text="Messages per minute from one address, sustained.",
+        help_text=(
+            "Requests per minute per client address (carrier NAT puts many wallets behind one), sustained "
+            "after its burst, counted before decryption; beyond it HTTP 429 with Retry-After; 0 = off."
+        ),
     )
     rate_limit_per_ip_burst = models.PositiveIntegerField(
         null=True,
         blank=True,
         validators=_bounds(1, 1_000_000),
-        help_text="Messages one address may send at once before the per-minute rate applies.",
+        help_text="Requests one address may send at once before the sustained per-IP rate applies.",
     )
     unproven_recipients = models.CharField(
         max_length=8,
@@ -88,8 +119,8 @@ class DidcommPolicy(models.Model):
         default=UnprovenRecipients.ACCEPT,
         db_default=UnprovenRecipients.ACCEPT,
         help_text=(
-            "Recipient DIDs whose control the request does not prove (not authcrypted or signed with "
-            "one of their keys). A client's own DID always needs the proof (docs/didcomm.md)."
+            "Recipient DIDs a request registers without being authcrypted or signed with one of their keys. "
+            "Another client's own DID always needs the proof."
         ),
     )
 

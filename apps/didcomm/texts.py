@@ -1,7 +1,7 @@
-"""What each DIDComm policy field is called and means in the console: label with its unit, help with
-the allowed range and the default, and the choices in words. The bounds and defaults are read from
-the model (one rule with the operator API); a field missing from the table falls back to the
-model's own name and help, so a new policy field shows up labelled without an entry here."""
+"""What each DIDComm policy field is called in the console: label with its unit, help with the
+allowed range and the default, and the choices in words. The meaning, bounds and defaults are read
+from the model (one source with the operator API's schema); a field missing from the table falls
+back to the model's own name, so a new policy field shows up labelled without an entry here."""
 
 from __future__ import annotations
 
@@ -14,55 +14,19 @@ from apps.wire.display import grouped
 
 from .models import DidcommPolicy
 
-# name: (label, unit or "", meaning). Units are plural nouns, as in apps/tenants/texts.py.
-FIELDS: dict[str, tuple[str, str, str]] = {
-    "enabled": (
-        "DIDComm enabled",
-        "",
-        "Serve DIDComm v2 and v1 (POST /didcomm, /didcomm/ws, the invitations). Off: they answer "
-        "e.p.xfer.unknown-mediator (404) and open DIDComm sockets close; Decentrl is not affected.",
-    ),
-    "mediation": ("Mediation requests", "", "Who is granted mediation when a wallet or agent asks."),
-    "max_grants": ("Maximum mediation grants", "clients", "Granted mediation clients at once; 0 = unlimited."),
-    "max_recipients_per_grant": (
-        "Recipients per grant",
-        "recipient DIDs",
-        "Recipient DIDs (keys) one mediation client may register.",
-    ),
-    "queue_cap": (
-        "DIDComm queue cap",
-        "messages per recipient",
-        "Queued DIDComm messages one recipient DID may hold; beyond it the overflow rule below applies. "
-        "Decentrl events have their own cap (Queues and storage: Pending queue cap).",
-    ),
-    "overflow": ("When a DIDComm queue is full", "", "What a forward to a recipient at its queue cap does."),
-    "message_ttl_hours": (
-        "DIDComm message lifetime",
-        "hours",
-        "Queued DIDComm messages not picked up within this are purged.",
-    ),
-    "rate_limit_per_sender": (
-        "DIDComm rate limit per sender",
-        "messages per minute",
-        "Per authenticated sender DID; beyond it a problem report (HTTP 429); 0 = off.",
-    ),
-    "rate_limit_per_ip": (
-        "DIDComm rate limit per IP address",
-        "requests per minute",
-        "Sustained rate per client address (carrier NAT puts many wallets behind one), before "
-        "decryption, after its burst; beyond it HTTP 429 with Retry-After; 0 = off.",
-    ),
-    "rate_limit_per_ip_burst": (
-        "DIDComm burst per IP address",
-        "requests",
-        "Requests one address may send at once before the sustained per-IP rate applies.",
-    ),
-    "unproven_recipients": (
-        "Recipient DIDs without proof of control",
-        "",
-        "Recipient DIDs a request registers without being authcrypted or signed with one of their keys. "
-        "Another client's own DID always needs the proof.",
-    ),
+# name: (label, unit or ""). Units are plural nouns, as in apps/tenants/texts.py.
+FIELDS: dict[str, tuple[str, str]] = {
+    "enabled": ("DIDComm enabled", ""),
+    "mediation": ("Mediation requests", ""),
+    "max_grants": ("Maximum mediation grants", "clients"),
+    "max_recipients_per_grant": ("Recipients per grant", "recipient DIDs"),
+    "queue_cap": ("DIDComm queue cap", "messages per recipient"),
+    "overflow": ("When a DIDComm queue is full", ""),
+    "message_ttl_hours": ("DIDComm message lifetime", "hours"),
+    "rate_limit_per_sender": ("DIDComm rate limit per sender", "messages per minute"),
+    "rate_limit_per_ip": ("DIDComm rate limit per IP address", "requests per minute"),
+    "rate_limit_per_ip_burst": ("DIDComm burst per IP address", "requests"),
+    "unproven_recipients": ("Recipient DIDs without proof of control", ""),
 }
 # Choice labels in words (the model's own mention use-case references).
 CHOICES: dict[str, dict[str, str]] = {
@@ -98,7 +62,7 @@ def label(name: str) -> str:
     """`DIDComm message lifetime (hours)`."""
     if name not in FIELDS:
         return str(capfirst(_field(name).verbose_name))
-    text, unit, _ = FIELDS[name]
+    text, unit = FIELDS[name]
     return unit_label(text, unit)
 
 
@@ -129,8 +93,7 @@ def help_text(name: str) -> str:
         elif isinstance(value, bool):
             value = "on" if value else "off"
         default = f"Default: {value}." if isinstance(value, str) else f"Default {_amount(value)}."
-    meaning = FIELDS[name][2] if name in FIELDS else str(field.help_text)
-    return described(meaning, allowed, field.null, DEPLOYMENT_DEFAULT.get(name), default)
+    return described(str(field.help_text), allowed, field.null, DEPLOYMENT_DEFAULT.get(name), default)
 
 
 def choices(name: str) -> dict[str, str]:

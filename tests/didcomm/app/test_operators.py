@@ -271,7 +271,7 @@ def test_the_tenant_page_labels_the_didcomm_policy_in_words_with_units_ranges_an
     section = page[page.index('id="didcomm-policy"') :]
     for text in (
         "DIDComm message lifetime (hours)",
-        "Queued DIDComm messages not picked up within this are purged. Allowed 1–8 784. Default 72.",
+        "Queued DIDComm messages not picked up within this many hours are purged. Allowed 1–8 784. Default 72.",
         "DIDComm queue cap (messages per recipient)",
         "Decentrl events have their own cap (Queues and storage: Pending queue cap). Allowed 1–100 000. Default 1 000.",
         "DIDComm rate limit per IP address (requests per minute)",
