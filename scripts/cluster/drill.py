@@ -19,7 +19,9 @@ acknowledged when its sender got SUCCESS (Decentrl) or 202 (DIDComm forward). Pe
 - live: whether the live Decentrl recipients saw every acknowledged message (push or backlog)
   before the pickup, their reconnects, and pushes after the fault was mended.
 
-Exits 1 when a message was lost or a target (docs/serving.md) was missed. The load is bounded:
+Before the first drill, with both nodes out of service, it checks the balancer's own replies to
+POST / and POST /didcomm (503, the protocol's error, the CORS headers). Exits 1 when one is wrong,
+a message was lost or a target (docs/serving.md) was missed. The load is bounded:
 a few senders at a fixed pace for a fixed time.
 """
 
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import collections
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -85,22 +88,51 @@ def health(addr: str) -> int:
         return 0
 
 
-def haproxy_state(server: str) -> str:
-    """UP / DOWN / … as the balancer sees `server` (its stats socket, a file: reachable from here)."""
-    import socket
-
+def haproxy_admin(command: str) -> str:
+    """One command on the balancer's stats socket (a file: reachable from here)."""
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(2)
         s.connect(str(HAPROXY_SOCKET))
-        s.sendall(b"show stat\n")
+        s.sendall(command.encode() + b"\n")
         data = b""
         while chunk := s.recv(65536):
             data += chunk
-    for line in data.decode().splitlines():
+    return data.decode()
+
+
+def haproxy_state(server: str) -> str:
+    """UP / DOWN / … as the balancer sees `server`."""
+    for line in haproxy_admin("show stat").splitlines():
         cols = line.split(",")
         if len(cols) > 17 and cols[0] == "apps" and cols[1] == server:
             return cols[17]
     return "?"
+
+
+def balancer_errors() -> list[str]:
+    """With both nodes out of service, the balancer's own replies to POST / and POST /didcomm are
+    the protocol's 503 with the CORS headers a browser needs to read them (the nodes' default
+    MEDIATOR_CORS_ORIGINS, `*`); what is wrong with them, none when right."""
+    missed = []
+    for server in APP_ADDR:
+        haproxy_admin(f"disable server apps/{server}")
+    try:
+        headers = {"Host": HOST, "Origin": "https://wallet.example", "Content-Type": "application/json"}
+        for path, code in (("/", "MEDIATOR_UNAVAILABLE"), ("/didcomm", "e.p.me.unavailable")):
+            resp = httpx.post(URL + path, content=b"{}", headers=headers, timeout=10)
+            body = resp.json()
+            got = (resp.status_code, body.get("code") or body.get("body", {}).get("code"))
+            if got != (503, code):
+                missed.append(f"POST {path} with no node in service: {got}, not (503, {code!r})")
+            cors = {k: resp.headers.get(k) for k in ("access-control-allow-origin", "access-control-allow-methods")}
+            if cors != {"access-control-allow-origin": "*", "access-control-allow-methods": "GET, POST, OPTIONS"}:
+                missed.append(f"POST {path}: the balancer's 503 lacks the CORS headers ({cors})")
+    finally:
+        for server in APP_ADDR:
+            haproxy_admin(f"enable server apps/{server}")
+        for server in APP_ADDR:
+            poll(f"{server} back in the balancer", 30, lambda server=server: haproxy_state(server) == "UP")
+    return missed
 
 
 @dataclass
@@ -531,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the last drill's broken part as it is (make cluster-ci removes the cluster next)",
     )
     args = parser.parse_args(argv)
+    balancer_missed = balancer_errors()
+    print(json.dumps({"balancer errors": balancer_missed or "ok"}), flush=True)
     world = build_world(args.pairs)
     results = []
     # The app drill last: its restore (a whole app node started again) is the longest.
@@ -544,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     report(results)
     if args.json:
         Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=2))
-    return 1 if any(r.missed for r in results) else 0
+    return 1 if balancer_missed or any(r.missed for r in results) else 0
 
 
 if __name__ == "__main__":

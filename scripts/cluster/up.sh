@@ -176,14 +176,8 @@ for app in "${APPS[@]}"; do
 done
 
 # --- the balancer ----------------------------------------------------------------------------
-sed -e "s#@CLUSTER_DIR@#$CLUSTER_DIR#g" -e "s/@LB@/${ADDR[lb]}/g" -e "s/@APP1@/${ADDR[app1]}:$APP_PORT/g" \
-  -e "s/@APP2@/${ADDR[app2]}:$APP_PORT/g" -e "s/@TENANT_HOST@/$TENANT_HOST/g" deploy/cluster/haproxy.cfg.template \
-  > "$CLUSTER_DIR/lb/haproxy.cfg"
-# Raw responses for the balancer's errorfiles (a 502 or 504 answered as 503, like nginx does).
-unavailable() { printf 'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n%s' "${#1}" "$1"; }
-unavailable '{"code":"MEDIATOR_UNAVAILABLE","type":"ERROR"}' > "$CLUSTER_DIR/lb/unavailable.http"
-unavailable '{"id":"balancer","type":"https://didcomm.org/report-problem/2.0/problem-report","body":{"code":"e.p.me.unavailable","comment":"mediator unavailable"}}' \
-  > "$CLUSTER_DIR/lb/unavailable-didcomm.http"
+env CLUSTER_DIR="$CLUSTER_DIR" $(xargs < "$CLUSTER_DIR/app.env") scripts/cluster/render_lb.sh "${ADDR[lb]}:80" \
+  "${ADDR[app1]}:$APP_PORT" "${ADDR[app2]}:$APP_PORT" "$TENANT_HOST" > "$CLUSTER_DIR/lb/haproxy.cfg"
 spawn lb haproxy haproxy -W -db -f "$CLUSTER_DIR/lb/haproxy.cfg"
 wait_for "the balancer" 30 in_ns client curl -fsS -m 3 -H "Host: $TENANT_HOST" "http://${ADDR[lb]}/health"
 log "up: http://${ADDR[lb]}/ (Host: $TENANT_HOST), from the client namespace: ip netns exec $NS-client …"

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from apps.decentrl.middleware import nginx_cors_maps
+from apps.decentrl.middleware import haproxy_cors, nginx_cors_maps
 from tests.conftest import HOST_A
 from tests.decentrl.conftest import envelope, err
 from tests.support.servers import start_daphne
@@ -198,11 +198,15 @@ def test_a_real_server_refuses_oversized_bodies_with_413(tmp_path, transactional
         server.stop()
 
 
-def test_an_origin_that_would_break_nginxs_configuration_is_refused_at_render():
-    """MEDIATOR_CORS_ORIGINS is written into nginx's configuration (nginx_cors_maps): anything
-    but scheme://host[:port] (a quote, a space, a semicolon) stops the render with a clear error."""
+def test_an_origin_that_would_break_a_proxys_configuration_is_refused_at_render():
+    """MEDIATOR_CORS_ORIGINS is written into nginx's configuration (nginx_cors_maps) and the
+    cluster balancer's (haproxy_cors): anything but scheme://host[:port] (a quote, a space, a
+    semicolon, a `#` that starts an HAProxy comment) stops the render with a clear error."""
     with pytest.raises(ImproperlyConfigured, match="is not an origin"):
         nginx_cors_maps(['https://a.example"; return 200 "x'])
+    with pytest.raises(ImproperlyConfigured, match="is not an origin"):
+        haproxy_cors(["https://a.example #", "https://b.example"])
+    assert haproxy_cors(["https://a.example"])[0][0] == "acl cors_allowed req.fhdr(origin) -m str https://a.example"
     assert nginx_cors_maps(["https://a.example"]).startswith(
         'map $http_origin $cors_origin { default ""; "https://a.example" $http_origin; }'
     )
