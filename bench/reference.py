@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=20_000, help="bodies signed for a server's first run")
+    ap.add_argument("--requests", type=int, default=40_000, help="bodies signed for a server's first run")
     ap.add_argument("--db", default=os.environ.get("BENCH_DB", "mediator_bench_reference"))
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", "8390")))

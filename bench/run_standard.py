@@ -61,7 +61,7 @@ MODULES = {
     "didcomm_v1": ("bench.didcomm_v1_bench", ["forwards", "--alternations", "3", "--seconds", "10"],
                    ["forwards", "--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "5000"]),
     "reference": ("bench.reference", ["--alternations", "3", "--seconds", "10"],
-                  ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "5000"]),
+                  ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "20000"]),
     "entry": ("bench.entry_bench", ["--rounds", "6", "--requests", "3000"], ["--rounds", "2", "--requests", "1000"]),
     "push": ("bench.push_bench", ["--rounds", "6", "--pushes", "3000"], ["--rounds", "2", "--pushes", "1000"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
