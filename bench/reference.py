@@ -1,7 +1,7 @@
 """A framework-free reference server for Decentrl TWO_WAY_PRIVATE, and the part of the suite that runs it
 beside the production layout (`make bench BENCH_ARGS="--only reference"`).
 
-    .venv/bin/python -m bench.reference --alternations 3 --seconds 10     # ~4 min
+    .venv/bin/python -m bench.reference --alternations 3 --seconds 10     # ~3 min
 
 The server (`application`) is a bare WSGI callable: no Django request handling, middleware or view.
 Per `POST /` it does the product's work for a TWO_WAY_PRIVATE with the product's own code: the tenant
