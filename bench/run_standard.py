@@ -10,13 +10,15 @@
 2. DIDComm v2: forwards beside TWO_WAY_PRIVATE, and forward-to-live-push latency
    (bench/didcomm_bench.py);
 3. DIDComm v1: forwards beside TWO_WAY_PRIVATE (bench/didcomm_v1_bench.py);
-4. entry: what the command entry buys, CPU per `POST /` through it against Django's own handler
+4. reference: TWO_WAY_PRIVATE through the production layout beside a framework-free reference server
+   (the product's codec, signature check and statement on the same Granian, bench/reference.py);
+5. entry: what the command entry buys, CPU per `POST /` through it against Django's own handler
    (bench/entry_bench.py, in one process);
-5. push: what the channels_redis adapter buys, CPU per push through it against the layer's public
+6. push: what the channels_redis adapter buys, CPU per push through it against the layer's public
    group_send (bench/push_bench.py, in one process);
-6. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
+7. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
-7. JSON + Markdown under bench/results/ (not committed), the tables printed.
+8. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
     .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
@@ -58,6 +60,8 @@ MODULES = {
                         ["push", "--live", "100", "--sends", "50"]),
     "didcomm_v1": ("bench.didcomm_v1_bench", ["forwards", "--alternations", "3", "--seconds", "10"],
                    ["forwards", "--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "5000"]),
+    "reference": ("bench.reference", ["--alternations", "3", "--seconds", "10"],
+                  ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "20000"]),
     "entry": ("bench.entry_bench", ["--rounds", "6", "--requests", "3000"], ["--rounds", "2", "--requests", "1000"]),
     "push": ("bench.push_bench", ["--rounds", "6", "--pushes", "3000"], ["--rounds", "2", "--pushes", "1000"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],

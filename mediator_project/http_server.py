@@ -74,10 +74,11 @@ def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) ->
         time.sleep(0.2)
 
 
-def server() -> AbstractServer[Any]:
-    """The tier's server; Granian picks its class (processes or threads) when imported."""
+def server(application: str = APPLICATION) -> AbstractServer[Any]:
+    """The tier's server for `application` (module:attribute; the product's unless a benchmark serves
+    its reference beside it); Granian picks its class (processes or threads) when imported."""
     return Granian(
-        APPLICATION,
+        application,
         address=HOST,
         port=port(),
         interface=Interfaces.WSGI,
