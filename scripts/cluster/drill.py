@@ -62,6 +62,10 @@ HAPROXY_SOCKET = ROOT / "var" / "cluster" / "lb" / "haproxy.sock"
 # a shared 2-core box, where a command under load can take a second.
 TARGET_OUTAGE_S = {"app": 5.0, "db": 30.0, "redis": 2.0}
 TARGET_DRAIN_S = 10.0
+# Drills in which every node process stays up: each request sent gets an answer (the node's own 503
+# while its database is gone, the balancer's with no node in service), never a cut connection.
+ANSWERED = ("db", "redis", "cut")
+DROPPED = ("RemoteProtocolError", "ReadError", "WriteError")
 
 
 def node(*args: str) -> str:
@@ -507,6 +511,9 @@ def run_drill(world: World, name: str, args: argparse.Namespace) -> Result:
         result.missed.append(f"{result.lost} acknowledged messages lost")
     if name in TARGET_OUTAGE_S and result.outage_s > TARGET_OUTAGE_S[name]:
         result.missed.append(f"write outage {result.outage_s}s > {TARGET_OUTAGE_S[name]}s")
+    dropped = {kind: n for kind, n in result.errors.items() if kind.endswith(DROPPED)}
+    if name in ANSWERED and dropped:
+        result.missed.append(f"requests cut off without an answer: {dropped}")
     if name == "cut" and result.facts["drained_after_s"] > TARGET_DRAIN_S:
         result.missed.append(f"drained after {result.facts['drained_after_s']}s > {TARGET_DRAIN_S}s")
     if not result.live_complete:
