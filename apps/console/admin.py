@@ -587,7 +587,7 @@ class TenantAdmin(ModelAdmin):
         for name in DidcommPolicy.EDITABLE:
             value = getattr(policy, name)
             field = DidcommPolicy._meta.get_field(name)
-            if name in didcomm_texts.CHOICES or (isinstance(field, Field) and field.choices):
+            if isinstance(field, Field) and field.choices:
                 value = didcomm_texts.choices(name).get(value, value)
             elif value is None:
                 value = "deployment default"

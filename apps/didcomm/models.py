@@ -35,19 +35,19 @@ def _bounds(lo: int, hi: int) -> list:
 
 
 class DidcommPolicy(models.Model):
-    """A tenant's DIDComm v2 policy (one row per tenant, created with the defaults on first use)."""
+    """A tenant's DIDComm policy, v2 and v1 (one row per tenant, created with the defaults on first use)."""
 
     class Mediation(models.TextChoices):
         OPEN = "open", "Open: anyone who asks is granted"
         CLOSED = "closed", "Closed: every request is denied"
 
     class Overflow(models.TextChoices):
-        EVICT = "evict", "Evict the oldest message (UC-021 AF-4; sender gets 202)"
-        REJECT = "reject", "Reject the new message (problem report, HTTP 507)"
+        EVICT = "evict", "Evict the oldest queued message (the sender gets 202)"
+        REJECT = "reject", "Refuse the new message (the sender gets a problem report, HTTP 507)"
 
     class UnprovenRecipients(models.TextChoices):
-        ACCEPT = "accept", "Accept them, first come first served (what wallets registering fresh DIDs need)"
-        REFUSE = "refuse", "Refuse them (problem report e.p.req.recipient-unproven, HTTP 403)"
+        ACCEPT = "accept", "Accept: first come, first served (wallets registering fresh DIDs)"
+        REFUSE = "refuse", "Refuse: a problem report (e.p.req.recipient-unproven), HTTP 403"
 
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
     enabled = models.BooleanField(

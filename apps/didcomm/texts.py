@@ -1,5 +1,5 @@
 """What each DIDComm policy field is called in the console: label with its unit, help with the
-allowed range and the default, and the choices in words. The meaning, bounds and defaults are read
+allowed range and the default, and the choices (the model's labels). The meaning, bounds and defaults are read
 from the model (one source with the operator API's schema); a field missing from the table falls
 back to the model's own name, so a new policy field shows up labelled without an entry here."""
 
@@ -27,21 +27,6 @@ FIELDS: dict[str, tuple[str, str]] = {
     "rate_limit_per_ip": ("DIDComm rate limit per IP address", "requests per minute"),
     "rate_limit_per_ip_burst": ("DIDComm burst per IP address", "requests"),
     "unproven_recipients": ("Recipient DIDs without proof of control", ""),
-}
-# Choice labels in words (the model's own mention use-case references).
-CHOICES: dict[str, dict[str, str]] = {
-    "mediation": {
-        DidcommPolicy.Mediation.OPEN: "Open: anyone who asks is granted",
-        DidcommPolicy.Mediation.CLOSED: "Closed: every request is denied",
-    },
-    "overflow": {
-        DidcommPolicy.Overflow.EVICT: "Evict the oldest queued message (the sender gets 202)",
-        DidcommPolicy.Overflow.REJECT: "Refuse the new message (the sender gets a problem report, HTTP 507)",
-    },
-    "unproven_recipients": {
-        DidcommPolicy.UnprovenRecipients.ACCEPT: "Accept: first come, first served (wallets registering fresh DIDs)",
-        DidcommPolicy.UnprovenRecipients.REFUSE: "Refuse: a problem report, HTTP 403",
-    },
 }
 # Nullable fields whose blank means a deployment setting.
 DEPLOYMENT_DEFAULT = {
@@ -97,6 +82,5 @@ def help_text(name: str) -> str:
 
 
 def choices(name: str) -> dict[str, str]:
-    """A choice field's values and their labels in words (the model's labels where none is given)."""
-    words = CHOICES.get(name, {})
-    return {value: words.get(value, str(text)) for value, text in _field(name).choices or ()}
+    """A choice field's values and their labels (the model's)."""
+    return {value: str(text) for value, text in _field(name).choices or ()}
