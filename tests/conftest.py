@@ -1,5 +1,6 @@
 """Shared fixtures: named tenants (tenant A and B), identities (alice and bob on A, carol on B),
-a signed-command poster through the production WSGI entry, and real Daphne servers."""
+a signed-command poster through the production WSGI entry; the browser tests' Daphne and staff users
+come from tests/support/browser.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from django.db import close_old_connections
 from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
+
+pytest_plugins = ["tests.support.browser"]
 
 HOST_A = "a.mediator.test"
 HOST_B = "b.mediator.test"

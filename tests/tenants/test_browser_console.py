@@ -14,31 +14,10 @@ from django.utils import timezone
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_suspend
 from apps.usage.models import ReportDaily, ReportRun
-from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, server_errors
 from tests.support.registration import register
-from tests.support.servers import start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-PASSWORD = "correct-horse-battery"
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def olivia(django_user_model):
-    return django_user_model.objects.create_superuser("olivia", "olivia@ops.test", PASSWORD)
-
-
-def server_errors(page) -> list[str]:
-    seen: list[str] = []
-    page.on("response", lambda r: seen.append(f"{r.status} {r.url}") if r.status >= 500 else None)
-    return seen
 
 
 def test_the_console_opens_on_an_overview_with_tenants_first_in_the_sidebar(daphne, olivia, tenant_a, tenant_b):

@@ -6,24 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-PASSWORD = "correct-horse-battery"
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def olivia(django_user_model):
-    return django_user_model.objects.create_superuser("olivia", "olivia@ops.test", PASSWORD)
 
 
 def _focused(page) -> str:

@@ -9,36 +9,15 @@ import pytest
 from django.utils import timezone
 
 from apps.usage.models import ReportDaily, ReportRun
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, server_errors, usage_staff
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-PASSWORD = "correct-horse-battery"
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
 
 
 @pytest.fixture
 def stella(django_user_model):
     """A staff member who may read usage reports (the dashboard needs usage.view_reportrun)."""
-    from django.contrib.auth.models import Permission
-
-    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="usage", codename="view_reportrun"))
-    return user
-
-
-def server_errors(page) -> list[str]:
-    """Every response the page receives from now on that is a server error (filled as it browses)."""
-    seen: list[str] = []
-    page.on("response", lambda r: seen.append(f"{r.status} {r.url}") if r.status >= 500 else None)
-    return seen
+    return usage_staff(django_user_model, "view_reportrun")
 
 
 def test_a_fresh_deployment_dashboard_says_no_report_has_been_published(daphne, stella, tenant_a):

@@ -9,17 +9,14 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from apps.usage.models import ReportCommandType, ReportDaily, ReportErrorCode, ReportRun, ReportTopIdentity
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, usage_staff
 from tests.usage.layout import LAYOUT_PROBLEMS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-PASSWORD = "correct-horse-battery"
 WIDTHS = [(1440, 1000), (390, 844)]
 # Every type a mediator's traffic carries, the longest DECENTRL and DIDComm names included.
 TYPES = [
@@ -50,20 +47,14 @@ CODES = [
 
 
 @pytest.fixture
-def daphne(transactional_db, tmp_path):
+def daphne_env(tmp_path):
     # A queue no worker consumes: a requested run stays queued (and can be cancelled at once).
-    server = start_daphne(tmp_path, env={"USAGE_REPORT_QUEUE": f"nobody-{tmp_path.name}"})
-    yield server
-    server.stop()
+    return {"USAGE_REPORT_QUEUE": f"nobody-{tmp_path.name}"}
 
 
 @pytest.fixture
 def stella(django_user_model):
-    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="usage", codename__in=["add_reportrun", "view_reportrun"])
-    )
-    return user
+    return usage_staff(django_user_model, "add_reportrun", "view_reportrun")
 
 
 def published_run(tenants, first: date, days: int) -> ReportRun:

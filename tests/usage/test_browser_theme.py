@@ -7,31 +7,24 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from apps.usage.models import ReportRun
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
-from tests.usage.test_browser_layout import PASSWORD, published_run
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, usage_staff
+from tests.usage.test_browser_layout import published_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 @pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path, env={"USAGE_REPORT_QUEUE": f"nobody-{tmp_path.name}"})
-    yield server
-    server.stop()
+def daphne_env(tmp_path):
+    # A queue no worker consumes, as in test_browser_layout.py.
+    return {"USAGE_REPORT_QUEUE": f"nobody-{tmp_path.name}"}
 
 
 @pytest.fixture
 def stella(django_user_model):
-    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="usage", codename__in=["add_reportrun", "view_reportrun"])
-    )
-    return user
+    return usage_staff(django_user_model, "add_reportrun", "view_reportrun")
 
 
 # Text whose contrast with its background is below 4.5 (WCAG AA), and cards or charts drawn in a

@@ -20,25 +20,11 @@ from apps.messaging.models import PendingEvent
 from apps.messaging.presence import socket_entered
 from apps.tenants.services import tenant_create
 from apps.wire.client import Identity
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-PASSWORD = "correct-horse-battery"
 VIEWPORTS = [(1280, 800), (390, 844)]
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def olivia(django_user_model):
-    return django_user_model.objects.create_superuser("olivia", "olivia@ops.test", PASSWORD)
 
 
 def _busy_tenant():
