@@ -7,54 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
-from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
+from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
 from apps.didcomm.core.resolver import resolve_did
 from tests.interop import didcomm_node
 from tests.interop.didcomm_node import Party
-from tests.support.servers import free_port, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-REDIS_DB_URL = "redis://127.0.0.1:6379/11"
-
-
-class Deployment:
-    def __init__(self, tmp_path, processes: int = 2, env: dict | None = None):
-        from apps.tenants.services import tenant_create
-
-        self.ports = [free_port() for _ in range(processes)]
-        self.host = f"127.0.0.1:{self.ports[0]}"
-        self.tenant = tenant_create(slug="dc", domain=self.host)
-        env = {"REDIS_URL": REDIS_DB_URL, **(env or {})}
-        self.servers = [start_daphne(tmp_path, port=p, env=env, wait_host=self.host) for p in self.ports]
-        self.http = [httpx.Client(base_url=f"http://127.0.0.1:{p}", headers={"Host": self.host}) for p in self.ports]
-        inv = self.http[0].get("/didcomm/invitation").json()
-        self.mediator_did = inv["from"]
-
-    def post(self, body: bytes, i: int = 0) -> httpx.Response:
-        return self.http[i].post("/didcomm", content=body, headers={"Content-Type": ENCRYPTED})
-
-    def send(self, agent: Agent, message: dict, i: int = 0) -> dict | None:
-        resp = self.post(agent.pack(message, self.mediator_did), i)
-        assert resp.status_code in (200, 202), resp.text
-        return agent.unpack(resp.content)[0] if resp.content else None
-
-    def close(self) -> None:
-        for c in self.http:
-            c.close()
-        for s in self.servers:
-            s.stop()
-
 
 @pytest.fixture
-def deploy(transactional_db, tmp_path):
-    d = Deployment(tmp_path)
-    yield d
-    d.close()
+def deploy(deployment):
+    return deployment(processes=2)
 
 
 ALICE = Party.create()  # the sender: didcomm-node authcrypts from her did:peer:2
@@ -87,17 +52,6 @@ def _node_forward(mediator_did: str, recipient: Party, text: str) -> bytes:
     return fwd["packed"].encode()
 
 
-def _open(deploy, i: int):
-    return connect(
-        f"ws://{deploy.host}/didcomm/ws",
-        host="127.0.0.1",
-        port=deploy.ports[i],
-        compression=None,
-        proxy=None,
-        ping_interval=None,
-    )
-
-
 def test_offline_pickup_of_a_didcomm_node_forward_then_live_delivery_across_processes(deploy):
     wallet = Agent()
     assert deploy.send(wallet, wallet.message(CM2 + "mediate-request"))["body"] == {"routing_did": deploy.mediator_did}
@@ -128,7 +82,7 @@ def test_offline_pickup_of_a_didcomm_node_forward_then_live_delivery_across_proc
     assert status["body"] == {"message_count": 0, "live_delivery": False}
 
     async def live():
-        async with _open(deploy, 1) as ws:  # process 1 holds the socket; forwards go to process 0
+        async with deploy.socket(i=1) as ws:  # process 1 holds the socket; forwards go to process 0
             await ws.send(
                 wallet.pack(
                     wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), deploy.mediator_did
@@ -152,15 +106,10 @@ def test_offline_pickup_of_a_didcomm_node_forward_then_live_delivery_across_proc
 
 
 def test_a_socket_that_drops_mid_delivery_loses_nothing(deploy):
-    wallet = Agent()
-    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
-    rcpt = Agent()
-    deploy.send(
-        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
-    )
+    wallet, rcpt = deploy.grant()
 
     async def drop():
-        ws = await _open(deploy, 0).__aenter__()
+        ws = await deploy.socket().__aenter__()
         await ws.send(
             wallet.pack(
                 wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), deploy.mediator_did

@@ -11,12 +11,9 @@ import struct
 import time
 
 import pytest
-from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.didcomm.core.agent import PICKUP, Agent, forward_for
 from tests.support.stalled_socket import StalledSocket
-
-from .test_e2e_daphne import Deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -26,31 +23,8 @@ PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 
 
 @pytest.fixture
-def deploy(transactional_db, tmp_path):
-    d = Deployment(tmp_path, processes=1, env={"MEDIATOR_WS_SEND_BUDGET_BYTES": str(BUDGET)})
-    yield d
-    d.close()
-
-
-def _open(deploy, host: str | None = None):
-    return connect(
-        f"ws://{host or deploy.host}/didcomm/ws",
-        host="127.0.0.1",
-        port=deploy.ports[0],
-        compression=None,
-        proxy=None,
-        ping_interval=None,
-        max_size=None,
-    )
-
-
-def _grant(deploy) -> tuple[Agent, Agent]:
-    wallet, rcpt = Agent(), Agent()
-    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
-    deploy.send(
-        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
-    )
-    return wallet, rcpt
+def deploy(deployment):
+    return deployment(env={"MEDIATOR_WS_SEND_BUDGET_BYTES": str(BUDGET)})
 
 
 def _big_forward(rcpt: Agent, mediator_did: str, n: int) -> bytes:
@@ -62,7 +36,7 @@ def _big_forward(rcpt: Agent, mediator_did: str, n: int) -> bytes:
 
 
 def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_messages_stay_queued(deploy):
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
     live = wallet.pack(wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), deploy.mediator_did)
     addr = ("127.0.0.1", deploy.ports[0])
 
@@ -84,7 +58,7 @@ def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its
             return stalled.read_to_close()
 
         reader = asyncio.create_task(asyncio.to_thread(read_once_closed))
-        async with _open(deploy) as phone:
+        async with deploy.socket() as phone:
             # Its own message: the stalled socket's, sent again, would be a replay (e.m.msg.replay).
             phone_live = wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True})
             await phone.send(wallet.pack(phone_live, deploy.mediator_did).decode())
@@ -134,11 +108,11 @@ def test_the_socket_answers_bad_frames_with_problem_reports_and_stays_open(deplo
     from apps.tenants.models import Tenant
 
     Tenant.objects.filter(pk=deploy.tenant.pk).update(max_body_bytes=32 * 1024)
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
 
     async def body():
-        async with _open(deploy) as ws:
+        async with deploy.socket() as ws:
             answers = []
             for frame in (
                 "x" * (32 * 1024 + 1),  # over the tenant's max_body_bytes: the same cap as POST /didcomm
@@ -182,7 +156,7 @@ def test_a_refused_upgrade_gets_a_problem_report_then_its_close_code(deploy, cas
         tenant_suspend(tenant=deploy.tenant, actor=Actor(None, "cli"))
 
     async def body():
-        async with _open(deploy, host) as ws:
+        async with deploy.socket(host=host) as ws:
             report = json.loads(await asyncio.wait_for(ws.recv(), 10))
             await ws.wait_closed()
             return report, ws.close_code

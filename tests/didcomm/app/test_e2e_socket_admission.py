@@ -10,29 +10,14 @@ import contextlib
 import json
 
 import pytest
-from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from apps.didcomm.core.agent import CM2, PICKUP, Agent
-
-from .test_e2e_daphne import Deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 IDLE_S = 3
-
-
-def _open(deploy, path: str = "/didcomm/ws"):
-    return connect(
-        f"ws://{deploy.host}{path}",
-        host="127.0.0.1",
-        port=deploy.ports[0],
-        compression=None,
-        proxy=None,
-        ping_interval=None,
-        max_size=None,
-    )
 
 
 async def _refusal(ws) -> tuple[str, int]:
@@ -43,17 +28,17 @@ async def _refusal(ws) -> tuple[str, int]:
     return code, ws.close_code
 
 
-def test_didcomm_upgrades_count_against_the_connect_limit_of_ws(transactional_db, tmp_path):
+def test_didcomm_upgrades_count_against_the_connect_limit_of_ws(deployment):
     # The in-process limiter: a fresh window per Daphne whatever ran before on the shared Redis.
     env = {"MEDIATOR_WS_CONNECT_PER_IP": "3", "MEDIATOR_RATE_LIMIT_REDIS_URL": ""}
-    deploy = Deployment(tmp_path, processes=1, env=env)
+    deploy = deployment(env=env)
     wallet = Agent()
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
 
     async def body():
-        admitted = [await _open(deploy) for _ in range(2)]
-        admitted.append(await _open(deploy, "/ws"))  # the third upgrade of this address
-        refused = [await _refusal(await _open(deploy)), await _refusal(await _open(deploy, "/ws"))]
+        admitted = [await deploy.socket() for _ in range(2)]
+        admitted.append(await deploy.socket("/ws"))  # the third upgrade of this address
+        refused = [await _refusal(await deploy.socket()), await _refusal(await deploy.socket("/ws"))]
         # The admitted ones were not touched.
         await admitted[0].send(wallet.pack(ping, deploy.mediator_did))
         pong, _ = wallet.unpack(await asyncio.wait_for(admitted[0].recv(), 10))
@@ -61,16 +46,13 @@ def test_didcomm_upgrades_count_against_the_connect_limit_of_ws(transactional_db
             await ws.close()
         return pong["thid"], refused
 
-    try:
-        thid, refused = asyncio.run(body())
-    finally:
-        deploy.close()
+    thid, refused = asyncio.run(body())
     assert thid == ping["id"]
     assert refused == [("e.p.xfer.rate-limited", 4029), ("RATE_LIMITED", 4029)]
 
 
-def test_a_socket_not_in_use_is_closed_after_the_idle_timeout_and_a_live_or_busy_one_stays(transactional_db, tmp_path):
-    deploy = Deployment(tmp_path, processes=1, env={"MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S": str(IDLE_S)})
+def test_a_socket_not_in_use_is_closed_after_the_idle_timeout_and_a_live_or_busy_one_stays(deployment):
+    deploy = deployment(env={"MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S": str(IDLE_S)})
     wallet = Agent()
     deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
 
@@ -84,14 +66,14 @@ def test_a_socket_not_in_use_is_closed_after_the_idle_timeout_and_a_live_or_busy
         return wallet.unpack(await asyncio.wait_for(ws.recv(), 10))[0]["type"]
 
     async def body():
-        live = await _open(deploy)
+        live = await deploy.socket()
         await live.send(
             wallet.pack(wallet.message(PICKUP + "live-delivery-change", {"live_delivery": True}), deploy.mediator_did)
         )
         assert wallet.unpack(await asyncio.wait_for(live.recv(), 10))[0]["body"]["live_delivery"] is True
-        busy = await _open(deploy)  # its frames are accepted: each keeps it open
-        garbage = await _open(deploy)  # its frames are refused: they do not
-        idle = await _open(deploy)  # opened last: the others' deadlines without use came before its own
+        busy = await deploy.socket()  # its frames are accepted: each keeps it open
+        garbage = await deploy.socket()  # its frames are refused: they do not
+        idle = await deploy.socket()  # opened last: the others' deadlines without use came before its own
         idle_closed = asyncio.create_task(_refusal(idle))
 
         async def keep_busy() -> int:
@@ -123,10 +105,7 @@ def test_a_socket_not_in_use_is_closed_after_the_idle_timeout_and_a_live_or_busy
             await ws.close()
         return idle_refusal, (garbage_answers[-1], garbage.close_code), pongs
 
-    try:
-        idle, garbage, busy_pongs = asyncio.run(body())
-    finally:
-        deploy.close()
+    idle, garbage, busy_pongs = asyncio.run(body())
     assert idle == ("e.p.xfer.idle-timeout", 4408)
     assert garbage == ("e.p.xfer.idle-timeout", 4408)
     assert busy_pongs > 1

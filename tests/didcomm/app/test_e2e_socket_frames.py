@@ -14,11 +14,8 @@ import json
 
 import pytest
 from django.conf import settings
-from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
-
-from .test_e2e_daphne import Deployment
+from apps.didcomm.core.agent import PICKUP, Agent, forward_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -27,22 +24,8 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture
-def deploy(transactional_db, tmp_path):
-    d = Deployment(tmp_path, processes=1)
-    yield d
-    d.close()
-
-
-def _open(deploy, path: str = "/didcomm/ws"):
-    return connect(
-        f"ws://{deploy.host}{path}",
-        host="127.0.0.1",
-        port=deploy.ports[0],
-        compression=None,
-        proxy=None,
-        ping_interval=None,
-        max_size=None,
-    )
+def deploy(deployment):
+    return deployment()
 
 
 def _forward_of(rcpt: Agent, mediator_did: str, size: int) -> bytes:
@@ -55,17 +38,13 @@ def _forward_of(rcpt: Agent, mediator_did: str, size: int) -> bytes:
 
 def test_a_didcomm_socket_takes_frames_up_to_the_applications_cap_and_answers_one_over_it(deploy):
     assert settings.MEDIATOR_MAX_BODY_BYTES == 6 * MIB  # the cap the docs promise
-    wallet, rcpt = Agent(), Agent()
-    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
-    deploy.send(
-        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
-    )
+    wallet, rcpt = deploy.grant()
     forward = _forward_of(rcpt, deploy.mediator_did, 2 * MIB)
     assert 2 * MIB < len(forward) < 6 * MIB
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
 
     async def body():
-        async with _open(deploy) as ws:
+        async with deploy.socket() as ws:
             await ws.send(forward.decode())  # a forward answers nothing
             await ws.send("x" * (6 * MIB + 1))  # over the cap: a problem report, the socket stays open
             report = json.loads(await asyncio.wait_for(ws.recv(), 30))
@@ -81,7 +60,7 @@ def test_a_didcomm_socket_takes_frames_up_to_the_applications_cap_and_answers_on
 
 def test_a_ws_first_frame_over_a_mib_is_answered_not_dropped(deploy):
     async def body():
-        async with _open(deploy, "/ws") as ws:
+        async with deploy.socket("/ws") as ws:
             await ws.send("x" * (2 * MIB))
             answer = json.loads(await asyncio.wait_for(ws.recv(), 30))
             await ws.wait_closed()

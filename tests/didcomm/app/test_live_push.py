@@ -10,10 +10,9 @@ import json
 import uuid
 
 import pytest
-from websockets.asyncio.client import connect
 
 from apps.didcomm import identity, policy, queue, recipients
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
+from apps.didcomm.core.agent import PICKUP, Agent, forward_for
 from apps.didcomm.mediation import mediation_revoke
 from apps.didcomm.models import presence_key
 from apps.didcomm.recipients import did_hash
@@ -21,9 +20,8 @@ from apps.messaging.models import PendingQueueDepth
 from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE, pusher
+from tests.didcomm.app.conftest import REDIS_DB_URL
 from tests.support.layers import redis_channel_layers
-
-from .test_e2e_daphne import REDIS_DB_URL, Deployment
 
 LIVE = {"live_delivery": True}
 
@@ -36,33 +34,14 @@ LIVE = {"live_delivery": True}
 
 
 @pytest.fixture
-def deploy(transactional_db, tmp_path, settings):
+def deploy(deployment, settings):
     # This process (the operator's revoke and rotate, the test's own wakes) and Daphne share one layer.
     settings.CHANNEL_LAYERS = redis_channel_layers(REDIS_DB_URL)
-    d = Deployment(tmp_path, processes=1)
-    yield d
-    d.close()
-
-
-def _grant(deploy) -> tuple[Agent, Agent]:
-    wallet, rcpt = Agent(), Agent()
-    deploy.send(wallet, wallet.message(CM2 + "mediate-request"))
-    deploy.send(
-        wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
-    )
-    return wallet, rcpt
+    return deployment()
 
 
 async def _live(deploy, wallet: Agent, queued: int = 0):
-    ws = await connect(
-        f"ws://{deploy.host}/didcomm/ws",
-        host="127.0.0.1",
-        port=deploy.ports[0],
-        compression=None,
-        proxy=None,
-        ping_interval=None,
-        max_size=None,
-    )
+    ws = await deploy.socket()
     await ws.send(wallet.pack(wallet.message(PICKUP + "live-delivery-change", LIVE), deploy.mediator_did).decode())
     status, _ = wallet.unpack(await asyncio.wait_for(ws.recv(), 10))
     body = status["body"] if queued == 0 else {k: status["body"][k] for k in ("message_count", *LIVE)}
@@ -100,7 +79,7 @@ def _queued(deploy, wallet: Agent) -> list[dict]:
 
 
 def test_a_push_is_packed_from_the_wake_without_reading_the_queue(deploy):
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
 
     async def body():
         ws = await _live(deploy, wallet)
@@ -135,7 +114,7 @@ def test_a_push_is_packed_from_the_wake_without_reading_the_queue(deploy):
 
 
 def test_over_64_kib_the_socket_reads_the_pushed_message_from_the_queue(deploy):
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
     inner = json.loads(
         Agent().pack({"id": "big", "type": "https://example.org/blob", "body": {"b": "A" * 70_000}}, rcpt.did)
     )
@@ -165,8 +144,8 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
     from apps.didcomm.models import Mediation
     from apps.tenants.services import Actor
 
-    wallet, rcpt = _grant(deploy)
-    other, other_rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
+    other, other_rcpt = deploy.grant()
 
     async def body():
         ws, ws_other = await _live(deploy, wallet), await _live(deploy, other)
@@ -195,7 +174,7 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
 def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
     from apps.tenants.services import Actor
 
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
     old = deploy.mediator_did
 
     async def body():
@@ -227,7 +206,7 @@ def test_a_rotated_identity_pushes_from_the_new_did_at_once(deploy):
 def test_a_message_in_the_backlog_and_in_a_wake_is_pushed_once(deploy):
     """A message stored while live mode starts is in the backlog the socket pushes and in the wake
     that follows: it goes out once (Live.unsent); the next message still goes out."""
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
     assert deploy.post(forward_for(rcpt, deploy.mediator_did)).status_code == 202
 
     async def body():
@@ -258,7 +237,7 @@ def test_a_tenant_that_stops_serving_didcomm_closes_its_live_sockets_at_once(dep
     """The operator's action in this process reaches the socket on Daphne through the Redis layer."""
     from apps.tenants.services import Actor, tenant_suspend
 
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
 
     def apply():
         if change == "suspend":
@@ -302,7 +281,7 @@ async def _live_becomes(deploy, did: str, expected: int, seconds: float = 10.0) 
 
 
 def test_live_mode_marks_its_client_present_until_it_ends(deploy):
-    wallet, rcpt = _grant(deploy)
+    wallet, rcpt = deploy.grant()
 
     async def body():
         assert await asyncio.to_thread(_live_count, deploy, wallet.did) is None
