@@ -8,16 +8,8 @@ import pytest
 from django.conf import settings
 
 from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
 
 
 def test_the_staff_pages_render_under_their_content_security_policy(daphne, django_user_model):

@@ -10,16 +10,8 @@ import httpx
 import pytest
 
 from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
 
 
 def test_an_operator_creates_a_tenant_in_the_browser_and_its_host_serves_the_did_document(daphne, django_user_model):

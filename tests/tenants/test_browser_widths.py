@@ -12,12 +12,10 @@ from django.utils import timezone
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_create, tenant_rotate_keys, tenant_suspend
 from apps.usage.models import CommandMeter
-from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-PASSWORD = "correct-horse-battery"
 # The page and the list's own box: neither may be wider than what shows.
 SIDEWAYS = """() => {
   const root = document.scrollingElement, problems = [];
@@ -35,13 +33,6 @@ SIDEWAYS = """() => {
     if (t.textContent.trim() && lines(t) > 1) problems.push(`"${t.textContent.trim()}" wraps`);
   return problems;
 }"""
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
 
 
 @pytest.fixture

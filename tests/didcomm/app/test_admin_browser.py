@@ -12,7 +12,6 @@ import pytest
 import zxingcpp
 
 from tests.support.browser import ARTIFACTS, admin_page
-from tests.support.servers import start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -31,13 +30,6 @@ PIXELS = """async (png) => {
   for (let i = 0; i < grey.length; i++) grey[i] = Math.round((rgba[4 * i] + rgba[4 * i + 1] + rgba[4 * i + 2]) / 3);
   return {width: img.width, height: img.height, grey};
 }"""
-
-
-@pytest.fixture
-def daphne(transactional_db, tmp_path):
-    server = start_daphne(tmp_path)
-    yield server
-    server.stop()
 
 
 def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the_clipboard(daphne, django_user_model):
