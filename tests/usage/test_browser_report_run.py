@@ -22,7 +22,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from apps.usage.models import (
@@ -36,13 +35,12 @@ from apps.usage.models import (
 from apps.usage.views import STEP_WORDS
 from spark_reports.usage_report import STEPS
 from tests.support import servers
-from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, usage_staff
 from tests.support.servers import start_celery_worker, start_daphne
 from tests.usage.layout import LAYOUT_PROBLEMS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.spark]
 
-PASSWORD = "correct-horse-battery"
 SPARK_ENV = {"SPARK_SHUFFLE_PARTITIONS": "2", "SPARK_JDBC_PARTITIONS": "2"}
 
 # Every command type a tenant's traffic carries in the test data: the DECENTRL commands (the
@@ -83,11 +81,7 @@ def stack(spark_engine, transactional_db, tmp_path):
 
 @pytest.fixture
 def stella(django_user_model):
-    user = django_user_model.objects.create_user("stella", "stella@ops.test", PASSWORD, is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="usage", codename__in=["add_reportrun", "view_reportrun"])
-    )
-    return user
+    return usage_staff(django_user_model, "add_reportrun", "view_reportrun")
 
 
 def seed_traffic(tenant) -> int:
