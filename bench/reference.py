@@ -41,10 +41,9 @@ os.environ.setdefault("MEDIATOR_VAR_DIR", str(ROOT / "var" / "bench"))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 django.setup(set_prefix=False)
 
-from django.conf import settings  # noqa: E402 - needs the apps loaded
 from django.db import DatabaseError  # noqa: E402
 
-from apps.decentrl.dispatch import authenticate, execute  # noqa: E402
+from apps.decentrl.dispatch import admit, authenticate, execute  # noqa: E402
 from apps.tenants.selectors import tenant_for_host  # noqa: E402
 from apps.wire.canonical import canonical_bytes  # noqa: E402
 from apps.wire.envelope import TWO_WAY_PRIVATE, parse_command  # noqa: E402
@@ -58,13 +57,7 @@ _JSON = ("Content-Type", "application/json")
 
 def command(raw: bytes, host: str) -> dict:
     """One TWO_WAY_PRIVATE through the product's codec, signature check and statement: the reply body."""
-    tenant = tenant_for_host(host)
-    if tenant is None:
-        raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
-    if not tenant.is_active:
-        raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
-    if len(raw) > min(settings.MEDIATOR_MAX_BODY_BYTES, tenant.max_body_bytes):
-        raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
+    tenant = admit(tenant_for_host(host), len(raw))
     cmd = parse_command(raw)
     if cmd.header.channel != TWO_WAY_PRIVATE:
         raise ProtocolError(ErrorCode.INVALID_COMMAND, "the reference serves TWO_WAY_PRIVATE only")

@@ -72,6 +72,18 @@ _SENDER_ERRORS = {
 }
 
 
+def admit(tenant: Tenant | None, size: int) -> Tenant:
+    """The tenant a command of `size` bytes goes to: UNKNOWN_MEDIATOR for no tenant,
+    MEDIATOR_UNAVAILABLE for a suspended one, PAYLOAD_TOO_LARGE past the smaller body cap."""
+    if tenant is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
+    if not tenant.is_active:
+        raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
+    if size > min(settings.MEDIATOR_MAX_BODY_BYTES, tenant.max_body_bytes):
+        raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
+    return tenant
+
+
 def authenticate(cmd: Command) -> Exception | None:
     """DCTRL-0004 §6.2 steps 1-3, once per command: None when the signature verifies over the
     received object, else the failure to answer after the nonce (a DatabaseError from a did:web
@@ -178,12 +190,7 @@ def handle(
     cmd: Command | None = None
     verified = False
     try:
-        if tenant is None:
-            raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
-        if not tenant.is_active:
-            raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
-        if len(raw) > min(settings.MEDIATOR_MAX_BODY_BYTES, tenant.max_body_bytes):
-            raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
+        tenant = admit(tenant, len(raw))
         for check in hooks.PRE_CHECKS:
             check(tenant, meta)
         cmd = parse_command(raw)
