@@ -299,8 +299,16 @@ MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_A
 MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
 MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
 MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)
-MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 60)
-MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 60)
+# /ws and /didcomm/ws upgrades, and /ws AUTHENTICATE attempts, per IP: token buckets too, per minute
+# sustained with bursts of up to _BURST. When a node or the network fails, every socket behind one
+# address (carrier NAT: many wallets) reconnects at once; a burst lets them back in.
+MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 600)
+MEDIATOR_WS_CONNECT_PER_IP_BURST = env_int("MEDIATOR_WS_CONNECT_PER_IP_BURST", 100)
+MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 600)
+MEDIATOR_WS_AUTH_PER_IP_BURST = env_int("MEDIATOR_WS_AUTH_PER_IP_BURST", 100)
+for _name in ("MEDIATOR_WS_CONNECT_PER_IP_BURST", "MEDIATOR_WS_AUTH_PER_IP_BURST"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be 1 or more (a per-IP rate of 0 switches the limit off)")
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
 MEDIATOR_RATE_LIMIT_REDIS_URL = env("MEDIATOR_RATE_LIMIT_REDIS_URL", REDIS_URL) or ""
 # With REDIS_SENTINELS and no MEDIATOR_RATE_LIMIT_REDIS_URL of their own, the limits use that master.

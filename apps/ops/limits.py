@@ -5,8 +5,10 @@
   one address);
 - per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min:
   the limit that stops one abusive client;
-- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS);
-  /didcomm/ws upgrades count in the same connect window (its consumer calls ws_connect_check).
+- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS):
+  token buckets, default 600 per minute with bursts of 100 (a failover reconnects every socket
+  behind an address at once); /didcomm/ws upgrades take from the same connect bucket (its
+  consumer calls ws_connect_check).
 
 Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip /
 _per_ip_burst; null is the deployment default, 0 switches the limit off). A refusal is 429
@@ -15,9 +17,9 @@ RATE_LIMITED, always with Retry-After.
 Two kinds of limit, shared through Redis:
 
 - a sliding window, "at most N hits in any 60 seconds" for one (scope, tenant, key): the per-DID
-  and per-sender limits and /ws admission (`hit`);
+  and per-sender limits (`hit`);
 - a token bucket, "R hits per minute, sustained, with bursts of up to B" (GCRA: one theoretical
-  arrival time per key): the per-IP limits, which must let a burst through (one wallet's
+  arrival time per key): the per-IP limits and socket admission, which must let a burst through (one wallet's
   onboarding) and a high sustained rate (thousands of phones behind one carrier NAT address)
   (`take`).
 
@@ -297,12 +299,14 @@ def per_did_check(tenant, cmd, meta, verified: bool) -> None:
 
 
 def ws_connect_check(tenant, ip: str | None) -> None:
-    """hooks.WS_CONNECT_CHECKS: /ws and /didcomm/ws upgrades per address per minute."""
+    """hooks.WS_CONNECT_CHECKS: /ws and /didcomm/ws upgrades per address (one bucket for both)."""
     if ip:
-        enforce("ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP)
+        enforce_rate(
+            "ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP, settings.MEDIATOR_WS_CONNECT_PER_IP_BURST
+        )
 
 
 def ws_auth_check(tenant, ip: str | None) -> None:
-    """hooks.WS_AUTH_CHECKS: AUTHENTICATE attempts per address per minute."""
+    """hooks.WS_AUTH_CHECKS: AUTHENTICATE attempts per address."""
     if ip:
-        enforce("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP)
+        enforce_rate("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP, settings.MEDIATOR_WS_AUTH_PER_IP_BURST)

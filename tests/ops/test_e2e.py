@@ -48,8 +48,11 @@ def two_servers(transactional_db, tmp_path, tenant_a, tenant_b):
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
         "MEDIATOR_RATE_LIMIT_REDIS_URL": REDIS_URL,
         "MEDIATOR_RATE_LIMIT_PREFIX": f"test-e2e-{uuid.uuid4().hex}",
-        "MEDIATOR_WS_CONNECT_PER_IP": "3",
-        "MEDIATOR_WS_AUTH_PER_IP": "2",
+        # Bursts of 3 upgrades and 2 AUTHENTICATEs, then one a minute: the test's next one is refused.
+        "MEDIATOR_WS_CONNECT_PER_IP": "1",
+        "MEDIATOR_WS_CONNECT_PER_IP_BURST": "3",
+        "MEDIATOR_WS_AUTH_PER_IP": "1",
+        "MEDIATOR_WS_AUTH_PER_IP_BURST": "2",
     }
     servers = []
     try:

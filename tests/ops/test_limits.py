@@ -158,12 +158,34 @@ class _Meta:
 
 @pytest.mark.parametrize(
     ("name", "per_second", "burst"),
-    [("MEDIATOR_RATE_LIMIT_PER_IP", "6000", "50"), ("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", "6000", "50")],
+    [
+        ("MEDIATOR_RATE_LIMIT_PER_IP", "6000", "50"),
+        ("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", "6000", "50"),
+        ("MEDIATOR_WS_CONNECT_PER_IP", "600", "100"),
+        ("MEDIATOR_WS_AUTH_PER_IP", "600", "100"),
+    ],
 )
 def test_the_deployment_defaults_are_a_hosted_mediators(name, per_second, burst, tmp_path):
     code = f"import django; django.setup(); from django.conf import settings as s; print(s.{name}, s.{name}_BURST)"
     result = _run_settings(code, {"MEDIATOR_VAR_DIR": str(tmp_path)})
     assert result.stdout.split() == [per_second, burst], result.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "MEDIATOR_RATE_LIMIT_PER_IP_BURST",
+        "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST",
+        "MEDIATOR_WS_CONNECT_PER_IP_BURST",
+        "MEDIATOR_WS_AUTH_PER_IP_BURST",
+    ],
+)
+def test_a_burst_below_one_fails_at_startup(name, tmp_path):
+    result = _run_settings("import django; django.setup()", {"MEDIATOR_VAR_DIR": str(tmp_path), name: "0"})
+    assert result.returncode != 0
+    assert (
+        f"ImproperlyConfigured: {name} must be 1 or more (a per-IP rate of 0 switches the limit off)"
+    ) in result.stderr
 
 
 def test_a_429_always_carries_retry_after():
@@ -195,25 +217,31 @@ def test_a_rate_limited_sender_on_tenant_a_does_not_touch_carol_on_tenant_b(
         ("MEDIATOR_WS_AUTH_PER_IP", hooks.WS_AUTH_CHECKS, "ws_auth"),
     ],
 )
-def test_websocket_admission_allows_n_per_minute_per_address(
+def test_websocket_admission_takes_a_burst_then_the_rate_per_address(
     limiter_clock, settings, tenant_a, setting, hook_list, scope
 ):
-    setattr(settings, setting, 3)
+    setattr(settings, setting, 6)  # one every 10 s, sustained
+    setattr(settings, f"{setting}_BURST", 3)
     before = _refused(scope)
 
     def admit(ip: str) -> None:
         for check in hook_list:
             check(tenant_a, ip)
 
-    for _ in range(3):
+    for _ in range(3):  # a burst: every socket of one address reconnecting at once
         admit(IP_1)
     with pytest.raises(ProtocolError) as refused:
         admit(IP_1)
-    assert (refused.value.code, refused.value.retry_after) == (ErrorCode.RATE_LIMITED, 60)
+    assert (refused.value.code, refused.value.retry_after) == (ErrorCode.RATE_LIMITED, 10)
     assert _refused(scope) == before + 1
     admit(IP_2)
-    limiter_clock["now"] += 60_000
+    limiter_clock["now"] += 10_000
     admit(IP_1)
+    with pytest.raises(ProtocolError):
+        admit(IP_1)
+    limiter_clock["now"] += 30_000  # three more tokens: the bucket holds its burst again
+    for _ in range(3):
+        admit(IP_1)
 
 
 def test_websocket_admission_limits_of_zero_admit_everyone(limiter_clock, settings, tenant_a):

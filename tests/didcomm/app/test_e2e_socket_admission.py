@@ -30,7 +30,12 @@ async def _refusal(ws) -> tuple[str, int]:
 
 def test_didcomm_upgrades_count_against_the_connect_limit_of_ws(deployment):
     # The in-process limiter: a fresh window per Daphne whatever ran before on the shared Redis.
-    env = {"MEDIATOR_WS_CONNECT_PER_IP": "3", "MEDIATOR_RATE_LIMIT_REDIS_URL": ""}
+    # A burst of 3 upgrades, then one a minute: the fourth within the test is refused.
+    env = {
+        "MEDIATOR_WS_CONNECT_PER_IP": "1",
+        "MEDIATOR_WS_CONNECT_PER_IP_BURST": "3",
+        "MEDIATOR_RATE_LIMIT_REDIS_URL": "",
+    }
     deploy = deployment(env=env)
     wallet = Agent()
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
