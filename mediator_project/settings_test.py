@@ -19,6 +19,11 @@ DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "0"
 if os.environ.get("MEDIATOR_TEST_DB_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["MEDIATOR_TEST_DB_NAME"]}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The test process meters in the request's own connection (sync), so a test's rows are rolled back
+# with it: the buffered writer thread commits on a connection of its own, outside the test, and a
+# later module would find them. Servers a test starts meter as production does (servers.server_env).
+if "USAGE_METERING_MODE" not in os.environ:
+    USAGE_METERING_MODE = "sync"
 MEDIATOR_DEFAULT_TENANT = "default"
 # Tests change tenants with queryset updates and across processes: resolve the host every time.
 MEDIATOR_TENANT_CACHE_SECONDS = 0

@@ -17,6 +17,7 @@ def registered_alice(post_a, tenant_a, alice):
     return alice
 
 
+@pytest.mark.django_db(transaction=True)  # the buffered writer commits on a connection of its own
 def test_a_successful_and_a_refused_authenticate_are_metered_without_their_signature(
     settings, tenant_a, registered_alice
 ):
@@ -62,6 +63,7 @@ def test_a_successful_and_a_refused_authenticate_are_metered_without_their_signa
     assert not any(good["signature"] in str(row) for row in stored)
 
 
+@pytest.mark.django_db(transaction=True)  # the buffered writer commits on a connection of its own
 def test_only_a_verified_did_is_metered_on_authenticate(settings, tenant_a, registered_alice, bob):
     settings.USAGE_METERING_MODE = "buffered"
     good = registered_alice.ws_authenticate()

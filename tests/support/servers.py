@@ -67,6 +67,7 @@ def server_env(extra: dict | None = None) -> dict:
             # unseal there (a var/ of its own would generate other secrets).
             "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
             "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+            "USAGE_METERING_MODE": os.environ.get("USAGE_METERING_MODE", "buffered"),
         }
     )
     env.update(extra or {})

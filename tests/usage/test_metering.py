@@ -99,6 +99,7 @@ def test_off_mode_records_nothing(post_a, tenant_a, alice, settings):
 
 
 def test_a_full_buffer_drops_and_counts_instead_of_growing(post_a, tenant_a, alice, settings):
+    settings.USAGE_METERING_MODE = "buffered"
     metering.flush()
     settings.USAGE_METERING_MAX_BUFFER = 0
     dropped = metering.dropped
@@ -108,7 +109,8 @@ def test_a_full_buffer_drops_and_counts_instead_of_growing(post_a, tenant_a, ali
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_background_thread_flushes_by_itself(post_a, tenant_a, alice):
+def test_the_background_thread_flushes_by_itself(post_a, tenant_a, alice, settings):
+    settings.USAGE_METERING_MODE = "buffered"
     post_a.send(query_events(alice, tenant_a))
     deadline = time.time() + 10
     while time.time() < deadline and not CommandMeter.objects.filter(tenant=tenant_a).exists():
@@ -117,10 +119,12 @@ def test_the_background_thread_flushes_by_itself(post_a, tenant_a, alice):
     metering.flush()
 
 
-def test_buffered_metering_adds_no_query_to_the_command(post_a, tenant_a, alice):
+@pytest.mark.django_db(transaction=True)  # the writer thread commits on a connection of its own
+def test_buffered_metering_adds_no_query_to_the_command(post_a, tenant_a, alice, settings):
     from django.db import connection as conn
     from django.test.utils import CaptureQueriesContext
 
+    settings.USAGE_METERING_MODE = "buffered"
     metering.flush()
     with CaptureQueriesContext(conn) as ctx:
         post_a.send(query_events(alice, tenant_a))
