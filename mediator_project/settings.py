@@ -281,9 +281,6 @@ MEDIATOR_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_RATE_LIMIT_PER_IP_BURST", 5
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_SENDER", 60)
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", 6000)
 MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST = env_int("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST", 50)
-for _name in ("MEDIATOR_RATE_LIMIT_PER_IP_BURST", "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST"):
-    if globals()[_name] < 1:
-        raise ImproperlyConfigured(f"{_name} must be 1 or more (a per-IP rate of 0 switches the limit off)")
 # DIDComm v2 replay protection (docs/didcomm.md "Replays"): an authcrypt message other than a forward
 # whose id its sender already used is refused; ids are remembered this long (seconds), and a message
 # whose created_time is further than this from now is refused (its id may be forgotten).
@@ -306,7 +303,12 @@ MEDIATOR_WS_CONNECT_PER_IP = env_int("MEDIATOR_WS_CONNECT_PER_IP", 600)
 MEDIATOR_WS_CONNECT_PER_IP_BURST = env_int("MEDIATOR_WS_CONNECT_PER_IP_BURST", 100)
 MEDIATOR_WS_AUTH_PER_IP = env_int("MEDIATOR_WS_AUTH_PER_IP", 600)
 MEDIATOR_WS_AUTH_PER_IP_BURST = env_int("MEDIATOR_WS_AUTH_PER_IP_BURST", 100)
-for _name in ("MEDIATOR_WS_CONNECT_PER_IP_BURST", "MEDIATOR_WS_AUTH_PER_IP_BURST"):
+for _name in (
+    "MEDIATOR_RATE_LIMIT_PER_IP_BURST",
+    "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST",
+    "MEDIATOR_WS_CONNECT_PER_IP_BURST",
+    "MEDIATOR_WS_AUTH_PER_IP_BURST",
+):
     if globals()[_name] < 1:
         raise ImproperlyConfigured(f"{_name} must be 1 or more (a per-IP rate of 0 switches the limit off)")
 # Windows are shared by every process through this Redis; empty = in-process (embedded default).
