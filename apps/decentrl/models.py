@@ -1,4 +1,5 @@
-"""The nonce store (DCTRL-0004 §5.2): persistent, so replay protection survives restarts (§12.2)."""
+"""The nonce store (DCTRL-0004 §5.2): persistent, so replay protection survives restarts (§12.2), and
+one for the whole deployment, so a command accepted by one tenant is refused by the others."""
 
 from django.db import models
 
@@ -10,7 +11,8 @@ class Nonce(models.Model):
     expires_at = models.BigIntegerField(help_text="Unix ms: header.timestamp + window")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "sender_did", "nonce"], name="nonce_unique")]
+        # One store for the deployment: a pair used on one tenant is used on all (docs/protocol-notes.md).
+        constraints = [models.UniqueConstraint(fields=["sender_did", "nonce"], name="nonce_unique")]
         indexes = [models.Index(fields=["expires_at"], name="nonce_expiry")]
 
     def __str__(self) -> str:

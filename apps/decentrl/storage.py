@@ -40,8 +40,11 @@ from .models import Nonce
 _NONCE = Nonce._meta.db_table
 
 # The claim (messaging.sql.replay_claim): a row comes back only for a fresh pair, or one whose
-# record has expired (kept through `expires_at` inclusive, DCTRL-0004 §5.4).
-CLAIM = replay_claim(_NONCE, ("tenant_id", "sender_did", "nonce"))
+# record has expired (kept through `expires_at` inclusive, DCTRL-0004 §5.4). The pair is the
+# deployment's, not the tenant's: no envelope names the mediator it is for (an AUTHENTICATE frame
+# neither), so a command or frame accepted by one tenant is refused by every other tenant of the
+# deployment (docs/protocol-notes.md, "Nonces"). The tenant is kept with the record.
+CLAIM = replay_claim(_NONCE, ("sender_did", "nonce"), scope=("tenant_id",))
 
 _CLAIM_CHECKING_REGISTRATION = (
     f"WITH claim AS ({CLAIM}) SELECT EXISTS(SELECT 1 FROM claim),"
@@ -88,8 +91,8 @@ def _items(rows: list[tuple]) -> list[dict]:
 
 
 class NonceClaim(NamedTuple):
-    """The (tenant, sender, nonce) pair to consume, kept until `expires_at_ms` (DCTRL-0004 §5.4):
-    `CLAIM`'s parameters, in its order."""
+    """The (sender, nonce) pair to consume for `tenant_id`, kept until `expires_at_ms` (DCTRL-0004
+    §5.4): `CLAIM`'s parameters, in its order."""
 
     tenant_id: int
     sender_did: str

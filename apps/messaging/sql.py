@@ -157,14 +157,17 @@ def prepared_cursor():
     return kept
 
 
-def replay_claim(table: str, key: tuple[str, ...]) -> str:
+def replay_claim(table: str, key: tuple[str, ...], *, scope: tuple[str, ...] = ()) -> str:
     """The replay claim on `table` (unique on `key`, with `id` and an integer `expires_at`), the one
-    text of every front door's: Decentrl's nonces, DIDComm's message ids. Its parameters are the key's
-    values, the record's `expires_at`, then the time before which a record is past (`claim`)."""
-    columns = ", ".join(key)
+    text of every front door's: Decentrl's nonces, DIDComm's message ids. `scope` are columns stored
+    with the record but not part of its key (a past record taken over gets the new values). Its
+    parameters are the scope's and the key's values, the record's `expires_at`, then the time before
+    which a record is past (`claim`)."""
+    columns = ", ".join((*scope, *key))
+    taken_over = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*scope, "expires_at"))
     return (
-        f"INSERT INTO {table} ({columns}, expires_at) VALUES ({', '.join(['%s'] * (len(key) + 1))}) "
-        f"ON CONFLICT ({columns}) DO UPDATE SET expires_at = EXCLUDED.expires_at "
+        f"INSERT INTO {table} ({columns}, expires_at) VALUES ({', '.join(['%s'] * (len(scope) + len(key) + 1))}) "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {taken_over} "
         f"WHERE {table}.expires_at < %s RETURNING id"
     )
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import time
 
+from apps.decentrl import storage
+from apps.decentrl.models import Nonce
+from apps.decentrl.storage import NonceClaim
 from apps.messaging.models import Contract, ContractRequest, PendingEvent, StoredEvent
 from apps.wire import contract as wc
 from apps.wire.did import parse_decentrl
@@ -203,13 +206,43 @@ def test_a_registration_on_a_names_a_and_is_signed_with_a_key(post_a, tenant_a, 
         raise AssertionError("tenant B's key verified tenant A's signature")
 
 
-def test_nonces_are_scoped_per_tenant(post_a, post_b, tenant_a, tenant_b, alice):
+def test_a_nonce_used_on_one_tenant_is_used_on_every_tenant(post_a, post_b, tenant_a, tenant_b, alice):
+    """One nonce store for the deployment: no envelope names its mediator, so A's command must not be
+    accepted again by B (docs/protocol-notes.md, "Nonces")."""
     register(post_a, alice, tenant_a)
     register(post_b, alice, tenant_b)
     env_a = envelope(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did)
     env_b = envelope(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_b.did, nonce=env_a["header"]["nonce"])
     assert post_a.send(env_a)[0] == 200
-    assert post_b.send(env_b)[0] == 200
-    # A replays its own command to B: wrong mediator, and still refused on A.
+    assert post_b.send(env_b) == (401, err("DUPLICATE_NONCE"))
     assert post_b.send(env_a) == (401, err("DUPLICATE_NONCE"))
     assert post_a.send(env_a) == (401, err("DUPLICATE_NONCE"))
+    nonce = env_a["header"]["nonce"]
+    assert list(Nonce.objects.filter(sender_did=alice.did, nonce=nonce).values_list("tenant_id", flat=True)) == [
+        tenant_a.pk
+    ]
+
+
+def test_a_private_message_accepted_by_a_is_refused_by_b_when_the_recipient_is_on_both(
+    post_a, post_b, tenant_a, tenant_b, alice, bob
+):
+    """The field finding: a TWO_WAY_PRIVATE command names sender and recipient but no mediator, so
+    with bob registered at both tenants A's accepted command was delivered once more by B."""
+    for poster, tenant in ((post_a, tenant_a), (post_b, tenant_b)):
+        register(poster, alice, tenant)
+        register(poster, bob, tenant)
+        contract_both_ways(poster, alice, bob, tenant)
+    command = alice.sign_command(recipient_did=bob.did, payload="blob", channel="TWO_WAY_PRIVATE")
+    assert post_a.send(command)[0] == 200
+    assert post_b.send(command) == (401, err("DUPLICATE_NONCE"))
+    assert PendingEvent.objects.filter(tenant=tenant_b, recipient_did=bob.did).count() == 0
+    assert PendingEvent.objects.filter(tenant=tenant_a, recipient_did=bob.did).count() == 1
+
+
+def test_a_past_record_of_one_tenant_is_taken_over_by_another(tenant_a, tenant_b):
+    """Past its window a pair is free again on any tenant, and the record moves to the claimant."""
+    args = {"sender_did": "did:example:x", "nonce": "n", "expires_at_ms": 1_000}
+    assert storage.claim(NonceClaim(tenant_id=tenant_a.pk, **args, now_ms=500)) is True
+    assert storage.claim(NonceClaim(tenant_id=tenant_b.pk, **args, now_ms=1_000)) is False
+    assert storage.claim(NonceClaim(tenant_id=tenant_b.pk, **{**args, "expires_at_ms": 9_000}, now_ms=1_001)) is True
+    assert list(Nonce.objects.values_list("tenant_id", "expires_at")) == [(tenant_b.pk, 9_000)]

@@ -206,6 +206,22 @@ def test_it_closes_4008_on_a_replayed_authenticate(registered_alice):
     run(body)
 
 
+def test_an_authenticate_frame_accepted_by_one_tenant_is_refused_by_another(post_b, registered_alice, tenant_b):
+    """The frame names no mediator: one nonce store for the deployment (docs/protocol-notes.md, "Nonces")."""
+    register(post_b, registered_alice, tenant_b)
+    frame = registered_alice.ws_authenticate()
+
+    async def body():
+        first = communicator()
+        assert (await first.connect())[0]
+        await send(first, frame)
+        assert await first.receive_json_from() == {"type": "AUTH_SUCCESS"}
+        await first.disconnect()
+
+    run(body)
+    _refused(frame, "DUPLICATE_NONCE", 4008, host=HOST_B)
+
+
 def test_an_authenticate_nonce_already_used_by_a_command_is_a_replay(post_a, registered_alice, tenant_a):
     # PROTOCOL-DECISIONS §6: one nonce store for commands and sockets.
     frame = registered_alice.ws_authenticate()
