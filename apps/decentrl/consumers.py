@@ -38,7 +38,7 @@ from django.db import DatabaseError
 from apps.messaging.services import pending_events_unacked
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
-from apps.realtime.layerloss import LayerLossMixin
+from apps.realtime.layerloss import CHANNEL_LAYER, LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import ERROR_CODE as SEND_BUDGET_ERROR
@@ -193,8 +193,8 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         try:
             await self.memberships.add(tenant_group_name(self.tenant.pk))
             self.tenant_group = tenant_group_name(self.tenant.pk)
-        except Exception:  # noqa: BLE001 - Redis down: AUTHENTICATE refuses the socket anyway
-            log.warning("channel layer unreachable while joining a tenant group")
+        except Exception as exc:  # noqa: BLE001 - Redis down: AUTHENTICATE refuses the socket anyway
+            CHANNEL_LAYER.failed(exc, "joining a tenant group")
         self.auth_timer = asyncio.create_task(self._auth_timer())
         self.tasks.append(self.auth_timer)
 
@@ -230,8 +230,8 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         # (a push is a wake-up; clients dedupe by id and ACK).
         try:
             await self.memberships.add(self.group)
-        except Exception:  # noqa: BLE001 - e.g. Redis down: a socket that cannot get pushes is refused
-            log.warning("channel layer unreachable while joining a websocket group")
+        except Exception as exc:  # noqa: BLE001 - e.g. Redis down: a socket that cannot get pushes is refused
+            CHANNEL_LAYER.failed(exc, "joining a websocket group")
             self.group = None
             await self._auth_unavailable()
             return

@@ -50,7 +50,7 @@ from apps.didcomm.core.errors import DidcommError
 from apps.ops import limits
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
-from apps.realtime.layerloss import LayerLossMixin
+from apps.realtime.layerloss import CHANNEL_LAYER, LayerLossMixin
 from apps.realtime.presence import Presence
 from apps.realtime.sendbudget import CLOSE_CODE as SEND_BUDGET_CLOSE
 from apps.realtime.sendbudget import SendBudget, frame_bytes
@@ -195,8 +195,8 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         self.tenant_group = tenant_group_name(self.tenant.pk)
         try:
             await self.memberships.add(self.tenant_group)
-        except Exception:  # noqa: BLE001 - e.g. Redis down: each frame still finds the tenant's state
-            log.warning("didcomm: channel layer unreachable while joining the tenant group")
+        except Exception as exc:  # noqa: BLE001 - e.g. Redis down: each frame still finds the tenant's state
+            CHANNEL_LAYER.failed(exc, "joining a didcomm tenant group")
             self.tenant_group = None
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -240,8 +240,8 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         group = group_name(self.tenant.pk, did)
         try:
             await self.memberships.add(group)
-        except Exception:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
-            log.warning("didcomm: channel layer unreachable while going live")
+        except Exception as exc:  # noqa: BLE001 - e.g. Redis down: no live mode, pickup still works
+            CHANNEL_LAYER.failed(exc, "going live on /didcomm/ws")
             return
         # Present after joining and before the backlog (apps/messaging/presence.py).
         try:

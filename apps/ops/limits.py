@@ -29,7 +29,7 @@ in-process state with the same semantics is used. Refused hits are not recorded,
 that backs off for Retry-After seconds gets through again.
 
 Keys never contain a DID or an address in clear: they are hashed (PROTOCOL-DECISIONS §9).
-If Redis is unreachable the limiter fails open and logs a warning: a broken limiter must not
+If Redis is unreachable the limiter fails open and logs the outage once (ops.outage): a broken limiter must not
 turn into refused service (and never into a 500).
 """
 
@@ -51,6 +51,7 @@ from django.conf import settings
 from apps.wire.errors import ErrorCode, ProtocolError
 
 from . import metrics
+from .outage import Outage
 from .redisconn import RedisSentinel, fail_fast
 
 log = logging.getLogger("mediator.ratelimit")
@@ -219,8 +220,12 @@ def _key(scope: str, tenant_id: int | None, ident: str) -> str:
     return f"{settings.MEDIATOR_RATE_LIMIT_PREFIX}:{scope}:{tenant_id or 0}:{_digest(ident)}"
 
 
-def _failing_open(scope: str) -> Decision:
-    log.warning("rate limiter unavailable; allowing (scope=%s)", scope)
+# This process's view of the limiter's Redis: an outage is logged once, its end with a count.
+LIMITER = Outage("rate limiter")
+
+
+def _failing_open(scope: str, exc: Exception) -> Decision:
+    LIMITER.failed(exc, f"limiting (scope={scope}; allowing)")
     metrics.RATE_LIMIT_ERRORS.inc()
     return Decision(True)
 
@@ -230,9 +235,11 @@ def hit(scope: str, tenant_id: int | None, ident: str, limit: int) -> Decision:
     if limit <= 0:
         return Decision(True)
     try:
-        return backend().hit(_key(scope, tenant_id, ident), limit, _now_ms(), WINDOW_MS)
-    except Exception:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
-        return _failing_open(scope)
+        decision = backend().hit(_key(scope, tenant_id, ident), limit, _now_ms(), WINDOW_MS)
+    except Exception as exc:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
+        return _failing_open(scope, exc)
+    LIMITER.recovered()
+    return decision
 
 
 def take(scope: str, tenant_id: int | None, ident: str, per_minute: int, burst: int) -> Decision:
@@ -241,9 +248,13 @@ def take(scope: str, tenant_id: int | None, ident: str, per_minute: int, burst: 
     if per_minute <= 0:
         return Decision(True)
     try:
-        return backend().take(_key(f"{scope}:tb", tenant_id, ident), WINDOW_MS / per_minute, max(1, burst), _now_ms())
-    except Exception:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
-        return _failing_open(scope)
+        decision = backend().take(
+            _key(f"{scope}:tb", tenant_id, ident), WINDOW_MS / per_minute, max(1, burst), _now_ms()
+        )
+    except Exception as exc:  # noqa: BLE001 - fail open: the limiter must never refuse service by itself
+        return _failing_open(scope, exc)
+    LIMITER.recovered()
+    return decision
 
 
 # The limits of the command path and the sockets.

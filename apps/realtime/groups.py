@@ -7,6 +7,8 @@ import asyncio
 import hashlib
 import logging
 
+from .layerloss import CHANNEL_LAYER
+
 log = logging.getLogger("mediator.realtime")
 
 
@@ -49,6 +51,7 @@ class Memberships:
     async def add(self, group: str) -> None:
         """Join `group` (the layer's errors propagate: the caller decides what a socket without it is)."""
         await self.layer.group_add(group, self.channel)
+        CHANNEL_LAYER.recovered()
         self.groups.add(group)
         if self._timer is None and self._task is None and not self._closed:
             self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
@@ -58,8 +61,8 @@ class Memberships:
         self.groups.discard(group)
         try:
             await self.layer.group_discard(group, self.channel)
-        except Exception:  # noqa: BLE001 - e.g. Redis down: the membership expires by itself
-            log.warning("channel layer unreachable while leaving a group")
+        except Exception as exc:  # noqa: BLE001 - e.g. Redis down: the membership expires by itself
+            CHANNEL_LAYER.failed(exc, "leaving a group")
 
     async def close(self) -> None:
         """Stop refreshing and leave every group (the socket disconnected)."""
@@ -80,10 +83,11 @@ class Memberships:
             for group in list(self.groups):
                 try:
                     await self.layer.group_add(group, self.channel)
+                    CHANNEL_LAYER.recovered()
                     if group not in self.groups:  # left while we re-joined it: leave again
                         await self.layer.group_discard(group, self.channel)
-                except Exception:  # noqa: BLE001 - retried at the next refresh, well before expiry
-                    log.warning("channel layer unreachable while renewing a group membership")
+                except Exception as exc:  # noqa: BLE001 - retried at the next refresh, well before expiry
+                    CHANNEL_LAYER.failed(exc, "renewing a group membership")
                     break
         finally:
             self._task = None

@@ -10,6 +10,8 @@ from django.conf import settings
 
 from apps.ops.redisconn import RedisSentinel, fail_fast
 
+from .layerloss import CHANNEL_LAYER
+
 log = logging.getLogger("mediator.realtime")
 
 PING_TIMEOUT_S = 0.5
@@ -55,7 +57,9 @@ def channel_layer_reachable() -> bool:
     if host is None:
         return True
     try:
-        return bool(_client(host).ping())
-    except (redis.RedisError, OSError):
-        log.warning("channel layer unreachable")
+        answered = bool(_client(host).ping())
+    except (redis.RedisError, OSError) as exc:
+        CHANNEL_LAYER.failed(exc, "answering /health")
         return False
+    CHANNEL_LAYER.recovered()
+    return answered

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from apps.ops.outage import Outage
+
 if TYPE_CHECKING:
     # What the mixin is put before, so its super() calls and the consumer's methods type-check.
     from channels.generic.websocket import AsyncWebsocketConsumer as _ConsumerBase
@@ -28,6 +30,9 @@ log = logging.getLogger("mediator.realtime")
 # What channels_redis raises when its Redis is unreachable (redis-py's errors, or the socket's).
 LAYER_ERRORS = (RedisError, OSError)
 
+# This process's view of the channel layer: its loss is logged once, its return with a count.
+CHANNEL_LAYER = Outage("channel layer")
+
 
 class LayerLossMixin(_ConsumerBase):
     """Put before AsyncWebsocketConsumer; the consumer defines `layer_lost()` and `disconnect()`."""
@@ -38,7 +43,7 @@ class LayerLossMixin(_ConsumerBase):
         try:
             await super().__call__(scope, receive, send)
         except LAYER_ERRORS as exc:
-            log.warning("channel layer unreachable: websocket closed (%s)", type(exc).__name__)
+            CHANNEL_LAYER.failed(exc, "a websocket was open (closed)")
             try:
                 if not self.accepted:
                     await self.accept()

@@ -38,6 +38,7 @@ from apps.wire.canonical import canonical_str
 
 from .channels_redis_adapter import SyncSender, sync_sender
 from .groups import group_name, tenant_group_name
+from .layerloss import CHANNEL_LAYER, LAYER_ERRORS
 
 log = logging.getLogger("mediator.realtime")
 
@@ -162,14 +163,20 @@ class Pusher:
     def _send(self, batch: list[tuple]) -> None:
         try:
             found = self.sender.members_of([push[0] for push in batch])
+        except LAYER_ERRORS as exc:
+            CHANNEL_LAYER.failed(exc, "pushing (pushes not sent)")
+            return
         except Exception:  # noqa: BLE001 - see push_to_sockets; never log a message (it carries payloads)
             log.exception("push to channel layer failed: %s pushes not sent", len(batch))
             return
+        CHANNEL_LAYER.recovered()
         for (group, build, tenant_id, what), channel_names in zip(batch, found, strict=True):
             if not channel_names:
                 continue
             try:
                 self.sender.send(group, channel_names, build())
+            except LAYER_ERRORS as exc:
+                CHANNEL_LAYER.failed(exc, "pushing (pushes not sent)")
             except Exception:  # noqa: BLE001 - idem
                 log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)
 
@@ -198,5 +205,7 @@ def _group_send(group: str, build, tenant_id: int, what) -> None:
             pusher(sync).put(group, build, tenant_id, what)
             return
         async_to_sync(layer.group_send)(group, build())
+    except LAYER_ERRORS as exc:
+        CHANNEL_LAYER.failed(exc, "pushing (a push not sent)")
     except Exception:  # noqa: BLE001 - see push_to_sockets; never log the message (it carries payloads)
         log.exception("push to channel layer failed tenant_id=%s type=%s", tenant_id, what)

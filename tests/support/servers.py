@@ -230,10 +230,10 @@ class RedisServer:
             self.proc.wait(timeout=10)
 
 
-def start_redis(tmp_path: Path, *options: str) -> RedisServer:
-    """`redis-server` on a free port, without persistence, once it answers PING; `options` are
-    more of its command-line options (e.g. `--replicaof 127.0.0.1 PORT`)."""
-    port = free_port()
+def start_redis(tmp_path: Path, *options: str, port: int | None = None) -> RedisServer:
+    """`redis-server` on `port` (default a free one), without persistence, once it answers PING;
+    `options` are more of its command-line options (e.g. `--replicaof 127.0.0.1 PORT`)."""
+    port = port or free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options],
         cwd=tmp_path,
