@@ -9,7 +9,9 @@ close frame: a 2 MiB forward over `/didcomm/ws` would vanish where `POST /didcom
 Daphne's limit is `MESSAGE_LIMIT_FACTOR` times that cap, so every frame up to the cap is handled and
 one over it still reaches the consumer, which answers it as the protocol says (`/didcomm/ws`:
 `e.p.xfer.too-big`, the socket stays open; `/ws`: AUTH_FAILED). Only a message over the server's
-limit is dropped by Daphne, which bounds what one socket can make a process buffer.
+limit never reaches the application, which bounds what one socket can make a process buffer: its
+socket is closed with 1009 (message too big, RFC 6455 §7.4.1; `WebSocketFactory` below), where
+Daphne's autobahn would drop the TCP connection without a close frame.
 
 Daphne's HTTP (the embedded default's) goes through `Factory` and `Request` below: Twisted's parts
 Daphne never uses are left out.
@@ -24,6 +26,7 @@ from typing import Any
 import daphne.server
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
+from daphne.ws_protocol import WebSocketFactory as DaphneWebSocketFactory
 from django.conf import settings
 
 # A frame over the application's cap must still reach the application to get its answer.
@@ -72,10 +75,23 @@ class Factory(HTTPFactory):
             super().log(request)
 
 
+class WebSocketFactory(DaphneWebSocketFactory):
+    """Daphne's WebSocket factory, failing a connection with a close frame instead of by dropping it
+    (autobahn's `failByDrop`): a message over the limit gets 1009, a protocol error 1002, an
+    invalid UTF-8 text 1007, each as RFC 6455 §7.1.7 allows. The rest of the oversized message is
+    read and discarded, not buffered, until the close handshake ends (autobahn's 1 s timeout)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Server.run sets its options after construction; it passes no failByDrop, so this one stays.
+        self.setProtocolOptions(failByDrop=False)
+
+
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
     # Daphne's Server builds its factory by this name and has no option for another.
     daphne.server.HTTPFactory = Factory  # type: ignore[misc]
+    daphne.server.WebSocketFactory = WebSocketFactory  # type: ignore[misc]
     CommandLineInterface().run(arguments(sys.argv[1:]))
 
 

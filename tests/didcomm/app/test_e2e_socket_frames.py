@@ -67,3 +67,21 @@ def test_a_ws_first_frame_over_a_mib_is_answered_not_dropped(deploy):
             return answer, ws.close_code
 
     assert asyncio.run(body()) == ({"type": "AUTH_FAILED", "code": "INVALID_MESSAGE"}, 4002)
+
+
+@pytest.mark.parametrize("path", ["/didcomm/ws", "/ws"])
+def test_a_frame_over_the_servers_limit_is_closed_with_1009_not_dropped(deployment, path):
+    """Over Daphne's limit (twice the cap, mediator_project/socket_server.py) the frame never reaches
+    the application: the socket is closed with 1009 (message too big, RFC 6455 §7.4.1), as a client
+    needs to know why, instead of the TCP connection being dropped without a close frame. A small cap
+    keeps the frame small."""
+    cap = 64 * 1024
+    deploy = deployment(env={"MEDIATOR_MAX_BODY_BYTES": str(cap)})
+
+    async def body():
+        async with deploy.socket(path) as ws:
+            await ws.send("x" * (2 * cap + 1))
+            await asyncio.wait_for(ws.wait_closed(), 30)
+            return ws.close_code
+
+    assert asyncio.run(body()) == 1009
