@@ -111,9 +111,20 @@ def _resolve(host: str) -> Tenant | None:
     return tenant
 
 
+def canonical_host(host: str) -> str:
+    """`host` (host[:port]) lowercased, without the trailing dot of a DNS name's absolute form
+    (`example.com.` is `example.com`, RFC 1034 §3.1), as Django's host checks read it: every host
+    rule compares this form (docs/operators.md, "Hosts")."""
+    host = host.lower()
+    name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", host)
+    if not colon or not port.isdigit():
+        name, colon, port = host, "", ""
+    return f"{name[:-1] if name.endswith('.') else name}{colon}{port}"
+
+
 def tenant_for_host(host: str) -> Tenant | None:
     """The tenant serving `host` (its domain or an alias, exact host[:port]), else the default tenant, else None."""
-    host = host.lower()
+    host = canonical_host(host)
     return _clone(HOSTS.load(host, lambda: _resolve(host))[0])
 
 

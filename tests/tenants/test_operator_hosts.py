@@ -86,7 +86,7 @@ def test_an_api_write_on_a_tenant_host_changes_nothing(listed, token, tenant_a):
     assert tenant_a.is_active and AuditEntry.objects.count() == 0
 
 
-@pytest.mark.parametrize("host", [OPS_HOST, f"{OPS_HOST}:8443", "OPS.Mediator.Test."])
+@pytest.mark.parametrize("host", [OPS_HOST, f"{OPS_HOST}:8443", "OPS.Mediator.Test.", f"{OPS_HOST}.:8443"])
 def test_operator_surfaces_answer_on_a_listed_host_on_any_port(listed, operator_client, token, tenant_a, host):
     assert Client().get("/admin/", HTTP_HOST=host).status_code == 302  # the login page, as before
     assert Client().get("/admin/login/", HTTP_HOST=host).status_code == 200

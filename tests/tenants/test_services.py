@@ -107,6 +107,17 @@ def test_host_resolution_serves_the_domain_aliases_and_default_ports(tenant_a, t
     assert tenant_for_host("unknown.test") is None  # no "default" tenant in this test
 
 
+def test_a_host_with_a_trailing_dot_is_the_same_host(tenant_a, tenant_b, actor):
+    """`a.mediator.test.` is the absolute form of the same DNS name (RFC 1034 §3.1): the same tenant,
+    not the default one, as the operator hosts and Django's ALLOWED_HOSTS read it."""
+    tenant_update(tenant=tenant_b, actor=actor, aliases=["b-alias.test:8443"])
+    assert tenant_for_host("a.mediator.test.").pk == tenant_a.pk
+    assert tenant_for_host("A.Mediator.Test.:443").pk == tenant_a.pk
+    assert tenant_for_host("b-alias.test.:8443").pk == tenant_b.pk
+    assert tenant_for_host("a.mediator.test..") is None
+    assert tenant_for_host("b-alias.test.:9999") is None
+
+
 @override_settings(MEDIATOR_TENANT_CACHE_SECONDS=60)
 def test_the_host_cache_answers_without_queries_and_forgets_on_save(tenant_a, actor):
     tenant_cache_clear()
