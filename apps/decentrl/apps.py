@@ -1,6 +1,3 @@
-from collections.abc import Callable
-from typing import Any
-
 from django.apps import AppConfig
 
 
@@ -16,25 +13,14 @@ class DecentrlConfig(AppConfig):
     verbose_name = "Decentrl"
 
     def ready(self) -> None:
-        from apps.ops import jobs, limits, metrics
+        from apps.ops import jobs, metrics
         from apps.usage import records
 
-        from . import hooks, nonces
+        from . import nonces
 
-        # The front door sits on top: it plugs the lower apps' limits and metrics into its own
-        # extension points and the request records' observers (apps below never import it; usage
-        # registers metering itself). ready() may run more than once in some test setups: register
-        # each hook exactly once.
-        wiring: list[tuple[list[Any], Callable[..., None]]] = [
-            (hooks.PRE_CHECKS, limits.per_ip_check),
-            (hooks.SENDER_CHECKS, limits.per_did_check),
-            (hooks.WS_CONNECT_CHECKS, limits.ws_connect_check),
-            (hooks.WS_AUTH_CHECKS, limits.ws_auth_check),
-            (hooks.WS_OBSERVERS, metrics.observe_ws),
-        ]
-        for registry, fn in wiring:
-            if fn not in registry:
-                registry.append(fn)
+        # The front door sits on top: it plugs metrics into the request records' observers (apps
+        # below never import it; usage registers metering itself) and its jobs into ops'. Its limits
+        # and socket metrics it calls itself (dispatch, consumers).
         records.subscribe(metrics.observe)
         jobs.register(nonces.PRUNE_JOB)
         metrics.register_store_size("mediator_nonce_store_size", "Nonces held by the replay store.", nonces.nonce_count)

@@ -3,7 +3,7 @@
 It is a plain AsyncWebsocketConsumer, not the JSON one, so that the AUTHENTICATE signature is
 checked over what was received (STYLE §8). Life of a socket:
 
-  connect    tenant from Host, WS_CONNECT_CHECKS, accept, start the auth timer
+  connect    tenant from Host, the per-IP connect limit, accept, start the auth timer
   receive    first frame must be AUTHENTICATE (§10.2 order, AUTH_FAILED + close 4001-4008),
              then: join the (tenant, DID) group, mark the DID present (messaging/presence.py:
              stored events are pushed only to a DID with a socket), AUTH_SUCCESS, the
@@ -15,7 +15,7 @@ checked over what was received (STYLE §8). Life of a socket:
   afterwards PONG is accepted, anything else is ignored
 
 Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type":"ERROR"} frame:
-4029 RATE_LIMITED (a WS_CONNECT_CHECKS/WS_AUTH_CHECKS refusal), 4404 UNKNOWN_MEDIATOR,
+4029 RATE_LIMITED (the per-IP connect or AUTHENTICATE limit), 4404 UNKNOWN_MEDIATOR,
 4503 MEDIATOR_UNAVAILABLE (tenant suspended, database or channel layer unreachable), 4509 SEND_BUDGET_EXCEEDED
 (a push found more than MEDIATOR_WS_SEND_BUDGET_BYTES unsent: the client is not reading).
 
@@ -36,6 +36,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from apps.messaging.services import pending_events_unacked
+from apps.ops import limits, metrics
 from apps.ops.clientip import forwarded_client
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
 from apps.realtime.layerloss import CHANNEL_LAYER, LayerLossMixin
@@ -48,7 +49,6 @@ from apps.tenants.selectors import tenant_for_host
 from apps.wire.canonical import canonical_str
 from apps.wire.errors import ErrorCode, ProtocolError
 
-from . import hooks
 from .auth import WsAuthFailed, authenticate, check_timestamp, parse_authenticate
 from .dispatch import Outcome, observe
 
@@ -75,11 +75,7 @@ def _now_ms() -> int:
 
 
 def _observe(event: str, tenant: Tenant | None) -> None:
-    for observer in hooks.WS_OBSERVERS:
-        try:
-            observer(event, tenant.slug if tenant else None)
-        except Exception:  # noqa: BLE001 - an observer must never break a socket
-            log.exception("websocket observer failed")
+    metrics.observe_ws(event, tenant.slug if tenant else None)
 
 
 def _admit(host: str, ip: str | None) -> Tenant:
@@ -89,8 +85,7 @@ def _admit(host: str, ip: str | None) -> Tenant:
         raise ProtocolError(ErrorCode.UNKNOWN_MEDIATOR)
     if not tenant.is_active:
         raise ProtocolError(ErrorCode.MEDIATOR_UNAVAILABLE)
-    for check in hooks.WS_CONNECT_CHECKS:
-        check(tenant, ip)
+    limits.per_ip("ws_connect", tenant.pk, ip)
     return tenant
 
 
@@ -100,8 +95,7 @@ def _authenticate(tenant: Tenant, ip: str | None, text: str | None) -> str:
     verified: str | None = None  # the DID, once its signature verified (never a mere claim)
     code, status = "SUCCESS", 200
     try:
-        for check in hooks.WS_AUTH_CHECKS:
-            check(tenant, ip)
+        limits.per_ip("ws_auth", tenant.pk, ip)
         frame = parse_authenticate(text)
         now_ms = _now_ms()
         window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS

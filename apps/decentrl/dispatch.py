@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from apps.messaging import sql
 from apps.messaging.sql import Delivery
+from apps.ops import limits
 from apps.ops.logconfig import code_path
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, resolve_did, verify_signer
@@ -39,7 +40,7 @@ from apps.wire.did import DidError
 from apps.wire.envelope import DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, Command, parse_command
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-from . import handlers, hooks, storage
+from . import handlers, storage
 from .context import CommandContext
 from .storage import NonceClaim
 
@@ -186,18 +187,16 @@ def handle(
 ) -> tuple[Outcome, bytes]:
     """Run one command end to end; always returns a protocol-shaped outcome and its reply bytes."""
     started = time.perf_counter()
-    meta = hooks.RequestMeta(transport=transport, remote_addr=remote_addr, bytes_in=len(raw))
     cmd: Command | None = None
     verified = False
     try:
         tenant = admit(tenant, len(raw))
-        for check in hooks.PRE_CHECKS:
-            check(tenant, meta)
+        # Every command from one address counts, whatever its outcome.
+        limits.per_ip("ip", tenant.pk, remote_addr, tenant.rate_limit_per_ip, tenant.rate_limit_per_ip_burst)
         cmd = parse_command(raw)
         failure = authenticate(cmd)
         verified = failure is None
-        for sender_check in hooks.SENDER_CHECKS:
-            sender_check(tenant, cmd, meta, verified)
+        limits.per_did(tenant, cmd.header.sender_did, verified)
         body = execute(tenant, cmd, failure, transport, int(time.time() * 1000))
         outcome = Outcome(200, body, cmd.type, cmd.header.sender_did, channel=cmd.header.channel)
     except ProtocolError as err:

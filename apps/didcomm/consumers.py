@@ -24,7 +24,7 @@ per-process caches `POST /didcomm` uses): a socket that missed that message answ
 closes.
 
 Admission and idleness (docs/didcomm.md): an upgrade counts against the per-address connect limit
-of `/ws` (apps.ops.limits.ws_connect_check, one window for both socket paths; over it a problem
+of `/ws` (apps.ops.limits.per_ip, scope ws_connect: one bucket for both socket paths; over it a problem
 report and close 4029). A socket is *in use* while a client on it is live (`_in_use`: a v2 client
 that sent live-delivery-change, a v1 connection in live delivery, such as return_route "all");
 otherwise each frame the mediator accepts (answered without a problem report) keeps it open for
@@ -113,7 +113,7 @@ def _admit(host: str, ip: str | None) -> Tenant:
         raise refused
     assert tenant is not None  # refusal() refuses an unknown host
     try:
-        limits.ws_connect_check(tenant, ip)
+        limits.per_ip("ws_connect", tenant.pk, ip)
     except ProtocolError as err:
         raise Problem(Code.RATE_LIMITED, "too many connections from this address", 429) from err
     return tenant

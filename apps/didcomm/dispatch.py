@@ -302,22 +302,15 @@ def _rate_limited(err: ProtocolError) -> Problem:
 
 def limit(scope: str, tenant: Tenant, ident: str, override: int | None, default: int) -> None:
     try:
-        limits.enforce(scope, tenant.pk, ident, default if override is None else override)
+        limits.enforce(scope, tenant.pk, ident, limits.effective(override, default))
     except ProtocolError as err:
         raise _rate_limited(err) from err
 
 
 def limit_ip(tenant: Tenant, remote_addr: str, policy) -> None:
     """The per-IP token bucket (per minute, with its burst) of the tenant's DIDComm policy."""
-    rate, burst = policy.rate_limit_per_ip, policy.rate_limit_per_ip_burst
     try:
-        limits.enforce_rate(
-            "didcomm_ip",
-            tenant.pk,
-            remote_addr,
-            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP if rate is None else rate,
-            settings.MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST if burst is None else burst,
-        )
+        limits.per_ip("didcomm_ip", tenant.pk, remote_addr, policy.rate_limit_per_ip, policy.rate_limit_per_ip_burst)
     except ProtocolError as err:
         raise _rate_limited(err) from err
 

@@ -1,18 +1,18 @@
 """Abuse limits wired into the command path and /ws (PROTOCOL-DECISIONS §7, UC-021 AF-2).
 
-- per IP, every POST / command (hooks.PRE_CHECKS): a token bucket, default 6 000 per minute (100
-  a second) with bursts of 50, a hosted mediator's (carrier NAT puts thousands of clients behind
-  one address);
-- per sender DID, every command whose signature verifies (hooks.SENDER_CHECKS), default 60/min:
-  the limit that stops one abusive client;
-- per IP, /ws connections and AUTHENTICATE attempts (hooks.WS_CONNECT_CHECKS / WS_AUTH_CHECKS):
-  token buckets, default 600 per minute with bursts of 100 (a failover reconnects every socket
-  behind an address at once); /didcomm/ws upgrades take from the same connect bucket (its
-  consumer calls ws_connect_check).
+- per IP, every POST / command (scope `ip`), and every POST /didcomm message (`didcomm_ip`): a token
+  bucket, default 6 000 per minute (100 a second) with bursts of 50, a hosted mediator's (carrier NAT
+  puts thousands of clients behind one address);
+- per sender DID, every command whose signature verifies (`per_did`), default 60/min: the limit that
+  stops one abusive client;
+- per IP, /ws and /didcomm/ws upgrades (`ws_connect`, one bucket for both paths) and AUTHENTICATE
+  attempts (`ws_auth`): token buckets, default 600 per minute with bursts of 100 (a failover
+  reconnects every socket behind an address at once).
 
-Tenants override the per-DID and per-IP limits (Tenant.rate_limit_per_did / _per_ip /
-_per_ip_burst; null is the deployment default, 0 switches the limit off). A refusal is 429
-RATE_LIMITED, always with Retry-After.
+Every per-IP limit is one function, `per_ip`: the deployment's defaults for its scope
+(`PER_IP_DEFAULTS`), a tenant's override where it has one (Tenant.rate_limit_per_ip / _burst,
+DidcommPolicy's), and `effective`, the one rule of an override: None is the deployment default, 0
+switches the limit off. A refusal is 429 RATE_LIMITED, always with Retry-After.
 
 Two kinds of limit, shared through Redis:
 
@@ -258,7 +258,8 @@ def take(scope: str, tenant_id: int | None, ident: str, per_minute: int, burst: 
 
 
 # The limits of the command path and the sockets.
-def _limit(override: int | None, default: int) -> int:
+def effective(override: int | None, default: int) -> int:
+    """A tenant's limit: its override, or the deployment's `default` where it has none (None); 0 is off."""
     return default if override is None else override
 
 
@@ -281,21 +282,33 @@ def enforce_rate(scope: str, tenant_id: int | None, ident: str, per_minute: int,
         raise ProtocolError(ErrorCode.RATE_LIMITED, f"{scope} limit", retry_after=decision.retry_after_s)
 
 
-def per_ip_check(tenant, meta) -> None:
-    """hooks.PRE_CHECKS: every command from one address counts, whatever its outcome."""
-    if not meta.remote_addr:
+# Each per-IP scope's deployment defaults: the settings of its rate per minute and its burst.
+PER_IP_DEFAULTS = {
+    "ip": ("MEDIATOR_RATE_LIMIT_PER_IP", "MEDIATOR_RATE_LIMIT_PER_IP_BURST"),
+    "didcomm_ip": ("MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP", "MEDIATOR_DIDCOMM_RATE_LIMIT_PER_IP_BURST"),
+    "ws_connect": ("MEDIATOR_WS_CONNECT_PER_IP", "MEDIATOR_WS_CONNECT_PER_IP_BURST"),
+    "ws_auth": ("MEDIATOR_WS_AUTH_PER_IP", "MEDIATOR_WS_AUTH_PER_IP_BURST"),
+}
+
+
+def per_ip(scope: str, tenant_id: int, ip: str | None, rate: int | None = None, burst: int | None = None) -> None:
+    """The per-IP policy: one hit of `ip` from the (scope, tenant) token bucket, at the tenant's
+    `rate` per minute and `burst` where they override the scope's defaults (`effective`); every
+    request counts, whatever its outcome. No address (a Unix socket, a test client) is not limited."""
+    if not ip:
         return
+    rate_setting, burst_setting = PER_IP_DEFAULTS[scope]
     enforce_rate(
-        "ip",
-        tenant.pk,
-        meta.remote_addr,
-        _limit(tenant.rate_limit_per_ip, settings.MEDIATOR_RATE_LIMIT_PER_IP),
-        _limit(tenant.rate_limit_per_ip_burst, settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST),
+        scope,
+        tenant_id,
+        ip,
+        effective(rate, getattr(settings, rate_setting)),
+        effective(burst, getattr(settings, burst_setting)),
     )
 
 
-def per_did_check(tenant, cmd, meta, verified: bool) -> None:
-    """hooks.SENDER_CHECKS: only commands that really come from the DID count against it.
+def per_did(tenant, sender_did: str, verified: bool) -> None:
+    """Only commands that really come from the DID count against it.
 
     The DID in a header is a claim until the signature is checked; counting unsigned claims would
     let anyone exhaust someone else's budget. `verified` is dispatch's one signature check of this
@@ -303,21 +316,7 @@ def per_did_check(tenant, cmd, meta, verified: bool) -> None:
     etc.) and are still covered by the per-IP limit. This runs before the nonce is consumed, so a
     refused command can be sent again unchanged after Retry-After.
     """
-    limit = _limit(tenant.rate_limit_per_did, settings.MEDIATOR_RATE_LIMIT_PER_DID)
+    limit = effective(tenant.rate_limit_per_did, settings.MEDIATOR_RATE_LIMIT_PER_DID)
     if limit <= 0 or not verified:
         return
-    enforce("did", tenant.pk, cmd.header.sender_did, limit)
-
-
-def ws_connect_check(tenant, ip: str | None) -> None:
-    """hooks.WS_CONNECT_CHECKS: /ws and /didcomm/ws upgrades per address (one bucket for both)."""
-    if ip:
-        enforce_rate(
-            "ws_connect", tenant.pk, ip, settings.MEDIATOR_WS_CONNECT_PER_IP, settings.MEDIATOR_WS_CONNECT_PER_IP_BURST
-        )
-
-
-def ws_auth_check(tenant, ip: str | None) -> None:
-    """hooks.WS_AUTH_CHECKS: AUTHENTICATE attempts per address."""
-    if ip:
-        enforce_rate("ws_auth", tenant.pk, ip, settings.MEDIATOR_WS_AUTH_PER_IP, settings.MEDIATOR_WS_AUTH_PER_IP_BURST)
+    enforce("did", tenant.pk, sender_did, limit)

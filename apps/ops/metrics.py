@@ -123,7 +123,7 @@ def observe(record) -> None:
 
 
 def observe_ws(event: str, tenant_slug: str | None) -> None:
-    """hooks.WS_OBSERVERS entry: the open-socket gauge and lifecycle counters."""
+    """A /ws socket's lifecycle `event` (connect, authenticated, disconnect): the open-socket gauge and counters."""
     if event not in WS_EVENT_NAMES:
         return
     WS_EVENTS.labels(event).inc()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from apps.decentrl import hooks
 from apps.ops import limits, metrics
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, ProtocolError
@@ -142,18 +141,13 @@ def test_the_default_per_ip_limit_lets_a_carrier_nat_address_through(limiter_clo
     former default refused the 121st); beyond the rate, Retry-After."""
     settings.MEDIATOR_RATE_LIMIT_PER_IP, settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 6000, 50
     for _ in range(50):
-        limits.per_ip_check(tenant_a, _Meta(IP_1))
+        limits.per_ip("ip", tenant_a.pk, IP_1)
     for _ in range(6_000):
         limiter_clock["now"] += 10
-        limits.per_ip_check(tenant_a, _Meta(IP_1))
+        limits.per_ip("ip", tenant_a.pk, IP_1)
     with pytest.raises(ProtocolError) as refused:
-        limits.per_ip_check(tenant_a, _Meta(IP_1))
+        limits.per_ip("ip", tenant_a.pk, IP_1)
     assert (refused.value.code, refused.value.retry_after) == (ErrorCode.RATE_LIMITED, 1)
-
-
-class _Meta:
-    def __init__(self, remote_addr: str):
-        self.remote_addr = remote_addr
 
 
 @pytest.mark.parametrize(
@@ -207,26 +201,20 @@ def test_a_rate_limited_sender_on_tenant_a_does_not_touch_carol_on_tenant_b(
     assert _query(carol, tenant_b, host=HOST_B)[0] == 200
 
 
-# --- WebSocket admission (called by the /ws consumer through hooks) --------------------------------
+# --- WebSocket admission (called by the socket consumers: limits.per_ip) -----------------------------
 
 
 @pytest.mark.parametrize(
-    ("setting", "hook_list", "scope"),
-    [
-        ("MEDIATOR_WS_CONNECT_PER_IP", hooks.WS_CONNECT_CHECKS, "ws_connect"),
-        ("MEDIATOR_WS_AUTH_PER_IP", hooks.WS_AUTH_CHECKS, "ws_auth"),
-    ],
+    ("setting", "scope"),
+    [("MEDIATOR_WS_CONNECT_PER_IP", "ws_connect"), ("MEDIATOR_WS_AUTH_PER_IP", "ws_auth")],
 )
-def test_websocket_admission_takes_a_burst_then_the_rate_per_address(
-    limiter_clock, settings, tenant_a, setting, hook_list, scope
-):
+def test_websocket_admission_takes_a_burst_then_the_rate_per_address(limiter_clock, settings, tenant_a, setting, scope):
     setattr(settings, setting, 6)  # one every 10 s, sustained
     setattr(settings, f"{setting}_BURST", 3)
     before = _refused(scope)
 
     def admit(ip: str) -> None:
-        for check in hook_list:
-            check(tenant_a, ip)
+        limits.per_ip(scope, tenant_a.pk, ip)
 
     for _ in range(3):  # a burst: every socket of one address reconnecting at once
         admit(IP_1)
@@ -248,8 +236,8 @@ def test_websocket_admission_limits_of_zero_admit_everyone(limiter_clock, settin
     settings.MEDIATOR_WS_CONNECT_PER_IP = 0
     settings.MEDIATOR_WS_AUTH_PER_IP = 0
     for _ in range(50):
-        for check in (*hooks.WS_CONNECT_CHECKS, *hooks.WS_AUTH_CHECKS):
-            check(tenant_a, IP_1)
+        for scope in ("ws_connect", "ws_auth"):
+            limits.per_ip(scope, tenant_a.pk, IP_1)
 
 
 def test_an_unreachable_redis_fails_open_without_an_error(settings, post_a, tenant_a, alice):

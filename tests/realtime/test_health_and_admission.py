@@ -1,13 +1,16 @@
-"""/health and the channel layer; unknown/suspended tenants; the WS_* hook points."""
+"""/health and the channel layer; unknown/suspended tenants; socket admission by the real per-IP limits
+(apps.ops.limits.per_ip) and the socket metrics."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-from apps.decentrl import hooks
+from apps.ops import limits, metrics
 from apps.realtime import health
 from apps.realtime.groups import group_name
-from apps.wire.errors import ErrorCode, ProtocolError
+from apps.wire.errors import ProtocolError
 from tests.conftest import HOST_A
 from tests.support.registration import register
 
@@ -83,25 +86,40 @@ def test_a_suspended_tenant_is_refused_4503(tenant_a):
     _refused_on_connect(HOST_A, "MEDIATOR_UNAVAILABLE", 4503)
 
 
-def test_a_connect_check_refusal_closes_4029(monkeypatch, tenant_a):
-    seen = []
+@pytest.fixture
+def one_socket_per_address(settings):
+    """Socket admission of one connect and one AUTHENTICATE per address (a rate of one a minute, a
+    burst of one), on this test's own limiter keys."""
+    settings.MEDIATOR_RATE_LIMIT_REDIS_URL = ""
+    settings.MEDIATOR_RATE_LIMIT_PREFIX = f"test-rl-{uuid.uuid4().hex}"
+    settings.MEDIATOR_WS_CONNECT_PER_IP = settings.MEDIATOR_WS_CONNECT_PER_IP_BURST = 1
+    settings.MEDIATOR_WS_AUTH_PER_IP = settings.MEDIATOR_WS_AUTH_PER_IP_BURST = 1
 
-    def limit(tenant, ip):
-        seen.append((tenant.pk, ip))
-        raise ProtocolError(ErrorCode.RATE_LIMITED, retry_after=5)
 
-    monkeypatch.setattr(hooks, "WS_CONNECT_CHECKS", [limit])
+def _connect_and_leave(host: str = HOST_A, headers=()) -> None:
+    async def body():
+        comm = communicator(host, headers=headers)
+        assert (await comm.connect())[0]
+        await comm.disconnect()
+
+    run(body)
+
+
+def test_a_connect_over_the_per_ip_limit_closes_4029(one_socket_per_address, tenant_a):
+    _connect_and_leave()
     _refused_on_connect(HOST_A, "RATE_LIMITED", 4029)
-    assert seen == [(tenant_a.pk, "127.0.0.9")]
+    # The bucket is the tenant's and the address's (the communicator's 127.0.0.9).
+    with pytest.raises(ProtocolError):
+        limits.per_ip("ws_connect", tenant_a.pk, "127.0.0.9")
+    limits.per_ip("ws_connect", tenant_a.pk, "127.0.0.10")
 
 
-def test_an_auth_check_refusal_sends_auth_failed_and_closes_4029(monkeypatch, post_a, tenant_a, alice):
+def test_an_authenticate_over_the_per_ip_limit_sends_auth_failed_and_closes_4029(
+    one_socket_per_address, settings, post_a, tenant_a, alice
+):
     register(post_a, alice, tenant_a)
-
-    def limit(tenant, ip):
-        raise ProtocolError(ErrorCode.RATE_LIMITED)
-
-    monkeypatch.setattr(hooks, "WS_AUTH_CHECKS", [limit])
+    settings.MEDIATOR_WS_CONNECT_PER_IP = 0  # only AUTHENTICATE is limited here
+    limits.per_ip("ws_auth", tenant_a.pk, "127.0.0.9")  # this address's one attempt, used
 
     async def body():
         comm = communicator()
@@ -114,14 +132,13 @@ def test_an_auth_check_refusal_sends_auth_failed_and_closes_4029(monkeypatch, po
     run(body)
 
 
-def test_observers_see_connect_authenticated_and_disconnect_and_may_fail(monkeypatch, post_a, tenant_a, alice):
+def _ws_events() -> dict[str, float]:
+    return {e: metrics.WS_EVENTS.labels(e)._value.get() for e in ("connect", "authenticated", "disconnect")}
+
+
+def test_the_socket_metrics_count_connect_authenticated_and_disconnect(post_a, tenant_a, alice):
     register(post_a, alice, tenant_a)
-    events = []
-
-    def broken(event, slug):
-        raise RuntimeError("observer bug")
-
-    monkeypatch.setattr(hooks, "WS_OBSERVERS", [broken, lambda event, slug: events.append((event, slug))])
+    before, open_before = _ws_events(), metrics.WS_CONNECTIONS._value.get()
 
     async def body():
         comm = await connect_authenticated(alice)
@@ -134,13 +151,9 @@ def test_observers_see_connect_authenticated_and_disconnect_and_may_fail(monkeyp
         await refused.disconnect()
 
     run(body)
-    assert events == [
-        ("connect", "tenant-a"),
-        ("authenticated", "tenant-a"),
-        ("disconnect", "tenant-a"),
-        ("connect", "tenant-a"),
-        ("disconnect", "tenant-a"),
-    ]
+    after = _ws_events()
+    assert {e: after[e] - before[e] for e in after} == {"connect": 2, "authenticated": 1, "disconnect": 2}
+    assert metrics.WS_CONNECTIONS._value.get() == open_before
 
 
 def test_a_push_with_the_channel_layer_down_never_fails_the_command(
@@ -199,17 +212,16 @@ def test_a_push_from_plain_sync_code_reaches_a_redis_group(settings):
     ],
 )
 def test_websocket_admission_sees_the_forwarded_client_behind_trusted_proxies(
-    monkeypatch, settings, tenant_a, trusted, forwarded_for, seen_ip
+    one_socket_per_address, settings, tenant_a, trusted, forwarded_for, seen_ip
 ):
     """Per-IP WebSocket limits count the client, not the layout's nginx (which is 127.0.0.1 for
     every socket), with the same trust rule as POST / (views.forwarded_client)."""
     settings.MEDIATOR_TRUSTED_PROXIES = trusted
-    seen = []
-
-    def limit(tenant, ip):
-        seen.append(ip)
-        raise ProtocolError(ErrorCode.RATE_LIMITED, retry_after=5)
-
-    monkeypatch.setattr(hooks, "WS_CONNECT_CHECKS", [limit])
-    _refused_on_connect(HOST_A, "RATE_LIMITED", 4029, headers=[(b"x-forwarded-for", forwarded_for)])
-    assert seen == [seen_ip]
+    headers = [(b"x-forwarded-for", forwarded_for)]
+    _connect_and_leave(headers=headers)
+    _refused_on_connect(HOST_A, "RATE_LIMITED", 4029, headers=headers)
+    # The address that paid is the one the rule names, not its neighbour.
+    with pytest.raises(ProtocolError):
+        limits.per_ip("ws_connect", tenant_a.pk, seen_ip)
+    other = "127.0.0.9" if seen_ip != "127.0.0.9" else "203.0.113.7"
+    limits.per_ip("ws_connect", tenant_a.pk, other)
