@@ -12,6 +12,7 @@ from typing import Any
 
 from apps.decentrl import storage
 from apps.decentrl.storage import NonceClaim
+from apps.messaging.replay import Window
 from apps.messaging.services import is_registered
 from apps.tenants.models import Tenant
 from apps.tenants.resolver import Verdict, verify_signer
@@ -81,8 +82,9 @@ def parse_authenticate(text: str | None) -> AuthFrame:
 
 
 def check_timestamp(frame: AuthFrame, *, now_ms: int, window_ms: int) -> None:
-    """Drift must be under the window (§10.2: "< 5 minutes"), else TIMESTAMP_OUT_OF_RANGE (4003)."""
-    if abs(now_ms - frame.timestamp) >= window_ms:
+    """Drift must be under the window (§10.2: "< 5 minutes", so not inclusive), else
+    TIMESTAMP_OUT_OF_RANGE (4003)."""
+    if not Window(window_ms, inclusive=False).admits(frame.timestamp, now_ms):
         raise WsAuthFailed("TIMESTAMP_OUT_OF_RANGE")
 
 

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from apps.messaging import sql
+from apps.messaging import replay, sql
 from apps.messaging.sql import Delivery
 from apps.ops import limits
 from apps.ops.logconfig import code_path
@@ -131,8 +131,8 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
     """Steps 1-5 of the module docstring for a parsed command whose signature check gave `failure`."""
     h = cmd.header
     window = settings.MEDIATOR_TIMESTAMP_WINDOW_MS
-    # 1. DCTRL-0004 §5.4: the timestamp window, then the nonce.
-    if abs(now_ms - h.timestamp) > window:
+    # 1. DCTRL-0004 §5.4: the timestamp window (a drift of more than the window is refused), then the nonce.
+    if not replay.Window(window).admits(h.timestamp, now_ms):
         raise ProtocolError(ErrorCode.TIMESTAMP_OUT_OF_RANGE)
     nonce = NonceClaim(
         tenant_id=tenant.pk, sender_did=h.sender_did, nonce=h.nonce, expires_at_ms=h.timestamp + window, now_ms=now_ms
@@ -149,20 +149,22 @@ def execute(tenant: Tenant, cmd: Command, failure: Exception | None, transport: 
         if not storage.claim(nonce):
             raise ProtocolError(ErrorCode.DUPLICATE_NONCE)
         raise failure
-    # 3. One storage call. If its statement fails, nothing of it committed, its claim included.
-    try:
-        if h.channel == TWO_WAY_PRIVATE:
-            event = Delivery(tenant, h.sender_did, h.recipient_did, cmd.payload, now_ms // 1000, failure is None)
-            found = sql.deliver(storage.CLAIM, nonce, event)
-        else:
-            # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
-            reads = handlers.READS.get(cmd.type) if failure is None else None
-            found = storage.claim_checking_registration(
-                nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=reads(tenant, cmd) if reads else None
-            )
-    except DatabaseError:
-        storage.claim_after_failure(nonce)
-        raise
+    # 3. One storage call. If its statement fails, nothing of it committed, its claim included:
+    # `consumed` claims the nonce on its own before the error goes up.
+    if h.channel == TWO_WAY_PRIVATE:
+        event = Delivery(tenant, h.sender_did, h.recipient_did, cmd.payload, now_ms // 1000, failure is None)
+        found = replay.consumed(storage.CLAIM, nonce, lambda: sql.deliver(storage.CLAIM, nonce, event))
+    else:
+        # QUERY_EVENTS: the page is read by the same call, once the claim and registration allow it.
+        reads = handlers.READS.get(cmd.type) if failure is None else None
+        read = reads(tenant, cmd) if reads else None
+        found = replay.consumed(
+            storage.CLAIM,
+            nonce,
+            lambda: storage.claim_checking_registration(
+                nonce, tenant=tenant, did=needed.did, now_s=now_ms // 1000, read=read
+            ),
+        )
     # 4. The error, in protocol order.
     if not found.nonce_fresh:
         raise ProtocolError(ErrorCode.DUPLICATE_NONCE)

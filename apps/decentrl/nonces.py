@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apps.messaging.replay import past
 from apps.ops.jobs import Job
 
 from .models import Nonce
@@ -11,9 +12,9 @@ def nonces_prune(*, now_ms: int, tenant=None, dry_run: bool = False) -> int:
     """Delete (or count) expired nonces, of every tenant or one (DCTRL-0004 §5.3); safe to run concurrently.
 
     A pair is kept until `timestamp + window` inclusive (docs/protocol-notes.md §3): only rows
-    strictly past their expiry go.
+    past their expiry go (messaging.replay.past).
     """
-    qs = Nonce.objects.filter(expires_at__lt=now_ms)
+    qs = past(Nonce.objects.all(), now_ms)
     if tenant is not None:
         qs = qs.filter(tenant=tenant)
     return qs.count() if dry_run else qs.delete()[0]

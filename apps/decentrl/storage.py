@@ -6,7 +6,7 @@ Each call is ONE prepared statement, the nonce claim (`CLAIM`, messaging's one r
 data-modifying CTE, executed to completion whatever the rest of the statement says, so the nonce
 is consumed even when a later check fails; the checks only gate what follows. If the statement
 itself fails (a database error) nothing of it commits: the dispatcher then claims the nonce on its
-own (`claim_after_failure`) before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
+own (`messaging.replay.consumed`) before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
 outcome).
 
 TWO_WAY_PRIVATE's statement is messaging's (`sql.deliver`: `CLAIM`, then the §7.2 checks, the
@@ -27,11 +27,9 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import NamedTuple
 
-from django.db import DatabaseError
-
-from apps.messaging import eventquery, sql
+from apps.messaging import eventquery, replay
 from apps.messaging.services import Page, events_query
-from apps.messaging.sql import REGISTERED, Found, prepared_cursor, registered_params, replay_claim
+from apps.messaging.sql import REGISTERED, Found, prepared_cursor, registered_params
 from apps.tenants.models import Tenant
 from apps.wire.envelope import EventFilter, Pagination
 
@@ -39,12 +37,12 @@ from .models import Nonce
 
 _NONCE = Nonce._meta.db_table
 
-# The claim (messaging.sql.replay_claim): a row comes back only for a fresh pair, or one whose
+# The claim (messaging.replay, the one replay rule): a row comes back only for a fresh pair, or one whose
 # record has expired (kept through `expires_at` inclusive, DCTRL-0004 §5.4). The pair is the
 # deployment's, not the tenant's: no envelope names the mediator it is for (an AUTHENTICATE frame
 # neither), so a command or frame accepted by one tenant is refused by every other tenant of the
 # deployment (docs/protocol-notes.md, "Nonces"). The tenant is kept with the record.
-CLAIM = replay_claim(_NONCE, ("sender_did", "nonce"), scope=("tenant_id",))
+CLAIM = replay.claim_statement(_NONCE, ("sender_did", "nonce"), scope=("tenant_id",))
 
 _CLAIM_CHECKING_REGISTRATION = (
     f"WITH claim AS ({CLAIM}) SELECT EXISTS(SELECT 1 FROM claim),"
@@ -92,7 +90,7 @@ def _items(rows: list[tuple]) -> list[dict]:
 
 class NonceClaim(NamedTuple):
     """The (sender, nonce) pair to consume for `tenant_id`, kept until `expires_at_ms` (DCTRL-0004
-    §5.4): `CLAIM`'s parameters, in its order."""
+    §5.4): `CLAIM`'s parameters, in its order (messaging.replay's rule)."""
 
     tenant_id: int
     sender_did: str
@@ -113,16 +111,7 @@ class EventsQuery:
 
 def claim(nonce: NonceClaim) -> bool:
     """Consume the pair on its own: True if it was fresh."""
-    return sql.claim(CLAIM, list(nonce))
-
-
-def claim_after_failure(nonce: NonceClaim) -> None:
-    """After a claiming statement failed (it committed nothing, its claim included): claim the pair
-    on its own, so that it stays consumed after the 503; a second failure is left to that 503."""
-    try:
-        claim(nonce)
-    except DatabaseError:
-        pass
+    return replay.claim(CLAIM, nonce)
 
 
 def _claiming(statement: str, params: list) -> tuple:

@@ -401,7 +401,7 @@ class SeenMessage(models.Model):
     id_hash = models.CharField(
         max_length=64, help_text="SHA-256 of the message id, lowercased (compared case-insensitively)"
     )
-    expires_at = models.BigIntegerField(help_text="Unix seconds")
+    expires_at = models.BigIntegerField(help_text="Unix ms, kept through it (apps/messaging/replay.py)")
 
     class Meta:
         verbose_name = "DIDComm seen message id"

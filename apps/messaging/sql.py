@@ -4,8 +4,7 @@
 whose parties are itself, as requestor, and this tenant's DID). `services.is_registered` runs it,
 and every command statement of apps/decentrl/storage.py embeds it. `Contract.objects.registrations`
 is the same predicate for listings that need rows (tests/decentrl/test_storage.py compares them).
-`replay_claim` is the one replay claim (`INSERT … ON CONFLICT`) of every front door (Decentrl's
-nonces, DIDComm's message ids); `claim` runs it on its own.
+The replay claim that a command's statement starts with is messaging.replay's (the one replay rule).
 
 Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
 the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `serialise` holds an
@@ -155,30 +154,6 @@ def prepared_cursor():
             raw.prepare_threshold = 2**31 - 1
         kept = db.__dict__["_mediator_statements"] = _Statements(db, _PreparedCursor(raw))
     return kept
-
-
-def replay_claim(table: str, key: tuple[str, ...], *, scope: tuple[str, ...] = ()) -> str:
-    """The replay claim on `table` (unique on `key`, with `id` and an integer `expires_at`), the one
-    text of every front door's: Decentrl's nonces, DIDComm's message ids. `scope` are columns stored
-    with the record but not part of its key (a past record taken over gets the new values). Its
-    parameters are the scope's and the key's values, the record's `expires_at`, then the time before
-    which a record is past (`claim`)."""
-    columns = ", ".join((*scope, *key))
-    taken_over = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*scope, "expires_at"))
-    return (
-        f"INSERT INTO {table} ({columns}, expires_at) VALUES ({', '.join(['%s'] * (len(scope) + len(key) + 1))}) "
-        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {taken_over} "
-        f"WHERE {table}.expires_at < %s RETURNING id"
-    )
-
-
-def claim(statement: str, params: list) -> bool:
-    """Run a `replay_claim` statement: True when the key was fresh, or its record past and taken
-    over. The unique constraint is the lock: of concurrent claims of one key exactly one gets a
-    row. Commits with the caller's transaction, or at once outside one."""
-    with prepared_cursor() as cur:
-        cur.execute(statement, params)
-        return cur.fetchone() is not None
 
 
 def _lock_key(key: str) -> int:

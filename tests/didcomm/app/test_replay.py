@@ -125,8 +125,8 @@ def test_a_record_lives_as_long_as_the_message_could_be_accepted_and_is_pruned_a
     assert didcomm_a.post(wallet.pack(untimed, didcomm_a.mediator_did)).status_code == 200
     lives = sorted(SeenMessage.objects.values_list("expires_at", flat=True))
     assert len(lives) == 3
-    assert now + 120 - 2 <= lives[0] <= now + 120  # the expires_time
-    assert all(now + WINDOW <= t <= now + WINDOW + 5 for t in lives[1:])  # the window
+    assert lives[0] == (now + 120) * 1000  # the expires_time (in ms, as every replay record)
+    assert all((now + WINDOW) * 1000 <= t <= (now + WINDOW + 5) * 1000 for t in lives[1:])  # the window
     later = timezone.now() + timedelta(seconds=WINDOW + 10)
     assert run_job("prune_didcomm_message_ids", now=later).startswith("pruned 3 DIDComm message ids")
     assert not SeenMessage.objects.exists()
@@ -134,9 +134,9 @@ def test_a_record_lives_as_long_as_the_message_could_be_accepted_and_is_pruned_a
 
 def test_an_expired_record_not_pruned_yet_is_taken_over(tenant_a):
     kw = {"tenant": tenant_a, "sender_did": "did:example:alice", "message_id": "m-1"}
-    assert replay.message_id_claim(**kw, keep_until=100, now=50) is True
-    assert replay.message_id_claim(**kw, keep_until=200, now=99) is False
-    assert replay.message_id_claim(**kw, keep_until=300, now=100) is True
+    assert replay.message_id_claim(**kw, keep_until_ms=100, now_ms=50) is True
+    assert replay.message_id_claim(**kw, keep_until_ms=200, now_ms=100) is False  # kept through its expiry
+    assert replay.message_id_claim(**kw, keep_until_ms=300, now_ms=101) is True
     assert SeenMessage.objects.get().expires_at == 300
 
 
