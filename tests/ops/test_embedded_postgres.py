@@ -1,7 +1,8 @@
 """The embedded default's database (scripts/with_postgres.py, settings.EMBEDDED_PGDATA): without
 DATABASE_URL the settings point at a PostgreSQL whose data and Unix socket are in the var directory;
 the script starts that server for a command, in the command's process group, and stops it when the
-command ends or when the group is sent SIGTERM; an explicit DATABASE_URL starts nothing."""
+command ends or when the group is sent SIGTERM; a run started while the previous run's server still
+shuts down waits for it; an explicit DATABASE_URL starts nothing."""
 
 from __future__ import annotations
 
