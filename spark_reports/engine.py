@@ -375,9 +375,9 @@ def start_background(*, var_dir: Path, host: str, port: int, timeout: float = ST
             env=_env(),
             start_new_session=True,
         )
-    (var_dir / "spark-engine.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     try:
+        (var_dir / "spark-engine.pid").write_text(str(proc.pid))
         while time.monotonic() < deadline:
             if is_up(host, port):
                 _write_record(var_dir, host, port, proc.pid)
@@ -395,13 +395,18 @@ def start_background(*, var_dir: Path, host: str, port: int, timeout: float = ST
 
 
 def _end_started(proc: subprocess.Popen) -> None:
-    """End an engine this process started and will not record (its session: the JVM and Spark's launcher)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    """End an engine this process started and will not record (its session: the JVM and Spark's
+    launcher). A second SIGTERM or Ctrl+C waits until that is done (blocked meanwhile)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _interrupt(signum: int, _frame: object) -> None:

@@ -248,3 +248,24 @@ def test_a_deployment_never_uses_another_deployments_engine(spark_engine, monkey
     with pytest.raises(RuntimeError, match="not as this deployment's engine"):
         engine.start(other)
     assert not (other / "spark-engine.json").exists()
+
+
+def test_sigterm_to_a_starting_engine_start_ends_the_engine_it_started(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir()
+    starter = subprocess.Popen(
+        [sys.executable, "-m", "spark_reports.engine", "start"],
+        cwd=ROOT,
+        env=_env(var),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: _engines(var), 60, "the engine's process")
+        starter.terminate()  # a stop reaching the worker's group: the engine, in its own session, does not get it
+        assert starter.wait(60) == 128 + signal.SIGTERM
+        assert _engine_processes(var) == {}
+        assert not (var / "spark-engine.json").exists()
+    finally:
+        starter.kill()
+        _kill_leftovers(var)
