@@ -114,9 +114,8 @@ def _kill_leftovers(var: Path) -> None:
 
 def _start_run(var: Path, env: dict[str, str], port: int, log) -> subprocess.Popen:
     """`make run` of `var` (the run script under its embedded PostgreSQL) in its own process group,
-    returned once Daphne answers and the Celery worker runs."""
-    migrate = [*WITH_POSTGRES, sys.executable, "manage.py", "migrate", "--noinput", "-v0"]
-    subprocess.run(migrate, cwd=ROOT, env=env, check=True)
+    returned once Daphne answers (after initdb and the migrations, run by the script) and the Celery
+    worker runs."""
     run = subprocess.Popen(  # noqa: S603
         [*WITH_POSTGRES, "scripts/run_embedded.sh", "127.0.0.1", str(port)],
         cwd=ROOT,
@@ -125,7 +124,7 @@ def _start_run(var: Path, env: dict[str, str], port: int, log) -> subprocess.Pop
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as `make run` has in a terminal
     )
-    _wait_for(lambda: engine.is_up("127.0.0.1", port) or run.poll() is not None, 60, "Daphne")
+    _wait_for(lambda: engine.is_up("127.0.0.1", port) or run.poll() is not None, 180, "Daphne")
     assert run.poll() is None, "the run script exited"
     _wait_for(
         lambda: any(b"celery" in Path(f"/proc/{p}/cmdline").read_bytes() for p in _group(run.pid) if _alive(p)),
