@@ -8,12 +8,18 @@
 # ends quietly (no "make: *** Interrupt"): TERM to every process started here and to what they
 # started (a report job), KILL to any still alive after MEDIATOR_STOP_GRACE_S (default 20) seconds,
 # and `engine stop` for the engine. Further Ctrl+Cs do not cut that short.
+# The engine runs in a session of its own, out of reach of a signal to this group: `engine stop` ends
+# every engine of this deployment (recorded or not, started or still starting) and waits until none
+# is left. This run names itself in MEDIATOR_RUN_ID, so that once its `engine stop` has run, a start
+# by its worker (still finishing a task) is refused instead of leaving an engine behind.
 set -euo pipefail
 BIND="${1:-127.0.0.1}"
 PORT="${2:-8000}"
 VENV="${VENV:-.venv}"
 STOP_GRACE_S="${MEDIATOR_STOP_GRACE_S:-20}"
 pids=()
+MEDIATOR_RUN_ID="$(cat /proc/sys/kernel/random/uuid)"
+export MEDIATOR_RUN_ID
 descendants() {
   local child
   for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do

@@ -103,16 +103,20 @@ def start(directory: Path, workers: int, worker_memory: str, timeout: float = 18
             raise RuntimeError(f"{alive_workers(ui)} of {workers} workers registered (see {directory})")
         time.sleep(0.25)
     connect = _free_port()
-    # The Connect server on this master; the caller's own environment (a test run's) is left as it was.
-    before = os.environ.get("SPARK_ENGINE_MASTER")
-    os.environ["SPARK_ENGINE_MASTER"] = master
+    # The Connect server on this master, named after this directory (not the checkout's deployment,
+    # whose `engine stop`, at the end of a `make run`, ends every engine naming it); the caller's own
+    # environment (a test run's) is left as it was.
+    swapped = {"SPARK_ENGINE_MASTER": master, "MEDIATOR_VAR_DIR": str(directory.resolve())}
+    before = {name: os.environ.get(name) for name in swapped}
+    os.environ.update(swapped)
     try:
         state["pids"]["connect"] = engine.start_background(var_dir=directory, host="127.0.0.1", port=connect)
     finally:
-        if before is None:
-            del os.environ["SPARK_ENGINE_MASTER"]
-        else:
-            os.environ["SPARK_ENGINE_MASTER"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     state["connect"] = f"sc://127.0.0.1:{connect}"
     (directory / STATE).write_text(json.dumps(state))
     return state

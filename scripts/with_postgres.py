@@ -15,7 +15,11 @@ settings.EMBEDDED_PG_TCP), set on the role as a SCRAM verifier at every start. T
   with PostgreSQL's fast shutdown; SIGTERM to this script stops CMD first, then the server;
 - runs CMD, then stops the server and exits with CMD's status (0 after Ctrl+C or SIGTERM).
 
-When the server is already running (`make run` in another terminal), CMD just runs against it. When
+When the server is already running (`make run` in another terminal), CMD just runs against it. When a
+server of this data directory is alive but refuses connections (the previous `make run`'s, still
+shutting down, when `make run` is started again at once; or another's, still starting), this script
+first waits for it to exit or to accept, at most PREVIOUS_SERVER_TIMEOUT_S seconds: PostgreSQL
+itself would refuse to start beside it (`lock file "postmaster.pid" already exists`). When
 DATABASE_URL is set, there is no embedded server and CMD runs as it is.
 
 PostgreSQL refuses to run as root. Run as root (containers, CI), the server runs as the unprivileged
@@ -65,6 +69,9 @@ host all all 127.0.0.1/32 scram-sha-256
 """
 SCRAM_ITERATIONS = 4096
 STOP_TIMEOUT_S = 30
+# How long to wait for a server of this data directory that neither accepts nor has exited: a run's
+# stop gives its command MEDIATOR_STOP_GRACE_S (20 s) and the server STOP_TIMEOUT_S.
+PREVIOUS_SERVER_TIMEOUT_S = 90
 # The signals received once the server may be starting: then the script stops quietly (exit 0).
 stopping: list[int] = []
 
@@ -161,6 +168,33 @@ def _running(pgdata: Path, port: int) -> bool:
     return _accepts(pgdata, port)
 
 
+def _server_pid(pgdata: Path) -> int:
+    """The pid in postmaster.pid when that process is alive and a server of this data directory (0: none)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")  # empty for a zombie
+    except (OSError, ValueError):
+        return 0
+    return pid if str(pgdata).encode() in argv else 0
+
+
+def _await_previous(pgdata: Path, port: int) -> None:
+    """Wait while a server of this data directory is alive but refuses connections, until it has
+    exited or accepts (then CMD runs against it)."""
+    deadline = time.monotonic() + PREVIOUS_SERVER_TIMEOUT_S
+    said = False
+    while (pid := _server_pid(pgdata)) and not _accepts(pgdata, port):
+        if not said:
+            _say(f"waiting for the server of {pgdata} (pid {pid}, still stopping or starting)")
+            said = True
+        if time.monotonic() > deadline:
+            sys.exit(
+                f"embedded PostgreSQL: the server of {pgdata} (pid {pid}) neither exited nor accepted"
+                f" connections within {PREVIOUS_SERVER_TIMEOUT_S} s"
+            )
+        time.sleep(0.05)
+
+
 def _accepts(pgdata: Path, port: int) -> bool:
     try:
         with psycopg.connect(host=str(pgdata), port=port, user="postgres", dbname="postgres", connect_timeout=2):
@@ -220,6 +254,8 @@ def main(argv: list[str]) -> int:
     if not cmd:
         sys.exit("usage: with_postgres.py -- CMD [ARGS…]")
     pgdata, tcp = settings.EMBEDDED_PGDATA, settings.EMBEDDED_PG_TCP
+    if pgdata is not None:
+        _await_previous(pgdata, tcp["port"])
     if pgdata is None or _running(pgdata, tcp["port"]):
         os.execvp(cmd[0], cmd)
     account = _server_account()

@@ -1,7 +1,8 @@
 """The embedded default's database (scripts/with_postgres.py, settings.EMBEDDED_PGDATA): without
 DATABASE_URL the settings point at a PostgreSQL whose data and Unix socket are in the var directory;
 the script starts that server for a command, in the command's process group, and stops it when the
-command ends or when the group is sent SIGTERM; an explicit DATABASE_URL starts nothing."""
+command ends or when the group is sent SIGTERM; a run started while the previous run's server still
+shuts down waits for it; an explicit DATABASE_URL starts nothing."""
 
 from __future__ import annotations
 
@@ -134,3 +135,58 @@ def test_a_taken_tcp_port_is_replaced_and_recorded(tmp_path):
         again = _run([*SCRIPT, sys.executable, "-c", QUERY], _env(tmp_path))
     assert (again.returncode, again.stdout) == (0, "mediator\n"), again.stderr
     assert json.loads(record.read_text())["port"] != port
+
+
+# The command of a run being stopped: one open session (PostgreSQL's smart shutdown waits for it), a
+# SIGTERM noted, and the end only when the test says so; meanwhile its server stops no further.
+DRAINING = (
+    "import signal, sys, time; from pathlib import Path; from mediator_project import settings; import psycopg;"
+    " d = settings.DATABASES['default'];"
+    " c = psycopg.connect(host=d['HOST'], port=d['PORT'], user=d['USER'], dbname=d['NAME']);"
+    " ready, stopping, release = map(Path, sys.argv[1:]);"
+    " signal.signal(signal.SIGTERM, lambda *_: stopping.touch()); ready.touch();"
+    " [time.sleep(0.05) for _ in iter(lambda: release.exists(), True)]"
+)
+
+
+def test_a_run_started_while_the_previous_one_stops_waits_for_its_server(var_dir, tmp_path):
+    pgdata = var_dir.resolve() / "pg"
+    ready, stopping, release = (tmp_path / name for name in ("ready", "stopping", "release"))
+    first = subprocess.Popen(
+        [*SCRIPT, sys.executable, "-c", DRAINING, str(ready), str(stopping), str(release)],
+        cwd=ROOT,
+        env=_env(var_dir),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    second = None
+    log = tmp_path / "second.log"
+    try:
+        assert _until(ready.exists)
+        os.killpg(first.pid, signal.SIGTERM)  # as a stop of `make run` does
+        # Its server shuts down (new connections refused) and is still there: what the next run finds.
+        assert _until(lambda: stopping.exists() and not _accepts(pgdata))
+        assert (pgdata / "postmaster.pid").exists()
+        with log.open("w") as out:
+            second = subprocess.Popen(
+                [*SCRIPT, sys.executable, "-c", QUERY],
+                cwd=ROOT,
+                env=_env(var_dir),
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                text=True,
+            )
+        assert _until(lambda: "waiting for the server of" in log.read_text() or second.poll() is not None)
+        assert second.poll() is None, log.read_text()
+        release.touch()  # the previous run's command ends, then its server
+        assert first.wait(60) == 0
+        out, _ = second.communicate(timeout=120)
+        assert (second.returncode, out) == (0, "mediator\n"), log.read_text()
+        assert not (pgdata / "postmaster.pid").exists()
+    finally:
+        release.touch()
+        for proc in (first, second):
+            if proc is not None and not _group_gone(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
