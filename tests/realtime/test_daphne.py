@@ -28,7 +28,7 @@ from apps.wire.ws import MediatorSocket, open_authenticated
 from tests.support.layers import redis_channel_layers
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
-from tests.support.stalled_socket import StalledSocket
+from tests.support.stalled_socket import StalledSocket, close_timeout_passed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -258,12 +258,7 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
             deadline = time.monotonic() + 60
             while BUDGET_LOG not in d.servers[0].log() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            control = StalledSocket.open(addr, d.host, {"type": "AUTHENTICATE"})
-            assert control.reply["type"] == "AUTH_FAILED"
-            while not control.closed_by_server() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert control.closed_by_server()
-            control.close()
+            close_timeout_passed(addr, d.host)
             return late.read_to_close()
 
         reader = asyncio.create_task(asyncio.to_thread(read_late_once_closed))
