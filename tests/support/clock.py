@@ -7,18 +7,22 @@
   from the real date, from its first fixture to its last, so a test that reads the real calendar where
   it should not fails. `make test` runs the date-sensitive tests a year ahead and a year back. A clock
   marker still wins inside its test; the shift only shows whether its freeze covers everything the
-  test reads. Server processes a test starts, PostgreSQL and Redis keep the real clock.
+  test reads. The servers a test starts (tests/support/servers.py) are shifted alike (clock_site/);
+  PostgreSQL, Redis and the Spark JVM keep the real clock.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import time_machine
 
 SHIFT_ENV = "MEDIATOR_TEST_CLOCK_SHIFT_DAYS"
+# First on the PYTHONPATH of a server a test starts while shifted (tests/support/servers.server_env).
+SITE_DIR = Path(__file__).resolve().parent / "clock_site"
 
 
 def pytest_addoption(parser):
@@ -45,6 +49,7 @@ def pytest_configure(config):
         traveller = time_machine.travel(datetime.now(UTC) + timedelta(days=days), tick=True)
         traveller.start()
         config.add_cleanup(traveller.stop)
+        os.environ[SHIFT_ENV] = str(days)  # for the servers a test starts: SITE_DIR
 
 
 def pytest_report_header(config):
