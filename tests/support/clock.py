@@ -2,7 +2,8 @@
 
 - `@pytest.mark.clock("2026-11-20T12:00:00Z")`: the test, and every function-scoped fixture it uses,
   runs on a clock that starts at that instant (time-machine; it ticks on from there, so waits with a
-  deadline still end). A test that mixes fixed dates with "today" names its today this way.
+  deadline still end). A test that mixes fixed dates with "today" names its today this way. Only
+  the test process: a server the test starts keeps its own clock.
 - `--clock-shift=DAYS` (or MEDIATOR_TEST_CLOCK_SHIFT_DAYS): the whole test process runs that many days
   from the real date, from its first fixture to its last, so a test that reads the real calendar where
   it should not fails. `make test` runs the date-sensitive tests a year ahead and a year back. A clock
