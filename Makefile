@@ -7,7 +7,7 @@ PORT ?= 8000
 BIND ?= 127.0.0.1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install run operator test lint format bench report clean spark-cluster-test
+.PHONY: install run operator test clock-test lint format bench report clean spark-cluster-test
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,20 @@ PYTEST_WORKERS ?= 2
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci
+	$(MAKE) clock-test
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py
 	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
+
+# The tests whose product logic reads the calendar ("today", "yesterday", a default range, retention),
+# run with the clock a year ahead and a year back (tests/support/clock.py, docs/architecture.md "Tests
+# and the clock"): a test that asserts what only holds on some days fails here on every day. One process
+# each (two xdist workers cost more in start-up than they save here): ~40 s each on the shared 2-core box.
+CLOCK_TESTS := tests/usage/test_empty_states.py tests/usage/test_pages_and_api.py tests/usage/test_services.py \
+	tests/tenants/test_console_details.py tests/tenants/test_console_frame.py tests/tenants/test_time_format.py
+clock-test: install
+	scripts/ensure_services.sh
+	$(PY) -m pytest $(CLOCK_TESTS) -m "not browser and not spark" -p no:xdist --clock-shift=365
+	$(PY) -m pytest $(CLOCK_TESTS) -m "not browser and not spark" -p no:xdist --clock-shift=-365
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy checks all product code,
 # strict on apps/wire and apps/didcomm/core, the default level elsewhere (pyproject.toml [tool.mypy]).

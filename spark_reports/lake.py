@@ -1,7 +1,7 @@
 """The metering lake: every metering row leaves the database once, into Parquet, and reports read it there.
 
     python -m spark_reports.lake export           # export past the watermark, then compact (Celery beat, every few minutes)
-    python -m spark_reports.lake drop --keep-days N   # drop the lake's day partitions older than N days
+    python -m spark_reports.lake drop --keep-days N [--today YYYY-MM-DD]   # drop the lake's day partitions older than N days
 
 Layout (a Hadoop filesystem URI or a local path, USAGE_LAKE_URI, default var/lake/):
 
@@ -698,9 +698,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=["export", "drop"])
     parser.add_argument("--keep-days", type=int, default=int(os.environ.get("USAGE_LAKE_RETENTION_DAYS") or 400))
+    # The caller's today (metering_prune's `now`), so one clock decides what is old; default: the UTC date.
+    parser.add_argument("--today", type=date.fromisoformat, default=None, help="YYYY-MM-DD (UTC day)")
     args = parser.parse_args(argv)
     if args.action == "drop":
-        dropped = drop_days(lake_uri(), args.keep_days)
+        dropped = drop_days(lake_uri(), args.keep_days, today=args.today)
         print(f"{EXPORT_MARKER} {json.dumps({'dropped_days': dropped})}", flush=True)
         return 0
     db = database_from_env()

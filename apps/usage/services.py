@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -487,5 +487,6 @@ def metering_prune(*, now: datetime | None = None, drop_lake_days: bool = True) 
     days: tuple[str, ...] = ()
     if drop_lake_days:
         keep = str(settings.USAGE_LAKE_RETENTION_DAYS)
-        days = tuple(_lake_job(["drop", "--keep-days", keep], _job_env())["dropped_days"])
+        today = now.astimezone(UTC).date().isoformat()
+        days = tuple(_lake_job(["drop", "--keep-days", keep, "--today", today], _job_env())["dropped_days"])
     return PruneResult(rows=rows, tenants=len(tenants), exported=exported, lake_days=days)

@@ -28,7 +28,7 @@ from apps.wire.ws import MediatorSocket, open_authenticated
 from tests.support.layers import redis_channel_layers
 from tests.support.registration import signed_contract
 from tests.support.servers import Server, free_port, start_daphne
-from tests.support.stalled_socket import StalledSocket
+from tests.support.stalled_socket import StalledSocket, close_timeout_passed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -241,12 +241,14 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
     async def body():
         # Two of bob's devices stop reading right after AUTH_SUCCESS; his phone reads everything.
         # `never` has a larger kernel receive buffer, so `late` goes over budget first: the first
-        # budget close in the log is `late`'s, and reading it starts 1.5 s later. Daphne resets a
-        # peer that has not answered its close 1 s after the close was queued, so the server
-        # queues the close only once what it queued before (the ERROR frame last) has left
-        # (sendbudget.drained: while the reader takes bytes, or 5 s without one); before, this client
-        # got a reset and no ERROR frame, and with a fixed 5 s, now and then under load, when reading
-        # its queue through a 4 KiB window outlasted them.
+        # budget close in the log is `late`'s. Daphne resets a peer that has not answered its close
+        # 1 s after the close was queued, so the server queues the close only once what it queued
+        # before (the ERROR frame last) has left (sendbudget.drained: while the reader takes bytes,
+        # or 5 s without one); before, this client got a reset and no ERROR frame, and with a fixed
+        # 5 s, now and then under load, when reading its queue through a 4 KiB window outlasted them.
+        # `late` starts reading only once that reset has happened to a control socket whose close
+        # the server queued after `late` went over budget (a refused AUTHENTICATE, never answered):
+        # a close queued at the budget's decision would have reset `late` first. No fixed wait.
         never = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate(), rcvbuf=1 << 20)
         late = await asyncio.to_thread(StalledSocket.open, addr, d.host, bob.ws_authenticate())
         assert never.reply == late.reply == {"type": "AUTH_SUCCESS"}
@@ -256,7 +258,7 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
             deadline = time.monotonic() + 60
             while BUDGET_LOG not in d.servers[0].log() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            time.sleep(1.5)  # longer than Daphne's close handshake timeout
+            close_timeout_passed(addr, d.host)
             return late.read_to_close()
 
         reader = asyncio.create_task(asyncio.to_thread(read_late_once_closed))

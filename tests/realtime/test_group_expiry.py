@@ -3,7 +3,9 @@
 Both channel layers drop a member `group_expiry` after it joined (channels_redis in `group_send` and
 the adapter's ZRANGEBYSCORE, the in-memory layer in `group_send`'s `_clean_expired`). A socket joins
 its groups when it connects and authenticates, then re-joins them every quarter of the expiry
-(apps/realtime/groups.Memberships): here the expiry is 2 s and each socket waits 3.5 s before the push.
+(apps/realtime/groups.Memberships): here the expiry is 2 s. The layers read the expiry off the wall
+clock (`time.time()`), the refreshes run on the event loop's: a test moves the wall clock past the
+expiry (time-machine) and waits for the next refresh (`joins`), instead of sleeping past the expiry.
 The same behaviour on `/didcomm/ws`: tests/didcomm/app/test_group_expiry.py.
 """
 
@@ -14,16 +16,19 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 import redis
+import time_machine
 from channels.layers import get_channel_layer
 
 from apps.realtime.groups import Memberships, refresh_interval_s, tenant_group_name
 from apps.realtime.layerloss import CHANNEL_LAYER
 from apps.realtime.push import TENANT_STATE_TYPE, push_to_sockets
 from tests.support import servers
+from tests.support.layers import joins, until
 from tests.support.registration import register
 
 from .conftest import connect_authenticated, expect_close, run
@@ -84,9 +89,12 @@ def test_without_a_refresh_the_in_memory_layer_forgets_a_member_after_its_group_
 
     async def body():
         channel = await in_memory.new_channel()
-        await in_memory.group_add("g", channel)
-        await asyncio.sleep(OUTLIVE_S)
-        await in_memory.group_send("g", {"type": "x"})
+        with time_machine.travel(time.time(), tick=True) as clock:
+            await in_memory.group_add("g", channel)
+            await in_memory.group_send("g", {"type": "x"})
+            assert list(in_memory.groups["g"]) == [channel]
+            clock.shift(OUTLIVE_S)
+            await in_memory.group_send("g", {"type": "x"})
         assert in_memory.groups.get("g", {}) == {}
 
     run(body)
@@ -94,12 +102,16 @@ def test_without_a_refresh_the_in_memory_layer_forgets_a_member_after_its_group_
 
 @pytest.mark.parametrize("layer_name", ["in_memory", "on_redis"])
 def test_an_authenticated_socket_still_gets_pushes_after_the_group_expiry(request, pair, tenant_a, layer_name):
-    request.getfixturevalue(layer_name)
+    layer = request.getfixturevalue(layer_name)
     alice, _ = pair
+    joined = joins(layer)
 
     async def body():
         sock = await connect_authenticated(alice)
-        await asyncio.sleep(OUTLIVE_S)
+        await until(lambda: len(joined) == 2)  # its DID's group and the tenant's
+        # Past the expiry of both joins; the next refresh re-joins both.
+        clock.shift(OUTLIVE_S)
+        await until(lambda: len(joined) == 4)
         # From blocking code, as a WSGI worker pushes (on Redis, through the sync adapter).
         await asyncio.to_thread(
             push_to_sockets, None, tenant_id=tenant_a.pk, did=alice.did, message={"type": "CONTRACTS_UPDATED"}
@@ -112,25 +124,39 @@ def test_an_authenticated_socket_still_gets_pushes_after_the_group_expiry(reques
         assert await sock.receive_json_from(timeout=5) == {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}
         await expect_close(sock, 4503)
 
-    run(body)
+    with time_machine.travel(time.time(), tick=True) as clock:
+        run(body)
 
 
 def test_a_left_group_is_not_joined_again_and_a_closed_socket_stops_refreshing(in_memory):
+    joined = joins(in_memory)
+
     async def body():
         channel = await in_memory.new_channel()
         memberships = Memberships(in_memory, channel)
         await memberships.add("keep")
         await memberships.add("leave")
         await memberships.discard("leave")
-        await asyncio.sleep(OUTLIVE_S)
+        clock.shift(OUTLIVE_S)
+        await until(lambda: len(joined) == 3)  # the first refresh: "keep" only
         in_memory._clean_expired()
         assert (list(in_memory.groups.get("keep", {})), "leave" in in_memory.groups) == ([channel], False)
         await memberships.close()
+        closed_at = len(joined)
+        assert joined[:2] == ["keep", "leave"] and set(joined[2:]) == {"keep"}
         assert in_memory.groups.get("keep", {}) == {}
-        await asyncio.sleep(1.0)  # two refresh intervals: nothing joins again
+        # A marker instead of a wait: memberships made after the close refresh one interval later,
+        # and asyncio runs timers in their order, so a refresh left over from the closed socket
+        # would have joined "keep" before the marker's refresh.
+        marker = Memberships(in_memory, await in_memory.new_channel())
+        await marker.add("marker")
+        await until(lambda: len(joined) == closed_at + 2)
+        await marker.close()
+        assert joined[closed_at:] == ["marker", "marker"]
         assert in_memory.groups.get("keep", {}) == {}
 
-    run(body)
+    with time_machine.travel(time.time(), tick=True) as clock:
+        run(body)
 
 
 def test_a_refresh_that_fails_is_retried_at_the_next_interval(in_memory, caplog):
@@ -151,7 +177,7 @@ def test_a_refresh_that_fails_is_retried_at_the_next_interval(in_memory, caplog)
         channel = await in_memory.new_channel()
         memberships = Memberships(in_memory, channel)
         await memberships.add("g")
-        await asyncio.sleep(1.2)  # refreshes at 0.5 s (fails) and 1.0 s
+        await until(lambda: len(calls) == 3)  # the refreshes at 0.5 s (fails) and 1.0 s
         await memberships.close()
 
     run(body)

@@ -1,6 +1,8 @@
-"""The channel layer a test process shares with the servers it starts."""
+"""The channel layer a test process shares with the servers it starts; the joins a layer sees."""
 
 from __future__ import annotations
+
+import asyncio
 
 from django.conf import settings
 
@@ -18,3 +20,25 @@ def redis_channel_layers(url: str, **config) -> dict:
             },
         }
     }
+
+
+def joins(layer) -> list[str]:
+    """The groups `layer.group_add` joined from now on, in order (a join, or a refresh's re-join)."""
+    joined: list[str] = []
+    real_add = layer.group_add
+
+    async def recording_add(group, channel):
+        await real_add(group, channel)
+        joined.append(group)
+
+    layer.group_add = recording_add
+    return joined
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    """Wait until `predicate()` holds (the event loop runs meanwhile: the refresh timers fire)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not met"
+        await asyncio.sleep(0.01)

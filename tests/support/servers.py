@@ -16,6 +16,8 @@ import httpx
 from django.conf import settings
 from django.db import connection
 
+from tests.support import clock
+
 ROOT = Path(__file__).resolve().parents[2]
 # The Redis scripts/ensure_services.sh starts on a Unix socket only (make test runs it first).
 REDIS_SOCKET = ROOT / "var" / "redis" / "redis.sock"
@@ -70,6 +72,8 @@ def server_env(extra: dict | None = None) -> dict:
             "USAGE_METERING_MODE": os.environ.get("USAGE_METERING_MODE", "buffered"),
         }
     )
+    if env.get(clock.SHIFT_ENV):  # the test process's clock is shifted: so is the server's
+        env["PYTHONPATH"] = f"{clock.SITE_DIR}{os.pathsep}{ROOT}"
     env.update(extra or {})
     return env
 

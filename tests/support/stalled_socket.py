@@ -3,7 +3,8 @@ tests/didcomm/app/test_e2e_socket.py): what the server does with a peer that sto
 
 A plain TCP socket with a tiny receive buffer (set before connecting, so the TCP window is small from
 the start), the upgrade, one masked text frame, and the reply read up to the first frame. After that
-nothing is read, so the server can only queue.
+nothing is read, so the server can only queue. `close_timeout_passed` waits, by the same
+means, until the server's close-handshake timeout has run out for a close it queued.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import base64
 import os
 import socket
 import struct
+import time
 
 from apps.wire.canonical import canonical_str, loads_strict
 
@@ -81,6 +83,22 @@ class StalledSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def close_timeout_passed(addr: tuple[str, int], host: str, timeout: float = 30.0) -> None:
+    """Return once the server's close-handshake timeout has run out for a close it queues now:
+    a `/ws` socket whose AUTHENTICATE is refused (AUTH_FAILED, then the close queued at once)
+    never answers the close, and Daphne resets it when that timeout ends. A close the server
+    queued before this call has been given up on by then too: an ordering, not a fixed wait."""
+    control = StalledSocket.open(addr, host, {"type": "AUTHENTICATE"})
+    try:
+        assert control.reply["type"] == "AUTH_FAILED", control.reply
+        deadline = time.monotonic() + timeout
+        while not control.closed_by_server():
+            assert time.monotonic() < deadline, "the server never reset a peer that did not answer its close"
+            time.sleep(0.01)
+    finally:
+        control.close()
 
 
 def _recv(sock: socket.socket) -> bytes:

@@ -319,6 +319,7 @@ def test_the_generate_form_refuses_a_range_with_the_dashboards_words(staff, date
     assert ReportRun.objects.count() == 0
 
 
+@pytest.mark.clock("2026-11-20T12:00:00Z")  # ?days=30 is 2026-10-22 – 2026-11-20: the report's 7 days and 23 more
 def test_without_a_range_the_dashboard_shows_the_days_of_the_latest_published_report(staff, tenant_a):
     now = timezone.now()
     run = ReportRun.objects.create(

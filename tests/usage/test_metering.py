@@ -269,11 +269,25 @@ def test_the_writer_thread_survives_any_exception_of_a_flush(tenant_a, settings,
     metering.observe(meter_record(tenant_a, code="LOST"))
     assert failed.wait(10)
     writer = metering._thread
-    time.sleep(0.3)  # the thread would have died by now
-    assert writer.is_alive()
+    # No wait for a death: a writer that died (or is dying) of the exception either is replaced by
+    # `observe` (then `_thread is not writer`) or takes LATER with it (then it is never stored).
     metering.observe(meter_record(tenant_a, code="LATER"))
     assert wait_for(lambda: stored_codes(tenant_a) == ["LATER"])
-    assert metering._thread is writer
+    assert metering._thread is writer and writer.is_alive()
+
+
+class _CloseSeen:
+    """`django.db.connection` for the writer thread, telling when it closed its connection (an idle pass)."""
+
+    def __init__(self, real, seen: threading.Event):
+        self._real, self._seen = real, seen
+
+    def close(self) -> None:
+        self._real.close()
+        self._seen.set()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -284,9 +298,11 @@ def test_the_writer_thread_keeps_its_connection_while_commands_keep_coming(tenan
 
     settings.USAGE_METERING_MODE = "buffered"
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 600)
-    idle = settings.USAGE_METERING_FLUSH_MS / 1000 * 3
+    idle_closed = threading.Event()
+    monkeypatch.setattr(metering, "connection", _CloseSeen(connection, idle_closed))
     metering.flush()
-    time.sleep(idle)  # whatever an earlier test left open is closed by now
+    metering._ensure_thread()
+    assert idle_closed.wait(10)  # an idle pass: whatever an earlier test left open is closed
     opened = []
 
     def created(sender, connection, **kwargs):
@@ -301,7 +317,8 @@ def test_the_writer_thread_keeps_its_connection_while_commands_keep_coming(tenan
             codes.append(code)
             assert wait_for(lambda: stored_codes(tenant_a) == codes)
         assert len(opened) == 1
-        time.sleep(idle)
+        idle_closed.clear()
+        assert idle_closed.wait(10)  # an interval without a command
         metering.observe(meter_record(tenant_a, code="LATER"))
         assert wait_for(lambda: stored_codes(tenant_a) == [*codes, "LATER"])
         assert len(opened) == 2

@@ -225,13 +225,17 @@ def test_the_nightly_run_skips_a_reported_day_and_catches_up_missed_ones(tenant_
     assert services.days_to_report(yesterday=date(2026, 3, 13)) == [date(2026, 3, 13)]
 
 
-def test_progress_lines_reach_the_run_while_it_works(tenant_a, monkeypatch):
+def test_progress_lines_reach_the_run_while_it_works(tenant_a, monkeypatch, tmp_path):
     run = staged_run(tenant_a)
+    # The job works until the run has shown its progress (a file the spy makes), not for a fixed time.
+    shown = tmp_path / "shown"
     code = (
-        "import time\n"
+        "import os, time\n"
         'print(\'USAGE_REPORT_PROGRESS {"step": "computing daily", "step_no": 3, "steps": 6, "tasks_done": 2,'
         ' "tasks_total": 8, "rows_total": 1000}\', flush=True)\n'
-        "time.sleep(2)\n"
+        "deadline = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(shown)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
         'print(\'USAGE_REPORT_RESULT {"daily": 1, "by_type": 0, "by_code": 0, "top": 0}\')\n'
     )
     fake_job(monkeypatch, code)
@@ -240,6 +244,8 @@ def test_progress_lines_reach_the_run_while_it_works(tenant_a, monkeypatch):
 
     def spy(run_id):
         seen.append(ReportRun.objects.get(pk=run_id).progress)
+        if seen[-1]:
+            shown.touch()
         return real_update(run_id)
 
     monkeypatch.setattr(services, "_cancel_requested", spy)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from apps.didcomm.core.agent import PICKUP, Agent, forward_for
-from tests.support.stalled_socket import StalledSocket
+from tests.support.stalled_socket import StalledSocket, close_timeout_passed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -47,14 +47,16 @@ def test_a_live_socket_that_stops_reading_is_closed_over_its_send_budget_and_its
         assert status["body"] == {"message_count": 0, "live_delivery": True}
 
         def read_once_closed() -> list[tuple[int, bytes]]:
-            # Start reading 1.5 s after the server says it closed the socket: Daphne resets a peer
-            # that has not answered its close 1 s after the close was queued, so the server queues
-            # the close only once the report before it has left (sendbudget.drained: while the
-            # reader takes bytes, or 5 s without one, so a slow read under load still gets it).
+            # Start reading once the server says it closed the socket and Daphne's close-handshake
+            # timeout has run out for a close queued after that (tests/support/stalled_socket.py):
+            # Daphne resets a peer that has not answered its close 1 s after the close was queued,
+            # so the server queues the close only once the report before it has left
+            # (sendbudget.drained: while the reader takes bytes, or 5 s without one, so a slow read
+            # under load still gets it).
             deadline = time.monotonic() + 60
             while BUDGET_LOG not in deploy.servers[0].log() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            time.sleep(1.5)  # longer than Daphne's close handshake timeout
+            close_timeout_passed(addr, deploy.host)
             return stalled.read_to_close()
 
         reader = asyncio.create_task(asyncio.to_thread(read_once_closed))

@@ -1,18 +1,21 @@
 """A `/didcomm/ws` socket keeps its groups (the tenant's, and each live client's) past the layer's
 group expiry: it re-joins them every quarter of it (apps/realtime/groups.Memberships). The expiry
 is 2 s here on the in-memory layer, which drops older members in `group_send` as channels_redis
-does; the Redis layer and /ws: tests/realtime/test_group_expiry.py."""
+does; the wall clock the layer reads is moved past it (time-machine) and the test waits for the next
+refresh. The Redis layer and /ws: tests/realtime/test_group_expiry.py."""
 
 from __future__ import annotations
 
-import asyncio
+import time
 
 import pytest
+import time_machine
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from apps.realtime.groups import group_name, tenant_group_name
 from apps.realtime.push import TENANT_STATE_TYPE
+from tests.support.layers import joins, until
 
 from .test_tenant_state import _closed_with, _live, granted  # noqa: F401 - granted is a fixture
 
@@ -38,8 +41,11 @@ def test_a_live_socket_keeps_its_groups_past_the_group_expiry(tenant_a, didcomm_
 
     async def body():
         layer = get_channel_layer()
+        joined = joins(layer)
         live = await _live(mediator, granted)
-        await asyncio.sleep(OUTLIVE_S)
+        await until(lambda: len(joined) == 2)  # the tenant's group and the live client's
+        clock.shift(OUTLIVE_S)  # past the expiry of both joins; the next refresh re-joins both
+        await until(lambda: len(joined) == 4)
         layer._clean_expired()  # what every group_send does first
         members = {
             group: list(layer.groups.get(group, {}))
@@ -50,4 +56,5 @@ def test_a_live_socket_keeps_its_groups_past_the_group_expiry(tenant_a, didcomm_
         await layer.group_send(tenant_group_name(tenant_a.pk), {"type": TENANT_STATE_TYPE, "active": False})
         await _closed_with(live, "e.p.me.unavailable", 4503)
 
-    async_to_sync(body)()
+    with time_machine.travel(time.time(), tick=True) as clock:
+        async_to_sync(body)()
