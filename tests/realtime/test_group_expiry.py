@@ -178,6 +178,7 @@ def test_a_refresh_that_fails_is_retried_at_the_next_interval(in_memory, caplog)
         memberships = Memberships(in_memory, channel)
         await memberships.add("g")
         await until(lambda: len(calls) == 3)  # the refreshes at 0.5 s (fails) and 1.0 s
+        await until(lambda: not CHANNEL_LAYER.down)  # the second refresh's join returned
         await memberships.close()
 
     run(body)
