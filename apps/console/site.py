@@ -26,8 +26,14 @@ def console_site_url(request) -> str | None:
 
 def _nav_item(request, entry: dict) -> list[dict]:
     """Unfold sidebar items for one CONSOLE_NAVIGATION entry: none when its page does not exist
-    (a model not registered, an app without admin pages) or the user may not open it."""
+    (a model not registered, an app without admin pages) or the user may not open it (a model's
+    view or change permission; for a `url` entry, the `needs` (model, verb) its view checks)."""
     if "url" in entry:
+        # A page of its own (not a model's admin pages) names the model permission it needs.
+        if "needs" in entry:
+            model_name, verb = entry["needs"]
+            if not operator_may(request.user, django_apps.get_model(model_name), verb):
+                return []
         try:
             link = reverse(entry["url"])
         except NoReverseMatch:
@@ -96,5 +102,7 @@ def console_overview(request, context: dict) -> dict:
         newest = ReportRun.objects.order_by("-created_at", "-id").first()
         overview["newer_run"] = newest if newest and newest != overview["last_good_run"] else None
         overview["may_view_runs"] = True
+    # A staff member who may read none of it is told why, not shown an empty page.
+    overview["nothing"] = not overview
     context.update(overview=overview, title="Overview")
     return context
