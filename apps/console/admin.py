@@ -563,7 +563,9 @@ class TenantAdmin(ModelAdmin):
         )
         # What the two URLs answer now: a suspended tenant's answer 503 (apps/decentrl/views.py).
         if obj.is_active:
-            did_answer = format_html("answers with <code>{}</code> (a did:web resolver fetches it over https).", obj.did)
+            did_answer = format_html(
+                "answers with <code>{}</code> (a did:web resolver fetches it over https).", obj.did
+            )
             health_answer = "answers 200."
             suspended = ""
         else:

@@ -4,6 +4,8 @@ site link (SITE_URL)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib import admin
@@ -65,7 +67,8 @@ def _nav_item(request, entry: dict) -> list[dict]:
 def console_navigation(request) -> list[dict]:
     """settings.CONSOLE_NAVIGATION as unfold's sidebar groups; empty groups are left out."""
     groups = []
-    for title, entries in settings.CONSOLE_NAVIGATION:
+    navigation = cast(list[tuple[str, list[dict]]], settings.CONSOLE_NAVIGATION)
+    for title, entries in navigation:
         items = [item for entry in entries for item in _nav_item(request, entry)]
         if items:
             groups.append({"title": title, "separator": True, "collapsible": False, "items": items})

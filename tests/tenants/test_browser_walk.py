@@ -97,7 +97,9 @@ def test_the_sidebar_toggles_and_the_user_menu_work_from_the_keyboard(daphne, ol
         page.wait_for_function("() => document.activeElement.id === 'sidebar-close'")
         page.keyboard.press("Tab")
         page.keyboard.press("Tab")  # past the list's scroll box (SimpleBar's, focusable to scroll by keys)
-        assert page.evaluate("() => [document.activeElement.closest('#nav-sidebar') !== null, document.activeElement.getAttribute('href')]") == [True, "/admin/tenants/tenant/"]
+        assert page.evaluate(
+            "() => [document.activeElement.closest('#nav-sidebar') !== null, document.activeElement.getAttribute('href')]"
+        ) == [True, "/admin/tenants/tenant/"]
         page.screenshot(path=str(ARTIFACTS / "console-walk-phone-menu.png"))
         page.keyboard.press("Escape")
         page.locator("#nav-sidebar").wait_for(state="hidden")
@@ -105,7 +107,13 @@ def test_the_sidebar_toggles_and_the_user_menu_work_from_the_keyboard(daphne, ol
 
 
 # The overview's text and Swagger UI's, against what is behind each (READABILITY: WCAG AA, 4.5).
-OVERVIEW_TEXT = [".console-card h2", ".console-stats > div", ".console-card .muted", ".console-card td", ".console-card p"]
+OVERVIEW_TEXT = [
+    ".console-card h2",
+    ".console-stats > div",
+    ".console-card .muted",
+    ".console-card td",
+    ".console-card p",
+]
 SWAGGER_TEXT = [
     ".swagger-ui .info .title",
     ".swagger-ui .info p",
@@ -166,7 +174,9 @@ CRUMBS = """() => [...document.querySelectorAll("#header-inner h1 .console-crumb
 
 
 def _mask(page, selector: str) -> str:
-    return page.locator(selector).first.evaluate("e => getComputedStyle(e).maskImage || getComputedStyle(e).webkitMaskImage")
+    return page.locator(selector).first.evaluate(
+        "e => getComputedStyle(e).maskImage || getComputedStyle(e).webkitMaskImage"
+    )
 
 
 def test_scroll_hints_whole_breadcrumbs_one_line_times_and_a_cancel_that_asks(daphne, olivia, globex):

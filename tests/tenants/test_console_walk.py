@@ -104,7 +104,10 @@ def test_the_checklist_says_what_health_and_the_did_document_answer_in_the_tenan
     assert (health.status_code, did.status_code) == (200, 200)
     active = _checklist(staff_client, tenant)
     assert "Suspended" not in active
-    assert "DID document: http://mediator.globex.example/.well-known/did.json answers with did:web:mediator.globex.example" in active
+    assert (
+        "DID document: http://mediator.globex.example/.well-known/did.json answers with did:web:mediator.globex.example"
+        in active
+    )
     assert "Health: http://mediator.globex.example/health answers 200." in active
 
     tenant_suspend(tenant=tenant, actor=Actor(user=operator, via="cli"))
