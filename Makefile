@@ -22,9 +22,9 @@ run: install
 	@PORT=$(PORT) exec $(PY) scripts/with_postgres.py -- scripts/run_embedded.sh $(BIND) $(PORT)
 
 # The first operator (a superuser) for the console at /admin/ and the operator API; asks for a
-# name and a password. `make operator OPERATOR=olivia` skips the name prompt. Without a terminal
-# (a script, a pipe) it reads DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD and fails
-# (non-zero) when they are missing.
+# name, an optional email and a password. `make operator OPERATOR=olivia` skips the name prompt.
+# Without a terminal (a script, a pipe) it reads DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD
+# (DJANGO_SUPERUSER_EMAIL optional) and fails (non-zero) when they are missing.
 operator: install
 	$(PY) scripts/with_postgres.py -- sh -c '$(PY) manage.py migrate --noinput -v0 && exec $(PY) manage.py create_operator $(if $(OPERATOR),--username $(OPERATOR))'
 

@@ -1,7 +1,8 @@
-"""The project's error pages (`handler400`, `handler404`, `handler500` in urls.py): what Django
-answers outside a view's own replies, in the shape of the surface the path belongs to instead of
-Django's HTML pages. The operator console (`/admin/`, `/dashboard/`) keeps Django's pages; with
-DEBUG on, Django shows its technical pages instead of any of these.
+"""The project's error pages (`handler400`, `handler403`, `handler404`, `handler500` in urls.py): what
+Django answers outside a view's own replies, in the shape of the surface the path belongs to instead
+of Django's HTML pages. The operator console (`/admin/`, `/dashboard/`) keeps Django's pages, except
+its refusal (403), which a staff member sees inside the console's frame, saying why and leading back;
+with DEBUG on, Django shows its technical pages instead of the 400, 404 and 500 ones.
 
 - 400: a request Django refuses before or outside a view (a SuspiciousOperation: a Host header that
   is not a host name, more query parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS, …).
@@ -15,7 +16,9 @@ DEBUG on, Django shows its technical pages instead of any of these.
 
 from __future__ import annotations
 
+from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views import defaults
 
 from apps.decentrl.views import protocol_json
@@ -61,6 +64,17 @@ def _error(request: HttpRequest, status: int, html) -> HttpResponse:
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return _error(request, 400, lambda: defaults.bad_request(request, exception))
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """403: on the console, for a staff member (the only one a console view refuses rather than
+    sends to the login), a console page that says what was refused and leads back; elsewhere
+    Django's page (DRF answers its own 403s under /api/)."""
+    user = getattr(request, "user", None)
+    if request.path_info.startswith(HTML_SURFACES) and user is not None and user.is_active and user.is_staff:
+        context = {**admin.site.each_context(request), "title": "Not allowed", "reason": str(exception)}
+        return render(request, "console/refused.html", context, status=403)
+    return defaults.permission_denied(request, exception)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

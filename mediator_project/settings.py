@@ -480,13 +480,19 @@ SPECTACULAR_SETTINGS = {
 # The console's sidebar, in this order (apps/console/site.py::console_navigation builds it per request).
 # A "model" entry shows when that model has an admin page the user may view; an "app" entry lists
 # every admin page of that app, so the DIDComm group appears once apps/didcomm registers models;
-# a "url" entry is a named URL (staff only, like the whole console).
+# a "url" entry is a named URL (staff only, like the whole console), shown only to those holding
+# its "needs" (model, verb) when it has one.
 CONSOLE_NAVIGATION = [
     (
         "Operate",
         [
             {"title": "Tenants", "icon": "dns", "model": "tenants.Tenant"},
-            {"title": "Usage dashboard", "icon": "monitoring", "url": "usage:dashboard"},
+            {
+                "title": "Usage dashboard",
+                "icon": "monitoring",
+                "url": "usage:dashboard",
+                "needs": ("usage.ReportRun", "view"),  # apps/usage/permissions.py: the dashboard's verb
+            },
             {"title": "Report runs", "icon": "summarize", "model": "usage.ReportRun"},
             {"title": "Audit log", "icon": "history", "model": "tenants.AuditEntry"},
             {"title": "API docs", "icon": "api", "url": "api-docs"},

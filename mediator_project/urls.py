@@ -21,5 +21,6 @@ urlpatterns = [
 ]
 
 handler400 = "mediator_project.errors.bad_request"
+handler403 = "mediator_project.errors.permission_denied"
 handler404 = "mediator_project.errors.not_found"
 handler500 = "mediator_project.errors.server_error"

@@ -436,6 +436,8 @@ class TenantAdmin(ModelAdmin):
         # An existing tenant is edited, not used as a template: no "Save and add another" there.
         if change:
             context["show_save_and_add_another"] = False
+        if obj is not None:
+            context["subtitle"] = obj.name or obj.slug  # the window's title, as the breadcrumb (the `crumb` filter)
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     # --- columns and read-only fields ----------------------------------------------------------
@@ -559,23 +561,45 @@ class TenantAdmin(ModelAdmin):
                 names,
             )
         )
+        # What the two URLs answer now: a suspended tenant's answer 503 (apps/decentrl/views.py).
+        if obj.is_active:
+            did_answer = format_html(
+                "answers with <code>{}</code> (a did:web resolver fetches it over https).", obj.did
+            )
+            health_answer = "answers 200."
+            suspended = ""
+        else:
+            did_answer = format_html(
+                "answers <code>503 MEDIATOR_UNAVAILABLE</code> while the tenant is suspended; with <code>{}</code> "
+                "once resumed (a did:web resolver fetches it over https).",
+                obj.did,
+            )
+            health_answer = format_html(
+                "answers 503 (<code>{}</code>) while the tenant is suspended; 200 once resumed.", "mediator suspended"
+            )
+            suspended = format_html(
+                '<p class="mb-2" id="checklist-suspended"><strong>Suspended</strong>: {} serves nothing until it is '
+                "resumed (<em>Resume</em> above).</p>",
+                obj.slug,
+            )
         return format_html(
-            '<ol class="checklist" id="domain-checklist">'
+            '{}<ol class="checklist" id="domain-checklist">'
             "<li><strong>DNS</strong>: {} resolve{} to this deployment (an A/AAAA record, or a CNAME to its host name).</li>"
             "<li><strong>TLS</strong>: {}</li>"
-            '<li><strong>DID document</strong>: <a class="text-primary-600" href="{}">{}</a> answers with '
-            "<code>{}</code> (a did:web resolver fetches it over https).</li>"
-            '<li><strong>Health</strong>: <a class="text-primary-600" href="{}/health">{}/health</a> answers 200.</li>'
+            '<li><strong>DID document</strong>: <a class="text-primary-600" href="{}">{}</a> {}</li>'
+            '<li><strong>Health</strong>: <a class="text-primary-600" href="{}/health">{}/health</a> {}</li>'
             "<li><strong>Clients</strong>: Decentrl clients use <code>{}</code>; wallets and agents scan or paste an "
             "invitation below.</li></ol>",
+            suspended,
             names,
             "" if len(hosts) > 1 else "s",
             tls,
             did_json,
             did_json,
-            obj.did,
+            did_answer,
             obj.public_url,
             obj.public_url,
+            health_answer,
             obj.did,
         )
 

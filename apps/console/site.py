@@ -4,6 +4,8 @@ site link (SITE_URL)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib import admin
@@ -26,8 +28,14 @@ def console_site_url(request) -> str | None:
 
 def _nav_item(request, entry: dict) -> list[dict]:
     """Unfold sidebar items for one CONSOLE_NAVIGATION entry: none when its page does not exist
-    (a model not registered, an app without admin pages) or the user may not open it."""
+    (a model not registered, an app without admin pages) or the user may not open it (a model's
+    view or change permission; for a `url` entry, the `needs` (model, verb) its view checks)."""
     if "url" in entry:
+        # A page of its own (not a model's admin pages) names the model permission it needs.
+        if "needs" in entry:
+            model_name, verb = entry["needs"]
+            if not operator_may(request.user, django_apps.get_model(model_name), verb):
+                return []
         try:
             link = reverse(entry["url"])
         except NoReverseMatch:
@@ -59,7 +67,8 @@ def _nav_item(request, entry: dict) -> list[dict]:
 def console_navigation(request) -> list[dict]:
     """settings.CONSOLE_NAVIGATION as unfold's sidebar groups; empty groups are left out."""
     groups = []
-    for title, entries in settings.CONSOLE_NAVIGATION:
+    navigation = cast(list[tuple[str, list[dict]]], settings.CONSOLE_NAVIGATION)
+    for title, entries in navigation:
         items = [item for entry in entries for item in _nav_item(request, entry)]
         if items:
             groups.append({"title": title, "separator": True, "collapsible": False, "items": items})
@@ -96,5 +105,7 @@ def console_overview(request, context: dict) -> dict:
         newest = ReportRun.objects.order_by("-created_at", "-id").first()
         overview["newer_run"] = newest if newest and newest != overview["last_good_run"] else None
         overview["may_view_runs"] = True
+    # A staff member who may read none of it is told why, not shown an empty page.
+    overview["nothing"] = not overview
     context.update(overview=overview, title="Overview")
     return context

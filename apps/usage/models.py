@@ -65,7 +65,8 @@ class ReportRun(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
+        # Shown as "Published", the word every page uses for a finished report's figures.
+        SUCCEEDED = "succeeded", "Published"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
 

@@ -31,8 +31,9 @@ def _operator_view(action: str):
     def decorate(view):
         @wraps(view)
         def checked(request: HttpRequest, *args, **kwargs):
-            if not operator_may(request.user, ReportRun, REPORT_RUN_ACTIONS[action]):
-                raise PermissionDenied
+            verb = REPORT_RUN_ACTIONS[action]
+            if not operator_may(request.user, ReportRun, verb):
+                raise PermissionDenied(f"“Can {verb} report run” (usage)")
             return view(request, *args, **kwargs)
 
         return staff_member_required(checked)

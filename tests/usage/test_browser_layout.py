@@ -230,6 +230,7 @@ def test_the_dashboard_says_how_fresh_it_is_and_offers_to_refresh_at_390_px(daph
                 # No worker takes this queue: the run waits, and Cancel ends it at once.
                 assert page.inner_text("#progress-step") == "Waiting for a worker"
                 page.click("#cancel-run")
+                page.click("#confirm-cancel")
                 page.wait_for_selector("#run-status:text-is('Cancelled')")
     queued = ReportRun.objects.exclude(pk=run.pk).get()
     assert queued.status == ReportRun.Status.CANCELLED and queued.requested_by == stella

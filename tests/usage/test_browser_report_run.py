@@ -113,7 +113,7 @@ def seed_traffic(tenant) -> int:
 
 
 def seed_past_runs(seconds: list[int]) -> None:
-    """Succeeded runs of the past that took `seconds` each: what "typically takes" is the median of."""
+    """Published runs of the past that took `seconds` each: what "typically takes" is the median of."""
     end = timezone.now() - timedelta(hours=2)
     for i, s in enumerate(seconds):
         finished = end - timedelta(days=i)
@@ -166,9 +166,9 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         page.click("#generate-report")
         page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
         page.evaluate(RECORD_PROGRESS)
-        page.wait_for_selector("#run-status:text-matches('Succeeded|Failed|Cancelled')", timeout=240_000)
+        page.wait_for_selector("#run-status:text-matches('Published|Failed|Cancelled')", timeout=240_000)
         status = page.inner_text("#run-status")
-        assert status == "Succeeded", page.inner_text("div.usage")[-3000:] + "\n" + worker.log()[-3000:]
+        assert status == "Published", page.inner_text("div.usage")[-3000:] + "\n" + worker.log()[-3000:]
         seen = page.evaluate("window.__seen")
         (ARTIFACTS / "usage-run-progress-seen.json").write_text(json.dumps(seen, indent=1))
         # What the page showed while the job worked, in order.
@@ -300,6 +300,7 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
         jobs = _job_pids(run_id)
         assert len(jobs) == 1, jobs
         page.click("#cancel-run")
+        page.click("#confirm-cancel")
         # run.js shows the status first, then swaps the finished page in once.
         page.wait_for_selector("#run-cancelled", timeout=60_000)
         assert page.inner_text("#run-status") == "Cancelled"

@@ -94,10 +94,10 @@ def test_a_staff_member_generates_a_report_in_the_browser_and_sees_the_chart(
         page.click("#generate-report")
         page.wait_for_url(f"{daphne.url}/dashboard/reports/*/")
         # The page follows the run in place (run.js) until the Spark job has finished.
-        page.wait_for_selector("#run-status:text-matches('Succeeded|Failed')", timeout=300_000)
+        page.wait_for_selector("#run-status:text-matches('Published|Failed')", timeout=300_000)
         # (No ORM in here: Playwright's sync API runs an event loop in this thread.)
         status = page.inner_text("#run-status")
-        assert status == "Succeeded", page.inner_text("body")[-3000:] + "\n" + worker.log()[-3000:]
+        assert status == "Published", page.inner_text("body")[-3000:] + "\n" + worker.log()[-3000:]
         chart = page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
         assert chart.is_visible()
         assert page.locator("#chart-commands-by-type rect.bar").count() == 2  # one bar per type-day

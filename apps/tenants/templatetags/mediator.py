@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from django import template
 from django.utils.html import format_html
+from django.utils.text import capfirst
 
-from apps.tenants.models import AuditEntry
+from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import AUDIT_ACTIONS, operator_may
 from apps.wire import display
 from apps.wire.did import DidError, parse_decentrl
@@ -24,6 +25,15 @@ def utc(value) -> str:
     text = display.utc_iso(value)
     day, clock = text.split("T", 1)
     return format_html('<time class="utc" datetime="{}"><span>{}</span><wbr><span>T{}</span></time>', text, day, clock)
+
+
+@register.filter
+def crumb(value) -> str:
+    """A part of the console header's breadcrumb: a tenant by the name its operator entered (the
+    slug when it has none), anything else as unfold writes it (capitalised)."""
+    if isinstance(value, Tenant):
+        return value.name or value.slug
+    return capfirst(str(value))
 
 
 @register.filter

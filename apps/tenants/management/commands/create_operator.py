@@ -4,7 +4,9 @@ Django's `createsuperuser` without a terminal prints "Superuser creation skipped
 with `--noinput` but no password it creates a user who cannot log in. This command, which
 `make operator` runs, asks in a terminal as `createsuperuser` does; without one it takes the name
 and the password from DJANGO_SUPERUSER_USERNAME (or --username) and DJANGO_SUPERUSER_PASSWORD, and
-fails with a non-zero exit when either is missing (docs/operators.md#the-first-operator).
+fails with a non-zero exit when either is missing (docs/operators.md#the-first-operator). The
+email address is optional both ways (Enter skips its prompt; DJANGO_SUPERUSER_EMAIL or --email
+gives one to a script), where `createsuperuser --noinput` refuses to run without one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ NO_TERMINAL = (
 class Command(createsuperuser.Command):
     help = (
         "Create a console operator (a superuser). In a terminal it asks; in a script it reads "
-        "DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD, and fails when they are missing."
+        "DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD (DJANGO_SUPERUSER_EMAIL optional), "
+        "and fails when they are missing."
     )
 
     def handle(self, *args, **options):
@@ -46,4 +49,13 @@ class Command(createsuperuser.Command):
             validate_password(password, self.UserModel(**{self.UserModel.USERNAME_FIELD: username}))
         except ValidationError as exc:
             raise CommandError("DJANGO_SUPERUSER_PASSWORD: " + " ".join(exc.messages)) from exc
-        return super().handle(*args, **{**options, "interactive": False, self.UserModel.USERNAME_FIELD: username})
+        # A required field the model lets be blank (the email) is blank unless given: createsuperuser
+        # --noinput skips such a field only when it is given as "".
+        blank = {
+            name: options[name] or os.environ.get(f"DJANGO_SUPERUSER_{name.upper()}") or ""
+            for name in self.UserModel.REQUIRED_FIELDS
+            if self.UserModel._meta.get_field(name).blank
+        }
+        return super().handle(
+            *args, **{**options, **blank, "interactive": False, self.UserModel.USERNAME_FIELD: username}
+        )

@@ -19,6 +19,7 @@
       const page = new DOMParser().parseFromString(await (await fetch(location.href)).text(), "text/html");
       // The usage part of the console page (the admin theme around it stays as it is).
       document.querySelector("div.usage").replaceWith(page.querySelector("div.usage"));
+      if (window.consoleScrollHints) window.consoleScrollHints();  // console.js: the new tables' scroll fades
       return;
     }
     $("progress-step").textContent = s.step_words;
@@ -33,7 +34,7 @@
     // Never backwards: Spark adds stages to an operation as it plans them (tasks_total grows).
     shownPct = Math.max(shownPct, Math.min(100, Math.round(within * 100)));
     $("progress-bar").style.width = shownPct + "%";
-    if (s.cancel_requested && $("cancel-run")) { $("cancel-run").disabled = true; $("cancel-run").textContent = "Cancelling…"; }
+    if (s.cancel_requested && $("cancel-box")) { $("cancel-box").hidden = true; $("cancelling").hidden = false; }
     setTimeout(tick, 1000);
   }
   tick();
