@@ -121,7 +121,9 @@ class _JsonTyped:
     `0` for false, `"5"` for 5 and `5` for "5")."""
 
     json_types: tuple[type, ...] = ()
-    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {"type": serializers.CharField.default_error_messages["invalid"]}
+    default_error_messages: ClassVar[dict[str, StrOrPromise]] = {
+        "type": serializers.CharField.default_error_messages["invalid"]
+    }
 
     def to_internal_value(self, data):
         if isinstance(data, bool) is not (bool in self.json_types) or not isinstance(data, self.json_types):

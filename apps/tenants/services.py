@@ -57,11 +57,13 @@ _HOST_RE = re.compile(
 # The same host rule as a pattern without look-ahead, in either case, with the port's 1 to 65535 spelled
 # out, for the operator API's schema (docs/operators.md#operator-api): every value it matches,
 # HOST_MAX_LENGTH characters at most, normalize_domain accepts. PUBLIC_URL: an http(s) URL on such a
-# host, then printable ASCII; the one rule for a public URL, in the console and the API.
+# host, a URI as RFC 3986 has it; the one rule for a public URL, in the console and the API.
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
 _HOSTPORT = rf"{_LABEL}(\.{_LABEL})*(:{_PORT})?"
-_AFTER_HOST = r"([/?#][!-~]*)?"
+# RFC 3986 after the authority: a path, a query, a fragment, of pchar (unreserved, %XX, sub-delims, ":", "@").
+_PCHAR = r"([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+_AFTER_HOST = rf"(/({_PCHAR}|/)*)?(\?({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?"
 PUBLIC_URL_PATTERN = rf"[Hh][Tt][Tt][Pp][Ss]?://{_HOSTPORT}{_AFTER_HOST}"
 # A domain or alias: host[:port], or an http(s) URL on it (normalize_domain keeps the host[:port]).
 HOST_PATTERN = rf"({_HOSTPORT}|{PUBLIC_URL_PATTERN})"

@@ -222,6 +222,15 @@ def test_a_member_of_another_json_type_is_refused_and_nothing_changes(api, tenan
             {"slug": "x", "domain": "x.test", "public_url": "ftp://x.test"},
             {"public_url": ["Enter a valid http or https URL."]},
         ),
+        # Not a URI (RFC 3986): the schema's response says `format: uri`.
+        (
+            {"slug": "x", "domain": "x.test", "public_url": "http://x.test/,y^"},
+            {"public_url": ["Enter a valid http or https URL."]},
+        ),
+        (
+            {"slug": "x", "domain": "x.test", "public_url": "http://x.test/%zz"},
+            {"public_url": ["Enter a valid http or https URL."]},
+        ),
     ],
 )
 def test_a_host_or_url_outside_the_documented_pattern_is_refused(api, tenant_a, body, errors):
@@ -237,7 +246,7 @@ def test_what_the_pattern_allows_is_accepted(api, tenant_a):
             "slug": "x",
             "domain": "X.Test:65535",
             "aliases": ["0", "a-b.c:1", "https://Pasted.Example/path?q"],
-            "public_url": "HTTP://0",
+            "public_url": "HTTP://0/a%5Eb;c?d=/e#f",
             "policy": {"registration_open": False},
         },
         format="json",
@@ -247,7 +256,7 @@ def test_what_the_pattern_allows_is_accepted(api, tenant_a):
     assert (data["domain"], data["aliases"], data["public_url"]) == (
         "x.test:65535",
         ["0", "a-b.c:1", "pasted.example"],
-        "http://0",
+        "http://0/a%5Eb;c?d=/e",
     )
 
 

@@ -62,7 +62,11 @@ def test_the_operator_api_conforms_to_its_schema(transactional_db, tmp_path, dja
     token = api_token_issue(user=operator).key
     # DEBUG off, as in production: Django's technical pages would answer HTML where the API answers
     # JSON. A var/ and a Celery broker of its own: requested report runs queue there, unread.
-    env = {"MEDIATOR_VAR_DIR": str(tmp_path / "var"), "CELERY_BROKER_URL": "filesystem://localhost/", "DJANGO_DEBUG": "0"}
+    env = {
+        "MEDIATOR_VAR_DIR": str(tmp_path / "var"),
+        "CELERY_BROKER_URL": "filesystem://localhost/",
+        "DJANGO_DEBUG": "0",
+    }
     server = start_daphne(tmp_path, env=env)
     try:
         proc = subprocess.run(
