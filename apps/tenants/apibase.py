@@ -18,11 +18,13 @@ from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.views import exception_handler
 
+from apps.wire.display import grouped
+
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
 
-# Page sizes of every list (`?limit=`), and the largest `?offset=`; docs/operators.md says both.
-PAGE_SIZE = 50
+# The largest page of every list (`?limit=`; REST_FRAMEWORK["PAGE_SIZE"] when left out) and the
+# largest `?offset=`; docs/operators.md#pages says both.
 MAX_PAGE_SIZE = 500
 MAX_OFFSET = 2**31 - 1
 _DIGITS = re.compile(r"[0-9]+")
@@ -86,15 +88,15 @@ def _bounded(request, name: str, default: int | None, lo: int, hi: int) -> int |
     if raw is None:
         return default
     if not _DIGITS.fullmatch(raw) or not lo <= int(raw) <= hi:
-        raise ValidationError({name: [f"Must be an integer between {lo} and {hi:,}.".replace(",", " ")]})
+        raise ValidationError({name: [f"Must be an integer between {grouped(lo)} and {grouped(hi)}."]})
     return int(raw)
 
 
 class OperatorPagination(LimitOffsetPagination):
-    """`?limit=` (1 to MAX_PAGE_SIZE, default PAGE_SIZE) and `?offset=` (0 to MAX_OFFSET); anything
-    else is a 400 naming the parameter, rather than DRF's silent default or a database error."""
+    """`?limit=` (1 to MAX_PAGE_SIZE, default REST_FRAMEWORK["PAGE_SIZE"]) and `?offset=` (0 to
+    MAX_OFFSET); anything else is a 400 naming the parameter, rather than DRF's silent default or a
+    database error."""
 
-    default_limit = PAGE_SIZE
     max_limit = MAX_PAGE_SIZE
 
     def get_limit(self, request):
