@@ -450,8 +450,11 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # ?limit= 1 to 500 (50 by default), ?offset=: anything else is a 400 (docs/operators.md#operator-api).
+    "DEFAULT_PAGINATION_CLASS": "apps.tenants.apibase.OperatorPagination",
     "PAGE_SIZE": 50,
+    # Every bad input, a body that is not JSON included, answers the one documented 400 shape.
+    "EXCEPTION_HANDLER": "apps.tenants.apibase.operator_exception_handler",
     "DATETIME_FORMAT": UTC_FORMAT,
 }
 SPECTACULAR_SETTINGS = {
@@ -469,6 +472,14 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get components of their own (`TenantCreateRequest`), without the read-only
+    # members, and with what the request needs (`minLength: 1` for a member that may not be blank).
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Two models call their choices "status": each enum gets a name of its own.
+    "ENUM_NAME_OVERRIDES": {
+        "TenantStatusEnum": "apps.tenants.models.Tenant.Status",
+        "ReportRunStatusEnum": "apps.usage.models.ReportRun.Status",
+    },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -13,20 +13,27 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.didcomm.identity import identity_rotate
+from apps.didcomm.models import DidcommPolicy, Mediation
 from apps.didcomm.selectors import identity_summary
-from apps.tenants import texts
-from apps.tenants.apibase import StrictSerializer, service_call
+from apps.tenants import apibase, texts
+from apps.tenants.apibase import StrictSerializer, pk_or_404, service_call
 from apps.tenants.models import AuditEntry, Tenant
-from apps.tenants.permissions import AUDIT_ACTIONS, TENANT_ACTIONS
+from apps.tenants.permissions import AUDIT_ACTIONS, TENANT_ACTIONS, operator_may
 from apps.tenants.services import (
+    HOST_MAX_LENGTH,
+    HOST_PATTERN,
     NULLABLE_POLICY,
     POLICY_BOUNDS,
+    PUBLIC_URL_MESSAGE,
+    PUBLIC_URL_PATTERN,
     Actor,
     fingerprint,
+    not_a_host_message,
     policy_range_message,
     tenant_create,
     tenant_resume,
@@ -34,9 +41,22 @@ from apps.tenants.services import (
     tenant_suspend,
     tenant_update,
 )
+from apps.usage.models import ReportRun
 from apps.wire.display import utc_iso
 
 from .services import tenant_purge_expired, tenant_statistics
+
+# The models the operator API reads (its views' querysets); see SchemaPermission.
+API_MODELS = (Tenant, AuditEntry, DidcommPolicy, Mediation, ReportRun)
+
+
+class SchemaPermission(BasePermission):
+    """The schema and the docs pages (docs/operators.md#permissions): a staff user who may read at
+    least one of the API's models (`view_` or `change_`), i.e. who can call some operation. A
+    staff user without any of these permissions gets 403, as from every operation."""
+
+    def has_permission(self, request, view) -> bool:
+        return any(operator_may(request.user, model, "view") for model in API_MODELS)
 
 
 def _actor(request: Request) -> Actor:
@@ -46,10 +66,10 @@ def _actor(request: Request) -> Actor:
 def _policy_fields(*, required: bool) -> dict:
     """The policy members, described in the schema with the console's words (apps/tenants/texts.py)."""
     fields: dict = {
-        "registration_open": serializers.BooleanField(required=required, help_text=texts.help_text("registration_open"))
+        "registration_open": apibase.BooleanField(required=required, help_text=texts.help_text("registration_open"))
     }
     for name, (lo, hi) in POLICY_BOUNDS.items():
-        fields[name] = serializers.IntegerField(
+        fields[name] = apibase.IntegerField(
             min_value=lo,
             max_value=hi,
             error_messages={"min_value": policy_range_message(name), "max_value": policy_range_message(name)},
@@ -61,7 +81,11 @@ def _policy_fields(*, required: bool) -> dict:
     return fields
 
 
-PolicySerializer = type("PolicySerializer", (StrictSerializer,), _policy_fields(required=False))
+PolicySerializer = type(
+    "PolicySerializer",
+    (StrictSerializer,),
+    {"__doc__": "A tenant's policy (docs/operators.md#policy-fields-and-defaults).", **_policy_fields(required=False)},
+)
 
 
 class KeysSerializer(serializers.Serializer):
@@ -105,16 +129,40 @@ class TenantSerializer(serializers.Serializer):
         }
 
 
+def _host(**kwargs) -> apibase.PatternField:
+    return apibase.PatternField(pattern=HOST_PATTERN, message=not_a_host_message, max_length=HOST_MAX_LENGTH, **kwargs)
+
+
+def _public_url() -> apibase.PatternField:
+    return apibase.PatternField(
+        pattern=PUBLIC_URL_PATTERN,
+        message=lambda value: PUBLIC_URL_MESSAGE,
+        max_length=300,
+        required=False,
+        help_text="the DID document's service endpoint: an http or https URL",
+    )
+
+
+def _aliases() -> serializers.ListField:
+    return serializers.ListField(
+        child=_host(), required=False, max_length=100, help_text="more hosts serving the same tenant"
+    )
+
+
 class TenantCreateSerializer(StrictSerializer):
-    slug = serializers.SlugField(max_length=64)
-    domain = serializers.CharField(max_length=255, help_text="host or host:port; the did:web follows it")
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    public_url = serializers.URLField(max_length=300, required=False)
-    aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
+    """A new tenant: its slug, its primary domain (the did:web follows it), and optionally the rest."""
+
+    slug = apibase.SlugField(max_length=64)
+    domain = _host(help_text="host or host:port; the did:web follows it")
+    name = apibase.CharField(max_length=200, required=False, allow_blank=True)
+    public_url = _public_url()
+    aliases = _aliases()
     policy = PolicySerializer(required=False)
 
 
 class TenantUpdateSerializer(StrictSerializer):
+    """What may change on a tenant; the slug, the primary domain, the DID, the status and the keys may not."""
+
     fixed = {
         "slug": "The slug cannot be changed.",
         "domain": "The primary domain cannot be changed: its did:web follows it. Add an alias instead.",
@@ -122,17 +170,17 @@ class TenantUpdateSerializer(StrictSerializer):
         "status": "Use POST …/suspend/ or …/resume/ to change the status.",
         "keys": "Use POST …/rotate-keys/ to change the keys.",
     }
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    public_url = serializers.URLField(max_length=300, required=False)
-    aliases = serializers.ListField(child=serializers.CharField(max_length=255), required=False, max_length=100)
+    name = apibase.CharField(max_length=200, required=False, allow_blank=True)
+    public_url = _public_url()
+    aliases = _aliases()
     policy = PolicySerializer(required=False)
 
 
 class RotateSerializer(StrictSerializer):
     """Which keys to rotate, said explicitly: `{}` is refused rather than rotating both."""
 
-    signing = serializers.BooleanField(required=False, help_text="rotate the Ed25519 signing key")
-    prekey = serializers.BooleanField(required=False, help_text="rotate the X25519 pre-key")
+    signing = apibase.BooleanField(required=False, help_text="rotate the Ed25519 signing key")
+    prekey = apibase.BooleanField(required=False, help_text="rotate the X25519 pre-key")
 
     def validate(self, attrs):
         if not attrs:
@@ -141,7 +189,9 @@ class RotateSerializer(StrictSerializer):
 
 
 class PurgeSerializer(StrictSerializer):
-    dry_run = serializers.BooleanField(default=True)
+    """A dry run (the default) counts what would go; `false` deletes it."""
+
+    dry_run = apibase.BooleanField(default=True)
 
 
 StatisticsSerializer = inline_serializer(
@@ -281,6 +331,9 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
         qs = AuditEntry.objects.order_by("-at", "-id")
         slug = self.request.query_params.get("tenant")
         return qs.filter(tenant_slug=slug) if slug else qs
+
+    def get_object(self) -> AuditEntry:
+        return get_object_or_404(AuditEntry, pk=pk_or_404(AuditEntry, self.kwargs["pk"]))
 
     @extend_schema(parameters=[OpenApiParameter("tenant", str, description="tenant slug")])
     def list(self, request, *args, **kwargs):

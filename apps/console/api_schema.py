@@ -1,6 +1,8 @@
 """The operator API's OpenAPI document, finished (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]):
-readable operation titles, and the error answers every operation can give (Redoc showed
-generated ids and Swagger called 400/401/403 "Undocumented")."""
+readable operation titles, the error answers every operation can give (Redoc showed generated
+ids and Swagger called 400/401/403 "Undocumented"), and what the request serializers enforce
+beyond their fields: no undeclared member (apibase.StrictSerializer), and a key rotation that
+names at least one key."""
 
 from __future__ import annotations
 
@@ -43,6 +45,15 @@ _ANSWERS = {
     "401": ("No credentials: send `Authorization: Token <key>` (or log into the console).", "ErrorDetail"),
     "403": ("A non-staff user, or a staff user without the model permission this action needs.", "ErrorDetail"),
     "404": ("No such tenant, report run or audit entry.", "ErrorDetail"),
+    "409": ("A slug or host another tenant already has: nothing was changed.", "ValidationErrors"),
+}
+# Operations that can name a slug or host already taken (apibase.service_call answers 409).
+_CONFLICTS = {"tenants_create", "tenants_partial_update"}
+# RotateRequest: `{}` and `{"signing": false, "prekey": false}` are refused (RotateSerializer).
+_ROTATE_ONE = {
+    "anyOf": [
+        {"required": [key], "properties": {key: {"type": "boolean", "enum": [True]}}} for key in ("signing", "prekey")
+    ]
 }
 
 
@@ -55,10 +66,20 @@ def _answer(code: str) -> dict:
 
 
 def finish_operator_schema(result: dict, generator, request, public) -> dict:
-    """Add titles and the 400/401/403/404 answers to every operation of the operator API."""
-    result.setdefault("components", {}).setdefault("schemas", {}).update(_ERRORS)
+    """Add titles and the 400/401/403/404 (409) answers to every operation of the operator API,
+    `additionalProperties: false` to every request body, and RotateRequest's "at least one key"."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(_ERRORS)
+    for name, component in schemas.items():
+        # Every request body is a StrictSerializer's (tests/tenants/test_api_schema.py checks it).
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    if "RotateRequest" in schemas:
+        schemas["RotateRequest"].update(_ROTATE_ONE)
     for path, operations in result.get("paths", {}).items():
         for operation in operations.values():
+            if operation["operationId"] == "tenants_rotate_keys_create":
+                operation["requestBody"]["required"] = True
             operation["summary"] = SUMMARIES.get(operation["operationId"], operation.get("summary", ""))
             responses = operation.setdefault("responses", {})
             codes = ["401", "403"]
@@ -66,6 +87,8 @@ def finish_operator_schema(result: dict, generator, request, public) -> dict:
                 codes.insert(0, "400")
             if "{" in path:
                 codes.append("404")
+            if operation["operationId"] in _CONFLICTS:
+                codes.append("409")
             for code in codes:
                 responses.setdefault(code, _answer(code))
     return result

@@ -6,14 +6,13 @@ validation errors are JSON objects mapping a field to its messages, with HTTP 40
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.tenants.apibase import StrictSerializer, service_call
+from apps.tenants.apibase import StrictModelSerializer, pk_or_404, service_call
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
 from apps.wire.display import utc_iso
@@ -29,7 +28,7 @@ GRANT_ACTIONS = {"list": "view", "retrieve": "view", "revoke": "change"}
 POLICY_ACTIONS = {"list": "view", "retrieve": "view", "partial_update": "change"}
 
 
-class DidcommPolicySerializer(StrictSerializer, serializers.ModelSerializer):
+class DidcommPolicySerializer(StrictModelSerializer):
     """A tenant's DIDComm policy; bounds and choices are the model's (one rule with the admin)."""
 
     tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -68,6 +67,30 @@ class PolicyViewSet(viewsets.GenericViewSet):
         return Response(DidcommPolicySerializer(policy).data)
 
 
+class GrantSerializer(serializers.Serializer):
+    """A grant in a list: `recipients` is the number of its recipient DIDs."""
+
+    id = serializers.IntegerField()
+    tenant = serializers.CharField(help_text="the tenant's slug")
+    client_did = serializers.CharField()
+    state = serializers.ChoiceField(choices=Mediation.State.choices)
+    created_at = serializers.DateTimeField()
+    queued = serializers.IntegerField(help_text="messages queued for the client")
+    recipients = serializers.IntegerField(help_text="its recipient DIDs")
+
+
+class RecipientSerializer(serializers.Serializer):
+    recipient_did = serializers.CharField()
+    queued = serializers.IntegerField()
+    added_at = serializers.DateTimeField()
+
+
+class GrantDetailSerializer(GrantSerializer):
+    """One grant: its recipient DIDs, each with its queue depth."""
+
+    recipients = RecipientSerializer(many=True)  # type: ignore[assignment]
+
+
 def _grant(m: Mediation, *, recipients: object) -> dict:
     """A grant as the API shows it; `recipients` is their count in a list, their DIDs and depths in one grant's view."""
     return {
@@ -86,9 +109,20 @@ class GrantViewSet(viewsets.GenericViewSet):
 
     operator_actions = GRANT_ACTIONS
     queryset = Mediation.objects.none()
+    serializer_class = GrantDetailSerializer
+    lookup_value_regex = r"[0-9]+"
+
+    # The id in the path is an integer (the router's default pattern would pass "abc" to the view).
+    _ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="the grant's id")
+
+    def _mediation(self, pk: str) -> Mediation:
+        return get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk_or_404(Mediation, pk))
 
     @extend_schema(
-        operation_id="didcomm_grants_list", summary="List DIDComm mediation grants", responses=OpenApiTypes.OBJECT
+        operation_id="didcomm_grants_list",
+        summary="List DIDComm mediation grants",
+        parameters=[OpenApiParameter("tenant", str, description="tenant slug")],
+        responses=GrantSerializer(many=True),
     )
     def list(self, request: Request) -> Response:
         qs = grants_with_depths()
@@ -99,15 +133,19 @@ class GrantViewSet(viewsets.GenericViewSet):
         return self.get_paginated_response([_grant(m, recipients=m.n_recipients) for m in page])
 
     @extend_schema(
-        summary="Read a DIDComm mediation grant with its recipient DIDs and queue depths", responses=OpenApiTypes.OBJECT
+        summary="Read a DIDComm mediation grant with its recipient DIDs and queue depths",
+        parameters=[_ID],
+        responses=GrantDetailSerializer,
     )
     def retrieve(self, request: Request, pk: str) -> Response:
-        m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)
+        m = self._mediation(pk)
         return Response(_grant(m, recipients=recipient_depths(mediation=m)))
 
-    @extend_schema(summary="Revoke a DIDComm mediation grant", request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Revoke a DIDComm mediation grant", parameters=[_ID], request=None, responses=GrantDetailSerializer
+    )
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str) -> Response:
-        m = get_object_or_404(Mediation.objects.select_related("tenant"), pk=pk)
+        m = self._mediation(pk)
         m = mediation_revoke(mediation=m, actor=Actor(user=request.user, via="api"))
         return Response(_grant(m, recipients=recipient_depths(mediation=m)))

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -55,6 +54,23 @@ EDITABLE_FIELDS: tuple[str, ...] = ("name", "public_url", *POLICY_FIELDS)
 _HOST_RE = re.compile(
     r"^(?=.{1,253}(:|$))([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:[0-9]{1,5})?$"
 )
+# The same host rule as a pattern without look-ahead, in either case, with the port's 1 to 65535 spelled
+# out, for the operator API's schema (docs/operators.md#operator-api): every value it matches,
+# HOST_MAX_LENGTH characters at most, normalize_domain accepts. PUBLIC_URL: an http(s) URL on such a
+# host, a URI as RFC 3986 has it; the one rule for a public URL, in the console and the API.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+_HOSTPORT = rf"{_LABEL}(\.{_LABEL})*(:{_PORT})?"
+# RFC 3986 after the authority: a path, a query, a fragment, of pchar (unreserved, %XX, sub-delims, ":", "@").
+_PCHAR = r"([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+_AFTER_HOST = rf"(/({_PCHAR}|/)*)?(\?({_PCHAR}|[/?])*)?(#({_PCHAR}|[/?])*)?"
+PUBLIC_URL_PATTERN = rf"[Hh][Tt][Tt][Pp][Ss]?://{_HOSTPORT}{_AFTER_HOST}"
+# A domain or alias: host[:port], or an http(s) URL on it (normalize_domain keeps the host[:port]).
+HOST_PATTERN = rf"({_HOSTPORT}|{PUBLIC_URL_PATTERN})"
+HOST_MAX_LENGTH = 253
+_PUBLIC_URL_RE = re.compile(PUBLIC_URL_PATTERN)
+# Checked by normalize_public_url, not by the model's URLField (Django's rule is another one).
+_CHECKED_HERE = ["public_url"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,10 @@ def audit_record(
     )
 
 
+def not_a_host_message(value: str) -> str:
+    return f"{value!r} is not a host name (host or host:port)"
+
+
 def normalize_domain(domain: str) -> str:
     """Lowercase host[:port], validated; a pasted URL (`https://Mediator.Example/path?q`) is reduced
     to its host[:port] (a URL with a user name or password is refused). Raises ValidationError."""
@@ -118,29 +138,31 @@ def normalize_domain(domain: str) -> str:
         value = parts.netloc
     value = value.lower().rstrip("/").rstrip(".")
     if not _HOST_RE.match(value):
-        raise ValidationError(f"{domain!r} is not a host name (host or host:port)")
+        raise ValidationError(not_a_host_message(domain))
     if ":" in value and not (0 < int(value.rsplit(":", 1)[1]) < 65536):
         raise ValidationError(f"{domain!r} has an invalid port")
     return value
 
 
+PUBLIC_URL_MESSAGE = "Enter a valid http or https URL."
+
+
 def normalize_public_url(url: str) -> str:
     """An http(s) URL with its scheme and host lowercased and no trailing slash; raises ValidationError."""
     value = (url or "").strip()
-    try:
-        URLValidator(schemes=["http", "https"])(value)
-    except ValidationError as exc:
-        raise ValidationError({"public_url": exc.messages}) from exc
+    if not _PUBLIC_URL_RE.fullmatch(value):
+        raise ValidationError({"public_url": [PUBLIC_URL_MESSAGE]})
     parts = urlsplit(value)
     path = parts.path.rstrip("/")
     query = f"?{parts.query}" if parts.query else ""
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{path}{query}"
 
 
-def _served_elsewhere(host: str, *, tenant_id: int | None) -> str | None:
-    """The conflict message when another tenant serves `host`, naming that tenant; else None."""
+def _served_elsewhere(host: str, *, tenant_id: int | None) -> ValidationError | None:
+    """The conflict when another tenant serves `host`, naming that tenant (code "conflict": the
+    operator API answers it 409); else None."""
     owner = domain_owner(host, exclude_tenant_id=tenant_id)
-    return f"{host} is already served by tenant {owner}" if owner else None
+    return ValidationError(f"{host} is already served by tenant {owner}", code="conflict") if owner else None
 
 
 def policy_range_message(field: str) -> str:
@@ -182,7 +204,7 @@ def validate_policy(values: dict) -> dict:
 def validate_aliases(aliases: list[str], *, primary: str, tenant_id: int | None) -> list[str]:
     """Normalise alias hosts, drop duplicates and the primary domain, refuse hosts another tenant serves."""
     out: list[str] = []
-    errors: list[str] = []
+    errors: list[str | ValidationError] = []
     for raw in aliases:
         try:
             host = normalize_domain(raw)
@@ -235,7 +257,7 @@ def tenant_create(
         **clean_policy,
     )
     tenant.set_keys(Ed25519KeyPair.generate(), X25519KeyPair.generate())
-    tenant.full_clean()
+    tenant.full_clean(exclude=_CHECKED_HERE)
     try:
         with transaction.atomic():
             tenant.save()
@@ -246,7 +268,9 @@ def tenant_create(
                 )
     except IntegrityError as exc:
         # Two creates racing for one slug/domain: the unique constraints decide.
-        raise ValidationError({"slug": ["A tenant with this slug or domain already exists."]}) from exc
+        raise ValidationError(
+            {"slug": [ValidationError("A tenant with this slug or domain already exists.", code="unique")]}
+        ) from exc
     return tenant
 
 
@@ -265,7 +289,7 @@ def tenant_update(*, tenant: Tenant, actor: Actor, aliases: list[str] | None = N
         locked.name = str(changes["name"])[:200]
     if "public_url" in changes:
         locked.public_url = normalize_public_url(changes["public_url"])
-    locked.full_clean()
+    locked.full_clean(exclude=_CHECKED_HERE)
     locked.save()
     if aliases is not None:
         _set_aliases(locked, validate_aliases(aliases, primary=locked.domain, tenant_id=locked.pk))

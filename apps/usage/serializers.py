@@ -5,16 +5,20 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
+from apps.tenants import apibase
 from apps.tenants.models import Tenant
 
 from .models import ReportDaily, ReportRun
 
 
-class ReportRequestSerializer(serializers.Serializer):
-    date_from = serializers.DateField()
-    date_to = serializers.DateField()
+class ReportRequestSerializer(apibase.StrictSerializer):
+    """A report over date_from..date_to (UTC days, inclusive; at most USAGE_REPORT_MAX_DAYS days),
+    for the tenants named by slug (none: every tenant)."""
+
+    date_from = apibase.DateField()
+    date_to = apibase.DateField()
     tenants = serializers.ListField(
-        child=serializers.SlugField(max_length=64), required=False, max_length=1000, default=list
+        child=apibase.SlugField(max_length=64), required=False, max_length=1000, default=list
     )
 
     def validate(self, attrs):
@@ -36,7 +40,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
     tenants: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
         slug_field="slug", many=True, read_only=True
     )
-    duration_s = serializers.FloatField(read_only=True)
+    duration_s = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = ReportRun
@@ -63,3 +67,14 @@ class ReportDailySerializer(serializers.ModelSerializer):
     class Meta:
         model = ReportDaily
         exclude = ["id", "run"]
+
+
+class ReportRunDetailSerializer(ReportRunSerializer):
+    """One run; `daily` only once it succeeded (ReportRunDetail adds it)."""
+
+    # Not read-only, so that the schema does not list it as always present; the view never reads input.
+    daily = ReportDailySerializer(many=True, required=False)
+
+    class Meta(ReportRunSerializer.Meta):
+        fields = [*ReportRunSerializer.Meta.fields, "daily"]
+        read_only_fields = ReportRunSerializer.Meta.fields
