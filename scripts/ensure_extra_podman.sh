@@ -10,6 +10,8 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v fuse-overlayfs >/dev/null 2>&1 || missing+=(fuse-overlayfs)
+# catatonit: the pause process of a pod (podman kube play)
+[ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null 2>&1 || missing+=(catatonit)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
