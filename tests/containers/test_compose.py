@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 from apps.wire.client import Identity, MediatorClient, agree_contract
@@ -37,6 +38,7 @@ BASE = "localhost/mediator-base:bookworm"
 IMAGE = "localhost/mediator:latest"
 POSTGRES_IMAGE = "localhost/mediator-test-postgres:15"
 REDIS_IMAGE = "localhost/mediator-test-redis:7"
+MONITORING = ROOT / "deploy" / "monitoring"
 DOMAIN = "mediator.test"
 DAY = 86_400
 
@@ -137,7 +139,8 @@ class Stack:
     def wait_healthy_container(self, name: str, timeout: float) -> float:
         started = time.monotonic()
         while subprocess.run(["podman", "healthcheck", "run", name], env=self.env, capture_output=True).returncode:
-            assert time.monotonic() - started < timeout, podman("logs", "--tail", "30", name, check=False)
+            running = podman("inspect", "--format", "{{.State.Running}}", name).strip() == "true"
+            assert running and time.monotonic() - started < timeout, podman("logs", "--tail", "30", name, check=False)
             time.sleep(0.1)
         return time.monotonic() - started
 
@@ -155,6 +158,38 @@ class Stack:
 
     def exec_python(self, code: str) -> str:
         return podman("exec", self.name("http"), "python", "-c", code)
+
+
+def start_prometheus(stack: Stack, workdir: Path) -> subprocess.Popen:
+    """A real Prometheus (Debian's, scripts/ensure_extra_prometheus.sh) on a free loopback port with
+    deploy/monitoring/prometheus.yml's jobs pointed at this stack's HTTP and sockets containers,
+    scraping every second, with the alerting rules loaded."""
+    run([str(ROOT / "scripts" / "ensure_extra_prometheus.sh")])
+    config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(MONITORING / "alerts.yml")]
+    targets = {"mediator-http": stack.ports["HTTP_PORT"], "mediator-sockets": stack.ports["WS_PORT"]}
+    config["scrape_configs"] = [job for job in config["scrape_configs"] if job["job_name"] in targets]
+    for job in config["scrape_configs"]:
+        job["static_configs"][0]["targets"] = [f"127.0.0.1:{targets[job['job_name']]}"]
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    stack.prometheus_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, (workdir / "prometheus.log").read_text()[-3000:]
+        try:
+            if httpx.get(stack.prometheus_url + "/-/ready", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +210,12 @@ def stack(tmp_path_factory):
             f"t = tenant_create(slug='ct', domain='{DOMAIN}', public_url='http://{DOMAIN}', "
             "rate_limit_per_did=0, rate_limit_per_ip=0); print(t.did)"
         ).strip()
+        s.prometheus = start_prometheus(s, tmp_path_factory.mktemp("prometheus"))
         yield s
     finally:
+        if getattr(s, "prometheus", None) is not None:
+            s.prometheus.terminate()
+            s.prometheus.wait(timeout=30)
         s.compose("down", "-v", "-t", "20", check=False)
 
 
@@ -296,6 +335,8 @@ def test_podman_run_to_healthy_and_memory_per_role_at_rest(stack):
         "HTTP_HOST": "127.0.0.1",
         "HTTP_PORT": str(port),
         "HTTP_WORKERS": "1",
+        "MEDIATOR_OPERATOR_HOSTS": "ops.test",
+        "MEDIATOR_PUBLIC_SCHEME": "http",
     }
     mounts = [f"-v={secrets / k}:/run/secrets/{k}:ro" for k in ("database_url", "django_secret_key", "deployment_key")]
     started = time.monotonic()
@@ -388,3 +429,44 @@ def test_a_sigkilled_http_container_loses_no_acknowledged_command_and_is_healthy
     assert set(acknowledged) <= queued, f"lost: {sorted(set(acknowledged) - queued)[:5]}"
     assert len(acknowledged) == len(set(acknowledged))
     mc.close()
+
+
+def test_every_dashboard_query_returns_data_from_a_prometheus_scraping_the_containers(stack):
+    """After the stories and the load above (and one DIDComm message left queued, for the per-tenant
+    panel), every query of deploy/monitoring/grafana-dashboard.json returns at least one series from
+    the Prometheus that has scraped the HTTP and sockets containers throughout."""
+    with httpx.Client(base_url=stack.http_url, headers={"Host": DOMAIN}, timeout=30) as http:
+        mediator_did = http.get("/didcomm/invitation").json()["from"]
+        wallet, rcpt = Agent(), Agent()
+        for message in (
+            wallet.message(CM2 + "mediate-request"),
+            wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}),
+        ):
+            sent = http.post(
+                "/didcomm", content=wallet.pack(message, mediator_did), headers={"Content-Type": ENCRYPTED}
+            )
+            assert sent.status_code == 200
+        queued = http.post("/didcomm", content=forward_for(rcpt, mediator_did), headers={"Content-Type": ENCRYPTED})
+        assert queued.status_code == 202
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    queries = {t["expr"]: p["title"] for p in dashboard["panels"] for t in p["targets"]}
+    with httpx.Client(base_url=stack.prometheus_url, timeout=10) as prom:
+        deadline = time.monotonic() + 60
+        while True:
+            empty = []
+            for expr, title in queries.items():
+                reply = prom.get("/api/v1/query", params={"query": expr}).json()
+                assert reply["status"] == "success", (title, expr, reply)
+                if not reply["data"]["result"]:
+                    empty.append(f"{title}: {expr}")
+            if not empty or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert empty == []
+        up = prom.get("/api/v1/query", params={"query": 'up{job=~"mediator-.*"}'}).json()["data"]["result"]
+        assert sorted((r["metric"]["job"], r["value"][1]) for r in up) == [
+            ("mediator-http", "1"),
+            ("mediator-sockets", "1"),
+        ]
+        rules = prom.get("/api/v1/rules").json()["data"]["groups"][0]["rules"]
+        assert len(rules) == 11 and all(r["health"] == "ok" for r in rules), rules
