@@ -315,6 +315,32 @@ def test_a_didcomm_forward_is_picked_up_from_the_containers(stack):
         assert status["body"] == {"message_count": 0, "live_delivery": False}
 
 
+def test_sigterm_to_the_sockets_container_closes_each_socket_with_1012(stack):
+    """`podman stop` (SIGTERM) of the sockets container: an authenticated /ws socket gets a close
+    frame, 1012 (service restart: its client reconnects elsewhere, docs/realtime.md), not a dropped
+    connection; the container is started again and healthy for the tests after this one."""
+    mc = client(stack)
+    bob = Identity.create("bob", mc.did)
+    mc.register(bob, lifetime_s=DAY)
+    mc.close()
+
+    async def stopped() -> tuple[int | None, str]:
+        sock = await open_authenticated(f"ws://{DOMAIN}/ws", bob, connect_to=("127.0.0.1", stack.ws_port))
+        stop = asyncio.create_task(asyncio.to_thread(podman, "stop", "-t", "20", stack.name("sockets")))
+        code = await sock.wait_closed(timeout=30)
+        await stop
+        received = sock.conn.protocol.close_rcvd
+        return code, received.reason if received else "no close frame"
+
+    try:
+        code, reason = asyncio.run(stopped())
+    finally:
+        podman("start", stack.name("sockets"))
+        stack.wait_healthy(("sockets",), timeout=90)
+    print(f"SIGTERM to the sockets container: close {code} {reason!r}")
+    assert (code, reason) == (1012, "")
+
+
 def test_podman_run_to_healthy_and_memory_per_role_at_rest(stack):
     """The figures of docs/containers.md: each role's memory at rest (podman stats, after the
     stories above), and the time from `podman run` of one more HTTP container, the database ready,
