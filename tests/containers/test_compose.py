@@ -372,7 +372,7 @@ def test_podman_run_to_healthy_and_memory_per_role_at_rest(stack):
         stack.wait_healthy_container(name, timeout=60)
         healthy_after = time.monotonic() - started
     finally:
-        podman("rm", "-f", "-t", "0", name, check=False)
+        podman("rm", "-f", "-v", "-t", "0", name, check=False)
     measured = {"podman_run_to_healthy_s": round(healthy_after, 2), "memory_at_rest": memory}
     out = ROOT / "var" / "image" / "measurements.json"
     out.parent.mkdir(parents=True, exist_ok=True)

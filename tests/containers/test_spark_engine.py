@@ -63,4 +63,4 @@ def test_the_application_image_is_a_spark_connect_client_of_the_engine_image():
                         CLIENT.format(port=port))  # fmt: skip
         assert "COUNT 143" in client.stdout.splitlines(), client.stdout + client.stderr[-2000:]
     finally:
-        podman("rm", "-f", "-t", "5", name, check=False)
+        podman("rm", "-f", "-v", "-t", "5", name, check=False)
