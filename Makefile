@@ -88,6 +88,19 @@ report: install
 clean:
 	rm -rf var/ .pytest_cache .ruff_cache
 
+# The application image (Containerfile, docs/containers.md) from wheels made here, tagged IMAGE
+# (localhost/mediator:latest). BASE_IMAGE=… picks the base (default python:3.11-slim-bookworm);
+# LOCAL_BASE=1 builds a Debian base with debootstrap instead, for a host that reaches no registry;
+# SPARK=1 adds the reports' engine image (Containerfile.spark). `make image-test` runs the image's
+# test (tests/containers/: compose, migrations, a story, a SIGKILL; the monitoring rules).
+.PHONY: image image-test
+image:
+	$(if $(IMAGE),IMAGE=$(IMAGE)) $(if $(BASE_IMAGE),BASE_IMAGE=$(BASE_IMAGE)) scripts/build_image.sh
+
+image-test: install
+	scripts/ensure_services.sh
+	$(PY) -m pytest tests/containers -p no:xdist $(PYTEST_ARGS)
+
 # The product as a cluster on one machine (docs/serving.md, "Past one box"): network namespaces
 # mci-* with HAProxy, two app nodes, Patroni/etcd/PostgreSQL ×3 and Redis. Root only.
 # cluster-drill brings one up if none is, runs scripts/cluster/drill.py (DRILL_ARGS, e.g.

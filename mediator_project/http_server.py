@@ -11,7 +11,8 @@ same layout it spends about a third less server CPU per TWO_WAY_PRIVATE: gunicor
 parser and its poller/thread hand-offs are most of the difference.
 
 Settings (environment):
-- HTTP_PORT (8000): the port on 127.0.0.1 (nginx is the public side);
+- HTTP_PORT (8000): the port on HTTP_HOST (127.0.0.1: nginx is the public side; the container
+  image sets 0.0.0.0, its network namespace being the boundary, docs/containers.md);
 - HTTP_WORKERS (half the cores, at least 1): worker processes, forked from the master after it
   loaded the application; a worker that dies is forked again by the master after 1 s (with
   more than one, the others keep serving), the master itself is restarted by supervisord or
@@ -39,9 +40,12 @@ from granian.log import LogLevels
 from granian.server.common import AbstractServer
 
 APPLICATION = "mediator_project.wsgi:application"
-HOST = "127.0.0.1"
 # How long a starting master waits for its port (see wait_for_port).
 PORT_WAIT_SECONDS = 30.0
+
+
+def host() -> str:
+    return os.environ.get("HTTP_HOST") or "127.0.0.1"
 
 
 def port() -> int:
@@ -79,7 +83,7 @@ def server(application: str = APPLICATION) -> AbstractServer[Any]:
     its reference beside it); Granian picks its class (processes or threads) when imported."""
     return Granian(
         application,
-        address=HOST,
+        address=host(),
         port=port(),
         interface=Interfaces.WSGI,
         workers=workers(),
@@ -106,6 +110,6 @@ if __name__ == "__main__":
     # are opened on first use in each worker (fork-aware).
     import mediator_project.wsgi  # noqa: F401
 
-    if not wait_for_port(HOST, port()):
-        print(f"http_server: {HOST}:{port()} still in use after {PORT_WAIT_SECONDS:.0f} s", file=sys.stderr)
+    if not wait_for_port(host(), port()):
+        print(f"http_server: {host()}:{port()} still in use after {PORT_WAIT_SECONDS:.0f} s", file=sys.stderr)
     server().serve()

@@ -15,23 +15,42 @@ Daphne's autobahn would drop the TCP connection without a close frame.
 
 Daphne's HTTP (the embedded default's) goes through `Factory` and `Request` below: Twisted's parts
 Daphne never uses are left out.
+
+On SIGTERM (a restart, a scale-in, `podman stop`, a Kubernetes rollout) `DrainingServer` first
+sends every open WebSocket a close frame, 1012 (service restart), and waits up to
+`DRAIN_SECONDS` for the clients' closing handshakes; Daphne alone cancelled the applications and
+dropped the connections without one, which a client sees as 1006 (abnormal closure). Clients
+reconnect to another process and get their backlog after AUTH_SUCCESS (docs/realtime.md).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from typing import Any
 
 import daphne.server
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.ws_protocol import WebSocketFactory as DaphneWebSocketFactory
+from daphne.ws_protocol import WebSocketProtocol
 from django.conf import settings
+from twisted.internet import defer, task
+from twisted.internet import reactor as _reactor
 
 # A frame over the application's cap must still reach the application to get its answer.
 MESSAGE_LIMIT_FACTOR = 2
 APPLICATION = "mediator_project.asgi:application"
+log = logging.getLogger("mediator.socket_server")
+# The close code every open socket gets on shutdown: the standard "service restart, reconnect".
+SHUTDOWN_CLOSE_CODE = 1012
+# How long shutdown waits for the clients' closing handshakes before Daphne drops what is left.
+DRAIN_SECONDS = 5.0
+# The running reactor (Daphne installs the asyncio one on import); its interface stubs do not
+# describe the module-level object.
+reactor: Any = _reactor
 
 
 def message_limit() -> int:
@@ -87,12 +106,47 @@ class WebSocketFactory(DaphneWebSocketFactory):
         self.setProtocolOptions(failByDrop=False)
 
 
+class DrainingServer(daphne.server.Server):
+    """Daphne's server, closing every open WebSocket with `SHUTDOWN_CLOSE_CODE` before it stops."""
+
+    def run(self) -> None:
+        # Registered before Daphne's own trigger (which cancels the applications): triggers of a
+        # phase run in order, and the shutdown waits for the Deferred this one returns.
+        reactor.addSystemEventTrigger("before", "shutdown", self.close_websockets)
+        super().run()
+
+    def open_websockets(self) -> list[Any]:
+        return [p for p in self.connections if isinstance(p, WebSocketProtocol) and p.state == p.STATE_OPEN]
+
+    def close_websockets(self) -> defer.Deferred | None:
+        sockets = self.open_websockets()
+        log.info("closing %d open websockets with %d", len(sockets), SHUTDOWN_CLOSE_CODE)
+        for protocol in sockets:
+            # The frame itself: autobahn's sendClose accepts only 1000 and 3000-4999 (Daphne sends its
+            # 1011 the same way).
+            protocol.sendCloseFrame(code=SHUTDOWN_CLOSE_CODE, isReply=False)
+        if not sockets:
+            return None
+        deadline = time.monotonic() + DRAIN_SECONDS
+
+        def wait() -> defer.Deferred | None:
+            if any(p.state != p.STATE_CLOSED for p in sockets) and time.monotonic() < deadline:
+                return task.deferLater(reactor, 0.05, wait)
+            return None
+
+        return task.deferLater(reactor, 0.05, wait)
+
+
+class DrainingCommandLine(CommandLineInterface):
+    server_class = DrainingServer
+
+
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
     # Daphne's Server builds its factory by this name and has no option for another.
     daphne.server.HTTPFactory = Factory  # type: ignore[misc]
     daphne.server.WebSocketFactory = WebSocketFactory  # type: ignore[misc]
-    CommandLineInterface().run(arguments(sys.argv[1:]))
+    DrainingCommandLine().run(arguments(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -213,3 +213,12 @@ def test_workers_default_to_half_the_cores_and_threads_to_8(monkeypatch):
     monkeypatch.setenv("HTTP_THREADS", "5")
     server = tier.server()
     assert (server.workers, server.blocking_threads) == (3, 5)
+
+
+def test_the_tier_binds_loopback_unless_http_host_says_otherwise(monkeypatch):
+    """Behind the layout's nginx the tier listens on 127.0.0.1; the container image sets
+    HTTP_HOST=0.0.0.0, its network namespace being the boundary (docs/containers.md)."""
+    monkeypatch.delenv("HTTP_HOST", raising=False)
+    assert tier.server().bind_addr == "127.0.0.1"
+    monkeypatch.setenv("HTTP_HOST", "0.0.0.0")
+    assert tier.server().bind_addr == "0.0.0.0"

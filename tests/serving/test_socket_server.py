@@ -4,8 +4,12 @@ tests/didcomm/app/test_e2e_socket_frames.py), and an option given on the command
 
 from __future__ import annotations
 
+import asyncio
+import signal
+
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
 from mediator_project import socket_server
 from tests.support.servers import free_port, start_daphne
@@ -47,5 +51,34 @@ def test_a_post_body_daphne_cannot_parse_as_a_form_reaches_the_application_as_un
         for ctype in ("multipart/form-data; boundary=x", "application/x-www-form-urlencoded"):
             r = httpx.post(server.url + "/", content=b"{}", headers={"Content-Type": ctype}, timeout=10)
             assert (r.status_code, r.json()) == (400, {"type": "ERROR", "code": "INVALID_COMMAND"}), ctype
+    finally:
+        server.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_sigterm_closes_every_open_socket_with_1012_before_daphne_stops(tmp_path):
+    """A restart or a scale-in (SIGTERM) gives each open /ws and /didcomm/ws socket a close frame,
+    1012 (service restart), so its client reconnects elsewhere; Daphne alone dropped them (1006)."""
+    from apps.tenants.services import tenant_create
+
+    port = free_port()
+    host = f"127.0.0.1:{port}"
+    tenant_create(slug="draining", domain=host, public_url=f"http://{host}")
+    server = start_daphne(tmp_path, port=port, wait_host=host)
+
+    async def sigterm_while_open() -> list[tuple[int | None, bool]]:
+        sockets = [
+            await connect(f"ws://{host}{path}", open_timeout=10, ping_interval=None, proxy=None)
+            for path in ("/ws", "/didcomm/ws")
+        ]
+        server.proc.send_signal(signal.SIGTERM)
+        for sock in sockets:
+            await asyncio.wait_for(sock.wait_closed(), 10)
+        return [(sock.close_code, sock.protocol.close_rcvd is not None) for sock in sockets]
+
+    try:
+        assert asyncio.run(sigterm_while_open()) == [(1012, True), (1012, True)]
+        assert server.proc.wait(timeout=15) == 0
     finally:
         server.stop()
