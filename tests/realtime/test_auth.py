@@ -19,8 +19,17 @@ def registered_alice(post_a, tenant_a, alice):
     return alice
 
 
-def _refused(frame, code: str, close: int, host: str = HOST_A, binary: bool = False) -> None:
+def _refused(frame, code: str, close: int, host: str = HOST_A, binary: bool = False, after=()) -> None:
+    """`frame` on a new socket to `host` gets AUTH_FAILED `code` and `close`; each frame of `after`
+    first authenticates a socket of tenant A's (then closed)."""
+
     async def body():
+        for earlier in after:
+            first = communicator()
+            assert (await first.connect())[0]
+            await send(first, earlier)
+            assert await first.receive_json_from() == {"type": "AUTH_SUCCESS"}
+            await first.disconnect()
         comm = communicator(host)
         assert (await comm.connect())[0]
         if binary:
@@ -210,16 +219,7 @@ def test_an_authenticate_frame_accepted_by_one_tenant_is_refused_by_another(post
     """The frame names no mediator: one nonce store for the deployment (docs/protocol-notes.md, "Nonces")."""
     register(post_b, registered_alice, tenant_b)
     frame = registered_alice.ws_authenticate()
-
-    async def body():
-        first = communicator()
-        assert (await first.connect())[0]
-        await send(first, frame)
-        assert await first.receive_json_from() == {"type": "AUTH_SUCCESS"}
-        await first.disconnect()
-
-    run(body)
-    _refused(frame, "DUPLICATE_NONCE", 4008, host=HOST_B)
+    _refused(frame, "DUPLICATE_NONCE", 4008, host=HOST_B, after=[frame])
 
 
 def test_an_authenticate_nonce_already_used_by_a_command_is_a_replay(post_a, registered_alice, tenant_a):
