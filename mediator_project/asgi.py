@@ -14,7 +14,7 @@ from tempfile import SpooledTemporaryFile
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mediator_project.settings")
-# Importing the WSGI application sets Django up before anything here touches models (STYLE §10).
+# Importing the WSGI application sets Django up before anything here touches models (docs/contributing.md §10).
 from mediator_project.wsgi import application as wsgi_application  # noqa: E402, I001
 
 from asgiref.wsgi import WsgiToAsgiInstance  # noqa: E402

@@ -1,4 +1,4 @@
-"""The Celery app and the whole beat schedule, in one place (STYLE §11).
+"""The Celery app and the whole beat schedule, in one place (docs/contributing.md §11).
 
 Broker: Redis when CELERY_BROKER_URL or REDIS_URL is set; otherwise a serverless filesystem
 broker under var/ so the embedded default runs a worker with beat and no server
@@ -32,7 +32,7 @@ app.conf.beat_schedule = {
         "schedule": 10 * MINUTE,
         "options": {"expires": 10 * MINUTE},
     },
-    # PROTOCOL-DECISIONS §5: pending events expire after their tenant's TTL (default 30 days);
+    # docs/protocol-readings.md §5: pending events expire after their tenant's TTL (default 30 days);
     # hourly keeps the overshoot under an hour whatever the TTL.
     "purge-expired-pending-events": {
         "task": "apps.ops.tasks.purge_pending_events",

@@ -1,4 +1,4 @@
-"""Environment helpers: a secret comes from NAME or from the file at NAME_FILE (STYLE §12); the
+"""Environment helpers: a secret comes from NAME or from the file at NAME_FILE (docs/contributing.md §12); the
 Redis deployment's forms (a URL, or Sentinel)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One env-driven settings module (STYLE §12). The embedded default needs no environment at all:
+"""One env-driven settings module (docs/contributing.md §12). The embedded default needs no environment at all:
 the embedded PostgreSQL (scripts/with_postgres.py), the in-memory channel layer and a generated development deployment key.
 Production sets MEDIATOR_ENV=production, which makes every missing secret a loud failure.
 """
@@ -71,7 +71,7 @@ DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
 if PRODUCTION and DEBUG:
     # Debug pages list the URL map, and a 500 shows settings (DATABASE_URL) and a traceback.
     raise ImproperlyConfigured("DJANGO_DEBUG must be off with MEDIATOR_ENV=production")
-# Tenants own their hosts: the tenant middleware decides which Host is served (PROTOCOL-DECISIONS §7).
+# Tenants own their hosts: the tenant middleware decides which Host is served (docs/protocol-readings.md §7).
 ALLOWED_HOSTS = ["*"]
 
 INSTALLED_APPS = [
@@ -267,7 +267,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # handlers of its own on the root logger.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# --- Abuse limits (PROTOCOL-DECISIONS §7, docs/operations.md) -----------------------------------
+# --- Abuse limits (docs/protocol-readings.md §7, docs/operations.md) -----------------------------------
 # Per minute; 0 switches a limit off; tenants override the per-DID and per-IP ones. Per sender
 # DID: a sliding window, the limit that stops one abusive client. Per IP: a token bucket, a
 # sustained rate with bursts of up to _BURST at once, as hosted mediators set it (100 a second
@@ -363,7 +363,7 @@ WHITENOISE_USE_FINDERS = True
 # --- Mediator protocol settings ---------------------------------------------------------------
 PORT = env_int("PORT", 8000)
 # The tenant served for hosts no tenant claims (development). Empty in production means
-# UNKNOWN_MEDIATOR for unknown hosts (PROTOCOL-DECISIONS §7).
+# UNKNOWN_MEDIATOR for unknown hosts (docs/protocol-readings.md §7).
 MEDIATOR_DEFAULT_TENANT = env("MEDIATOR_DEFAULT_TENANT", "" if PRODUCTION else "default")
 MEDIATOR_PUBLIC_SCHEME = env("MEDIATOR_PUBLIC_SCHEME", "https" if PRODUCTION else "http")
 # --- Served over TLS (MEDIATOR_PUBLIC_SCHEME=https, the production default; docs/serving.md) ------

@@ -212,7 +212,7 @@ def typed(df: DataFrame, name: str) -> DataFrame:
 def input_snapshot(db: Database, since: date | None) -> dict[date, list[tuple]]:
     """The report's other inputs per tenant and UTC day, for the days from `since` on (every day when
     None), in SCHEMAS["inputs"] order, per day: registrations (contracts the identity owns and
-    requested from this tenant's own DID, PROTOCOL-DECISIONS §4, re-registrations included) and
+    requested from this tenant's own DID, docs/protocol-readings.md §4, re-registrations included) and
     stored events per day of creation, pending events created per day of creation and delivered per
     day of acknowledgement (the histogram of their delivery time). Four small GROUP BYs in one
     session of the job."""

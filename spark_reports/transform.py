@@ -1,4 +1,4 @@
-"""Transform: pure DataFrame -> DataFrame functions, no I/O, no Django (STYLE §13).
+"""Transform: pure DataFrame -> DataFrame functions, no I/O, no Django (docs/contributing.md §13).
 
 Per tenant and UTC day:
 - daily: commands, errors (a code other than SUCCESS and EVICTED), error rate, bytes in/out, p50/p95

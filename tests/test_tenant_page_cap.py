@@ -1,4 +1,4 @@
-"""The tenant's page cap bounds page_size for every list command (PROTOCOL-DECISIONS §5)."""
+"""The tenant's page cap bounds page_size for every list command (docs/protocol-readings.md §5)."""
 
 from tests.support.registration import register
 

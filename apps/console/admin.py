@@ -1,4 +1,4 @@
-"""The tenant pages of the operator console (STYLE §15): the admin is not a second write path.
+"""The tenant pages of the operator console (docs/contributing.md §15): the admin is not a second write path.
 
 Creating and editing go through apps.tenants.services; suspend, resume, rotate keys and purge are
 actions that call services and show a confirmation (with dry-run counts for the purge) first.

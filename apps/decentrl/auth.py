@@ -70,7 +70,7 @@ def parse_authenticate(text: str | None) -> AuthFrame:
     did = _str(obj.get("did"), MAX_DID_LEN)
     key_id = _str(obj.get("signing_key_id"), MAX_DID_LEN + 64)
     timestamp = obj.get("timestamp")
-    # PROTOCOL-DECISIONS §2: any JSON number with an integral value is an integer.
+    # docs/protocol-readings.md §2: any JSON number with an integral value is an integer.
     if not is_integral(timestamp) or abs(timestamp) > 2**53:
         raise WsAuthFailed("INVALID_MESSAGE")
     nonce = obj.get("nonce")
@@ -96,8 +96,8 @@ _FAILURES = {
 
 
 def authenticate(*, tenant: Tenant, frame: AuthFrame, now_ms: int, window_ms: int) -> str:
-    """Steps 4-7 of §10.2, then the nonce (PROTOCOL-DECISIONS §6); returns the authenticated DID."""
-    # Verified over the received values, re-canonicalised (STYLE §8), never over a re-built frame;
+    """Steps 4-7 of §10.2, then the nonce (docs/protocol-readings.md §6); returns the authenticated DID."""
+    # Verified over the received values, re-canonicalised (docs/contributing.md §8), never over a re-built frame;
     # the same check as every command's (tenants.resolver.verify_signer).
     verdict = verify_signer(
         did=frame.did, key_id=frame.signing_key_id, signable=frame.signable, signature=frame.signature

@@ -1,7 +1,7 @@
-"""The `/ws` consumer (DCTRL-0004 §10): an async shell over sync services (STYLE §10).
+"""The `/ws` consumer (DCTRL-0004 §10): an async shell over sync services (docs/contributing.md §10).
 
 It is a plain AsyncWebsocketConsumer, not the JSON one, so that the AUTHENTICATE signature is
-checked over what was received (STYLE §8). Life of a socket:
+checked over what was received (docs/contributing.md §8). Life of a socket:
 
   connect    tenant from Host, the per-IP connect limit, accept, start the auth timer
   receive    first frame must be AUTHENTICATE (§10.2 order, AUTH_FAILED + close 4001-4008),
@@ -354,7 +354,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             await self._push(canonical_str({"type": "PING", "timestamp": _now_ms()}))
 
     async def _send_backlog(self) -> None:
-        """PROTOCOL-DECISIONS §6: the DID's unacknowledged pending events, in batches."""
+        """docs/protocol-readings.md §6: the DID's unacknowledged pending events, in batches."""
         after_id = 0
         while self.state == AUTHENTICATED:
             rows = await database_sync_to_async(pending_events_unacked)(

@@ -1,4 +1,4 @@
-"""The typed result of authentication, passed explicitly to every handler (STYLE §9)."""
+"""The typed result of authentication, passed explicitly to every handler (docs/contributing.md §9)."""
 
 from __future__ import annotations
 

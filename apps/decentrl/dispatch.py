@@ -1,6 +1,6 @@
 """One dispatch path for every transport: raw bytes in, (status, reply) out (docs/architecture.md).
 
-The sequence, top to bottom (PROTOCOL-DECISIONS §3; DCTRL-0004 §5.4, §6.2, §7.2):
+The sequence, top to bottom (docs/protocol-readings.md §3; DCTRL-0004 §5.4, §6.2, §7.2):
 
     handle    tenant → body cap → per-IP limit → parse (a typed Command) → the signature,
               verified once → per-DID limit (counts only verified commands)
@@ -214,7 +214,7 @@ def handle(
             cmd.header.channel if cmd else None,
         )
     except Exception as exc:  # noqa: BLE001 - never a 500: a protocol-shaped 503 instead
-        # Log the exception type and code path only: its message may quote input (PROTOCOL-DECISIONS §9).
+        # Log the exception type and code path only: its message may quote input (docs/protocol-readings.md §9).
         log.error(
             "%s while handling a command: %s at %s",
             "database error" if isinstance(exc, DatabaseError) else "unexpected error",
@@ -230,7 +230,7 @@ def handle(
         )
     reply = outcome.body_bytes()
     elapsed_ms = (time.perf_counter() - started) * 1000
-    # Metadata only: never payloads, ciphertexts, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+    # Metadata only: never payloads, ciphertexts, tags, signatures or keys (docs/protocol-readings.md §9).
     slug = tenant.slug if tenant else "-"
     log.info(
         "command tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f",

@@ -169,7 +169,7 @@ def delete_public_event(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
-# ONE_WAY_PUBLIC handlers (DCTRL-0007, PROTOCOL-DECISIONS §8).
+# ONE_WAY_PUBLIC handlers (DCTRL-0007, docs/protocol-readings.md §8).
 PUBLIC_HANDLERS: dict[str, Handler] = {
     "PUBLISH_PUBLIC_EVENT": publish_public_event,
     "DELETE_PUBLIC_EVENT": delete_public_event,

@@ -6,7 +6,7 @@ Each call is ONE prepared statement, the nonce claim (`CLAIM`, messaging's one r
 data-modifying CTE, executed to completion whatever the rest of the statement says, so the nonce
 is consumed even when a later check fails; the checks only gate what follows. If the statement
 itself fails (a database error) nothing of it commits: the dispatcher then claims the nonce on its
-own (`messaging.replay.consumed`) before the error goes up (PROTOCOL-DECISIONS §3: consumed after every
+own (`messaging.replay.consumed`) before the error goes up (docs/protocol-readings.md §3: consumed after every
 outcome).
 
 TWO_WAY_PRIVATE's statement is messaging's (`sql.deliver`: `CLAIM`, then the §7.2 checks, the

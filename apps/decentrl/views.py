@@ -97,7 +97,7 @@ def health(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
 
 
-# --- GET /public/<did> (DCTRL-0007 §6, PROTOCOL-DECISIONS §8) -------------------------------------
+# --- GET /public/<did> (DCTRL-0007 §6, docs/protocol-readings.md §8) -------------------------------------
 
 _QUERY_INT = re.compile(r"^-?[0-9]{1,16}(\.0*)?$")  # JSON-style integral number; "1.0" counts as 1
 PUBLIC_CACHE_CONTROL = "public, max-age=0, must-revalidate"

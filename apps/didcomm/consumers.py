@@ -1,4 +1,4 @@
-"""The DIDComm v2 WebSocket (`/didcomm/ws`): an async shell over the one message path (STYLE §10).
+"""The DIDComm v2 WebSocket (`/didcomm/ws`): an async shell over the one message path (docs/contributing.md §10).
 
 Frames in are packed DIDComm messages (text or binary), handled exactly as `POST /didcomm`;
 answers (return_route) and problem reports go back on the socket as text frames. A

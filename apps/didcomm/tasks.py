@@ -1,4 +1,4 @@
-"""Celery tasks of the DIDComm front door: thin adapters over apps.ops.jobs (STYLE §11)."""
+"""Celery tasks of the DIDComm front door: thin adapters over apps.ops.jobs (docs/contributing.md §11)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 POST is dispatch.http_reply, which the production entry (apps/decentrl/wsgi.py's CommandEntry) calls
 itself; `endpoint` is that reply under Django's full chain. The received bytes reach the decrypter
-untouched (STYLE §8).
+untouched (docs/contributing.md §8).
 """
 
 from __future__ import annotations

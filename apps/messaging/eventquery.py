@@ -1,6 +1,6 @@
 """QUERY_EVENTS on PostgreSQL as prepared statements, for the tags and time-range filters.
 
-Same predicates and order as the ORM path in services.events_query (PROTOCOL-DECISIONS §5): only
+Same predicates and order as the ORM path in services.events_query (docs/protocol-readings.md §5): only
 the owner's events, `after`/`before` strict, any tag equal, ordered by timestamp then arrival (id).
 
 With tags, the tag rows decide everything: `messaging_eventtag` carries a copy of its event's

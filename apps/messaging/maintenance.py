@@ -44,7 +44,7 @@ def _purge(qs: QuerySet, *, dry_run: bool) -> int:
 def purge_expired_pending_events(
     *, tenant: Tenant | None = None, now: datetime | None = None, dry_run: bool = False
 ) -> int:
-    """Remove pending events older than their tenant's TTL, acknowledged or not (PROTOCOL-DECISIONS §5)."""
+    """Remove pending events older than their tenant's TTL, acknowledged or not (docs/protocol-readings.md §5)."""
     now = now or timezone.now()
     total = 0
     for t in _tenants(tenant):
@@ -76,7 +76,7 @@ def purge_expired_contracts(
     """Remove contracts expired more than `retention_days` ago (default MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS).
 
     Expired contracts authorise nothing, but QUERY_COMMUNICATION_CONTRACTS still lists them
-    (PROTOCOL-DECISIONS §5), so they are kept for the retention period before they go.
+    (docs/protocol-readings.md §5), so they are kept for the retention period before they go.
     """
     if retention_days is None:
         retention_days = getattr(settings, "MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS", 0)

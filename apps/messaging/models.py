@@ -41,7 +41,7 @@ class Owned(PublicRow):
 
 class ContractQuerySet(OwnedQuerySet):
     def live_registrations(self, tenant, now_s: int):
-        """Every live registration contract with this tenant (PROTOCOL-DECISIONS §4): owned by its
+        """Every live registration contract with this tenant (docs/protocol-readings.md §4): owned by its
         requestor, the tenant's DID as recipient. The rows of what sql.REGISTERED asks for one DID."""
         return self.filter(
             tenant=tenant, requestor_did=models.F("owner_did"), recipient_did=tenant.did, expires_at__gt=now_s
@@ -130,7 +130,7 @@ class ContractRequest(Awaiting):
 
 
 class PendingEvent(Awaiting):
-    """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (PROTOCOL-DECISIONS §5)."""
+    """A TWO_WAY_PRIVATE payload awaiting its recipient. ACK drops the payload (docs/protocol-readings.md §5)."""
 
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="pending_events", db_index=False

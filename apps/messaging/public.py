@@ -1,4 +1,4 @@
-"""Public channel services (DCTRL-0007, PROTOCOL-DECISIONS §8): publish, delete, list, prune.
+"""Public channel services (DCTRL-0007, docs/protocol-readings.md §8): publish, delete, list, prune.
 
 Readings this module implements (docs/public-channels.md):
 - Caps are per tenant; 0 means "no tenant cap" (the envelope's structural caps still apply).

@@ -1,6 +1,6 @@
 """Read-only figures about a tenant's messaging data for the operator console (admin and API).
 
-apps/console (the tenant pages, the operator API and their operations) reads them; nothing here returns payloads, tags, signatures or keys (PROTOCOL-DECISIONS §9).
+apps/console (the tenant pages, the operator API and their operations) reads them; nothing here returns payloads, tags, signatures or keys (docs/protocol-readings.md §9).
 """
 
 from __future__ import annotations

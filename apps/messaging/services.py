@@ -59,7 +59,7 @@ def _verify_contract(signed: dict) -> wc.ContractInfo:
 
 
 def is_registered(*, tenant: Tenant, did: str) -> bool:
-    """Registered ⇔ owns a live contract with this tenant's DID (PROTOCOL-DECISIONS §4)."""
+    """Registered ⇔ owns a live contract with this tenant's DID (docs/protocol-readings.md §4)."""
     # The one predicate (sql.REGISTERED), prepared on PostgreSQL: building and compiling the ORM
     # query is a large share of a QUERY_EVENTS worker's CPU.
     with prepared_cursor() as cur:
@@ -92,7 +92,7 @@ def contract_store(*, tenant: Tenant, owner_did: str, signed: dict, info: wc.Con
 
 @transaction.atomic
 def registration_create(*, tenant: Tenant, sender_did: str, encrypted: str, ephemeral_public: str) -> dict:
-    """Register `sender_did`: decrypt, check, countersign and store its contract (PROTOCOL-DECISIONS §4)."""
+    """Register `sender_did`: decrypt, check, countersign and store its contract (docs/protocol-readings.md §4)."""
     if not tenant.registration_open:
         raise ProtocolError(ErrorCode.UNAUTHORIZED_COMMAND, "registration closed")
     now = _now_s()
@@ -269,7 +269,7 @@ def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, pa
 
 
 def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_id: int = 0) -> list[dict]:
-    """Backlog for a socket that just authenticated (PROTOCOL-DECISIONS §6)."""
+    """Backlog for a socket that just authenticated (docs/protocol-readings.md §6)."""
     rows = (
         PendingEvent.objects.awaiting(tenant, did)
         .filter(id__gt=after_id)
@@ -330,7 +330,7 @@ def events_save(*, tenant: Tenant, owner_did: str, events: Sequence[EventToSave]
 
 
 def events_query(*, tenant: Tenant, owner_did: str, flt: EventFilter, page: Pagination) -> Page:
-    """QUERY_EVENTS: the owner's archive in (timestamp, arrival) order (§8.10, PROTOCOL-DECISIONS §5).
+    """QUERY_EVENTS: the owner's archive in (timestamp, arrival) order (§8.10, docs/protocol-readings.md §5).
 
     The ORM query, for every filter; on PostgreSQL the command path asks eventquery's prepared
     statements for the tags and time-range filters instead (apps/decentrl/storage.py)."""

@@ -1,6 +1,6 @@
 """The messaging database seam: the queues' statements, the SQL they share, the prepared cursor.
 
-`REGISTERED` is the one text of "registered" (PROTOCOL-DECISIONS §4: `did` owns a live contract
+`REGISTERED` is the one text of "registered" (docs/protocol-readings.md §4: `did` owns a live contract
 whose parties are itself, as requestor, and this tenant's DID). `services.is_registered` runs it,
 and every command statement of apps/decentrl/storage.py embeds it. `Contract.objects.registrations`
 is the same predicate for listings that need rows (tests/decentrl/test_storage.py compares them).

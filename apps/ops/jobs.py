@@ -1,5 +1,5 @@
 """Scheduled maintenance jobs: one function per job, shared by Celery tasks and management
-commands (STYLE §11). Each run takes one cut-off time, calls one domain function and returns a
+commands (docs/contributing.md §11). Each run takes one cut-off time, calls one domain function and returns a
 one-line summary.
 
 Running the same job twice at once is safe: a run holds a lock named after the job and a
@@ -51,7 +51,7 @@ def _purge_contract_requests(*, now: datetime, dry_run: bool, tenant) -> int:
 
 def _purge_expired_contracts(*, now: datetime, dry_run: bool, tenant) -> int:
     # Only contracts expired longer than MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS go: until then
-    # QUERY_COMMUNICATION_CONTRACTS still lists them (PROTOCOL-DECISIONS §5).
+    # QUERY_COMMUNICATION_CONTRACTS still lists them (docs/protocol-readings.md §5).
     return maintenance.purge_expired_contracts(tenant=tenant, now=now, dry_run=dry_run)
 
 

@@ -1,4 +1,4 @@
-"""Abuse limits wired into the command path and /ws (PROTOCOL-DECISIONS §7, UC-021 AF-2).
+"""Abuse limits wired into the command path and /ws (docs/protocol-readings.md §7, UC-021 AF-2).
 
 - per IP, every POST / command (scope `ip`), and every POST /didcomm message (`didcomm_ip`): a token
   bucket, default 6 000 per minute (100 a second) with bursts of 50, a hosted mediator's (carrier NAT
@@ -28,7 +28,7 @@ state per key through an atomic Lua script; without it (the embedded default, on
 in-process state with the same semantics is used. Refused hits are not recorded, so a client
 that backs off for Retry-After seconds gets through again.
 
-Keys never contain a DID or an address in clear: they are hashed (PROTOCOL-DECISIONS §9).
+Keys never contain a DID or an address in clear: they are hashed (docs/protocol-readings.md §9).
 If Redis is unreachable the limiter fails open and logs the outage once (ops.outage): a broken limiter must not
 turn into refused service (and never into a 500).
 """

@@ -15,7 +15,7 @@
 - RedactSqlFilter: Django's SQL debug log (django.db.backends at DEBUG) prints each statement
   with its parameters inlined, which would put payloads, ciphertexts, tags and signatures in the
   log. The filter rewrites those records to "(seconds) VERB table" and drops the `sql`/`params`
-  attributes, so SQL debugging keeps timings and shapes but never values (PROTOCOL-DECISIONS §9).
+  attributes, so SQL debugging keeps timings and shapes but never values (docs/protocol-readings.md §9).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Celery tasks: thin adapters over apps.ops.jobs (STYLE §1, §11). They take ids, not objects,
+"""Celery tasks: thin adapters over apps.ops.jobs (docs/contributing.md §1, §11). They take ids, not objects,
 re-fetch what they need, and are idempotent: a retried or duplicated delivery deletes nothing
 twice (the jobs delete by condition and skip when another run holds the job's lock)."""
 
@@ -17,7 +17,7 @@ def prune_nonces(tenant_id: int | None = None) -> str:
 
 @shared_task(name="apps.ops.tasks.purge_pending_events", ignore_result=True, counts_itself=True)
 def purge_pending_events(tenant_id: int | None = None) -> str:
-    """PROTOCOL-DECISIONS §5: pending events past their tenant's TTL."""
+    """docs/protocol-readings.md §5: pending events past their tenant's TTL."""
     return run_job("purge_pending_events", tenant_id=tenant_id)
 
 

@@ -55,7 +55,7 @@ TENANT_STATE_TYPE = "realtime.tenant_state"
 def push_to_sockets(sender, *, tenant_id: int, did: str, message: dict, **kwargs) -> None:
     """Send `message` to every socket of (tenant_id, did); a failure is logged, never raised.
 
-    The push is a wake-up, never the only copy (PROTOCOL-DECISIONS §6): the event is already
+    The push is a wake-up, never the only copy (docs/protocol-readings.md §6): the event is already
     stored, so a channel layer that is down must not turn a committed command into an error.
     """
     group = group_name(tenant_id, did)

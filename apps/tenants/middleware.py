@@ -1,4 +1,4 @@
-"""Host → Tenant resolution (PROTOCOL-DECISIONS §7). Sets request.tenant (None when unknown).
+"""Host → Tenant resolution (docs/protocol-readings.md §7). Sets request.tenant (None when unknown).
 
 When the database is unreachable no tenant can be resolved: /health answers its 503 shape and
 everything else the protocol's MEDIATOR_UNAVAILABLE, never a 500.

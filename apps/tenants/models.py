@@ -41,7 +41,7 @@ class Tenant(models.Model):
     prekey_public = models.BinaryField(max_length=32, editable=False)
     prekey_private_sealed = models.TextField(editable=False)
 
-    # Policy (PROTOCOL-DECISIONS defaults).
+    # Policy (defaults: docs/protocol-readings.md §5).
     registration_open = models.BooleanField(default=True)
     max_identities = models.PositiveIntegerField(default=0, help_text="0 = unlimited")
     max_registration_days = models.PositiveIntegerField(default=365)

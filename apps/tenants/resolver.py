@@ -1,5 +1,5 @@
 """DID resolution for the server: did:decentrl locally, did:web only for tenants hosted here
-(PROTOCOL-DECISIONS §1; resolving foreign did:web is off)."""
+(docs/protocol-readings.md §1; resolving foreign did:web is off)."""
 
 from __future__ import annotations
 

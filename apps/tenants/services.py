@@ -25,7 +25,7 @@ from apps.wire.display import grouped
 from .models import ApiToken, AuditEntry, Tenant, TenantDomain, TenantKey
 from .selectors import domain_owner, tenant_cache_clear
 
-# Editable policy and their bounds (PROTOCOL-DECISIONS defaults live on the model fields).
+# Editable policy and their bounds (the defaults, docs/protocol-readings.md §5, live on the model fields).
 POLICY_BOUNDS: dict[str, tuple[int, int]] = {
     "max_identities": (0, 10_000_000),
     "max_registration_days": (1, 3650),
@@ -34,7 +34,7 @@ POLICY_BOUNDS: dict[str, tuple[int, int]] = {
     "max_events_per_save": (1, 10_000),
     "max_tags_per_event": (0, 1_000),
     "max_tag_length": (1, 1024),  # EventTag.tag is varchar(1024)
-    "max_page_size": (1, 100),  # PROTOCOL-DECISIONS §5: page_size 1-100
+    "max_page_size": (1, 100),  # docs/protocol-readings.md §5: page_size 1-100
     "max_body_bytes": (1024, 64 * 1024 * 1024),
     "rate_limit_per_did": (0, 1_000_000),
     "rate_limit_per_ip": (0, 1_000_000),

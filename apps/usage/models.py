@@ -1,6 +1,6 @@
 """Command metering (metadata only) and usage report runs with their published results.
 
-Metering rows never hold payloads, ciphertexts, tags or signatures (PROTOCOL-DECISIONS §9).
+Metering rows never hold payloads, ciphertexts, tags or signatures (docs/protocol-readings.md §9).
 Report result rows are written by the Spark job (spark_reports/) under the id of a run that is
 still `running`; readers only ever see rows of `succeeded` runs, so a failed run never shows a
 half-written report.

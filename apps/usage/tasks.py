@@ -1,4 +1,4 @@
-"""Celery tasks: thin adapters over services (STYLE §11). Beat entries live in mediator_project/celery.py."""
+"""Celery tasks: thin adapters over services (docs/contributing.md §11). Beat entries live in mediator_project/celery.py."""
 
 from __future__ import annotations
 

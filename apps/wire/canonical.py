@@ -1,4 +1,4 @@
-"""Canonical JSON with JavaScript semantics (PROTOCOL-DECISIONS §2, DCTRL-0002 §7).
+"""Canonical JSON with JavaScript semantics (docs/protocol-readings.md §2, DCTRL-0002 §7).
 
 `canonical_bytes(obj)` is what `JSON.stringify` prints for a deep key-sorted copy of `obj`,
 encoded as UTF-8. `loads_strict(raw)` is the one parser of JSON a client sent, for both protocols

@@ -1,4 +1,4 @@
-"""Communication contracts in reading R1 (PROTOCOL-DECISIONS §4, dctrl-0003 §3.2).
+"""Communication contracts in reading R1 (docs/protocol-readings.md §4, dctrl-0003 §3.2).
 
 {"communication_contract": {requestor_did, recipient_did, requestor_ephemeral_public_key,
   recipient_ephemeral_public_key, expires_at}, "requestor_signature", "recipient_signature"}
@@ -77,7 +77,7 @@ def _key32(value: object, name: str) -> bytes:
 
 
 def check_terms(terms: object, *, with_recipient_key: bool, now_s: int) -> ContractInfo:
-    """Structural checks of the contract terms (PROTOCOL-DECISIONS §4, 'Contract checks')."""
+    """Structural checks of the contract terms (docs/protocol-readings.md §4, 'Contract checks')."""
     if not isinstance(terms, dict):
         raise ContractInvalid("communication_contract must be an object")
     req, rec = terms.get("requestor_did"), terms.get("recipient_did")

@@ -2,7 +2,7 @@
 
 `parse_command(raw)` validates once, at the edge, and returns a typed `Command` (its `body` is one
 frozen dataclass per command type, which the handlers read); anything that
-does not match raises ProtocolError(INVALID_COMMAND) (PROTOCOL-DECISIONS §3 step 1).
+does not match raises ProtocolError(INVALID_COMMAND) (docs/protocol-readings.md §3 step 1).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def invalid(detail: str) -> ProtocolError:
 
 
 def is_integral(value: Any) -> TypeGuard[int | float]:
-    """JSON number with an integral value (1.0 counts as 1), never a bool (PROTOCOL-DECISIONS §2)."""
+    """JSON number with an integral value (1.0 counts as 1), never a bool (docs/protocol-readings.md §2)."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
@@ -97,7 +97,7 @@ class Pagination:
 
 
 def parse_pagination(payload: dict[str, Any], max_page_size: int = MAX_PAGE_SIZE) -> Pagination:
-    """DCTRL-0004 §9 with PROTOCOL-DECISIONS §5 bounds: page ≥ 0, 1 ≤ page_size ≤ 100."""
+    """DCTRL-0004 §9 with docs/protocol-readings.md §5 bounds: page ≥ 0, 1 ≤ page_size ≤ 100."""
     raw = payload.get("pagination")
     if raw is None:
         return Pagination()

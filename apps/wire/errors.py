@@ -1,4 +1,4 @@
-"""Error codes of DCTRL-0004 §11 and our extensions (PROTOCOL-DECISIONS §7), with HTTP statuses."""
+"""Error codes of DCTRL-0004 §11 and our extensions (docs/protocol-readings.md §7), with HTTP statuses."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class ErrorCode(str, Enum):
     RECIPIENT_NOT_FOUND = "RECIPIENT_NOT_FOUND"
     RECIPIENT_NOT_REGISTERED = "RECIPIENT_NOT_REGISTERED"
     COMMUNICATION_CONTRACT_NOT_FOUND = "COMMUNICATION_CONTRACT_NOT_FOUND"
-    # Extensions (PROTOCOL-DECISIONS §7)
+    # Extensions (docs/protocol-readings.md §7)
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     RATE_LIMITED = "RATE_LIMITED"
     RECIPIENT_QUEUE_FULL = "RECIPIENT_QUEUE_FULL"
@@ -49,7 +49,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNKNOWN_MEDIATOR: 404,
 }
 
-# WebSocket AUTHENTICATE failures (DCTRL-0004 §10.3; 4008 is our extension, PROTOCOL-DECISIONS §6)
+# WebSocket AUTHENTICATE failures (DCTRL-0004 §10.3; 4008 is our extension, docs/protocol-readings.md §6)
 WS_CLOSE_CODES: dict[str, int] = {
     "AUTH_TIMEOUT": 4001,
     "INVALID_MESSAGE": 4002,

@@ -1,5 +1,5 @@
 """DCTRL-0004 §7-9 over POST /: every DIRECT_AUTHENTICATED command and TWO_WAY_PRIVATE, with the
-whole reply body and the exact rows stored (PROTOCOL-DECISIONS §4-5)."""
+whole reply body and the exact rows stored (docs/protocol-readings.md §4-5)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def set_policy(tenant, **fields) -> None:
     Tenant.objects.filter(pk=tenant.pk).update(**fields)
 
 
-# --- REQUEST_COMMUNICATION_CONTRACT: registration (§8.1, PROTOCOL-DECISIONS §4) -----------------
+# --- REQUEST_COMMUNICATION_CONTRACT: registration (§8.1, docs/protocol-readings.md §4) -----------------
 
 
 def test_registration_returns_the_contract_countersigned_with_the_tenant_key(post_a, tenant_a, alice):
@@ -834,7 +834,7 @@ def test_update_event_tags_over_the_tag_cap_changes_nothing(post_a, tenant_a, al
     assert list(StoredEvent.objects.order_by("id").values_list("encrypted_tags", "processed")) == before
 
 
-# --- Pagination (§9, PROTOCOL-DECISIONS §5) -----------------------------------------------------
+# --- Pagination (§9, docs/protocol-readings.md §5) -----------------------------------------------------
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""Every error code of DCTRL-0004 §11.2 and our extensions (PROTOCOL-DECISIONS §7): status, exact
+"""Every error code of DCTRL-0004 §11.2 and our extensions (docs/protocol-readings.md §7): status, exact
 body, and nothing stored. Plus the replay rules of §5 and signature verification over what was
-received (PROTOCOL-DECISIONS §2-3)."""
+received (docs/protocol-readings.md §2-3)."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def test_a_key_id_outside_the_sender_document_is_sender_signing_key_not_found(po
     for key_id in (f"{alice.did}#prekey", f"{bob.did}#signing", "#other", alice.did):
         env = envelope(alice, QUERY, recipient_did=tenant_a.did, sender_signing_key_id=key_id)
         assert post_a.send(env) == (404, err("SENDER_SIGNING_KEY_NOT_FOUND")), key_id
-    # the relative form is accepted (PROTOCOL-DECISIONS §1)
+    # the relative form is accepted (docs/protocol-readings.md §1)
     assert post_a.send(envelope(alice, QUERY, recipient_did=tenant_a.did, sender_signing_key_id="#signing"))[0] == 200
     assert data_counts() == before
 
@@ -319,7 +319,7 @@ def test_a_suspended_tenant_is_mediator_unavailable(client, post_a, tenant_a, re
     assert row_counts() == before
 
 
-# --- signatures are verified over what was received (PROTOCOL-DECISIONS §2, STYLE §8) -----------
+# --- signatures are verified over what was received (docs/protocol-readings.md §2, docs/contributing.md §8) -----------
 
 
 def test_reordered_keys_and_whitespace_still_verify(post_a, tenant_a, registered, alice):

@@ -82,7 +82,7 @@ def read_page(*, tenant, owner_did: str, flt: EventFilter, page: Pagination) -> 
 
 
 def register_owner(tenant, owner: str) -> None:
-    """A live registration of `owner` (PROTOCOL-DECISIONS §4), without going through the protocol."""
+    """A live registration of `owner` (docs/protocol-readings.md §4), without going through the protocol."""
     Contract.objects.create(
         tenant=tenant,
         owner_did=owner,

@@ -1,7 +1,7 @@
 """TWO_WAY_PRIVATE through the storage seam (apps/decentrl/storage.py): one statement.
 
 Every case checks the status, body and stored effects: error precedence of
-PROTOCOL-DECISIONS §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every later
+docs/protocol-readings.md §3 / DCTRL-0004 §7.2, and a nonce that stays consumed after every later
 failure, including a database error inside the statement.
 """
 

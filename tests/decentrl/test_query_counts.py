@@ -1,4 +1,4 @@
-"""Hot paths keep their query counts low (STYLE §14).
+"""Hot paths keep their query counts low (docs/contributing.md §14).
 
 Counted in autocommit, as production runs (transactional_db: no test-wrapping savepoints), with
 the tenant cache off as in every test. BEGIN and COMMIT are counted by Django too.

@@ -3,7 +3,7 @@ mediator (Daphne on the Redis channel layer, a Celery worker): a recipient gets 
 messages up with Pickup 2.0 polling; stopped, it misses messages a Credo sender routes through us, and
 restarted in live mode (Pickup 2.0 over the DIDComm WebSocket) it gets them and then new ones pushed.
 
-DIDCOMM-NOTES pairs a Credo recipient with a Credo sender (ACA-Py 1.7 refuses Credo's DID Exchange
+The test pairs a Credo recipient with a Credo sender (ACA-Py 1.7 refuses Credo's DID Exchange
 response). The sender is mediated by us too, since Credo cannot receive without a mediator. Credo comes
 from scripts/ensure_extra_credo.sh (run by scripts/ensure_services.sh and again here)."""
 

@@ -51,7 +51,7 @@ def test_recorded_didcomm_node_forward_carries_the_inner_envelope_unchanged():
     assert (forward.type, forward.body) == ("https://didcomm.org/routing/2.0/forward", {"next": PARTIES["bob"].did})
     assert forward.from_ is None and forward.to == ()
     assert forward.attachments[0]["data"]["json"] == json.loads(DATA["packed"]["authcrypt_alice_to_bob"])
-    assert "id" not in forward.attachments[0]  # didcomm-node's forwards name no attachment id (DIDCOMM-NOTES)
+    assert "id" not in forward.attachments[0]  # didcomm-node's forwards name no attachment id
 
 
 def test_a_recorded_envelope_with_one_flipped_ciphertext_byte_is_undecryptable():

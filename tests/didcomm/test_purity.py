@@ -1,4 +1,4 @@
-"""The DIDComm core is pure Python: importing any of it must not import Django (STYLE §13)."""
+"""The DIDComm core is pure Python: importing any of it must not import Django (docs/contributing.md §13)."""
 
 from __future__ import annotations
 

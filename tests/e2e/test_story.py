@@ -274,7 +274,7 @@ def run_story(ma: MediatorClient, mb: MediatorClient, alice: Identity, bob: Iden
 
 
 def assert_log_is_metadata_only(server, secrets: list[str]) -> None:
-    """PROTOCOL-DECISIONS §9: no payload, ciphertext, tag or signature reaches the server log."""
+    """docs/protocol-readings.md §9: no payload, ciphertext, tag or signature reaches the server log."""
     log = server.log()
     assert "type=TWO_WAY_PRIVATE code=SUCCESS status=200" in log
     leaked = [s[:16] for s in secrets if s in log]

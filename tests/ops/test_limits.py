@@ -1,4 +1,4 @@
-"""Abuse limits at their edges (issue 5 §2, PROTOCOL-DECISIONS §7): N accepted, N+1 refused.
+"""Abuse limits at their edges (issue 5 §2, docs/protocol-readings.md §7): N accepted, N+1 refused.
 
 Rate limits run on both backends (in-process and Redis) with a frozen limiter clock; the
 cross-process sharing through Redis is exercised against two Daphne processes in test_e2e.py.

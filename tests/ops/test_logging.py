@@ -1,5 +1,5 @@
 """The Alice and Bob story at DEBUG, SQL logging included, leaks nothing into the server log
-(issue 5 §4, PROTOCOL-DECISIONS §9), and each command is one structured line."""
+(issue 5 §4, docs/protocol-readings.md §9), and each command is one structured line."""
 
 from __future__ import annotations
 

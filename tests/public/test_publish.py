@@ -1,4 +1,4 @@
-"""Publishing over ONE_WAY_PUBLIC (DCTRL-0007 §5, §8; PROTOCOL-DECISIONS §8): authorization, the
+"""Publishing over ONE_WAY_PUBLIC (DCTRL-0007 §5, §8; docs/protocol-readings.md §8): authorization, the
 event-level signature, verbatim storage, and every tenant cap at its edge (N accepted, N+1 refused)."""
 
 from __future__ import annotations

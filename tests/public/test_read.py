@@ -1,4 +1,4 @@
-"""`GET /public/<did>` (DCTRL-0007 §6, PROTOCOL-DECISIONS §8): exact shape, newest first, channel
+"""`GET /public/<did>` (DCTRL-0007 §6, docs/protocol-readings.md §8): exact shape, newest first, channel
 filter, pagination rules, unknown/unregistered DIDs, percent-encoding, ETag/304, CORS, isolation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AUTHENTICATE on /ws (DCTRL-0004 §10.1-§10.3, PROTOCOL-DECISIONS §6): every close code."""
+"""AUTHENTICATE on /ws (DCTRL-0004 §10.1-§10.3, docs/protocol-readings.md §6): every close code."""
 
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ def test_an_authenticate_frame_accepted_by_one_tenant_is_refused_by_another(post
 
 
 def test_an_authenticate_nonce_already_used_by_a_command_is_a_replay(post_a, registered_alice, tenant_a):
-    # PROTOCOL-DECISIONS §6: one nonce store for commands and sockets.
+    # docs/protocol-readings.md §6: one nonce store for commands and sockets.
     frame = registered_alice.ws_authenticate()
     status, _ = post_a.command(
         registered_alice, {"type": "QUERY_COMMUNICATION_CONTRACTS"}, recipient_did=tenant_a.did, nonce=frame["nonce"]

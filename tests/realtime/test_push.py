@@ -1,4 +1,4 @@
-"""Pushes (DCTRL-0004 §10.5-§10.6), the backlog after AUTH_SUCCESS (PROTOCOL-DECISIONS §6) and
+"""Pushes (DCTRL-0004 §10.5-§10.6), the backlog after AUTH_SUCCESS (docs/protocol-readings.md §6) and
 PING/PONG (§10.4), through WebsocketCommunicator on the in-memory layer."""
 
 from __future__ import annotations

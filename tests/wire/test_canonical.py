@@ -1,4 +1,4 @@
-"""Canonical JSON edge cases (PROTOCOL-DECISIONS §2) and strict parsing of untrusted bytes."""
+"""Canonical JSON edge cases (docs/protocol-readings.md §2) and strict parsing of untrusted bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Communication contracts in reading R1 (PROTOCOL-DECISIONS §4): build, accept, verify, tamper."""
+"""Communication contracts in reading R1 (docs/protocol-readings.md §4): build, accept, verify, tamper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""base64 leniency and multibase/multicodec keys (DCTRL-0002 §§9-10, PROTOCOL-DECISIONS §§1-2)."""
+"""base64 leniency and multibase/multicodec keys (DCTRL-0002 §§9-10, docs/protocol-readings.md §§1-2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""parse_command: the schema every command must pass before anything else (PROTOCOL-DECISIONS §3 step 1)."""
+"""parse_command: the schema every command must pass before anything else (docs/protocol-readings.md §3 step 1)."""
 
 from __future__ import annotations
 
