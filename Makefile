@@ -45,13 +45,14 @@ test: install
 # The tests whose product logic reads the calendar ("today", "yesterday", a default range, retention),
 # run with the clock a year ahead and a year back (tests/support/clock.py, docs/architecture.md "Tests
 # and the clock"): a test that asserts what only holds on some days fails here on every day. One process
-# each (two xdist workers cost more in start-up than they save here): ~40 s each on the shared 2-core box.
+# each (two xdist workers cost more in start-up than they save here): ~1.5 min each on the shared 2-core box.
 CLOCK_TESTS := tests/usage/test_empty_states.py tests/usage/test_pages_and_api.py tests/usage/test_services.py \
-	tests/tenants/test_console_details.py tests/tenants/test_console_frame.py tests/tenants/test_time_format.py
+	tests/tenants/test_console_details.py tests/tenants/test_console_frame.py tests/tenants/test_time_format.py \
+	tests/usage/test_browser_empty_states.py tests/tenants/test_browser_console.py
 clock-test: install
 	scripts/ensure_services.sh
-	$(PY) -m pytest $(CLOCK_TESTS) -m "not browser and not spark" -p no:xdist --clock-shift=365
-	$(PY) -m pytest $(CLOCK_TESTS) -m "not browser and not spark" -p no:xdist --clock-shift=-365
+	$(PY) -m pytest $(CLOCK_TESTS) -m "not spark" -p no:xdist --clock-shift=365
+	$(PY) -m pytest $(CLOCK_TESTS) -m "not spark" -p no:xdist --clock-shift=-365
 
 # Lint, format, types and migrations: what .ci/run checks before `make test`. mypy checks all product code,
 # strict on apps/wire and apps/didcomm/core, the default level elsewhere (pyproject.toml [tool.mypy]).
