@@ -116,6 +116,8 @@ def canonical_host(host: str) -> str:
     (`example.com.` is `example.com`, RFC 1034 §3.1), as Django's host checks read it: every host
     rule compares this form (docs/operators.md, "Hosts")."""
     host = host.lower()
+    if "." not in host[-1:] and ".:" not in host:  # no dot to drop: every request but a few
+        return host
     name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", host)
     if not colon or not port.isdigit():
         name, colon, port = host, "", ""
