@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+from django.db import connection
 
 from mediator_project import http_server as tier
 from tests.support import servers
@@ -112,8 +114,9 @@ def test_commands_on_kept_alive_connections_and_one_database_connection_per_thre
     import psycopg
 
     url = http_server["url"]
+    proc = http_server["proc"]
 
-    async def connection() -> list[tuple[int, dict, str | None]]:
+    async def kept_alive() -> list[tuple[int, dict, str | None]]:
         async with httpx.AsyncClient(timeout=10) as c:
             out = []
             for _ in range(100):
@@ -122,21 +125,27 @@ def test_commands_on_kept_alive_connections_and_one_database_connection_per_thre
             return out
 
     async def all_connections():
-        return await asyncio.gather(*(connection() for _ in range(8)))
+        return await asyncio.gather(*(kept_alive() for _ in range(8)))
 
     replies = [r for conn in asyncio.run(all_connections()) for r in conn]
     assert replies == [(*INVALID, "nosniff")] * 800
-    from django.db import connection as own
-
-    own_pid = own.connection.info.backend_pid if own.connection else None
+    # The tier's own connections: the backends whose client port is a socket of the master or a
+    # worker (other processes of the run, on this test database or not, are not counted).
+    db_port = int(connection.settings_dict["PORT"] or 5432)
+    tier_ports = {
+        c.laddr.port
+        for p in [proc.pid, *_children(proc.pid)]
+        for c in psutil.Process(p).net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == db_port
+    }
     with psycopg.connect(servers.test_database_url(), autocommit=True) as admin:
         pids = [
             pid
-            for (pid,) in admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            for (pid, port) in admin.execute(
+                "SELECT pid, client_port FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_type = 'client backend'"
             )
-            if pid != own_pid
+            if port in tier_ports
         ]
     assert 2 <= len(pids) <= 8, pids  # both workers served; never more than their threads and writers
 
