@@ -395,6 +395,12 @@ MEDIATOR_WS_PING_INTERVAL_S = float(env("MEDIATOR_WS_PING_INTERVAL_S", "30") or 
 MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S = float(env("MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S", "60") or "60")
 if MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S < 0:
     raise ImproperlyConfigured("MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S must be 0 or more")
+# /didcomm/ws: a live delivery still queued this many seconds after its push (no messages-received)
+# is announced unacknowledged and pushed again on that socket (apps/didcomm/live.py; 0 = never;
+# it stays queued either way). docs/didcomm.md "Live deliveries are acknowledged".
+MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S = float(env("MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S", "30") or "30")
+if MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S < 0:
+    raise ImproperlyConfigured("MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S must be 0 or more")
 # How long an open socket vouches for its DID's presence (apps/messaging/presence.py): a stored
 # event is pushed only to a DID with a socket open, renewed every third of this; a socket tier that
 # died without closing its sockets stops vouching this long after (its DIDs are pushed to meanwhile).

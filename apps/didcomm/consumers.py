@@ -58,15 +58,16 @@ from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
 from apps.wire.errors import ProtocolError
 
+from . import live as livemod
 from . import metrics
 from .dispatch import handle, log_failure
 from .identity import accepting_for
-from .live import LiveTarget, live_start
+from .live import Awaiting, LiveTarget, live_start
 from .models import presence_key
 from .policy import policy_for
 from .problems import Problem, problem_message, refusal, unavailable
-from .protocols import Code
-from .queue import LIVE_REFRESH, WAKE, Row
+from .protocols import PICKUP4, Code
+from .queue import LIVE_REFRESH, WAKE, Row, live_unacked
 from .recipients import did_hash
 
 log = logging.getLogger("mediator.didcomm")
@@ -129,7 +130,12 @@ class Live:
     protocol: str
     # Live because a v1 message asked `return_route: "all"` (implicit pickup), not by live-delivery-change.
     implicit: bool = False
+    # The Pickup protocol of its live-delivery-change (None: 3.0 for v2, 2.0 for v1): the pushes'
+    # `delivery`; with 4.0 what was queued before is not pushed (its spec: the client asks for it).
+    pickup: str | None = None
     target: LiveTarget | None = None
+    # Its pushes not yet known to be acknowledged (the ack timeout, live.Awaiting).
+    awaiting: Awaiting = field(default_factory=Awaiting)
     # The ids this socket pushed lately (bounded): a message stored while live mode started is in
     # the backlog and in a wake; it goes out once.
     pushed: dict[str, None] = field(default_factory=dict)
@@ -191,6 +197,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         self.observed = True
         metrics.ACTIVE_CONNECTIONS.inc()
         self._idle_start()
+        self._ack_start()
         # The tenant's group: suspended, deleted or DIDComm off, the socket closes (realtime_tenant_state).
         self.tenant_group = tenant_group_name(self.tenant.pk)
         try:
@@ -203,6 +210,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         if self.tenant is None or self.closed:
             return
         raw = text_data.encode("utf-8") if text_data is not None else (bytes_data or b"")
+        self._ack_nudge()  # each frame also checks what is due (an ack may be among them)
         try:
             reply, close_code = await database_sync_to_async(_frame)(
                 raw, host=self.host, tenant_id=self.tenant.pk, remote_addr=self.ip, live=bool(self.live)
@@ -224,14 +232,16 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         key = did_hash(reply.caller_did)
         if reply.live:
             self.declined.discard(key)
-            await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol)
+            await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol, pickup=reply.pickup)
         elif reply.live is False:
             self.declined.add(key)
             await self._leave(key)
         elif key not in self.live and key not in self.declined:
             await self._go_live(key, reply.caller_did, reply.caller_kid, reply.protocol, implicit=True)
 
-    async def _go_live(self, key: str, did: str, kid: str, protocol: str, *, implicit: bool = False) -> None:
+    async def _go_live(
+        self, key: str, did: str, kid: str, protocol: str, *, implicit: bool = False, pickup: str | None = None
+    ) -> None:
         current = self.live.get(key)
         if current is not None and current.implicit and not implicit:
             current.implicit = False  # now asked for explicitly; its backlog went out already
@@ -251,9 +261,12 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             if key not in self.live:
                 await self.memberships.discard(group)
             return
-        live = self.live[key] = Live(did, kid, group, protocol, implicit)
-        # What was queued before live mode started goes out now, once (then each new message).
-        await self._load(key, live, backlog=True)
+        live = self.live[key] = Live(did, kid, group, protocol, implicit, pickup)
+        if current is not None:
+            live.awaiting = current.awaiting  # its pushes are still awaited
+        # What was queued before live mode started goes out now, once (then each new message);
+        # Pickup 4.0 pushes only what arrives from now on.
+        await self._load(key, live, backlog=pickup != PICKUP4)
 
     async def _leave(self, key: str) -> None:
         live = self.live.pop(key, None)
@@ -269,7 +282,12 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         mode when its grant is gone. Whether it can push now."""
         try:
             live.target, rows = await database_sync_to_async(live_start)(
-                tenant=self.tenant, protocol=live.protocol, client_did=live.did, client_kid=live.kid, backlog=backlog
+                tenant=self.tenant,
+                protocol=live.protocol,
+                client_did=live.did,
+                client_kid=live.kid,
+                backlog=backlog,
+                pickup=live.pickup,
             )
         except DatabaseError:
             # Stay live without state: the next wake loads it again (the messages stay queued).
@@ -284,6 +302,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         rows = live.unsent(rows)
         if rows:
             await self._push(live.target.frame(rows))
+            self._pushed(live, rows)
         return True
 
     async def realtime_push(self, event: dict) -> None:
@@ -336,6 +355,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         rows = live.unsent(rows)
         if rows:
             await self._push(target.frame(rows))
+            self._pushed(live, rows)
         if time.monotonic() - target.loaded_at > LIVE_STATE_MAX_AGE_S and not self.closed:
             # A LIVE_REFRESH can be lost (the channel layer is best-effort): revalidate now and then.
             await self._load(key, live, backlog=False)
@@ -368,6 +388,8 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         idle_watch = getattr(self, "idle_watch", None)
         if idle_watch is not None:
             idle_watch.cancel()
+        # The ack watch goes on until what this socket pushed is acknowledged or announced.
+        self._ack_nudge()
         await self.release_held()
         if getattr(self, "observed", False):
             metrics.ACTIVE_CONNECTIONS.dec()
@@ -416,3 +438,69 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
                 await self._refuse(Problem(Code.IDLE, f"no message accepted for {timeout:g} s and not live", 408))
                 return
             await asyncio.sleep(left)
+
+    # -- live deliveries are acknowledged (live.Awaiting; docs/didcomm.md) --
+
+    def _ack_start(self) -> None:
+        self.ack_event = asyncio.Event()
+        self.ack_watch: asyncio.Task | None = None
+        if settings.MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S > 0:
+            self.ack_watch = asyncio.create_task(self._ack_loop())
+
+    def _ack_nudge(self) -> None:
+        event = getattr(self, "ack_event", None)
+        if event is not None:
+            event.set()
+
+    def _pushed(self, live: Live, rows: list[Row]) -> None:
+        """`rows` went out live: each awaits its messages-received for the ack timeout."""
+        timeout = settings.MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S
+        if timeout > 0:
+            live.awaiting.pushed([row[0] for row in rows], livemod.clock(), timeout)
+            self._ack_nudge()
+
+    async def _ack_loop(self) -> None:
+        """Wait for the next push's deadline (or a nudge: a push, a frame, the close), then check
+        what is due. Once the socket closed, what it pushed is still checked (announced, not pushed
+        again) at its deadline; then the watch ends."""
+        while True:
+            deadline = min(
+                (d for live in self.live.values() if (d := live.awaiting.next_deadline()) is not None), default=None
+            )
+            if deadline is None and self.closed:
+                return
+            wait = None if deadline is None else deadline - livemod.clock()
+            if wait is not None and wait <= 0:
+                await self._ack_check()
+                continue
+            self.ack_event.clear()
+            try:
+                await asyncio.wait_for(self.ack_event.wait(), wait)
+            except TimeoutError:
+                pass
+
+    async def _ack_check(self) -> None:
+        """The due pushes of each live client: those still queued are announced
+        (queue.live_unacknowledged) and pushed again while the socket is open (live.LIVE_RESENDS);
+        acknowledged ones are forgotten."""
+        assert self.tenant is not None  # the watch starts once connect() admitted the socket
+        timeout = settings.MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S
+        now = livemod.clock()
+        for live in list(self.live.values()):
+            due = live.awaiting.due(now)
+            if not due:
+                continue
+            target = live.target
+            try:
+                if target is None:
+                    raise DatabaseError("no push state")  # not loaded (the database was down): later
+                unacked = await database_sync_to_async(live_unacked)(
+                    tenant_id=self.tenant.pk, mediation_id=target.mediation_id, client_did=live.did, ids=due
+                )
+            except DatabaseError:
+                live.awaiting.postpone(due, now + timeout)
+                continue
+            again = live.awaiting.settle(due, unacked)
+            if again and not self.closed:
+                await self._push(target.frame(again))
+                self._pushed(live, again)

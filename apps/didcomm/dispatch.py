@@ -69,6 +69,7 @@ class Reply:
     content_type: str | None = None
     retry_after: int | None = None
     live: bool | None = None  # live-delivery-change accepted on a socket: the new state
+    pickup: str | None = None  # its Pickup protocol when not the version's default (handlers.Outcome.pickup)
     # A v1 message on a socket from a granted connection asking `~transport.return_route: "all"`
     # (RFC 0092, not a pickup message): the socket delivers the connection's messages (implicit pickup).
     implicit: bool = False
@@ -394,20 +395,21 @@ def _answer_v2(ctx: Context, message: PlainMessage) -> Reply:
         outcome = _run_v2(ctx, message)
     if outcome.response is None or message.return_route not in ("all", "thread") or ctx.caller_kid is None:
         # Handled, but the answer has no way back (we make no outbound connections): 202, no body.
-        return Reply(202, live=outcome.live)
+        return Reply(202, live=outcome.live, pickup=outcome.pickup)
     response = stamp(outcome.response, from_did=ctx.mediator_did, to_did=ctx.caller_did)
     if "thid" not in response and "pthid" not in response:
         response["thid"] = message.thid or message.id
     envelope = pack_for_kid(response, identity=ctx.identity, kid=ctx.caller_kid, sender_kid=ctx.mediator_kid)
-    return Reply(200, _json(envelope), ENCRYPTED_MEDIA, live=outcome.live)
+    return Reply(200, _json(envelope), ENCRYPTED_MEDIA, live=outcome.live, pickup=outcome.pickup)
 
 
 def _problem_v2(problem: Problem, message: PlainMessage | None, ctx: Context | None) -> Reply:
     """Authcrypt to the sender when it is known, plaintext otherwise; the HTTP status says the error."""
     pthid = pthid_of(message)
+    kind = protocols.problem_type(message.type if message is not None else None, protocols.PROBLEM_REPORT)
     if ctx is not None and ctx.caller_kid is not None:
         report = problem_message(
-            problem.code, problem.comment, pthid=pthid, from_did=ctx.mediator_did, to=ctx.caller_did
+            problem.code, problem.comment, pthid=pthid, from_did=ctx.mediator_did, to=ctx.caller_did, type_=kind
         )
         report["created_time"] = int(time.time())
         try:
@@ -415,7 +417,7 @@ def _problem_v2(problem: Problem, message: PlainMessage | None, ctx: Context | N
             return _problem_reply(problem, envelope, ENCRYPTED_MEDIA)
         except DidcommError:
             pass
-    return _problem_reply(problem, problem_message(problem.code, problem.comment, pthid=pthid), PLAIN_MEDIA)
+    return _problem_reply(problem, problem_message(problem.code, problem.comment, pthid=pthid, type_=kind), PLAIN_MEDIA)
 
 
 V2 = Door(
@@ -433,14 +435,12 @@ V2 = Door(
 
 
 def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
-    """A Report Problem 1.0 message about `msg` (its thread)."""
-    report: dict = {
-        "@type": protocols.REPORT_PROBLEM_V1,
-        "@id": str(uuid.uuid4()),
-        "description": {"code": code, "en": comment},
-    }
+    """A Report Problem 1.0 message about `msg` (its thread); about a Pickup 4.0 message, that
+    protocol's own problem report, whose `~thread.pthid` names the thread (its spec's v1 form)."""
+    kind = protocols.problem_type(msg.type if msg is not None else None, protocols.REPORT_PROBLEM_V1)
+    report: dict = {"@type": kind, "@id": str(uuid.uuid4()), "description": {"code": code, "en": comment}}
     if msg is not None:
-        report["~thread"] = {"thid": msg.thid}
+        report["~thread"] = {"thid": msg.thid} if kind == protocols.REPORT_PROBLEM_V1 else {"pthid": msg.thid}
     return report
 
 
@@ -472,10 +472,10 @@ def _answer_v1(ctx: ContextV1, msg: message_v1.V1Message) -> Reply:
     implicit = _implicit(ctx, msg, outcome)
     sender, conn = ctx.sender_verkey, ctx.connection
     if outcome.response is None or sender is None:
-        return Reply(200, live=outcome.live, implicit=implicit)
+        return Reply(200, live=outcome.live, implicit=implicit, pickup=outcome.pickup)
     if msg.return_route in ("all", "thread") or conn is None or not conn.endpoint:
         envelope = pack_reply(outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=[])
-        return Reply(200, _json(envelope), ENVELOPE_MEDIA, live=outcome.live, implicit=implicit)
+        return Reply(200, _json(envelope), ENVELOPE_MEDIA, live=outcome.live, implicit=implicit, pickup=outcome.pickup)
     routing_keys = list(conn.routing_keys)
     envelope = pack_reply(outcome.response, identity=ctx.identity, their_verkey=sender, routing_keys=routing_keys)
     outbound_reply(connection=conn, envelope=envelope, policy=ctx.policy)
@@ -491,7 +491,7 @@ def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers.Outco
     already live for another one finds a missing grant when it loads the client's push state)."""
     if ctx.live is None or ctx.connection is None or msg.return_route != "all" or outcome.live is not None:
         return False
-    if msg.type.startswith((protocols.PICKUP_V1, protocols.PICKUP_V2)):
+    if msg.type.startswith((protocols.PICKUP_V1, protocols.PICKUP_V2, protocols.PICKUP4)):
         return False
     return bool(ctx.live) or mediation_of(connection=ctx.connection) is not None
 

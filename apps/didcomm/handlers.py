@@ -30,8 +30,8 @@ from .mediation import recipients_update as _recipients_update
 from .models import Connection, DidcommPolicy, Mediation, RecipientKey
 from .outbound import outbound_send_on_commit
 from .problems import Problem
-from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, REPORT_PROBLEM, TRUST_PING, Code
-from .queue import messages_batch, messages_received, messages_status, wake_message
+from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, PICKUP4, REPORT_PROBLEM, TRUST_PING, Code
+from .queue import Figures, epoch_ms, messages_batch, messages_figures, messages_received, messages_status, wake_message
 from .recipients import did_hash, key_forms, lookup_form
 
 log = logging.getLogger("mediator.didcomm")
@@ -51,6 +51,9 @@ class Outcome:
     response: dict | None = None
     live: bool | None = None
     connection: Connection | None = None
+    # The Pickup protocol base of a live-delivery-change (protocols.PICKUP4); None: the version's
+    # default (3.0 for v2, 2.0 for v1). Live pushes use its `delivery` (apps/didcomm/live.py).
+    pickup: str | None = None
 
 
 def _require_caller(ctx) -> str:
@@ -323,6 +326,66 @@ def live_delivery_change(ctx, msg: PlainMessage) -> Outcome:
     return Outcome(_status(ctx, mediation, None, None, live=value), live=value)
 
 
+# --- message-pickup/4.0, DIDComm v2 format (the v1 format: handlers_v1.py) ----------------------
+
+
+def pickup4_routed(return_route: str | None) -> None:
+    """Pickup 4.0, both formats: a request (status, delivery, live-delivery-change) must ask for
+    its answer on this connection (`return_route: "all"`; "thread" is taken alike), or it could
+    not be answered at all (the spec requires it: docs/didcomm.md)."""
+    if return_route not in ("all", "thread"):
+        raise Problem(Code.RETURN_ROUTE_REQUIRED, 'Message Pickup 4.0 requests need return_route "all"')
+
+
+def status4_fields(figures: Figures, *, recipient_did: str | None, live: bool) -> dict:
+    """A Pickup 4.0 `status`'s fields, both formats: the times in UTC epoch milliseconds (only when
+    something waits), the stored bytes, whether live delivery is on."""
+    fields: dict = {} if recipient_did is None else {"recipient_did": recipient_did}
+    fields["message_count"] = figures.count
+    if figures.newest is not None and figures.oldest is not None:
+        fields["newest_received_time"] = epoch_ms(figures.newest)
+        fields["oldest_received_time"] = epoch_ms(figures.oldest)
+    fields["total_bytes"] = figures.total_bytes
+    fields["live_delivery"] = live
+    return fields
+
+
+def _status4(ctx, mediation, recipient, recipient_did, *, live: bool | None = None) -> dict:
+    figures = messages_figures(mediation=mediation, recipient=recipient)
+    body = status4_fields(figures, recipient_did=recipient_did, live=bool(ctx.live) if live is None else live)
+    return {"type": PICKUP4 + "status", "body": body}
+
+
+def status_request4(ctx, msg: PlainMessage) -> Outcome:
+    mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
+    pickup4_routed(msg.return_route)
+    return Outcome(_status4(ctx, mediation, recipient, recipient_did))
+
+
+def delivery_request4(ctx, msg: PlainMessage) -> Outcome:
+    """Up to `message_count_limit` queued messages; an empty `delivery` at once when none waits."""
+    mediation, recipient, recipient_did = _pickup_scope(ctx, msg)
+    pickup4_routed(msg.return_route)
+    limit = pickup_limit(msg.body.get("message_count_limit"), "message_count_limit")
+    attachments = messages_batch(mediation=mediation, recipient=recipient, limit=limit)
+    body = {"recipient_did": recipient_did} if recipient_did is not None else {}
+    ctx.extra["delivered"] = len(attachments)
+    return Outcome({"type": PICKUP4 + "delivery", "body": body, "attachments": attachments})
+
+
+def received4(ctx, msg: PlainMessage) -> Outcome:
+    """Fire and forget: the listed messages leave the queue, nothing is answered."""
+    pickup_received(ctx, _granted(ctx), msg.body.get("message_id_list"))
+    return Outcome()
+
+
+def live_delivery_change4(ctx, msg: PlainMessage) -> Outcome:
+    mediation = _granted(ctx)
+    pickup4_routed(msg.return_route)
+    value = pickup_live(ctx, msg.body.get("live_delivery"))
+    return Outcome(_status4(ctx, mediation, None, None, live=value), live=value, pickup=PICKUP4)
+
+
 # --- trust-ping, discover-features, report-problem ----------------------------------------------
 
 
@@ -376,6 +439,11 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     PICKUP + "delivery-request": delivery_request,
     PICKUP + "messages-received": received,
     PICKUP + "live-delivery-change": live_delivery_change,
+    PICKUP4 + "status-request": status_request4,
+    PICKUP4 + "delivery-request": delivery_request4,
+    PICKUP4 + "messages-received": received4,
+    PICKUP4 + "live-delivery-change": live_delivery_change4,
+    PICKUP4 + "problem-report": problem_report,
     TRUST_PING + "ping": ping,
     DISCOVER + "queries": queries,
     REPORT_PROBLEM + "problem-report": problem_report,

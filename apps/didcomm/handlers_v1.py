@@ -30,11 +30,13 @@ from .handlers import (
     forward_v1,
     matches,
     note_reported,
+    pickup4_routed,
     pickup_limit,
     pickup_live,
     pickup_received,
     pickup_recipient,
     recipients_update,
+    status4_fields,
     update_list,
 )
 from .identity import did_key_of, v1_did
@@ -56,6 +58,7 @@ from .protocols import (
     DISCOVER_V1,
     FORWARD_V1,
     NOTIFICATION_PROBLEM,
+    PICKUP4,
     PICKUP_V1,
     PICKUP_V2,
     REPORT_PROBLEM_V1,
@@ -63,7 +66,7 @@ from .protocols import (
     TRUST_PING_V1,
     Code,
 )
-from .queue import messages_received, messages_rows, messages_status
+from .queue import messages_figures, messages_received, messages_rows, messages_status
 from .recipients import key_forms
 
 if TYPE_CHECKING:  # the context is dispatch's, which calls these handlers
@@ -367,6 +370,62 @@ def status_request_v1(ctx: ContextV1, msg: V1Message) -> Outcome:
     return _answer(PICKUP_V1 + "status", msg, {"message_count": figures["message_count"]})
 
 
+# --- Message Pickup 4.0, DIDComm v1 format (the rules: handlers.py's Pickup 4.0) ---------------
+
+
+def _pickup4_scope(ctx: ContextV1, msg: V1Message):
+    """(grant, recipient or None, the recipient_did as given): over DIDComm v1 a `recipient_did`
+    MUST be a did:key (the spec), with or without a fragment."""
+    mediation = _granted(ctx)
+    did = msg.get("recipient_did")
+    if did is None:
+        return mediation, None, None
+    if not isinstance(did, str) or not did.startswith("did:key:"):
+        raise Problem(Code.BAD_BODY, "recipient_did must be a did:key over DIDComm v1")
+    try:
+        key = message_v1.key_to_did_key(did)
+    except DidcommError:
+        raise Problem(Code.BAD_BODY, "recipient_did must be an Ed25519 did:key") from None
+    return mediation, pickup_recipient(mediation, key, "recipient_did is not one of this connection's keys"), did
+
+
+def _status4(ctx: ContextV1, msg: V1Message, mediation, recipient, did, *, live: bool | None = None) -> Outcome:
+    figures = messages_figures(mediation=mediation, recipient=recipient)
+    fields = status4_fields(figures, recipient_did=did, live=bool(ctx.live) if live is None else live)
+    return _answer(PICKUP4 + "status", msg, fields)
+
+
+def status_request4(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation, recipient, did = _pickup4_scope(ctx, msg)
+    pickup4_routed(msg.return_route)
+    return _status4(ctx, msg, mediation, recipient, did)
+
+
+def delivery_request4(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Up to `message_count_limit` queued messages as `~attach`; an empty one at once when none waits."""
+    mediation, recipient, did = _pickup4_scope(ctx, msg)
+    pickup4_routed(msg.return_route)
+    limit = pickup_limit(msg.get("message_count_limit"), "message_count_limit")
+    rows = messages_rows(mediation=mediation, recipient=recipient, limit=limit)
+    ctx.extra["delivered"] = len(rows)
+    fields: dict = {} if did is None else {"recipient_did": did}
+    return _answer(PICKUP4 + "delivery", msg, {**fields, "~attach": attachments_v1(rows)})
+
+
+def received4(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """Fire and forget: the listed messages leave the queue, nothing is answered."""
+    pickup_received(ctx, _granted(ctx), msg.get("message_id_list"))
+    return Outcome()
+
+
+def live_delivery_change4(ctx: ContextV1, msg: V1Message) -> Outcome:
+    mediation = _granted(ctx)
+    pickup4_routed(msg.return_route)
+    value = pickup_live(ctx, msg.get("live_delivery"))
+    status = _status4(ctx, msg, mediation, None, None, live=value).response
+    return Outcome(status, live=value, pickup=PICKUP4)
+
+
 # --- Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0 ----------------------------------
 
 
@@ -407,6 +466,11 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     PICKUP_V2 + "delivery-request": delivery_request,
     PICKUP_V2 + "messages-received": received,
     PICKUP_V2 + "live-delivery-change": live_delivery_change,
+    PICKUP4 + "status-request": status_request4,
+    PICKUP4 + "delivery-request": delivery_request4,
+    PICKUP4 + "messages-received": received4,
+    PICKUP4 + "live-delivery-change": live_delivery_change4,
+    PICKUP4 + "problem-report": problem_report,
     PICKUP_V1 + "batch-pickup": batch_pickup,
     PICKUP_V1 + "status-request": status_request_v1,
     TRUST_PING_V1 + "ping": ping,

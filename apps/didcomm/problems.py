@@ -43,13 +43,20 @@ def refusal(tenant: Any, enabled: bool = True, *, active: bool | None = None) ->
 
 
 def problem_message(
-    code: str, comment: str, *, pthid: str | None, from_did: str | None = None, to: str | None = None
+    code: str,
+    comment: str,
+    *,
+    pthid: str | None,
+    from_did: str | None = None,
+    to: str | None = None,
+    type_: str = PROBLEM_REPORT,
 ) -> dict:
-    """A Report Problem 2.0 plaintext message."""
+    """A Report Problem 2.0 plaintext message (`type_`: a protocol's own problem-report type with
+    the same body, as Pickup 4.0 has)."""
     msg: dict = {
         "id": str(uuid.uuid4()),
         "typ": "application/didcomm-plain+json",
-        "type": PROBLEM_REPORT,
+        "type": type_,
         "body": {"code": code, "comment": comment},
     }
     if pthid:

@@ -11,6 +11,8 @@ FORWARD = BASE + "routing/2.0/forward"
 CM2 = BASE + "coordinate-mediation/2.0/"
 CM3 = BASE + "coordinate-mediation/3.0/"
 PICKUP = BASE + "messagepickup/3.0/"
+# Message Pickup 4.0, one PIURI for both formats (DIDComm v2 plaintexts and v1 `@type` messages).
+PICKUP4 = BASE + "message-pickup/4.0/"
 TRUST_PING = BASE + "trust-ping/2.0/"
 DISCOVER = BASE + "discover-features/2.0/"
 REPORT_PROBLEM = BASE + "report-problem/2.0/"
@@ -25,10 +27,17 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
     BASE + "coordinate-mediation/2.0": ("mediator",),
     BASE + "coordinate-mediation/3.0": ("mediator",),
     BASE + "messagepickup/3.0": ("mediator",),
+    BASE + "message-pickup/4.0": ("mediator",),
     BASE + "trust-ping/2.0": ("receiver",),
     BASE + "discover-features/2.0": ("responder",),
     BASE + "report-problem/2.0": ("notified",),
 }
+
+
+def problem_type(message_type: str | None, default: str) -> str:
+    """The type of a problem report about a message of `message_type`: Pickup 4.0's own
+    (`message-pickup/4.0/problem-report`, as its spec and Credo send it), else `default`."""
+    return PICKUP4 + "problem-report" if isinstance(message_type, str) and message_type.startswith(PICKUP4) else default
 
 
 def short_type(message_type: str | None) -> str:
@@ -52,7 +61,8 @@ class Code:
     MALFORMED = "e.p.msg"  # not a message at all (also DidcommError's default problem code)
     UNSUPPORTED_TYPE = "e.p.msg.unsupported-type"
     BAD_BODY = "e.p.msg.invalid-body"
-    LIVE_NOT_SUPPORTED = "e.m.live-mode-not-supported"  # Pickup 3.0: live mode over HTTP
+    LIVE_NOT_SUPPORTED = "e.m.live-mode-not-supported"  # Pickup 3.0 and 4.0: live mode over HTTP
+    RETURN_ROUTE_REQUIRED = "e.p.msg.return-route-required"  # a Pickup 4.0 request without return_route all
     UNSUPPORTED_MEDIA = "e.p.xfer.unsupported-media-type"
     TOO_BIG = "e.p.xfer.too-big"
     RATE_LIMITED = "e.p.xfer.rate-limited"
@@ -94,6 +104,7 @@ SUPPORTED_V1: dict[str, tuple[str, ...]] = {
     BASE + "coordinate-mediation/1.0": ("mediator",),
     BASE + "routing/1.0": ("mediator",),
     BASE + "messagepickup/2.0": ("mediator",),
+    BASE + "message-pickup/4.0": ("mediator",),
     BASE + "messagepickup/1.0": ("mediator",),
     BASE + "trust_ping/1.0": ("receiver",),
     BASE + "discover-features/1.0": ("responder",),

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Count, Max, Min, Sum
+from django.dispatch import Signal
 from django.utils import timezone
 
 from apps.messaging.notify import notify_on_commit
@@ -28,10 +30,19 @@ WAKE_ITEMS_MAX = 64 * 1024
 LIVE_REFRESH = "DIDCOMM_LIVE_REFRESH"
 # Rows per DELETE of the TTL purge (as apps/messaging/maintenance.py: short locks on a big table).
 PURGE_BATCH = 5_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # A queued message as a read returns it: (message id, stored data, received at).
 Row = tuple[str, dict, datetime]
+
+# The one place that says "this client's live delivery stayed unacknowledged" (docs/didcomm.md,
+# "Live deliveries are acknowledged"): sent, outside any transaction, by the socket that pushed
+# `message_ids` live and found them still queued once MEDIATOR_DIDCOMM_LIVE_ACK_TIMEOUT_S passed
+# without a messages-received. Sent with tenant_id: int, mediation_id: int, client_did: str,
+# message_ids: list[str]. A wake-up sender (a push to the client's phone) connects a receiver;
+# without one the signal is a no-op: the messages stay queued and are delivered again either way.
+live_unacknowledged = Signal()
 
 
 def wake_message(message_id: str, text: str) -> dict:
@@ -84,21 +95,59 @@ def messages_batch(
     return [{"id": mid, "data": data} for mid, data, _ in rows]
 
 
-def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:
-    """Pickup 3.0 status figures of the client's queue (or one recipient's)."""
+@dataclass(frozen=True)
+class Figures:
+    """What a Pickup status says of a queue: how many messages, the oldest and newest arrival
+    (None when empty), their stored bytes."""
+
+    count: int
+    oldest: datetime | None
+    newest: datetime | None
+    total_bytes: int
+
+
+def messages_figures(*, mediation: Mediation, recipient: RecipientKey | None) -> Figures:
+    """The client's queue (or one recipient's) in one aggregate query."""
     agg = _queue(mediation, recipient).aggregate(
         n=Count("id"), oldest=Min("received_at"), newest=Max("received_at"), size=Sum("size")
     )
-    out: dict = {"message_count": agg["n"]}
-    if agg["n"]:
+    return Figures(agg["n"], agg["oldest"], agg["newest"], agg["size"] or 0)
+
+
+def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:
+    """Pickup 3.0 status figures of the client's queue (or one recipient's), times in epoch seconds."""
+    figures = messages_figures(mediation=mediation, recipient=recipient)
+    out: dict = {"message_count": figures.count}
+    if figures.count and figures.oldest is not None and figures.newest is not None:
         now = timezone.now()
         out.update(
-            longest_waited_seconds=int((now - agg["oldest"]).total_seconds()),
-            newest_received_time=int(agg["newest"].timestamp()),
-            oldest_received_time=int(agg["oldest"].timestamp()),
-            total_bytes=agg["size"] or 0,
+            longest_waited_seconds=int((now - figures.oldest).total_seconds()),
+            newest_received_time=int(figures.newest.timestamp()),
+            oldest_received_time=int(figures.oldest.timestamp()),
+            total_bytes=figures.total_bytes,
         )
     return out
+
+
+def epoch_ms(at: datetime) -> int:
+    """UTC epoch milliseconds (Pickup 4.0's times), exact: no float rounding."""
+    return (at - EPOCH) // timedelta(milliseconds=1)
+
+
+def live_unacked(*, tenant_id: int, mediation_id: int, client_did: str, ids: list[str]) -> list[Row]:
+    """Of `ids`, pushed live to the client and not acknowledged within the ack timeout, the ones
+    still queued (oldest first), announced once as `live_unacknowledged`; the rest were
+    acknowledged (or expired, evicted) and are never delivered again."""
+    rows = messages_rows(mediation=Mediation(pk=mediation_id), recipient=None, limit=len(ids), ids=ids)
+    if rows:
+        live_unacknowledged.send(
+            sender=None,
+            tenant_id=tenant_id,
+            mediation_id=mediation_id,
+            client_did=client_did,
+            message_ids=[mid for mid, _, _ in rows],
+        )
+    return rows
 
 
 def _uuids(ids: list) -> list[uuid.UUID]:
