@@ -500,7 +500,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             except DatabaseError:
                 live.awaiting.postpone(due, now + timeout)
                 continue
-            again = live.awaiting.settle(due, unacked)
-            if again and not self.closed:
+            again = live.awaiting.settle(due, unacked, resend=not self.closed)
+            if again:
                 await self._push(target.frame(again))
                 self._pushed(live, again)

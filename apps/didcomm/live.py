@@ -72,15 +72,18 @@ class Awaiting:
     def next_deadline(self) -> float | None:
         return min((deadline for deadline, _ in self.entries.values()), default=None)
 
-    def settle(self, due: list[str], unacked: list[Row]) -> list[Row]:
+    def settle(self, due: list[str], unacked: list[Row], *, resend: bool) -> list[Row]:
         """`due` were checked and `unacked` (a subset) are still queued: forget the acknowledged
-        ones and those pushed LIVE_RESENDS + 1 times already; the rows to push again."""
+        ones, those pushed 1 + LIVE_RESENDS times already, and all of them when not `resend` (the
+        socket closed); the rows to push again (call `pushed` once they went out)."""
         still = {row[0] for row in unacked}
-        again = []
+        again = set()
         for mid in due:
-            sends = self.entries.pop(mid, (0.0, LIVE_RESENDS + 1))[1]
-            if mid in still and sends <= LIVE_RESENDS:
-                again.append(mid)
+            sends = self.entries.get(mid, (0.0, LIVE_RESENDS + 1))[1]
+            if resend and mid in still and sends <= LIVE_RESENDS:
+                again.add(mid)
+            else:
+                self.entries.pop(mid, None)
         return [row for row in unacked if row[0] in again]
 
 
