@@ -119,6 +119,16 @@ def test_v1_format_on_the_socket_binary_frames(deploy):
     def frame(kind: str, route: str | None = "all", **fields) -> bytes:
         return agent.pack(agent.message(P4 + kind, return_route=route, **fields), routing_key)
 
+    def forward(n: str) -> dict:
+        inner = json.loads(AgentV1().pack({"@type": "https://didcomm.org/basicmessage/1.0/message", "@id": n},
+                                          key.did_key))  # fmt: skip
+        resp = http.post("/didcomm", content=forward_to(key.did_key, routing_key, inner),
+                         headers={"Content-Type": ENVELOPE})  # fmt: skip
+        assert resp.status_code == 200
+        return inner
+
+    early = forward("early")  # queued before the socket
+
     async def body():
         async with d.socket() as ws:
             ask = agent.message(P4 + "status-request", recipient_did=key.did_key)
@@ -126,38 +136,41 @@ def test_v1_format_on_the_socket_binary_frames(deploy):
             raw = await asyncio.wait_for(ws.recv(), 10)
             assert isinstance(raw, bytes)  # v1 answers are binary frames
             status = agent.unpack(raw)[0]
-            assert status == {
+            assert {k: v for k, v in status.items() if k not in ("newest_received_time", "oldest_received_time")} == {
                 "@type": P4 + "status",
                 "@id": status["@id"],
                 "recipient_did": key.did_key,
-                "message_count": 0,
-                "total_bytes": 0,
+                "message_count": 1,
+                "total_bytes": status["total_bytes"],
                 "live_delivery": False,
                 "~thread": {"thid": ask["@id"]},
             }
             await ws.send(frame("status-request", recipient_did=key.verkey))  # not a did:key
             report = await _next(ws, agent.unpack)
             assert (report["@type"], report["description"]["code"]) == (P4_PROBLEM, "e.p.msg.invalid-body")
-            await ws.send(frame("delivery-request", message_count_limit=5))
-            assert (await _next(ws, agent.unpack))["~attach"] == []  # empty, at once
+            # A Pickup 4.0 request asking return_route "all" is not implicit pickup: no push came
+            # between the answers, the next frame answers the delivery-request.
+            ask = agent.message(P4 + "delivery-request", return_route="all", message_count_limit=5)
+            await ws.send(agent.pack(ask, routing_key))
+            delivery = await _next(ws, agent.unpack)
+            assert (delivery["@type"], delivery["~thread"]) == (P4 + "delivery", {"thid": ask["@id"]})
+            [queued] = delivery["~attach"]
+            assert queued["data"] == {"json": early}
             await ws.send(frame("live-delivery-change", live_delivery=True))
             status = await _next(ws, agent.unpack)
-            assert (status["@type"], status["live_delivery"]) == (P4 + "status", True)
-            inner = json.loads(AgentV1().pack({"@type": "https://didcomm.org/basicmessage/1.0/message", "@id": "m"},
-                                              key.did_key))  # fmt: skip
-            resp = await asyncio.to_thread(
-                http.post, "/didcomm", content=forward_to(key.did_key, routing_key, inner),
-                headers={"Content-Type": ENVELOPE},
-            )  # fmt: skip
-            assert resp.status_code == 200
+            assert (status["@type"], status["live_delivery"], status["message_count"]) == (P4 + "status", True, 1)
+            # Live: the new message only (the queued one is asked for, as above).
+            inner = await asyncio.to_thread(forward, "live")
             pushed = await _next(ws, agent.unpack)
             assert sorted(pushed) == ["@id", "@type", "~attach"] and pushed["@type"] == P4 + "delivery"
             [att] = pushed["~attach"]
             assert att["data"] == {"json": inner}
             await ws.send(frame("messages-received", route=None, message_id_list=[att["@id"]]))
             await ws.send(frame("status-request"))
-            status = await _next(ws, agent.unpack)
-            assert (status["@type"], status["message_count"]) == (P4 + "status", 0)
+            assert (await _next(ws, agent.unpack))["message_count"] == 1
+            await ws.send(frame("messages-received", route=None, message_id_list=[queued["@id"]]))
+            await ws.send(frame("delivery-request", message_count_limit=5))
+            assert (await _next(ws, agent.unpack))["~attach"] == []  # empty, at once
 
     asyncio.run(body())
 
