@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from . import services
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _stop_kept_job(**_kwargs) -> None:
+    """The worker process's kept report job process ends with it (a pool's child, or a solo worker)."""
+    services.report_job_stop()
 
 
 @shared_task(name="apps.usage.tasks.run_usage_report")
