@@ -26,9 +26,10 @@ steps, its result, published; the old tree has only created/started/finished and
 seconds), and the client's: the request sent, the answer, the page showing the result. Every
 stage is printed with its seconds and share of the span.
 
---cold: before the rounds, each tree's first report on an engine that is not running, through the
-API: the local engine (no SPARK_REMOTE) of a var/ of its own, started by the launcher as under
-`make run` (JVM start included), then stopped.
+--cold: after the rounds (the shared engine stopped), each tree's first report on an engine that
+is not running, through the API, on a fresh worker and Daphne: the local engine (no SPARK_REMOTE)
+of the tree's var/, started by the launcher as under `make run` (JVM start included), then
+stopped. Its export finds no new row (the rounds exported them), as after a `make run` restart.
 
 Results: var/bench-results/usage_click-<rows>.json (not in git) and stdout.
 """
@@ -285,21 +286,6 @@ def main() -> None:
     for side in sides:
         side.prepare()
     print(f"seeded {args.rows} rows for {[s.name for s in sides]}", flush=True)
-    if args.cold:
-        for side in sides:
-            side.remote = None  # the local engine of the side's own var/, started by the launcher
-            side.start()
-            try:
-                with httpx.Client(headers={"Authorization": f"Token {side.token}"}, timeout=600) as client:
-                    res = side.api_report(client)
-            finally:
-                side.stop()
-                subprocess.run(
-                    [sys.executable, "-m", "spark_reports.engine", "stop"], cwd=side.tree, env=side.env(), check=False
-                )
-            side.remote = remote
-            result.setdefault("cold", {})[side.name] = res
-            show(f"{side.name} cold engine, api", res)
     sys.path.insert(0, str(ROOT))
     from spark_reports import engine
 
@@ -341,6 +327,24 @@ def main() -> None:
         for side in sides:
             side.stop()
         os.kill(pid, 15)
+        deadline = time.monotonic() + 30
+        while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.2)  # gone before a cold engine starts beside it
+    if args.cold:  # after the rounds: the lake holds every row, the export finds none new
+        for side in sides:
+            side.remote = None  # the local engine of the side's own var/, started by the launcher
+            side.start()
+            try:
+                with httpx.Client(headers={"Authorization": f"Token {side.token}"}, timeout=600) as client:
+                    res = side.api_report(client)
+            finally:
+                side.stop()
+                subprocess.run(
+                    [sys.executable, "-m", "spark_reports.engine", "stop"], cwd=side.tree, env=side.env(), check=False
+                )
+            side.remote = remote
+            result.setdefault("cold", {})[side.name] = res
+            show(f"{side.name} cold engine, api", res)
     for key in [k for k in result if k.endswith(("_api", "_browser"))]:
         result[key + "_median_s"] = round(statistics.median(r["total_s"] for r in result[key]), 3)
         job = [r["job_s"] for r in result[key] if r["job_s"] is not None]

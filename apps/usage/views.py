@@ -253,9 +253,13 @@ STAGE_WORDS = {
 
 
 def stage_list(run: ReportRun) -> list[dict]:
-    """The run's stages in the order they began, each in words with how long it lasted (the last,
-    still going or `published`, without)."""
-    times = sorted((at, name) for name, at in (run.stages or {}).items() if isinstance(at, int | float))
+    """The run's stages in the order they began (two in one millisecond in their usual order), each
+    in words with how long it lasted (the last, still going or `published`, without)."""
+    order = list(STAGE_WORDS)
+    times = sorted(
+        ((at, name) for name, at in (run.stages or {}).items() if isinstance(at, int | float)),
+        key=lambda item: (item[0], order.index(item[1]) if item[1] in order else len(order)),
+    )
     return [
         {
             "stage": name,

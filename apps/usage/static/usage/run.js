@@ -1,9 +1,9 @@
-// Follows the run without reloading the page: its status every POLL_MS (a quarter of a second, so
-// the page learns of the published run at most that long after it happened); once it has
-// finished, the page's results are fetched and swapped in once (charts and tables are rendered on
-// the server).
+// Follows the run without reloading the page: its status every POLL_MS (a quarter of a second),
+// every SOON_MS once the job is writing the report (it is published a moment later), so the page
+// learns of the published run about that long after it happened; once it has finished, the
+// page's results are fetched and swapped in once (charts and tables are rendered on the server).
 (function () {
-  const POLL_MS = 250;
+  const POLL_MS = 250, SOON_MS = 100;
   const box = document.getElementById("run-progress");
   let shownPct = 0;
   const $ = (id) => document.getElementById(id);
@@ -52,7 +52,7 @@
     shownPct = Math.max(shownPct, Math.min(100, Math.round(within * 100)));
     $("progress-bar").style.width = shownPct + "%";
     if (s.cancel_requested && $("cancel-box")) { $("cancel-box").hidden = true; $("cancelling").hidden = false; }
-    setTimeout(tick, POLL_MS);
+    setTimeout(tick, p.step === "writing the report" ? SOON_MS : POLL_MS);
   }
   tick();
 })();
