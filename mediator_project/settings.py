@@ -571,6 +571,9 @@ USAGE_REPORT_TIMEOUT_S = env_int("USAGE_REPORT_TIMEOUT_S", 3600)
 USAGE_REPORT_MAX_DAYS = env_int("USAGE_REPORT_MAX_DAYS", 366)
 # The local Spark engine's lazy start by the report launcher (spark_reports/engine.py).
 USAGE_ENGINE_START_TIMEOUT_S = env_int("USAGE_ENGINE_START_TIMEOUT_S", 180)
+# A worker starts and warms the local Spark engine when it starts (apps/usage/tasks.py): make run
+# sets it (scripts/run_embedded_extras.sh), so that its first report does not wait for a cold JVM.
+USAGE_ENGINE_PRESTART = env_bool("USAGE_ENGINE_PRESTART", False)
 # Nightly catch-up: the nightly run reports every day since the last one reported, at most this many.
 USAGE_NIGHTLY_MAX_CATCHUP_DAYS = env_int("USAGE_NIGHTLY_MAX_CATCHUP_DAYS", 7)
 # The metering lake (spark_reports/lake.py): a local path or any Hadoop filesystem URI the Spark

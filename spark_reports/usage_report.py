@@ -16,6 +16,7 @@ exits at the end of its input. Lines on stdout the launcher reads:
     USAGE_REPORT_STALE_SESSION <address>    serving: the kept session no longer answers, nothing was
                                             done for the request (exit 3; the launcher retries anew)
     USAGE_REPORT_RESULT {"daily": n, ...}   a run's last line on success (then the next request)
+    USAGE_REPORT_WARM {"seconds": s}        after a request {"warm_up": folder}: `warm_up` done
     USAGE_REPORT_CANCELLED {"interrupted": n}  on SIGTERM: n Spark operations of the run interrupted (exit 143)
 
 SIGTERM (the launcher's Cancel) interrupts the job's Spark operations on the engine, then exits 143.
@@ -35,14 +36,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame
 
 from . import lake as meter_lake
 from .config import Database, build_session, database_from_env, env_int, session_target
-from .load import load
+from .load import collect_report, load
 from .transform import latency_percentiles, merged_counts, merged_histogram, meter_partials, report_from
 
 RESULT_MARKER = "USAGE_REPORT_RESULT"
@@ -50,6 +51,7 @@ PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
 ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
 CANCELLED_MARKER = "USAGE_REPORT_CANCELLED"
 STALE_MARKER = "USAGE_REPORT_STALE_SESSION"
+WARM_MARKER = "USAGE_REPORT_WARM"
 EXIT_ENGINE_DOWN = 3
 EXIT_CANCELLED = 143
 # The job's steps, in order; a run on a kept session starts at "exporting".
@@ -172,6 +174,49 @@ def run(
     return counts
 
 
+WARM_DAY = date(2000, 1, 1)
+
+
+def warm_up(spark, folder: str) -> float:
+    """A report's Spark operations, once, on a few synthetic metering rows written to and read back
+    from Parquet under `folder` (then left to its owner): a new engine's JVM loads, compiles and
+    JIT-warms their code here instead of during the first report. Nothing touches the database or
+    the lake. Returns its seconds."""
+    started = time.perf_counter()
+    at = datetime(WARM_DAY.year, WARM_DAY.month, WARM_DAY.day, 12, tzinfo=UTC)
+    values = {
+        "transport": "http",
+        "protocol": "decentrl",
+        "channel": "DIRECT_AUTHENTICATED",
+        "http_status": 200,
+        "bytes_in": 100,
+        "bytes_out": 50,
+        "day": WARM_DAY,
+        "tenant_id": 1,
+        "export": 1,
+    }
+    rows = [
+        {
+            **values,
+            "id": i,
+            "at": at + timedelta(seconds=i),
+            "command_type": ("QUERY_EVENTS", "SAVE_EVENTS", "")[i % 3],
+            "code": "SUCCESS" if i % 4 else "INVALID_SIGNATURE",
+            "duration_ms": 1.0 + i,
+            "sender_did": f"did:decentrl:warm-{i % 5}",
+        }
+        for i in range(1, 41)
+    ]
+    names = [f.name for f in meter_lake.LAKE_SCHEMA.fields]
+    frame = spark.createDataFrame([tuple(r.get(n) for n in names) for r in rows], meter_lake.LAKE_SCHEMA)
+    frame.write.mode("overwrite").partitionBy(*meter_lake.PARTITIONS).parquet(folder)
+    read = spark.read.schema(meter_lake.LAKE_SCHEMA).parquet(folder)
+    counts, latency = settle(read, 1)
+    inputs = spark.createDataFrame([], meter_lake.INPUTS_SCHEMA)
+    collect_report(report_from(counts, latency, inputs, WARM_DAY, WARM_DAY))
+    return time.perf_counter() - started
+
+
 def _engine_down(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}"
     return any(s in text for s in ("UNAVAILABLE", "Connection refused", "failed to connect", "Socket closed"))
@@ -241,16 +286,8 @@ class Job:
             self.target,
         )
         progress = Progress()
-        if self.spark is None:
-            progress.step("connecting")
-            try:
-                self.spark = build_session()
-            except Exception as exc:
-                if self.kind == "remote" and _engine_down(exc):
-                    print(f"{ENGINE_DOWN_MARKER} {self.target}", flush=True)
-                    return EXIT_ENGINE_DOWN
-                raise
-            log.info("spark session up in %.1fs", time.perf_counter() - t0)
+        if not self.connect(progress):
+            return EXIT_ENGINE_DOWN
         spark = self.spark
         session_s = time.perf_counter() - t0
         self.tag = f"usage-report-{request.run_id}"
@@ -302,13 +339,39 @@ class Job:
                 return 0
             if not line.strip():
                 continue
-            request = Request.from_line(line)
             if self.spark is not None and not self.alive():
                 print(f"{STALE_MARKER} {self.target}", flush=True)
                 return EXIT_ENGINE_DOWN
-            code = self.handle(request)
+            data = json.loads(line)
+            code = self.warm(data["warm_up"]) if "warm_up" in data else self.handle(Request.from_line(line))
             if code:
                 return code
+
+    def connect(self, progress: Progress) -> bool:
+        """The session, built (step "connecting") unless kept; False when the engine did not answer
+        (its line printed)."""
+        if self.spark is not None:
+            return True
+        t0 = time.perf_counter()
+        progress.step("connecting")
+        try:
+            self.spark = build_session()
+        except Exception as exc:
+            if self.kind == "remote" and _engine_down(exc):
+                print(f"{ENGINE_DOWN_MARKER} {self.target}", flush=True)
+                return False
+            raise
+        log.info("spark session up in %.1fs", time.perf_counter() - t0)
+        return True
+
+    def warm(self, folder: str) -> int:
+        """`warm_up` on this process's session (connecting first): its line, then 0."""
+        if not self.connect(Progress()):
+            return EXIT_ENGINE_DOWN
+        seconds = warm_up(self.spark, folder)
+        print(f"{WARM_MARKER} {json.dumps({'seconds': round(seconds, 3)})}", flush=True)
+        gc.collect()
+        return 0
 
     def stop(self) -> None:
         if self.spark is not None:

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
 ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
 STALE_MARKER = "USAGE_REPORT_STALE_SESSION"
+WARM_MARKER = "USAGE_REPORT_WARM"
 EXPORT_MARKER = "LAKE_EXPORT"  # spark_reports.lake's result line
 ENGINE_DOWN_WORDS = (
     "The Spark engine that computes reports was not reachable. It has been restarted; "
@@ -227,7 +229,7 @@ class _Sink:
                 if isinstance(step, str) and isinstance(at, int | float):
                     self.stages.setdefault(step, at)
                 self.changed.set()
-        elif marker == RESULT_MARKER:
+        elif marker in (RESULT_MARKER, WARM_MARKER):
             try:
                 self.result = json.loads(rest)
             except ValueError:
@@ -277,12 +279,12 @@ class _Job:
         if sink is not None:
             sink.changed.set()
 
-    def submit(self, run: ReportRun, stages: dict) -> _Sink:
-        sink = self.sink = _Sink(_log_path(run), stages)
+    def submit(self, request: dict, log_path: Path, stages: dict) -> _Sink:
+        sink = self.sink = _Sink(log_path, stages)
         stdin = self.proc.stdin
         assert stdin is not None  # started with stdin=PIPE
         try:
-            stdin.write((json.dumps(_job_request(run)) + "\n").encode())
+            stdin.write((json.dumps(request) + "\n").encode())
             stdin.flush()
         except OSError:
             sink.changed.set()  # the process is gone: the launcher reads its exit status
@@ -352,6 +354,56 @@ def report_job_stop() -> None:
             _JOB = None
 
 
+_WARMING = threading.Event()  # set while report_engine_warm runs
+
+
+def report_engine_warm() -> str:
+    """Start this deployment's local engine unless it is up, and warm it: this worker's job process
+    connects and runs `usage_report.warm_up` (a report's Spark operations on a few synthetic rows),
+    so that the engine's JVM has loaded and compiled their code and the job process has its session
+    before the first report. `make run`'s worker does this at its start (USAGE_ENGINE_PRESTART,
+    tasks.py); a report claimed meanwhile waits for it, saying that the engine is starting."""
+    if not _local_engine():
+        return "spark engine: not ours to start (SPARK_REMOTE / SPARK_MASTER)"
+    env = _job_env()
+    folder = Path(settings.VAR_DIR) / "spark-warm-up"
+    _WARMING.set()
+    try:
+        with _JOB_LOCK:
+            global _JOB
+            job = _job_for(env)
+            log_dir = Path(settings.VAR_DIR) / "usage-runs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            sink = job.submit({"warm_up": str(folder)}, log_dir / "warm-up.log", {})
+            deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
+            while sink.result is None and job.exited() is None and time.monotonic() < deadline:
+                sink.changed.wait(POLL_S)
+                sink.changed.clear()
+            job.sink = None
+            output = sink.output()
+            if sink.result is None:
+                job.stop(CANCEL_GRACE_S)
+                _JOB = None
+                raise RuntimeError(f"the warm-up did not finish: {output[-LOG_TAIL_CHARS:]}")
+            return f"spark engine warm ({sink.result.get('seconds')} s)"
+    finally:
+        _WARMING.clear()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def report_engine_prestart() -> None:
+    """report_engine_warm on a thread of its own (the worker goes on taking tasks); a failure is
+    logged, and the first report starts the engine as it would have."""
+
+    def warm() -> None:
+        try:
+            log.info("usage reports: %s", report_engine_warm())
+        except Exception as exc:  # noqa: BLE001 - a prestart that fails costs nothing but the wait
+            log.warning("usage reports: the Spark engine's prestart failed: %s", exc)
+
+    threading.Thread(target=warm, name="spark-engine-prestart", daemon=True).start()
+
+
 class _EngineProblem(RuntimeError):
     """The local engine could not be started."""
 
@@ -374,13 +426,17 @@ def report_run_execute(*, run_id: int) -> ReportRun:
     """
     if not _claim(run_id):
         return ReportRun.objects.get(pk=run_id)
+    stages = dict(ReportRun.objects.get(pk=run_id).stages, claimed=_now_s())
+    if _WARMING.is_set():
+        # The worker is starting and warming the engine (make run's prestart): the run waits for it.
+        stages["starting engine"] = _now_s()
+        _show(run_id, stages=stages, progress={"step": "starting engine"})
     with _JOB_LOCK:
-        return _execute(ReportRun.objects.get(pk=run_id))
+        return _execute(ReportRun.objects.get(pk=run_id), stages)
 
 
-def _execute(run: ReportRun) -> ReportRun:
+def _execute(run: ReportRun, stages: dict) -> ReportRun:
     env = _job_env()
-    stages = dict(run.stages, claimed=_now_s())
     for attempt in range(2):
         if _local_engine() and _kept_job(env) is None:
             # Shown while the engine is checked or started (a cold one takes seconds).
@@ -414,7 +470,7 @@ def _follow(run: ReportRun, job: _Job, stages: dict) -> tuple[int | str, _Sink]:
     """Submit `run` to `job` and follow it: "result" once its result line came, "cancelled", a
     timeout's words, or the job's exit status if it ended first."""
     global _JOB
-    sink = job.submit(run, stages)
+    sink = job.submit(_job_request(run), _log_path(run), stages)
     _show(run.pk, stages=stages)
     deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
     shown: tuple = (None, len(stages))

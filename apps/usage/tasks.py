@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
+from django.conf import settings
 
 from . import services
+
+
+@worker_ready.connect
+def _prestart_engine(**_kwargs) -> None:
+    """`make run`'s worker starts and warms the Spark engine at once (USAGE_ENGINE_PRESTART), in
+    the background, so that the first report finds it ready."""
+    if settings.USAGE_ENGINE_PRESTART:
+        services.report_engine_prestart()
 
 
 @worker_shutdown.connect

@@ -152,3 +152,16 @@ def test_an_export_that_finds_no_new_row_does_no_spark_work(tenant_a, lake_dir):
     assert (result["from_id"], result["to_id"], result["rows"], result["abandoned"]) == (hi, hi, 0, 0)
     attempt = MeterExport.objects.get(pk=result["export"])
     assert (attempt.state, attempt.lo_id, attempt.hi_id, attempt.rows) == ("committed", hi, hi, 0)
+
+
+@pytest.mark.spark
+@pytest.mark.django_db(transaction=True)
+def test_a_warmed_engine_serves_the_first_report_on_the_kept_session(spark_engine, tenant_a, monkeypatch):
+    # make run's prestart: the engine (the session's, already up) is warmed by the worker's job
+    # process, which keeps its session: the first report then neither checks the engine nor connects.
+    monkeypatch.setenv("SPARK_SHUFFLE_PARTITIONS", "2")
+    assert services.report_engine_warm().startswith("spark engine warm (")
+    run = services.report_run_execute(run_id=new_run().pk)
+    assert run.status == ReportRun.Status.SUCCEEDED, run.log_tail
+    assert [s["stage"] for s in views.stage_list(run)] == ["queued", "claimed", *STEPS[1:], "publishing", "published"]
+    assert (run.row_counts["daily"], run.progress["rows_total"]) == (0, 0)
