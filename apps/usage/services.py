@@ -459,11 +459,13 @@ def _execute(run: ReportRun, stages: dict) -> ReportRun:
     if outcome == "result" and sink.result is not None:
         stages["publishing"] = _now_s()
         return report_run_publish(run=run, result=sink.result, output=output, stages=stages)
+    # A timeout says so first (FAILURE_WORDS reads the reason's start), an exit its status.
+    reason = outcome if isinstance(outcome, str) else f"job exited with {outcome}"
     if ENGINE_DOWN_MARKER in output:
         # The engine went away (or never answered): restart it for the next run, say so in words.
         spark_engine_ensure(env=env)
-        return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output, error=ENGINE_DOWN_WORDS)
-    return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output)
+        return report_run_fail(run=run, reason=reason, output=output, error=ENGINE_DOWN_WORDS)
+    return report_run_fail(run=run, reason=reason, output=output)
 
 
 def _follow(run: ReportRun, job: _Job, stages: dict) -> tuple[int | str, _Sink]:

@@ -165,3 +165,12 @@ def test_a_warmed_engine_serves_the_first_report_on_the_kept_session(spark_engin
     assert run.status == ReportRun.Status.SUCCEEDED, run.log_tail
     assert [s["stage"] for s in views.stage_list(run)] == ["queued", "claimed", *STEPS[1:], "publishing", "published"]
     assert (run.row_counts["daily"], run.progress["rows_total"]) == (0, 0)
+
+
+def test_a_run_over_the_time_limit_is_stopped_and_says_so(monkeypatch, settings):
+    settings.USAGE_REPORT_TIMEOUT_S = 0
+    serve(monkeypatch, "import sys, time\nsys.stdin.readline()\nprint('working', flush=True)\ntime.sleep(60)")
+    run = services.report_run_execute(run_id=new_run().pk)
+    assert run.status == ReportRun.Status.FAILED
+    assert run.error == "The report took longer than the limit of 0 seconds and was stopped."
+    assert run.log_tail.endswith("timeout after 0s")
