@@ -473,7 +473,8 @@ def _follow(run: ReportRun, job: _Job, stages: dict) -> tuple[int | str, _Sink]:
     timeout's words, or the job's exit status if it ended first."""
     global _JOB
     sink = job.submit(_job_request(run), _log_path(run), stages)
-    _show(run.pk, stages=stages)
+    # The reader thread adds the job's steps to `stages`: each write takes a copy (one C call, whole).
+    _show(run.pk, stages=stages.copy())
     deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
     shown: tuple = (None, len(stages))
     while True:
@@ -481,7 +482,7 @@ def _follow(run: ReportRun, job: _Job, stages: dict) -> tuple[int | str, _Sink]:
         sink.changed.clear()
         if (sink.progress, len(stages)) != shown:
             shown = (sink.progress, len(stages))
-            _show(run.pk, progress=sink.progress or {}, stages=stages)
+            _show(run.pk, progress=sink.progress or {}, stages=stages.copy())
         if sink.result is not None:
             job.sink = None
             return "result", sink
