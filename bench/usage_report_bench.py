@@ -12,8 +12,8 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
   Parquet write, the watermark's commit) and rows/s, on the fresh engine and again on the warm
   one (`export_warm`: the attempts and the lake reset, the same rows exported anew);
 
-- warm: `python -m spark_reports.usage_report` as its own process, exactly what the Celery task
-  starts, as a client of an engine (spark_reports/engine.py) that is already up and has run one
+- warm: `python -m spark_reports.usage_report` as its own process for one run (the Celery worker
+  keeps one such process for run after run instead: bench/usage_click_bench.py measures that), as a client of an engine (spark_reports/engine.py) that is already up and has run one
   report: client start, extract, transform, load (wall clock of the process);
 - sql: one PostgreSQL session computing the daily figures, commands by type, errors by code and the
   top 10 per tenant and day (percentile_disc for p50/p95) over the same rows, results discarded;

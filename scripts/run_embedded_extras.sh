@@ -12,6 +12,9 @@ if [ "${MEDIATOR_EMBEDDED_CELERY:-1}" = 0 ]; then
 fi
 VAR_DIR="${MEDIATOR_VAR_DIR:-var}"
 mkdir -p "$VAR_DIR"
+# The worker starts and warms this deployment's Spark engine at once, in the background
+# (USAGE_ENGINE_PRESTART=0: on the first report or export instead), so the first report finds it ready.
+export USAGE_ENGINE_PRESTART="${USAGE_ENGINE_PRESTART:-1}"
 # exec: run_embedded.sh stops this pid, which is then the worker itself.
 exec "$VENV/bin/celery" -A mediator_project worker -B --concurrency 1 --pool solo \
   --loglevel "${CELERY_LOG_LEVEL:-info}" -s "$VAR_DIR/celerybeat-schedule" -n "embedded@%h"

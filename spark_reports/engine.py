@@ -122,15 +122,6 @@ def is_up(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def wait_up(host: str, port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if is_up(host, port):
-            return True
-        time.sleep(0.25)
-    return False
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

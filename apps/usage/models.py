@@ -90,6 +90,10 @@ class ReportRun(models.Model):
     row_counts = models.JSONField(default=dict, blank=True)
     # While running: what the job last reported (stage, tasks done of total, rows to read, bytes read).
     progress = models.JSONField(default=dict, blank=True)
+    # When each stage of the run began (epoch seconds, STAGES order): queued, claimed by a worker,
+    # starting the engine, the job's steps, publishing, published. The run page shows them as its
+    # progress; bench/usage_click_bench.py cuts the span staff wait into them.
+    stages = models.JSONField(default=dict, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Why a run failed, in words for staff; the technical detail is in log_tail.
     error = models.CharField(max_length=300, blank=True, default="")

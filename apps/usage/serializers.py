@@ -56,6 +56,7 @@ class ReportRunSerializer(serializers.ModelSerializer):
             "finished_at",
             "duration_s",
             "row_counts",
+            "stages",
             "log_tail",
         ]
         read_only_fields = fields

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,12 +32,14 @@ log = logging.getLogger("mediator.usage")
 RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
 ENGINE_DOWN_MARKER = "USAGE_REPORT_ENGINE_DOWN"
+STALE_MARKER = "USAGE_REPORT_STALE_SESSION"
+WARM_MARKER = "USAGE_REPORT_WARM"
 EXPORT_MARKER = "LAKE_EXPORT"  # spark_reports.lake's result line
 ENGINE_DOWN_WORDS = (
     "The Spark engine that computes reports was not reachable. It has been restarted; "
     "generate the report again in a minute."
 )
-POLL_S = 0.5  # how often the launcher copies progress and looks for a Cancel
+POLL_S = 0.5  # how often the launcher looks for a Cancel (progress is copied as it comes)
 CANCEL_GRACE_S = 15.0  # SIGTERM -> SIGKILL
 LOG_TAIL_CHARS = 4000
 # The Celery task that runs a queued report (apps/usage/tasks.py, which calls this module), sent by name.
@@ -63,7 +66,13 @@ def report_run_request(
     if (date_to - date_from).days + 1 > settings.USAGE_REPORT_MAX_DAYS:
         raise ReportRequestError(f"a report covers at most {settings.USAGE_REPORT_MAX_DAYS} days")
     with transaction.atomic():
-        run = ReportRun.objects.create(kind=kind, date_from=date_from, date_to=date_to, requested_by=requested_by)
+        run = ReportRun.objects.create(
+            kind=kind,
+            date_from=date_from,
+            date_to=date_to,
+            requested_by=requested_by,
+            stages={"queued": _now_s()},
+        )
         if tenants:
             run.tenants.set(tenants)
         if enqueue:
@@ -93,11 +102,17 @@ def report_database_url() -> str:
     return f"postgresql://{auth}@{host}:{port}/{s['NAME']}{query}"
 
 
+def _now_s() -> float:
+    """A stage's time: epoch seconds to the millisecond (the job's progress lines say the same)."""
+    return round(time.time(), 3)
+
+
 def _claim(run_id: int) -> bool:
     # Conditional UPDATE: of two workers handed the same run, exactly one moves it to running.
     return bool(
         ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.QUEUED).update(
-            status=ReportRun.Status.RUNNING, started_at=timezone.now()
+            status=ReportRun.Status.RUNNING,
+            started_at=timezone.now(),
         )
     )
 
@@ -108,21 +123,15 @@ def _log_path(run: ReportRun) -> Path:
     return path / f"run-{run.pk}-{run.public_id.hex[:8]}.log"
 
 
-def _job_command(run: ReportRun) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "spark_reports.usage_report",
-        "--run-id",
-        str(run.pk),
-        "--from",
-        run.date_from.isoformat(),
-        "--to",
-        run.date_to.isoformat(),
-    ]
-    for tenant_id in run.tenants.values_list("pk", flat=True).order_by("pk"):
-        cmd += ["--tenant", str(tenant_id)]
-    return cmd
+def _job_command() -> list[str]:
+    """The report job process, serving one run per request line (spark_reports.usage_report --serve)."""
+    return [sys.executable, "-m", "spark_reports.usage_report", "--serve"]
+
+
+def _job_request(run: ReportRun) -> dict:
+    """What the job computes for `run`: its range and tenants."""
+    tenants = list(run.tenants.values_list("pk", flat=True).order_by("pk"))
+    return {"run_id": run.pk, "from": run.date_from.isoformat(), "to": run.date_to.isoformat(), "tenants": tenants}
 
 
 def _parse_result(output: str) -> dict | None:
@@ -191,36 +200,111 @@ def _job_env() -> dict[str, str]:
     return env
 
 
-class _Job:
-    """The job process, its log file, and the progress lines it prints (read on a thread)."""
+class _Sink:
+    """One run's share of the job's output: its log file, its last progress, its stages (a step's
+    first line names when it began) and its result line. `changed` is set on each of them."""
 
-    def __init__(self, run: ReportRun, env: dict[str, str]) -> None:
-        self.log_path = _log_path(run)
+    def __init__(self, log_path: Path, stages: dict) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("wb")
         self.progress: dict | None = None
+        self.stages = stages
+        self.result: dict | None = None
+        self.stale = False
+        self.changed = threading.Event()
+
+    def line(self, raw: bytes) -> None:
+        self.log.write(raw)
+        self.log.flush()
+        line = raw.decode(errors="replace")
+        marker, _, rest = line.partition(" ")
+        if marker == PROGRESS_MARKER:
+            try:
+                progress = json.loads(rest)
+            except ValueError:
+                return
+            if isinstance(progress, dict):
+                self.progress = progress
+                step, at = progress.get("step"), progress.get("at")
+                if isinstance(step, str) and isinstance(at, int | float):
+                    self.stages.setdefault(step, at)
+                self.changed.set()
+        elif marker in (RESULT_MARKER, WARM_MARKER):
+            try:
+                self.result = json.loads(rest)
+            except ValueError:
+                self.result = {}
+            self.changed.set()
+        elif marker == STALE_MARKER:
+            self.stale = True
+
+    def output(self) -> str:
+        self.log.close()
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class _Job:
+    """The worker's report job process (`spark_reports.usage_report --serve`): it keeps its Spark
+    session from one run to the next, so a report pays neither a Python start nor a new session.
+    One run at a time; its output goes to that run's sink (read on a thread)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.command = _job_command()
+        self.sink: _Sink | None = None
         self.proc = subprocess.Popen(  # noqa: S603 - argv built by _job_command, no shell
-            _job_command(run),
+            self.command,
             cwd=settings.BASE_DIR,
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
+    def serves(self, env: dict[str, str]) -> bool:
+        """Alive, and started for this environment and command (settings may differ between runs)."""
+        return self.proc.poll() is None and self.env == env and self.command == _job_command()
+
     def _read(self) -> None:
         stdout = self.proc.stdout
         assert stdout is not None  # started with stdout=PIPE
-        with self.log_path.open("wb") as out:
-            for raw in stdout:
-                out.write(raw)
-                out.flush()
-                line = raw.decode(errors="replace")
-                if line.startswith(PROGRESS_MARKER + " "):
-                    try:
-                        self.progress = json.loads(line[len(PROGRESS_MARKER) + 1 :])
-                    except ValueError:
-                        pass
+        for raw in stdout:
+            sink = self.sink
+            if sink is not None:
+                sink.line(raw)
+        self.proc.wait()
+        sink = self.sink
+        if sink is not None:
+            sink.changed.set()
+
+    def submit(self, request: dict, log_path: Path, stages: dict) -> _Sink:
+        sink = self.sink = _Sink(log_path, stages)
+        stdin = self.proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        try:
+            stdin.write((json.dumps(request) + "\n").encode())
+            stdin.flush()
+        except OSError:
+            sink.changed.set()  # the process is gone: the launcher reads its exit status
+        return sink
+
+    def exited(self) -> int | None:
+        """The exit status once the process has ended and its output is read, else None."""
+        if self.proc.poll() is None or self._reader.is_alive():
+            return None
+        return self.proc.returncode
+
+    def close(self, grace: float) -> None:
+        """The end of its input (it ends its session and exits), then stop() after `grace` seconds."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(grace)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.stop(grace)
 
     def stop(self, grace: float) -> None:
         """SIGTERM (the job interrupts its Spark operations), then SIGKILL after `grace` seconds."""
@@ -231,70 +315,202 @@ class _Job:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-    def output(self) -> str:
         self._reader.join(5)
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+# This worker process's job process, kept between runs (one run at a time per worker process).
+_JOB: _Job | None = None
+_JOB_LOCK = threading.Lock()
+
+
+def _kept_job(env: dict[str, str]) -> _Job | None:
+    return _JOB if _JOB is not None and _JOB.serves(env) else None
+
+
+def _job_for(env: dict[str, str]) -> _Job:
+    """The kept job process when it serves `env`, else a new one, the local engine started first
+    (a kept job's session proves the engine up). Raises _EngineProblem, OSError."""
+    global _JOB
+    kept = _kept_job(env)
+    if kept is not None:
+        return kept
+    if _JOB is not None:
+        _JOB.close(CANCEL_GRACE_S)
+        _JOB = None
+    problem = spark_engine_ensure(env=env)
+    if problem:
+        raise _EngineProblem(problem)
+    _JOB = _Job(env)
+    return _JOB
+
+
+def report_job_stop() -> None:
+    """End this worker process's kept job process, if any (the worker's shutdown; a worker that
+    dies closes the job's input, and the job ends by itself)."""
+    global _JOB
+    with _JOB_LOCK:
+        if _JOB is not None:
+            _JOB.close(CANCEL_GRACE_S)
+            _JOB = None
+
+
+_WARMING = threading.Event()  # set while report_engine_warm runs
+
+
+def report_engine_warm() -> str:
+    """Start this deployment's local engine unless it is up, and warm it: this worker's job process
+    connects and runs `usage_report.warm_up` (a report's Spark operations on a few synthetic rows),
+    so that the engine's JVM has loaded and compiled their code and the job process has its session
+    before the first report. `make run`'s worker does this at its start (USAGE_ENGINE_PRESTART,
+    tasks.py); a report claimed meanwhile waits for it, saying that the engine is starting."""
+    if not _local_engine():
+        return "spark engine: not ours to start (SPARK_REMOTE / SPARK_MASTER)"
+    env = _job_env()
+    folder = Path(settings.VAR_DIR) / "spark-warm-up"
+    _WARMING.set()
+    try:
+        with _JOB_LOCK:
+            global _JOB
+            job = _job_for(env)
+            log_dir = Path(settings.VAR_DIR) / "usage-runs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            sink = job.submit({"warm_up": str(folder)}, log_dir / "warm-up.log", {})
+            deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
+            while sink.result is None and job.exited() is None and time.monotonic() < deadline:
+                sink.changed.wait(POLL_S)
+                sink.changed.clear()
+            job.sink = None
+            output = sink.output()
+            if sink.result is None:
+                job.stop(CANCEL_GRACE_S)
+                _JOB = None
+                raise RuntimeError(f"the warm-up did not finish: {output[-LOG_TAIL_CHARS:]}")
+            return f"spark engine warm ({sink.result.get('seconds')} s)"
+    finally:
+        _WARMING.clear()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def report_engine_prestart() -> None:
+    """report_engine_warm on a thread of its own (the worker goes on taking tasks); a failure is
+    logged, and the first report starts the engine as it would have."""
+
+    def warm() -> None:
+        try:
+            log.info("usage reports: %s", report_engine_warm())
+        except Exception as exc:  # noqa: BLE001 - a prestart that fails costs nothing but the wait
+            log.warning("usage reports: the Spark engine's prestart failed: %s", exc)
+
+    threading.Thread(target=warm, name="spark-engine-prestart", daemon=True).start()
+
+
+class _EngineProblem(RuntimeError):
+    """The local engine could not be started."""
 
 
 def _cancel_requested(run_id: int) -> bool:
     return ReportRun.objects.filter(pk=run_id, cancel_requested_at__isnull=False).exists()
 
 
+def _show(run_id: int, **fields) -> None:
+    # Conditional: never overwrite a run that another path has already finished.
+    ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.RUNNING).update(**fields)
+
+
 def report_run_execute(*, run_id: int) -> ReportRun:
-    """Run the Spark job for a queued run as its own process (a client of the warm engine), copy
-    its progress onto the run while it works, stop it on Cancel, then publish, fail or cancel it.
+    """Run a queued run on this worker's job process (a client of the warm engine, kept between
+    runs), copy its progress and stages onto the run as they come, stop it on Cancel, then
+    publish (as soon as its result line comes), fail or cancel the run.
 
     Idempotent: a run that is not queued any more (already taken, finished, cancelled) is left as it is.
     """
     if not _claim(run_id):
         return ReportRun.objects.get(pk=run_id)
-    run = ReportRun.objects.get(pk=run_id)
+    stages = dict(ReportRun.objects.get(pk=run_id).stages, claimed=_now_s())
+    if _WARMING.is_set():
+        # The worker is starting and warming the engine (make run's prestart): the run waits for it.
+        stages["starting engine"] = _now_s()
+        _show(run_id, stages=stages, progress={"step": "starting engine"})
+    with _JOB_LOCK:
+        return _execute(ReportRun.objects.get(pk=run_id), stages)
+
+
+def _execute(run: ReportRun, stages: dict) -> ReportRun:
     env = _job_env()
-    problem = spark_engine_ensure(env=env)
-    if problem:
-        return report_run_fail(run=run, reason=f"spark engine: {problem}", output="", error=ENGINE_DOWN_WORDS)
-    try:
-        job = _Job(run, env)
-    except OSError as exc:
-        return report_run_fail(run=run, reason=f"could not start: {exc.strerror}", output="")
-    deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
-    shown: dict | None = None
-    outcome: int | str | None = None
-    while outcome is None:
+    for attempt in range(2):
+        if _local_engine() and _kept_job(env) is None:
+            # Shown while the engine is checked or started (a cold one takes seconds).
+            stages.setdefault("starting engine", _now_s())
+            _show(run.pk, stages=stages, progress={"step": "starting engine"})
         try:
-            outcome = job.proc.wait(POLL_S)
-        except subprocess.TimeoutExpired:
-            if job.progress is not None and job.progress != shown:
-                shown = job.progress
-                # Conditional: never overwrite a run that another path has already finished.
-                ReportRun.objects.filter(pk=run_id, status=ReportRun.Status.RUNNING).update(progress=shown)
-            if _cancel_requested(run_id):
-                job.stop(CANCEL_GRACE_S)
-                return report_run_cancel_finish(run=run, output=job.output())
-            if time.monotonic() > deadline:
-                job.stop(CANCEL_GRACE_S)
-                outcome = f"timeout after {settings.USAGE_REPORT_TIMEOUT_S}s"
-    output = job.output()
-    result = _parse_result(output) if outcome == 0 else None
-    if result is not None:
-        return report_run_publish(run=run, result=result, output=output)
+            job = _job_for(env)
+        except _EngineProblem as exc:
+            return report_run_fail(run=run, reason=f"spark engine: {exc}", output="", error=ENGINE_DOWN_WORDS)
+        except OSError as exc:
+            return report_run_fail(run=run, reason=f"could not start: {exc.strerror}", output="")
+        outcome, sink = _follow(run, job, stages)
+        if not (sink.stale and attempt == 0):
+            break
+        # The kept session had expired before the run began (nothing done): once more, anew.
+        sink.output()
+    if outcome == "cancelled":
+        return report_run_cancel_finish(run=run, output=sink.output())
+    output = sink.output()
+    if outcome == "result" and sink.result is not None:
+        stages["publishing"] = _now_s()
+        return report_run_publish(run=run, result=sink.result, output=output, stages=stages)
+    # A timeout says so first (FAILURE_WORDS reads the reason's start), an exit its status.
+    reason = outcome if isinstance(outcome, str) else f"job exited with {outcome}"
     if ENGINE_DOWN_MARKER in output:
         # The engine went away (or never answered): restart it for the next run, say so in words.
         spark_engine_ensure(env=env)
-        return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output, error=ENGINE_DOWN_WORDS)
-    return report_run_fail(run=run, reason=f"job exited with {outcome}", output=output)
+        return report_run_fail(run=run, reason=reason, output=output, error=ENGINE_DOWN_WORDS)
+    return report_run_fail(run=run, reason=reason, output=output)
 
 
-def report_run_publish(*, run: ReportRun, result: dict, output: str) -> ReportRun:
-    """Check the staged rows match what the job reported, then make the run visible in one UPDATE."""
+def _follow(run: ReportRun, job: _Job, stages: dict) -> tuple[int | str, _Sink]:
+    """Submit `run` to `job` and follow it: "result" once its result line came, "cancelled", a
+    timeout's words, or the job's exit status if it ended first."""
+    global _JOB
+    sink = job.submit(_job_request(run), _log_path(run), stages)
+    # The reader thread adds the job's steps to `stages`: each write takes a copy (one C call, whole).
+    _show(run.pk, stages=stages.copy())
+    deadline = time.monotonic() + settings.USAGE_REPORT_TIMEOUT_S
+    shown: tuple = (None, len(stages))
+    while True:
+        sink.changed.wait(POLL_S)
+        sink.changed.clear()
+        if (sink.progress, len(stages)) != shown:
+            shown = (sink.progress, len(stages))
+            _show(run.pk, progress=sink.progress or {}, stages=stages.copy())
+        if sink.result is not None:
+            job.sink = None
+            return "result", sink
+        status = job.exited()
+        if status is not None:
+            _JOB = None
+            return status, sink
+        if _cancel_requested(run.pk):
+            job.stop(CANCEL_GRACE_S)
+            _JOB = None
+            return "cancelled", sink
+        if time.monotonic() > deadline:
+            job.stop(CANCEL_GRACE_S)
+            _JOB = None
+            return f"timeout after {settings.USAGE_REPORT_TIMEOUT_S}s", sink
+
+
+def report_run_publish(*, run: ReportRun, result: dict, output: str, stages: dict | None = None) -> ReportRun:
+    """Check the staged rows match what the job reported, then make the run visible in one UPDATE
+    (which also records its `published` stage)."""
     counts = {name: model.objects.filter(run=run).count() for name, model in RESULT_MODELS.items()}
     expected = {name: int(result.get(name, -1)) for name in RESULT_MODELS}
     if counts != expected:
         return report_run_fail(run=run, reason=f"row counts differ: job said {expected}, found {counts}", output=output)
     row_counts = dict(counts, job_seconds=result.get("total_seconds"), spark_seconds=result.get("seconds"))
+    stages = dict(stages or run.stages, published=_now_s())
     ReportRun.objects.filter(pk=run.pk, status=ReportRun.Status.RUNNING).update(
-        status=ReportRun.Status.SUCCEEDED, finished_at=timezone.now(), row_counts=row_counts, log_tail=""
+        status=ReportRun.Status.SUCCEEDED, finished_at=timezone.now(), row_counts=row_counts, log_tail="", stages=stages
     )
     run.refresh_from_db()
     log.info("usage report %s published: %s", run.pk, counts)

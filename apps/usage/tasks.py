@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
+from django.conf import settings
 
 from . import services
+
+
+@worker_ready.connect
+def _prestart_engine(**_kwargs) -> None:
+    """`make run`'s worker starts and warms the Spark engine at once (USAGE_ENGINE_PRESTART), in
+    the background, so that the first report finds it ready."""
+    if settings.USAGE_ENGINE_PRESTART:
+        services.report_engine_prestart()
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _stop_kept_job(**_kwargs) -> None:
+    """The worker process's kept report job process ends with it (a pool's child, or a solo worker)."""
+    services.report_job_stop()
 
 
 @shared_task(name="apps.usage.tasks.run_usage_report")

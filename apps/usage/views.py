@@ -232,14 +232,42 @@ def run_title(run: ReportRun) -> str:
     return f"Usage report #{run.pk}: {run.date_from} – {run.date_to}, {tenants}"
 
 
-# The job's steps (spark_reports.usage_report.STEPS) in staff words.
+# The job's steps (spark_reports.usage_report.STEPS) and the launcher's in staff words.
 STEP_WORDS = {
     "starting": "Starting the report job",
+    "starting engine": "Starting the Spark engine",
     "connecting": "Connecting to the Spark engine",
+    "exporting": "Exporting new metering rows to the lake",
     "counting rows": "Counting the metering rows to read",
     "computing the report": "Computing the report",
     "writing the report": "Writing the report to the database",
 }
+# Every stage a run records (ReportRun.stages), in staff words.
+STAGE_WORDS = {
+    "queued": "Waiting for a worker",
+    "claimed": "Starting the report job",
+    **{step: words for step, words in STEP_WORDS.items() if step != "starting"},
+    "publishing": "Publishing",
+    "published": "Published",
+}
+
+
+def stage_list(run: ReportRun) -> list[dict]:
+    """The run's stages in the order they began (two in one millisecond in their usual order), each
+    in words with how long it lasted (the last, still going or `published`, without)."""
+    order = list(STAGE_WORDS)
+    times = sorted(
+        ((at, name) for name, at in (run.stages or {}).items() if isinstance(at, int | float)),
+        key=lambda item: (item[0], order.index(item[1]) if item[1] in order else len(order)),
+    )
+    return [
+        {
+            "stage": name,
+            "words": STAGE_WORDS.get(name, name),
+            "seconds": round(times[i + 1][0] - at, 2) if i + 1 < len(times) else None,
+        }
+        for i, (at, name) in enumerate(times)
+    ]
 
 
 def step_words(run: ReportRun) -> str:
@@ -265,6 +293,7 @@ def _status(run: ReportRun) -> dict:
         "finished": run.is_finished,
         "progress": run.progress,
         "step_words": step_words(run),
+        "stages": stage_list(run),
         "elapsed_s": None if elapsed is None else round(elapsed, 1),
         "started_at": utc_iso(run.started_at) if run.started_at else None,
         "finished_at": utc_iso(run.finished_at) if run.finished_at else None,

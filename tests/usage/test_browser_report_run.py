@@ -32,7 +32,7 @@ from apps.usage.models import (
     ReportRun,
     ReportTopIdentity,
 )
-from apps.usage.views import STEP_WORDS
+from apps.usage.views import STEP_WORDS, stage_list
 from spark_reports.usage_report import STEPS
 from tests.support import servers
 from tests.support.browser import ARTIFACTS, PASSWORD, admin_page, usage_staff
@@ -177,9 +177,9 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         steps = [s["step"] for s in working]
         assert len(set(steps)) >= 2, steps  # the step moved on while the page watched
         numbers = [int(s["stepno"].split()[1]) for s in working if s["stepno"]]
-        # Never backwards. (Steps 1, 2 and 4 of a 173-row report on a warm engine can each end
-        # between two of the page's one-second polls, so only step 3 is sure to be seen numbered.)
-        assert numbers == sorted(numbers) and 3 in numbers, working
+        # Never backwards. (The other steps of a 173-row report on a warm engine can each end
+        # between two of the page's polls, so only computing is sure to be seen numbered.)
+        assert numbers == sorted(numbers) and STEPS.index("computing the report") + 1 in numbers, working
         assert {s["stepno"].split(" of ")[-1] for s in working if s["stepno"]} == {f"{len(STEPS)})"}
         tasks = [tuple(int(x) for x in s["tasks"].split(" of ")) for s in working]
         assert any(total > 0 for _, total in tasks) and all(done <= total for done, total in tasks), tasks
@@ -196,6 +196,9 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         assert page.evaluate("window.__sameDocument") is True
         page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
         assert page.locator("#run-progress").count() == 0
+        # Every stage the run went through, in order: the worker's first run checked the engine
+        # and connected its job process to it.
+        assert stages_shown(page) == FIRST_RUN_STAGES
         page.screenshot(path=str(ARTIFACTS / "usage-run-finished-1440.png"), full_page=True)
 
         # Every command type that carried traffic has its own legend entry, by name: none is "other".
@@ -216,13 +219,35 @@ def test_generate_watch_the_progress_move_and_see_the_finished_charts(stack, ste
         problems = page.evaluate(LAYOUT_PROBLEMS, [False])
         assert problems == [], "\n".join(problems)
 
-    run = ReportRun.objects.get(status=ReportRun.Status.SUCCEEDED, date_to=today)
-    assert run.progress["rows_total"] == rows
-    assert ReportDaily.objects.filter(run=run).count() == 2
+        # The same report again: the worker's job process kept its Spark session, so this run
+        # neither checks the engine nor connects; it starts with the export.
+        page.set_viewport_size({"width": 1440, "height": 1000})
+        page.goto(f"{daphne.url}/admin/usage/reportrun/generate/")
+        page.fill("input[name=date_from]", yesterday.isoformat())
+        page.fill("input[name=date_to]", today.isoformat())
+        page.check(f"input[name=tenants][value='{tenant_a.pk}']")
+        page.click("#generate-report")
+        page.wait_for_selector("#run-status:text-matches('Published|Failed|Cancelled')", timeout=240_000)
+        assert page.inner_text("#run-status") == "Published", worker.log()[-3000:]
+        page.wait_for_selector("#chart-commands-by-type svg.usage-chart")
+        assert stages_shown(page) == [s for s in FIRST_RUN_STAGES if s not in ("starting engine", "connecting")]
+
+    first, again = ReportRun.objects.filter(status=ReportRun.Status.SUCCEEDED, date_to=today).order_by("pk")
+    assert first.progress["rows_total"] == rows and again.progress["rows_total"] == rows
+    assert ReportDaily.objects.filter(run=first).count() == ReportDaily.objects.filter(run=again).count() == 2
+    assert [s["stage"] for s in stage_list(first)] == FIRST_RUN_STAGES
 
 
-def _job_pids(run_id: int) -> list[int]:
-    """The report job processes of `run_id` over this test's database (other helpers' runs share ids)."""
+FIRST_RUN_STAGES = ["queued", "claimed", "starting engine", *STEPS, "publishing", "published"]
+
+
+def stages_shown(page) -> list[str]:
+    """The stages the run page lists, in its order."""
+    return page.eval_on_selector_all("#run-stages li", "items => items.map(li => li.dataset.stage)")
+
+
+def _job_pids() -> list[int]:
+    """The report job processes over this test's database (a worker keeps one, serving run after run)."""
     db = servers.test_database_url().rsplit("/", 1)[1]
     pids = []
     for proc in Path("/proc").iterdir():
@@ -230,7 +255,7 @@ def _job_pids(run_id: int) -> list[int]:
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"spark_reports.usage_report" not in argv or str(run_id).encode() not in argv:
+            if b"spark_reports.usage_report" not in argv:
                 continue
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
@@ -250,14 +275,14 @@ def _engine_connections() -> int:
         ).fetchone()[0]
 
 
-# True while the job is inside a Spark operation on the engine: computing a table (step 3 or later)
-# with tasks scheduled and not all done.
+# True while the job is inside a Spark operation on the engine: computing the report (step 4 or
+# later) with tasks scheduled and not all done.
 IN_SPARK_OPERATION = """() => {
   const stepno = document.getElementById("progress-stepno"), tasks = document.getElementById("progress-tasks");
   if (!stepno || !tasks) return false;
   const no = /step (\\d) of/.exec(stepno.textContent);
   const [done, total] = tasks.textContent.split(" of ").map(Number);
-  return !!no && Number(no[1]) >= 3 && total > 0 && done < total;
+  return !!no && Number(no[1]) >= 4 && total > 0 && done < total;
 }"""
 
 
@@ -297,7 +322,7 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
         run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
         # Wait until the job is inside a Spark operation on the engine, then press Cancel.
         page.wait_for_function(IN_SPARK_OPERATION, timeout=240_000, polling=100)
-        jobs = _job_pids(run_id)
+        jobs = _job_pids()
         assert len(jobs) == 1, jobs
         page.click("#cancel-run")
         page.click("#confirm-cancel")
@@ -313,7 +338,7 @@ def test_cancel_stops_the_spark_job_and_the_run_says_cancelled(stack, stella, te
         # interrupted the run's operations by their tag, and a cancelled stage launches no more
         # tasks, so once its last task has let go of its connection none opens again: the wait is
         # for that condition, with a deadline, and nothing is waited for after it.
-        assert _job_pids(run_id) == []
+        assert _job_pids() == []
         deadline = time.monotonic() + 15
         while _engine_connections() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -106,11 +106,21 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
     client.force_login(staff_user)
     running = ReportRun.objects.get(status=ReportRun.Status.RUNNING)
     progress = {"step": "computing the report", "step_no": 3, "steps": 4, "tasks_done": 2, "tasks_total": 8}
-    ReportRun.objects.filter(pk=running.pk).update(started_at=timezone.now() - timedelta(seconds=30), progress=progress)
+    stages = {"queued": 1000.0, "claimed": 1000.5, "exporting": 1001.0, "computing the report": 1003.25}
+    ReportRun.objects.filter(pk=running.pk).update(
+        started_at=timezone.now() - timedelta(seconds=30), progress=progress, stages=stages
+    )
     html = client.get(f"/dashboard/reports/{running.pk}/").content.decode()
     assert 'http-equiv="refresh"' not in html  # the page's script polls the status; it never reloads
     assert 'id="run-progress"' in html and 'id="cancel-run"' in html
     assert "Computing the report" in html and "(step 3 of 4)" in html
+    # The stages so far, each with how long it took; the one under way without.
+    assert (
+        '<ol class="stages" id="run-stages"><li data-stage="queued">Waiting for a worker <span class="seconds">'
+        '0.50 s</span></li><li data-stage="claimed">Starting the report job <span class="seconds">0.50 s</span></li>'
+        '<li data-stage="exporting">Exporting new metering rows to the lake <span class="seconds">2.25 s</span></li>'
+        '<li data-stage="computing the report">Computing the report</li></ol>'
+    ) in html
     assert client.get(f"/dashboard/reports/{running.pk}/csv").status_code == 404
     status = client.get(f"/dashboard/reports/{running.pk}/status").json()
     assert 30 <= status.pop("elapsed_s") < 40
@@ -123,6 +133,12 @@ def test_a_running_report_page_follows_progress_without_reloading_and_has_no_dow
         "status_display": "Running",
         "finished": False,
         "progress": progress,
+        "stages": [
+            {"stage": "queued", "words": "Waiting for a worker", "seconds": 0.5},
+            {"stage": "claimed", "words": "Starting the report job", "seconds": 0.5},
+            {"stage": "exporting", "words": "Exporting new metering rows to the lake", "seconds": 2.25},
+            {"stage": "computing the report", "words": "Computing the report", "seconds": None},
+        ],
         "step_words": "Computing the report",
         "typical_s": 0.0,  # the one succeeded run of the fixture started and finished at once
         "cancel_requested": False,

@@ -32,7 +32,7 @@ def staged_run(tenant) -> ReportRun:
 def fake_job(monkeypatch, code: str) -> None:
     """A stand-in job process; SPARK_REMOTE names a cluster, so the launcher starts no local engine."""
     monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:9")
-    monkeypatch.setattr(services, "_job_command", lambda run: [sys.executable, "-c", code])
+    monkeypatch.setattr(services, "_job_command", lambda: [sys.executable, "-c", code])
 
 
 def test_a_failed_job_leaves_no_half_written_report(tenant_a, monkeypatch):
@@ -174,25 +174,17 @@ def test_the_nightly_task_reports_yesterday_for_every_tenant(tenant_a, monkeypat
     assert tasks.nightly_usage_report() == "nightly usage report: yesterday is already reported"
 
 
-def test_the_job_command_names_the_run_range_and_tenants(tenant_a, tenant_b):
+def test_the_job_request_names_the_run_range_and_tenants(tenant_a, tenant_b):
     run = services.report_run_request(date_from=DAY, date_to=DAY, tenants=[tenant_b, tenant_a], enqueue=False)
-    cmd = services._job_command(run)
-    assert cmd[1:] == [
-        "-m",
-        "spark_reports.usage_report",
-        "--run-id",
-        str(run.pk),
-        "--from",
-        "2026-01-10",
-        "--to",
-        "2026-01-10",
-        "--tenant",
-        str(min(tenant_a.pk, tenant_b.pk)),
-        "--tenant",
-        str(max(tenant_a.pk, tenant_b.pk)),
-    ]
+    assert services._job_command()[1:] == ["-m", "spark_reports.usage_report", "--serve"]
+    assert services._job_request(run) == {
+        "run_id": run.pk,
+        "from": "2026-01-10",
+        "to": "2026-01-10",
+        "tenants": sorted([tenant_a.pk, tenant_b.pk]),
+    }
     url = services.report_database_url()
-    assert url.startswith("postgresql://") and "password" not in " ".join(cmd)
+    assert url.startswith("postgresql://") and "password" not in " ".join(services._job_command())
 
 
 def test_a_run_whose_worker_died_is_failed_and_its_rows_dropped(tenant_a, settings):

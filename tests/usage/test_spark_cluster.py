@@ -60,8 +60,17 @@ def cluster_report(tenants, connect: str, worker_pid: int) -> tuple[ReportRun, b
     run = new_run(tenants)
     env = services._job_env() | {"SPARK_REMOTE": connect}
     proc = subprocess.Popen(  # noqa: S603
-        services._job_command(run), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        services._job_command(),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
+    # One request, then the end of its input: the job serves the run and exits.
+    proc.stdin.write(json.dumps(services._job_request(run)) + "\n")
+    proc.stdin.close()
     killed, output = False, []
     for line in proc.stdout:
         output.append(line)

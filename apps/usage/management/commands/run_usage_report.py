@@ -31,7 +31,10 @@ class Command(BaseCommand):
         except services.ReportRequestError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"usage report #{run.pk}: {date_from}..{date_to}, running the Spark job")
-        run = services.report_run_execute(run_id=run.pk)
+        try:
+            run = services.report_run_execute(run_id=run.pk)
+        finally:
+            services.report_job_stop()  # one run: the job process need not wait for another
         if run.status != ReportRun.Status.SUCCEEDED:
             self.stderr.write(run.log_tail)
             raise CommandError(f"usage report #{run.pk} failed")

@@ -1,6 +1,9 @@
-// Follows the run without reloading the page: progress every second; once it has finished, the
+// Follows the run without reloading the page: its status every POLL_MS (a quarter of a second),
+// every SOON_MS once the job is writing the report (it is published a moment later), so the page
+// learns of the published run about that long after it happened; once it has finished, the
 // page's results are fetched and swapped in once (charts and tables are rendered on the server).
 (function () {
+  const POLL_MS = 250, SOON_MS = 100;
   const box = document.getElementById("run-progress");
   let shownPct = 0;
   const $ = (id) => document.getElementById(id);
@@ -9,6 +12,20 @@
     let s;
     try { s = await (await fetch(box.dataset.statusUrl, {headers: {"Accept": "application/json"}})).json(); }
     catch (e) { return setTimeout(tick, 2000); }
+    // The stages so far, each with how long it took (the one under way without).
+    const stages = $("run-stages");
+    stages.replaceChildren(...(s.stages || []).map((st) => {
+      const li = document.createElement("li");
+      li.dataset.stage = st.stage;
+      li.textContent = st.words;
+      if (st.seconds != null) {
+        const sec = document.createElement("span");
+        sec.className = "seconds";
+        sec.textContent = " " + st.seconds.toFixed(2) + " s";
+        li.append(sec);
+      }
+      return li;
+    }));
     const p = s.progress || {};
     $("run-status").textContent = s.status_display;
     $("run-status").className = "status status-" + s.status;
@@ -35,7 +52,7 @@
     shownPct = Math.max(shownPct, Math.min(100, Math.round(within * 100)));
     $("progress-bar").style.width = shownPct + "%";
     if (s.cancel_requested && $("cancel-box")) { $("cancel-box").hidden = true; $("cancelling").hidden = false; }
-    setTimeout(tick, 1000);
+    setTimeout(tick, p.step === "writing the report" ? SOON_MS : POLL_MS);
   }
   tick();
 })();
