@@ -42,6 +42,10 @@ from granian.server.common import AbstractServer
 APPLICATION = "mediator_project.wsgi:application"
 # How long a starting master waits for its port (see wait_for_port).
 PORT_WAIT_SECONDS = 30.0
+# SIGTERM: the workers stop accepting (new connections are refused), close idle kept-alive
+# connections, answer the requests in flight and exit; a worker still busy after this many seconds
+# is killed (docs/containers.md). Below compose's and Kubernetes' grace periods.
+WORKERS_KILL_TIMEOUT = 10
 
 
 def host() -> str:
@@ -97,8 +101,7 @@ def server(application: str = APPLICATION) -> AbstractServer[Any]:
         log_level=LogLevels.warning,
         respawn_failed_workers=True,
         respawn_interval=1.0,
-        # SIGTERM: requests in flight finish; a worker still busy after this is killed.
-        workers_kill_timeout=10,
+        workers_kill_timeout=WORKERS_KILL_TIMEOUT,
     )
 
 

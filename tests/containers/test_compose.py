@@ -28,6 +28,7 @@ import yaml
 from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 from apps.wire.client import Identity, MediatorClient, agree_contract
 from apps.wire.ws import open_authenticated
+from tests.support.push_story import run_push_story
 from tests.support.servers import ROOT, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.containers]
@@ -252,42 +253,10 @@ def test_the_containers_run_read_only_as_a_user_with_json_logs_on_stdout(stack):
 
 
 def test_the_dctrl_story_against_the_containers(stack):
-    """Register, agree a contract, send TWO_WAY_PRIVATE to the HTTP container and receive its push
-    on a socket of the sockets container (the push crossed the Redis container)."""
+    """The push story (tests/support/push_story.py): TWO_WAY_PRIVATE to the HTTP container, its push
+    on a socket of the sockets container (it crossed the Redis container)."""
     mc = client(stack)
-    assert mc.did == stack.tenant_did
-    alice, bob = Identity.create("alice", mc.did), Identity.create("bob", mc.did)
-    for who in (alice, bob):
-        mc.register(who, lifetime_s=DAY)
-        assert mc.last_reply[1]["code"] == "MEDIATOR_REGISTRATION_SUCCESS"
-    signed, _, _ = agree_contract(alice, bob, lifetime_s=DAY)
-    assert mc.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}) == {
-        "type": "SUCCESS"
-    }
-    envelope = alice.sign_command(recipient_did=bob.did, payload="sealed-blob-1", channel="TWO_WAY_PRIVATE")
-
-    async def story() -> tuple[dict, dict]:
-        sock = await open_authenticated(f"ws://{DOMAIN}/ws", bob, connect_to=("127.0.0.1", stack.ws_port))
-        try:
-            sent = await asyncio.to_thread(mc.send, envelope)
-            deadline = time.monotonic() + 15
-            while True:
-                frame = await sock.recv(timeout=max(0.1, deadline - time.monotonic()))
-                if frame.get("type") == "PING":
-                    await sock.pong(frame)
-                elif frame.get("type") != "CONTRACTS_UPDATED":
-                    return sent, frame
-        finally:
-            await sock.close()
-
-    sent, frame = asyncio.run(story())
-    event_id = sent["pendingEventId"]
-    assert sent == {"type": "SUCCESS", "pendingEventId": event_id}
-    assert frame == {
-        "type": "PENDING_EVENTS",
-        "events": [{"id": event_id, "sender_did": alice.did, "payload": "sealed-blob-1"}],
-    }
-    assert mc.send(envelope, raise_errors=False) == {"type": "ERROR", "code": "DUPLICATE_NONCE"}
+    run_push_story(mc, f"ws://{DOMAIN}/ws", mediator_did=stack.tenant_did, connect_to=("127.0.0.1", stack.ws_port))
     mc.close()
 
 

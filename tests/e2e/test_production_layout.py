@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from apps.wire.client import Identity, MediatorClient, agree_contract
-from apps.wire.ws import open_authenticated
+from apps.wire.client import MediatorClient
 from tests.support import servers
+from tests.support.push_story import PAYLOAD, run_push_story
 from tests.support.servers import ROOT, free_port, redis_socket_url, server_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -34,7 +34,6 @@ REDIS_DB = 10  # dedicated to this module: no other test or benchmark uses it
 OVER_TCP_AND_UNIX_SOCKET = pytest.mark.parametrize(
     "layout", [{}, {"env": {"REDIS_URL": "socket"}}], indirect=True, ids=["redis-tcp", "redis-unix-socket"]
 )
-DAY = 86_400
 
 
 def layout_env(port: int, http_port: int, ws_port: int, run_dir: Path, extra: dict | None = None) -> dict:
@@ -144,57 +143,21 @@ def layout(request, transactional_db, tmp_path):
 
 @OVER_TCP_AND_UNIX_SOCKET
 def test_a_send_through_nginx_and_granian_is_pushed_to_a_socket_through_nginx_and_daphne(layout):
+    """The push story (tests/support/push_story.py) through nginx; what it stored, and that its
+    replay stored nothing."""
     from apps.messaging.models import PendingEvent
 
     tenant = layout["tenant"]
     client = MediatorClient(layout["url"], timeout=30)
-    assert client.did == tenant.did
-    alice = Identity.create("alice", tenant.did)
-    bob = Identity.create("bob", tenant.did)
-    for who in (alice, bob):
-        signed = client.register(who, lifetime_s=DAY)  # verifies the tenant's countersignature
-        assert client.last_reply[1]["code"] == "MEDIATOR_REGISTRATION_SUCCESS"
-        assert signed["communication_contract"]["recipient_did"] == tenant.did
-    signed, _, _ = agree_contract(alice, bob, lifetime_s=DAY)
-    assert client.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed}) == {
-        "type": "SUCCESS"
-    }
-
-    envelope = alice.sign_command(recipient_did=bob.did, payload="sealed-blob-1", channel="TWO_WAY_PRIVATE")
-
-    async def story() -> tuple[dict, dict]:
-        sock = await open_authenticated(layout["ws"], bob)
-        try:
-            sent = await asyncio.to_thread(client.send, envelope)
-            deadline = time.monotonic() + 10
-            while True:
-                frame = await sock.recv(timeout=max(0.1, deadline - time.monotonic()))
-                if frame.get("type") == "PING":
-                    await sock.pong(frame)
-                    continue
-                if frame.get("type") != "CONTRACTS_UPDATED":
-                    return sent, frame
-        finally:
-            await sock.close()
-
-    sent, frame = asyncio.run(story())
-    event_id = sent["pendingEventId"]
-    assert sent == {"type": "SUCCESS", "pendingEventId": event_id}
-    assert frame == {
-        "type": "PENDING_EVENTS",
-        "events": [{"id": event_id, "sender_did": alice.did, "payload": "sealed-blob-1"}],
-    }
-    stored = PendingEvent.objects.get(public_id=event_id)
+    story = run_push_story(client, layout["ws"], mediator_did=tenant.did)
+    stored = PendingEvent.objects.get(public_id=story.event_id)
     assert (stored.tenant_id, stored.recipient_did, stored.sender_did, stored.payload) == (
         tenant.pk,
-        bob.did,
-        alice.did,
-        "sealed-blob-1",
+        story.bob.did,
+        story.alice.did,
+        PAYLOAD,
     )
-    # The same command again through the layout is a replay, and stores nothing.
-    assert client.send(envelope, raise_errors=False) == {"type": "ERROR", "code": "DUPLICATE_NONCE"}
-    assert client.last_reply[0] == 401
-    assert PendingEvent.objects.filter(tenant=tenant, recipient_did=bob.did).count() == 1
+    assert PendingEvent.objects.filter(tenant=tenant, recipient_did=story.bob.did).count() == 1
     client.close()
 
 

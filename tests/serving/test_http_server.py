@@ -1,15 +1,18 @@
 """The production HTTP tier (mediator_project/http_server.py: Granian serving mediator_project/wsgi.py)
 as a real process on the test database: commands answered with the protocol's bytes on kept-alive
 connections, one persistent database connection per application thread (HTTP_THREADS bounds
-them) plus the metering writer's while commands keep coming, a SIGKILLed worker replaced by the master while the other worker keeps answering, and a
-SIGTERM ending master and workers. The production layout test (tests/e2e/test_production_layout.py)
+them) plus the metering writer's while commands keep coming, a SIGKILLed worker replaced by the
+master while the other worker keeps answering, and SIGTERM draining: the requests in flight
+answered, new connections refused, master and workers gone. The production layout test (tests/e2e/test_production_layout.py)
 runs the whole protocol through it behind nginx.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,10 +21,17 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from apps.decentrl.models import Nonce
+from apps.messaging.services import is_registered
+from apps.tenants.models import Tenant
+from apps.wire import contract as wc
+from apps.wire.canonical import canonical_bytes
+from apps.wire.client import Identity
 from mediator_project import http_server as tier
 from tests.support import servers
+from tests.support.pglocks import another_session_waits_for_a_lock
 from tests.support.servers import ROOT, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -231,3 +241,111 @@ def test_the_tier_binds_loopback_unless_http_host_says_otherwise(monkeypatch):
     assert tier.server().bind_addr == "127.0.0.1"
     monkeypatch.setenv("HTTP_HOST", "0.0.0.0")
     assert tier.server().bind_addr == "0.0.0.0"
+
+
+def _registration(tenant: Tenant, alias: str) -> tuple[str, bytes]:
+    """(DID, body) of a REQUEST_COMMUNICATION_CONTRACT registering a new identity with `tenant`."""
+    who = Identity.create(alias, tenant.did)
+    request = wc.build_request(
+        requestor_did=who.did,
+        recipient_did=tenant.did,
+        recipient_prekey=bytes(tenant.prekey_public),
+        signing=who.signing,
+        expires_at=int(time.time()) + 86_400,
+    )
+    payload = {
+        "type": "REQUEST_COMMUNICATION_CONTRACT",
+        "encrypted_contract_request": request.encrypted,
+        "requestor_ephemeral_public_key": request.ephemeral_public_b64,
+    }
+    return who.did, canonical_bytes(who.sign_command(recipient_did=tenant.did, payload=payload))
+
+
+def _head(port: int, length: int, extra: str = "") -> bytes:
+    return (
+        f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def _read_head(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
+    """(head, what followed it) of the next response on `sock`."""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _reply(sock: socket.socket) -> tuple[int, dict]:
+    """(status, JSON body) of the next response on `sock`, read by its Content-Length."""
+    head, body = _read_head(sock)
+    lines = head.decode("latin-1").split("\r\n")
+    length = int(next(v for k, v in (line.split(":", 1) for line in lines[1:]) if k.lower() == "content-length"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed inside a response body"
+        body += chunk
+    return int(lines[0].split()[1]), json.loads(body)
+
+
+def _refused(port: int, timeout: float = 10.0) -> bool:
+    """True once a connection to 127.0.0.1:`port` is refused (within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_sigterm_answers_the_requests_in_flight_refuses_new_connections_and_exits(http_server):
+    """SIGTERM to the master (what podman, Kubernetes and supervisord send) with two registrations
+    in flight: one whose body is still arriving (the worker has read its head and asked for the
+    body: 100 Continue), one inside the application, waiting on a PostgreSQL lock the test holds
+    on the nonce table (every authenticated command stores its nonce). Before either finishes the
+    port refuses connections and an idle kept-alive connection is closed; then both are answered
+    MEDIATOR_REGISTRATION_SUCCESS, each connection closed after its answer, both identities are
+    registered, and master and workers exit 0 well within WORKERS_KILL_TIMEOUT (no worker killed)."""
+    tenant = Tenant.objects.get(slug="tier")
+    port = int(http_server["url"].rsplit(":", 1)[1])
+    proc = http_server["proc"]
+    workers = _workers(proc.pid)
+    uploading_did, uploading = _registration(tenant, "uploading")
+    waiting_did, waiting = _registration(tenant, "waiting")
+    idle = socket.create_connection(("127.0.0.1", port), timeout=10)
+    idle.sendall(_head(port, 2) + b"{}")
+    assert _reply(idle) == INVALID  # kept alive: HTTP/1.1's default
+
+    in_app = socket.create_connection(("127.0.0.1", port), timeout=10)
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(f"LOCK TABLE {Nonce._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        in_app.sendall(_head(port, len(waiting)) + waiting)
+        assert another_session_waits_for_a_lock()
+        slow.sendall(_head(port, len(uploading), "Expect: 100-continue\r\n"))
+        assert _read_head(slow) == (b"HTTP/1.1 100 Continue", b"")
+        half = len(uploading) // 2
+        slow.sendall(uploading[:half])
+
+        os.kill(proc.pid, signal.SIGTERM)
+        assert _refused(port), http_server["log"]()
+        assert idle.recv(1) == b""
+        slow.sendall(uploading[half:])
+    # The lock went with the transaction.
+
+    for sock in (slow, in_app):
+        status, body = _reply(sock)
+        assert (status, body["type"], body["code"]) == (200, "SUCCESS", "MEDIATOR_REGISTRATION_SUCCESS")
+        assert sock.recv(1) == b""
+        sock.close()
+    idle.close()
+    proc.wait(timeout=tier.WORKERS_KILL_TIMEOUT)  # counted from the lock's release
+    assert proc.returncode == 0
+    assert "Killing worker" not in http_server["log"](), http_server["log"]()
+    assert not any(_alive(p) for p in workers)
+    assert is_registered(tenant=tenant, did=uploading_did) and is_registered(tenant=tenant, did=waiting_did)
