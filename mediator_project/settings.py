@@ -296,6 +296,13 @@ MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_A
 MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
 MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
 MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)
+# Push providers' base URLs (docs/push.md, "Providers"): the real services by default; the tests
+# point them at their loopback stand-ins. FCM's OAuth token URL is the service account's token_uri,
+# Web Push's the subscription's endpoint, which must be https unless PUSH_WEBPUSH_ALLOW_HTTP (tests).
+PUSH_FCM_URL = env("PUSH_FCM_URL", "https://fcm.googleapis.com")
+PUSH_APNS_URL = env("PUSH_APNS_URL", "https://api.push.apple.com")
+PUSH_APNS_SANDBOX_URL = env("PUSH_APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com")
+PUSH_WEBPUSH_ALLOW_HTTP = env_bool("PUSH_WEBPUSH_ALLOW_HTTP", False)
 # /ws and /didcomm/ws upgrades, and /ws AUTHENTICATE attempts, per IP: token buckets too, per minute
 # sustained with bursts of up to _BURST. When a node or the network fails, every socket behind one
 # address (carrier NAT: many wallets) reconnects at once; a burst lets them back in.
