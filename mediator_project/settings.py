@@ -618,6 +618,12 @@ LOGGING = {
         # On the originating loggers too, so that every handler sees only the redacted record.
         "django.db.backends": {"filters": ["redact_sql"]},
         "django.db.backends.schema": {"filters": ["redact_sql"]},
+        # The HTTP clients log each request's URL at INFO/DEBUG, and a push URL carries the device
+        # token (APNs' path, a Web Push endpoint): never below WARNING (docs/push.md, "Providers").
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+        "hpack": {"level": "WARNING"},
     },
 }
 

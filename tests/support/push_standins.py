@@ -492,7 +492,7 @@ class ApnsStandin:
     answers: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)  # device token → answer
     deliveries: list[tuple[str, dict[str, str], dict]] = field(default_factory=list)
     provider_tokens: dict[str, list[str]] = field(default_factory=dict)  # kid → distinct JWTs, in order
-    stale_before: float = 0.0  # provider tokens issued before this are refused as expired
+    stale_before: dict[str, int] = field(default_factory=dict)  # kid → tokens issued before are expired
     requests: int = 0
 
     def __post_init__(self) -> None:
@@ -563,7 +563,7 @@ class ApnsStandin:
             )
         except jwt.PyJWTError:
             return no(403, "InvalidProviderToken")
-        if time.time() - claims["iat"] > APNS_REUSE_MAX_S or claims["iat"] < self.stale_before:
+        if time.time() - claims["iat"] > APNS_REUSE_MAX_S or claims["iat"] < self.stale_before.get(key.key_id, 0):
             return no(403, "ExpiredProviderToken")
         seen = self.provider_tokens.setdefault(key.key_id, [])
         if provider_token not in seen:
