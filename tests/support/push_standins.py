@@ -100,7 +100,7 @@ class _Http1Server:
         self._httpd.daemon_threads = True
         self._httpd.app = app  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -154,7 +154,7 @@ class _H2Server:
         self._server.daemon_threads = True
         self._server.app = app  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     def close(self) -> None:
