@@ -263,3 +263,40 @@ def test_check_accepts_a_p8_key_and_apples_ids(team, apns):
     _key, credentials, settings = team
 
     apns.check(credentials, settings)
+
+
+def _raw(standin, team, **headers) -> httpx.Response:
+    key, _credentials, _settings = team
+    token = jwt.encode(
+        {"iss": key.team_id, "iat": int(time.time())}, key.pem, algorithm="ES256", headers={"kid": key.key_id}
+    )
+    with httpx.Client(http1=False, http2=True) as client:
+        return client.post(
+            f"{standin.url}/3/device/{standin.device(BUNDLE)}",
+            content=b'{"aps":{"content-available":1}}',
+            headers={"authorization": f"bearer {token}", **headers},
+        )
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "reason"),
+    [
+        ({"apns-push-type": "background", "apns-priority": "5"}, 400, "MissingTopic"),
+        (
+            {"apns-topic": "org.example.other", "apns-push-type": "background", "apns-priority": "5"},
+            400,
+            "TopicDisallowed",
+        ),
+        ({"apns-topic": BUNDLE, "apns-push-type": "silent", "apns-priority": "5"}, 400, "InvalidPushType"),
+        ({"apns-topic": BUNDLE, "apns-push-type": "background", "apns-priority": "10"}, 400, "BadPriority"),
+        (
+            {"apns-topic": BUNDLE, "apns-push-type": "background", "apns-priority": "5", "apns-collapse-id": "c" * 65},
+            400,
+            "BadCollapseId",
+        ),
+    ],
+)
+def test_the_standin_refuses_wrong_headers(standin, team, headers, status, reason):
+    resp = _raw(standin, team, **headers)
+
+    assert (resp.status_code, resp.json()["reason"]) == (status, reason)

@@ -9,6 +9,7 @@ import json
 import time
 
 import httpx
+import jwt
 import pytest
 import time_machine
 from cryptography.hazmat.primitives import serialization
@@ -16,7 +17,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from apps.push.providers.base import Result, Wake
 from apps.push.providers.fcm import EARLY_REFRESH_S, FcmProvider
-from tests.support.push_standins import FCM_SCOPE, GOOGLE_TOKEN_AUDIENCE, FcmStandin, fake_service_account
+from tests.support.push_standins import (
+    FCM_SCOPE,
+    GOOGLE_TOKEN_AUDIENCE,
+    JWT_BEARER,
+    FcmStandin,
+    fake_service_account,
+)
 from tests.support.servers import free_port
 
 SILENT = Wake()
@@ -265,3 +272,41 @@ def test_check_accepts_a_service_account_key_offline(standin, account, fcm):
     fcm.check(creds(account), {})
 
     assert standin.requests == requests
+
+
+def _assertion(account, lifetime: int = 3600, **claims) -> str:
+    now = int(time.time())
+    payload = {"iss": account.info["client_email"], "scope": FCM_SCOPE, "aud": GOOGLE_TOKEN_AUDIENCE, "iat": now}
+    payload["exp"] = now + lifetime
+    payload.update(claims)
+    return jwt.encode(
+        payload, account.info["private_key"], algorithm="RS256", headers={"kid": account.info["private_key_id"]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ({"lifetime": 3601}, "Invalid JWT: Token must be a short-lived token (60 minutes)"),
+        ({"scope": "https://www.googleapis.com/auth/cloud-platform.read-only"}, "scope"),
+        ({"aud": "https://example.com/token"}, "InvalidAudienceError"),
+        ({"iss": "someone@else.iam.gserviceaccount.com"}, "InvalidIssuerError"),
+    ],
+)
+def test_the_standins_token_endpoint_refuses_a_wrong_assertion(standin, account, claims, why):
+    resp = httpx.post(standin.token_uri, data={"grant_type": JWT_BEARER, "assertion": _assertion(account, **claims)})
+
+    assert (resp.status_code, resp.json()["error"], standin.refused_exchanges[-1]) == (400, "invalid_grant", why)
+
+
+def test_the_standin_refuses_a_data_value_that_is_not_a_string(standin, account, fcm):
+    assert fcm.send(creds(account), {}, "device-warm", SILENT) == Result("sent")
+    access = next(iter(standin.access_tokens))
+
+    resp = httpx.post(
+        f"{standin.url}/v1/projects/wallet-test/messages:send",
+        json={"message": {"token": "x", "data": {"n": 1}}},
+        headers={"authorization": f"Bearer {access}"},
+    )
+
+    assert resp.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "message.data[0].value"

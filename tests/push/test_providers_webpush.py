@@ -144,6 +144,15 @@ def test_a_subscription_made_with_another_vapid_key_is_refused_and_kept(standin,
     assert standin.refusals[-1] == "403 vapid key is not the subscription's applicationServerKey"
 
 
+def test_a_body_not_encrypted_to_the_subscription_is_refused(standin, vapid, webpush):
+    credentials, public = vapid
+    sub, other = standin.subscribe(public), standin.subscribe(public)
+    swapped = json.dumps({**json.loads(sub.json), "keys": json.loads(other.json)["keys"]})
+
+    assert webpush.send(credentials, SUBJECT, swapped, SILENT) == Result("failed", "bad_request")
+    assert standin.refusals[-1] == "400 does not decrypt: ECEException"
+
+
 def test_a_subscription_the_push_service_forgot_is_dead(standin, vapid, webpush):
     credentials, public = vapid
     sub = standin.subscribe(public)
