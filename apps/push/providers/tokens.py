@@ -64,19 +64,9 @@ class TokenCache:
                 slot.token = make()
             return slot.token
 
-    def peek(self, key: str) -> Token | None:
-        """The cached token of a key, if any (made by no one)."""
-        with self._lock:
-            slot = self._slots.get(key)
-        return None if slot is None else slot.token
-
     def drop(self, key: str, token: Token) -> None:
         """Forget `token` (the provider refused it), unless another send already replaced it."""
         slot = self._slot(key)
         with slot.lock:
             if slot.token == token:
                 slot.token = None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._slots.clear()
