@@ -432,10 +432,10 @@ V2 = Door(
 # --- DIDComm v1 (RFC 0019) ----------------------------------------------------------------------
 
 
-def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
-    """A Report Problem 1.0 message about `msg` (its thread)."""
+def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None, report_type: str | None = None) -> dict:
+    """A Report Problem 1.0 message about `msg` (its thread), of `report_type` when the protocol has its own."""
     report: dict = {
-        "@type": protocols.REPORT_PROBLEM_V1,
+        "@type": report_type or protocols.REPORT_PROBLEM_V1,
         "@id": str(uuid.uuid4()),
         "description": {"code": code, "en": comment},
     }
@@ -498,7 +498,7 @@ def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers.Outco
 
 def _problem_v1(problem: Problem, msg: message_v1.V1Message | None, ctx: ContextV1 | None) -> Reply:
     """Authcrypt to the sender when known, plaintext JSON otherwise; the HTTP status says the error."""
-    report = problem_v1(problem.code, problem.comment, msg)
+    report = problem_v1(problem.code, problem.comment, msg, problem.report_type_v1)
     if ctx is not None and ctx.sender_verkey is not None:
         try:
             envelope = pack_reply(report, identity=ctx.identity, their_verkey=ctx.sender_verkey, routing_keys=[])
