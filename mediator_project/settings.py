@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "apps.messaging",
     "apps.realtime",
     "apps.usage",
+    "apps.push",
     "apps.decentrl",
     "apps.didcomm",
     "apps.ops",
@@ -303,6 +304,21 @@ PUSH_FCM_URL = env("PUSH_FCM_URL", "https://fcm.googleapis.com")
 PUSH_APNS_URL = env("PUSH_APNS_URL", "https://api.push.apple.com")
 PUSH_APNS_SANDBOX_URL = env("PUSH_APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com")
 PUSH_WEBPUSH_ALLOW_HTTP = env_bool("PUSH_WEBPUSH_ALLOW_HTTP", False)
+# A webhook provider's URL must be https unless this is on (tests: a loopback stand-in).
+PUSH_WEBHOOK_ALLOW_HTTP = env_bool("PUSH_WEBHOOK_ALLOW_HTTP", False)
+# Wakes (docs/push.md, "When a wake leaves"): at most one per subject between two pickups, and no
+# closer together than this many seconds. A send the provider asks to retry waits
+# PUSH_RETRY_BASE_S * 2^attempt with jitter (or its Retry-After), at most PUSH_RETRY_CAP_S, for at
+# most PUSH_RETRY_MAX_ATTEMPTS attempts; the wake tasks run on the Celery queue PUSH_QUEUE.
+PUSH_WAKE_INTERVAL_S = env_int("PUSH_WAKE_INTERVAL_S", 60)
+PUSH_RETRY_BASE_S = env_int("PUSH_RETRY_BASE_S", 5)
+PUSH_RETRY_CAP_S = env_int("PUSH_RETRY_CAP_S", 900)
+PUSH_RETRY_MAX_ATTEMPTS = env_int("PUSH_RETRY_MAX_ATTEMPTS", 8)
+PUSH_QUEUE = env("PUSH_QUEUE", "celery")
+if PUSH_WAKE_INTERVAL_S < 0 or PUSH_RETRY_BASE_S < 1 or PUSH_RETRY_CAP_S < PUSH_RETRY_BASE_S:
+    raise ImproperlyConfigured(
+        "PUSH_WAKE_INTERVAL_S >= 0, PUSH_RETRY_BASE_S >= 1, PUSH_RETRY_CAP_S >= PUSH_RETRY_BASE_S"
+    )
 # /ws and /didcomm/ws upgrades, and /ws AUTHENTICATE attempts, per IP: token buckets too, per minute
 # sustained with bursts of up to _BURST. When a node or the network fails, every socket behind one
 # address (carrier NAT: many wallets) reconnects at once; a burst lets them back in.
