@@ -189,7 +189,8 @@ def test_a_push_service_that_does_not_answer_is_retried(vapid, webpush):
         (lambda s: json.dumps({**s, "keys": {**s["keys"], "p256dh": "AAAA"}}), "subscription_keys"),
         (lambda s: json.dumps({**s, "endpoint": "file:///etc/passwd"}), "subscription_endpoint"),
         (lambda s: json.dumps({**s, "endpoint": "https://user:pw@push.example/x"}), "subscription_endpoint"),
-        (lambda s: json.dumps({**s, "pad": "x" * 3000}), "subscription_too_large"),
+        (lambda s: json.dumps({**s, "endpoint": "http://push.example/x"}), "subscription_endpoint"),
+        (lambda s: json.dumps({**s, "pad": "x" * 4096}), "subscription_too_large"),
     ],
 )
 def test_a_malformed_subscription_is_refused(standin, vapid, change, reason):

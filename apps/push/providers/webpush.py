@@ -7,8 +7,8 @@ the push service may use (VAPID `sub`). The public half is the `applicationServe
 subscribes with (`application_server_key`).
 
 The device token is the browser's PushSubscription as JSON (`{"endpoint", "keys": {"p256dh",
-"auth"}}`, `parse_subscription`); the request goes to its endpoint, which must be https (unless
-PUSH_WEBPUSH_ALLOW_HTTP, for the loopback stand-in of the tests).
+"auth"}}`, `parse_subscription`); the request goes to its endpoint, which must be https (http
+only to a loopback host when PUSH_WEBPUSH_ALLOW_HTTP, for the stand-in of the tests).
 
 - The body is encrypted to the subscription's keys (aes128gcm) and says nothing identifying:
   `{"type": "wake"}`, plus the localisation keys when the tenant chose visible pushes (a browser
@@ -50,7 +50,8 @@ BODY_LIMIT = 4096
 ENCRYPTION_OVERHEAD = 86 + 16 + 1
 TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")  # RFC 8030 §5.4: at most 32 base64url characters
 SUBJECT = re.compile(r"(mailto:[^@\s]+@[^@\s]+|https://[^\s/]+(/\S*)?)")
-SUBSCRIPTION_LIMIT = 2048  # bytes of a subscription's JSON
+SUBSCRIPTION_LIMIT = 4096  # bytes of a subscription's JSON (as registration allows, apps/push/services.py)
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 REASONS = {
     400: "bad_request",
     401: "unauthorized",
@@ -95,9 +96,15 @@ def parse_subscription(text: str) -> Subscription:
     if not isinstance(keys, dict):
         raise ValueError("subscription_keys")
     endpoint = data.get("endpoint")
-    allowed = ("https",) + (("http",) if django_settings.PUSH_WEBPUSH_ALLOW_HTTP else ())
-    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-    if parts is None or parts.scheme not in allowed or not parts.hostname or parts.username or parts.password:
+    try:
+        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        host = parts.hostname if parts is not None else None
+    except ValueError:
+        raise ValueError("subscription_endpoint") from None
+    loopback_http = django_settings.PUSH_WEBPUSH_ALLOW_HTTP and host in LOOPBACK
+    if parts is None or not host or parts.username or parts.password:
+        raise ValueError("subscription_endpoint")
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback_http):
         raise ValueError("subscription_endpoint")
     if not _b64url(keys.get("p256dh"), 65) or not _b64url(keys.get("auth"), 16):
         raise ValueError("subscription_keys")
