@@ -54,7 +54,8 @@ def fcm():
 
 
 def creds(account) -> dict:
-    return {"service_account": account.text}
+    """The sealed credentials of an FCM provider: the key file's object (as PushProvider.seal gets it)."""
+    return json.loads(account.text)
 
 
 def test_a_silent_wake_reaches_fcm_as_a_content_free_data_message(standin, account, fcm):
@@ -185,7 +186,7 @@ def test_a_key_google_does_not_know_is_refused_and_sends_nothing(standin, accoun
     forged = dict(fake_service_account(standin.token_uri).info, private_key_id=account.info["private_key_id"])
     sent = len(standin.messages)
 
-    result = fcm.send({"service_account": json.dumps(forged)}, {}, "device-f", SILENT)
+    result = fcm.send(forged, {}, "device-f", SILENT)
 
     assert result == Result("failed", "oauth_refused")
     assert standin.refused_exchanges[-1] == "InvalidSignatureError"
@@ -195,9 +196,7 @@ def test_a_key_google_does_not_know_is_refused_and_sends_nothing(standin, accoun
 def test_a_project_the_token_is_not_for_is_refused(standin, account, fcm):
     wrong = dict(account.info, project_id="someone-else")
 
-    assert fcm.send({"service_account": json.dumps(wrong)}, {}, "device-p", SILENT) == Result(
-        "failed", "PERMISSION_DENIED"
-    )
+    assert fcm.send(wrong, {}, "device-p", SILENT) == Result("failed", "PERMISSION_DENIED")
 
 
 def test_a_payload_over_4096_bytes_is_not_sent(standin, account, fcm):
@@ -241,29 +240,25 @@ def _ec_pem() -> str:
     ).decode()
 
 
+BAD_PEM = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda info: "not json", "service_account_not_json"),
-        (lambda info: json.dumps([info]), "service_account_not_json"),
-        (lambda info: json.dumps({**info, "type": "authorized_user"}), "service_account_type"),
-        (
-            lambda info: json.dumps({k: v for k, v in info.items() if k != "client_email"}),
-            "service_account_client_email_missing",
-        ),
-        (lambda info: json.dumps({**info, "token_uri": "file:///etc/passwd"}), "service_account_token_uri"),
-        (
-            lambda info: json.dumps(
-                {**info, "private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}
-            ),
-            "service_account_private_key",
-        ),
-        (lambda info: json.dumps({**info, "private_key": _ec_pem()}), "service_account_private_key"),
+        (lambda info: {}, "service_account_missing"),
+        (lambda info: {**info, "type": "authorized_user"}, "service_account_type"),
+        (lambda info: {k: v for k, v in info.items() if k != "client_email"}, "service_account_client_email_missing"),
+        (lambda info: {**info, "project_id": 7}, "service_account_project_id_missing"),
+        (lambda info: {**info, "client_email": "nobody"}, "service_account_client_email"),
+        (lambda info: {**info, "token_uri": "file:///etc/passwd"}, "service_account_token_uri"),
+        (lambda info: {**info, "private_key": BAD_PEM}, "service_account_private_key"),
+        (lambda info: {**info, "private_key": _ec_pem()}, "service_account_private_key"),
     ],
 )
 def test_check_rejects_bad_credentials(account, fcm, change, reason):
     with pytest.raises(ValueError, match=f"^{reason}$"):
-        fcm.check({"service_account": change(account.info)}, {})
+        fcm.check(change(creds(account)), {})
 
 
 def test_check_accepts_a_service_account_key_offline(standin, account, fcm):

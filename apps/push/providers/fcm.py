@@ -1,8 +1,9 @@
 """Firebase Cloud Messaging, HTTP v1 API (docs/push.md, "Providers"; the wire contract is
 Firebase's `projects.messages.send` and its ErrorCode reference).
 
-Credentials: `service_account`, the JSON key file of a Google service account of the tenant's
-Firebase project (the operator pastes its text). No settings: the project is the key's `project_id`.
+Credentials: the JSON key file of a Google service account of the tenant's Firebase project, the
+object itself (the operator pastes the file's text; it is sealed as parsed). No settings: the
+project is the key's `project_id`.
 
 - The access token comes from the OAuth 2.0 JWT bearer flow run by google-auth
   (`google.oauth2.service_account.Credentials`, scope `firebase.messaging`): it signs the RS256
@@ -81,16 +82,11 @@ class _Request(google.auth.transport.requests.Request):
 
 
 def service_account_info(credentials: dict) -> dict:
-    """The tenant's service-account key as a dict, its shape checked (ValueError: a short reason)."""
-    text = credentials.get("service_account")
-    if not isinstance(text, str) or not text.strip():
+    """The tenant's service-account key (the credentials are the key file's JSON object), its
+    shape checked (ValueError: a short reason)."""
+    info = credentials
+    if not isinstance(info, dict) or not info:
         raise ValueError("service_account_missing")
-    try:
-        info = json.loads(text)
-    except ValueError:
-        raise ValueError("service_account_not_json") from None
-    if not isinstance(info, dict):
-        raise ValueError("service_account_not_json")
     for name in SERVICE_ACCOUNT_FIELDS:
         if not isinstance(info.get(name), str) or not info[name]:
             raise ValueError(f"service_account_{name}_missing")
@@ -183,7 +179,8 @@ class FcmProvider:
     """The FCM HTTP v1 provider (kind `fcm`)."""
 
     kind = KIND
-    credential_fields = ("service_account",)
+    # What the tenant page asks for: the credentials are the key file's object itself.
+    credential_fields: tuple[str, ...] = ()
     setting_fields: tuple[str, ...] = ()
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
