@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import base64
 
+import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from apps.decentrl.wsgi import ProtocolWSGIApplication
 from apps.push.models import Device
 from apps.push.services import subject_for_did
 from apps.usage import records as request_records
+from apps.wire.client import MediatorClient
+from tests.conftest import HOST_A, keep_test_connection
 from tests.support.registration import register
 
 pytestmark = pytest.mark.django_db
@@ -134,3 +138,18 @@ def test_turned_off_they_are_refused_exactly_as_an_unknown_command(post_a, tenan
     # metered as the unknown command is: no command type, no sender
     assert {(r.command_type, r.sender_did, r.code) for r in seen} == {(None, None, "INVALID_COMMAND")}
     assert rows(tenant_a) == []
+
+
+def test_the_client_library_has_a_method_per_command(tenant_a, post_a, alice):
+    """apps/wire/client.py's push_device_set / push_device / push_device_remove, over the production WSGI
+    application in process (the same bytes as over a socket)."""
+    register(post_a, alice, tenant_a)
+    http = httpx.Client(transport=httpx.WSGITransport(app=ProtocolWSGIApplication()))
+    client = MediatorClient(f"http://{HOST_A}", http=http)
+    with keep_test_connection():
+        assert client.push_device_set(alice, "apns", "AB" * 32) == {"type": "SUCCESS"}
+        assert client.push_device(alice, "apns") == {"service": "apns", "token": "ab" * 32, "platform": None}
+        assert client.push_device(alice, "fcm") is None
+        assert client.push_device_remove(alice, "apns") is True
+        assert client.push_device_remove(alice, "apns") is False
+    client.close()
