@@ -14,6 +14,7 @@ from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
 from apps.messaging.notify import notify_on_commit
+from apps.push import services as push
 from apps.tenants.models import Tenant
 
 from .models import DidcommPolicy, Mediation, QueuedMessage, RecipientKey
@@ -65,10 +66,17 @@ def _queue(mediation: Mediation, recipient: RecipientKey | None):
     return qs.filter(recipient=recipient) if recipient is not None else qs
 
 
+def _picked_up(mediation: Mediation) -> None:
+    """The client reads or acknowledges its queue: it is awake, a next message may wake it again
+    (docs/push.md, "When a wake leaves"). Every pickup path reads through here."""
+    push.picked_up(tenant_id=mediation.tenant_id, subject=push.subject_for_mediation(mediation.client_hash))
+
+
 def messages_rows(
     *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
 ) -> list[Row]:
     """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay queued."""
+    _picked_up(mediation)
     qs = _queue(mediation, recipient).order_by("id")
     if ids is not None:
         qs = qs.filter(message_id__in=_uuids(ids))
@@ -86,6 +94,7 @@ def messages_batch(
 
 def messages_status(*, mediation: Mediation, recipient: RecipientKey | None) -> dict:
     """Pickup 3.0 status figures of the client's queue (or one recipient's)."""
+    _picked_up(mediation)
     agg = _queue(mediation, recipient).aggregate(
         n=Count("id"), oldest=Min("received_at"), newest=Max("received_at"), size=Sum("size")
     )
@@ -114,6 +123,7 @@ def _uuids(ids: list) -> list[uuid.UUID]:
 @transaction.atomic
 def messages_received(*, mediation: Mediation, ids: list) -> int:
     """messages-received: the client's listed messages leave the queue; returns how many did."""
+    _picked_up(mediation)
     return _delete_queued(QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)))
 
 
