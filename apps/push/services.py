@@ -21,7 +21,8 @@ from django.utils import timezone
 from apps.messaging import notify, presence, wake
 from apps.tenants.models import Tenant
 
-from .models import Device, Service
+from .models import Device, PushProvider, Service
+from .providers import PROVIDERS
 
 # Caps (docs/push.md, "Devices"): FCM registration tokens are printable ASCII (FCM documents no
 # length; they are ~160 characters today, 4096 leaves room); APNs device tokens are hex (32 bytes
@@ -211,3 +212,34 @@ def wake_request(*, tenant_id: int, subject: str) -> None:
     says it is open (a live delivery that stayed unacknowledged: the socket is asleep), under the
     same coalescing as a stored message."""
     notify.wake_on_commit(tenant_id=tenant_id, subject=subject, due=True, even_if_live=True)
+
+
+class ProviderInvalid(Exception):
+    """Provider credentials or settings its `check` refused; the message is the reason."""
+
+
+def provider_check(*, provider: PushProvider, settings_: dict, credentials: dict | None) -> None:
+    """The provider's own `check` of the credentials (None: the sealed ones) and settings."""
+    impl = PROVIDERS.get(provider.kind)
+    if impl is None:
+        raise ProviderInvalid("no such provider")
+    current = credentials if credentials is not None else provider.credentials()
+    try:
+        impl.check(current, settings_)
+    except ValueError as exc:
+        raise ProviderInvalid(str(exc)) from None
+
+
+@transaction.atomic
+def provider_save(*, provider: PushProvider, enabled: bool, settings_: dict, credentials: dict | None) -> PushProvider:
+    """Save a tenant's provider: `credentials` None keeps the sealed ones; both are checked with
+    the provider's own `check` first (ProviderInvalid), and the state starts over as unchecked."""
+    provider_check(provider=provider, settings_=settings_, credentials=credentials)
+    provider.enabled = enabled
+    provider.settings = settings_
+    if credentials is not None:
+        provider.seal(credentials)
+    provider.state, provider.last_error = PushProvider.State.UNCHECKED, ""
+    provider.updated_at = timezone.now()
+    provider.save()
+    return provider
