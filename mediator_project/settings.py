@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "apps.messaging",
     "apps.realtime",
     "apps.usage",
+    "apps.push",
     "apps.decentrl",
     "apps.didcomm",
     "apps.ops",
@@ -300,6 +301,28 @@ MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = env_bool("MEDIATOR_DIDCOMM_OUTBOUND_A
 MEDIATOR_DIDCOMM_OUTBOUND_QUEUE = env("MEDIATOR_DIDCOMM_OUTBOUND_QUEUE", "celery")
 MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_TIMEOUT_SECONDS", 10)
 MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS = env_int("MEDIATOR_DIDCOMM_OUTBOUND_MAX_BACKOFF_SECONDS", 3600)
+# Push providers' base URLs (docs/push.md, "Providers"): the real services by default; the tests
+# point them at their loopback stand-ins. FCM's OAuth token URL is the service account's token_uri,
+# Web Push's the subscription's endpoint, which must be https unless PUSH_WEBPUSH_ALLOW_HTTP (tests).
+PUSH_FCM_URL = env("PUSH_FCM_URL", "https://fcm.googleapis.com")
+PUSH_APNS_URL = env("PUSH_APNS_URL", "https://api.push.apple.com")
+PUSH_APNS_SANDBOX_URL = env("PUSH_APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com")
+PUSH_WEBPUSH_ALLOW_HTTP = env_bool("PUSH_WEBPUSH_ALLOW_HTTP", False)
+# A webhook provider's URL must be https unless this is on (tests: a loopback stand-in).
+PUSH_WEBHOOK_ALLOW_HTTP = env_bool("PUSH_WEBHOOK_ALLOW_HTTP", False)
+# Wakes (docs/push.md, "When a wake leaves"): at most one per subject between two pickups, and no
+# closer together than this many seconds. A send the provider asks to retry waits
+# PUSH_RETRY_BASE_S * 2^attempt with jitter (or its Retry-After), at most PUSH_RETRY_CAP_S, for at
+# most PUSH_RETRY_MAX_ATTEMPTS attempts; the wake tasks run on the Celery queue PUSH_QUEUE.
+PUSH_WAKE_INTERVAL_S = env_int("PUSH_WAKE_INTERVAL_S", 60)
+PUSH_RETRY_BASE_S = env_int("PUSH_RETRY_BASE_S", 5)
+PUSH_RETRY_CAP_S = env_int("PUSH_RETRY_CAP_S", 900)
+PUSH_RETRY_MAX_ATTEMPTS = env_int("PUSH_RETRY_MAX_ATTEMPTS", 8)
+PUSH_QUEUE = env("PUSH_QUEUE", "celery")
+if PUSH_WAKE_INTERVAL_S < 0 or PUSH_RETRY_BASE_S < 1 or PUSH_RETRY_CAP_S < PUSH_RETRY_BASE_S:
+    raise ImproperlyConfigured(
+        "PUSH_WAKE_INTERVAL_S >= 0, PUSH_RETRY_BASE_S >= 1, PUSH_RETRY_CAP_S >= PUSH_RETRY_BASE_S"
+    )
 # /ws and /didcomm/ws upgrades, and /ws AUTHENTICATE attempts, per IP: token buckets too, per minute
 # sustained with bursts of up to _BURST. When a node or the network fails, every socket behind one
 # address (carrier NAT: many wallets) reconnects at once; a burst lets them back in.
@@ -624,6 +647,12 @@ LOGGING = {
         # On the originating loggers too, so that every handler sees only the redacted record.
         "django.db.backends": {"filters": ["redact_sql"]},
         "django.db.backends.schema": {"filters": ["redact_sql"]},
+        # The HTTP clients log each request's URL at INFO/DEBUG, and a push URL carries the device
+        # token (APNs' path, a Web Push endpoint): never below WARNING (docs/push.md, "Providers").
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+        "hpack": {"level": "WARNING"},
     },
 }
 

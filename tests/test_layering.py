@@ -21,6 +21,7 @@ RANK = {
     "usage": 3,
     "ops": 3,
     "realtime": 4,
+    "push": 4,
     "decentrl": 5,
     "didcomm": 5,
     "console": 6,

@@ -195,7 +195,10 @@ class TenantAdminForm(forms.ModelForm):
 
 IDENTITY = ("Mediator", {"fields": ["slug", "name", "domain", "aliases", "public_url", "did", "status"]})
 POLICY_SETS = [
-    ("Registration", {"fields": ["registration_open", "max_identities", "max_registration_days"]}),
+    (
+        "Registration",
+        {"fields": ["registration_open", "max_identities", "max_registration_days", "decentrl_push_devices"]},
+    ),
     (
         "Queues and storage",
         {

@@ -29,6 +29,7 @@ from apps.tenants.services import (
     HOST_PATTERN,
     NULLABLE_POLICY,
     POLICY_BOUNDS,
+    POLICY_FIELDS,
     PUBLIC_URL_MESSAGE,
     PUBLIC_URL_PATTERN,
     Actor,
@@ -66,7 +67,11 @@ def _actor(request: Request) -> Actor:
 def _policy_fields(*, required: bool) -> dict:
     """The policy members, described in the schema with the console's words (apps/tenants/texts.py)."""
     fields: dict = {
-        "registration_open": apibase.BooleanField(required=required, help_text=texts.help_text("registration_open"))
+        "registration_open": apibase.BooleanField(required=required, help_text=texts.help_text("registration_open")),
+        # Added after the API's first release: optional, so that existing callers' bodies stay valid.
+        "decentrl_push_devices": apibase.BooleanField(
+            required=False, help_text=texts.help_text("decentrl_push_devices")
+        ),
     }
     for name, (lo, hi) in POLICY_BOUNDS.items():
         fields[name] = apibase.IntegerField(
@@ -117,7 +122,7 @@ class TenantSerializer(serializers.Serializer):
             "did": tenant.did,
             "public_url": tenant.public_url,
             "status": tenant.status,
-            "policy": {name: getattr(tenant, name) for name in ("registration_open", *POLICY_BOUNDS)},
+            "policy": {name: getattr(tenant, name) for name in POLICY_FIELDS},
             "keys": {
                 "signing_key_fingerprint": fingerprint(tenant.signing_public),
                 "prekey_fingerprint": fingerprint(tenant.prekey_public),

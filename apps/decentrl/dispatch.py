@@ -37,7 +37,14 @@ from apps.tenants.resolver import Verdict, resolve_did, verify_signer
 from apps.usage import records
 from apps.wire.canonical import canonical_bytes
 from apps.wire.did import DidError
-from apps.wire.envelope import DIRECT_AUTHENTICATED, TWO_WAY_PRIVATE, Command, parse_command
+from apps.wire.envelope import (
+    DIRECT_AUTHENTICATED,
+    PUSH_COMMANDS,
+    TWO_WAY_PRIVATE,
+    Command,
+    parse_command,
+    unknown_command,
+)
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
 from . import handlers, storage
@@ -83,6 +90,15 @@ def admit(tenant: Tenant | None, size: int) -> Tenant:
     if size > min(settings.MEDIATOR_MAX_BODY_BYTES, tenant.max_body_bytes):
         raise ProtocolError(ErrorCode.PAYLOAD_TOO_LARGE)
     return tenant
+
+
+def parse(tenant: Tenant, raw: bytes) -> Command:
+    """The command, validated; a push-device command where the tenant turned them off is refused
+    exactly as a type the channel does not have (docs/push.md, "Registration")."""
+    cmd = parse_command(raw)
+    if cmd.type in PUSH_COMMANDS and not tenant.decentrl_push_devices:
+        raise unknown_command()
+    return cmd
 
 
 def authenticate(cmd: Command) -> Exception | None:
@@ -195,7 +211,7 @@ def handle(
         tenant = admit(tenant, len(raw))
         # Every command from one address counts, whatever its outcome.
         limits.per_ip("ip", tenant.pk, remote_addr, tenant.rate_limit_per_ip, tenant.rate_limit_per_ip_burst)
-        cmd = parse_command(raw)
+        cmd = parse(tenant, raw)
         failure = authenticate(cmd)
         verified = failure is None
         limits.per_did(tenant, cmd.header.sender_did, verified)

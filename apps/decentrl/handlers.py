@@ -7,6 +7,7 @@ from typing import Any
 
 from apps.messaging import public as public_svc
 from apps.messaging import services as svc
+from apps.push import services as push_svc
 from apps.tenants.models import Tenant
 from apps.wire import envelope as env
 from apps.wire.envelope import MAX_PAGE_SIZE, Pagination
@@ -125,6 +126,39 @@ def update_event_tags(ctx: CommandContext) -> dict:
     return SUCCESS
 
 
+def push_device_set(ctx: CommandContext) -> dict:
+    """PUSH_DEVICE_SET (our extension, docs/push.md): the sender's device on a service, set or replaced."""
+    body: env.PushDeviceSet = ctx.body
+    try:
+        push_svc.device_set(
+            tenant=ctx.tenant,
+            subject=push_svc.subject_for_did(ctx.sender_did),
+            service=body.service,
+            token=body.token,
+            platform=body.platform,
+        )
+    except push_svc.DeviceInvalid as exc:
+        raise ProtocolError(ErrorCode.INVALID_COMMAND, exc.code) from None
+    return SUCCESS
+
+
+def push_device_get(ctx: CommandContext) -> dict:
+    body: env.PushDevice = ctx.body
+    device = push_svc.device_get(
+        tenant=ctx.tenant, subject=push_svc.subject_for_did(ctx.sender_did), service=body.service
+    )
+    shown = None if device is None else {"service": device.service, "token": device.token, "platform": device.platform}
+    return {"type": "SUCCESS", "payload": {"device": shown}}
+
+
+def push_device_remove(ctx: CommandContext) -> dict:
+    body: env.PushDevice = ctx.body
+    removed = push_svc.device_remove(
+        tenant=ctx.tenant, subject=push_svc.subject_for_did(ctx.sender_did), service=body.service
+    )
+    return {"type": "SUCCESS", "payload": {"removed": removed}}
+
+
 DIRECT_HANDLERS: dict[str, Handler] = {
     "REQUEST_COMMUNICATION_CONTRACT": request_communication_contract,
     "COMMUNICATION_CONTRACT_RESPONSE": communication_contract_response,
@@ -143,6 +177,9 @@ DIRECT_HANDLERS: dict[str, Handler] = {
     "SAVE_EVENTS": save_events,
     "QUERY_EVENTS": query_events,
     "UPDATE_EVENT_TAGS": update_event_tags,
+    "PUSH_DEVICE_SET": push_device_set,
+    "PUSH_DEVICE_GET": push_device_get,
+    "PUSH_DEVICE_REMOVE": push_device_remove,
 }
 # Commands whose read the storage call runs after the claim (one statement on PostgreSQL); the
 # dispatcher passes what it read to the handler as `ctx.read`.

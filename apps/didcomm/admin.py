@@ -20,6 +20,7 @@ from django.utils.translation import ngettext
 from unfold.admin import ModelAdmin
 from unfold.decorators import action
 
+from apps.push import services as push
 from apps.tenants.admin import ReadOnlyModelAdmin
 from apps.tenants.services import Actor
 from apps.tenants.templatetags.mediator import did_cell
@@ -123,9 +124,21 @@ class MediationAdmin(ModelAdmin):
     list_filter = ["state", "tenant"]
     search_fields = ["client_did", "recipients__recipient_did"]
     list_select_related = ["tenant"]
-    fields = ["tenant", "client", "state", "created_at", "updated_at", "recipients_and_depths"]
+    fields = ["tenant", "client", "state", "created_at", "updated_at", "recipients_and_depths", "push_devices"]
     readonly_fields = fields
     actions = ["revoke_selected"]
+
+    @admin.display(description="Push devices")
+    def push_devices(self, obj: Mediation) -> str:
+        """Whether the client registered a push device and when it was last woken (no token)."""
+        devices = push.devices_of(tenant=obj.tenant, subject=push.subject_for_mediation(obj.client_hash))
+        if not devices:
+            return "none registered"
+        return ", ".join(
+            f"{d.get_service_display()}: last woken {utc_iso(d.last_woken_at) if d.last_woken_at else 'never'}"
+            for d in devices
+        )
+
     actions_detail = ["detail_revoke"]
 
     def has_add_permission(self, request) -> bool:

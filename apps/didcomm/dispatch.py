@@ -434,13 +434,15 @@ V2 = Door(
 # --- DIDComm v1 (RFC 0019) ----------------------------------------------------------------------
 
 
-def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None) -> dict:
-    """A Report Problem 1.0 message about `msg` (its thread); about a Pickup 4.0 message, that
-    protocol's own problem report, whose `~thread.pthid` names the thread (its spec's v1 form)."""
-    kind = protocols.problem_type(msg.type if msg is not None else None, protocols.REPORT_PROBLEM_V1)
+def problem_v1(code: str, comment: str, msg: message_v1.V1Message | None, report_type: str | None = None) -> dict:
+    """A Report Problem 1.0 message about `msg` (its thread), of `report_type` when the protocol has
+    its own; about a Pickup 4.0 message, that protocol's own problem report, whose `~thread.pthid`
+    names the thread (its spec's v1 form)."""
+    kind = report_type or protocols.problem_type(msg.type if msg is not None else None, protocols.REPORT_PROBLEM_V1)
     report: dict = {"@type": kind, "@id": str(uuid.uuid4()), "description": {"code": code, "en": comment}}
     if msg is not None:
-        report["~thread"] = {"thid": msg.thid} if kind == protocols.REPORT_PROBLEM_V1 else {"pthid": msg.thid}
+        pickup4 = kind == protocols.problem_type(protocols.PICKUP4, "")
+        report["~thread"] = {"pthid": msg.thid} if pickup4 else {"thid": msg.thid}
     return report
 
 
@@ -498,7 +500,7 @@ def _implicit(ctx: ContextV1, msg: message_v1.V1Message, outcome: handlers.Outco
 
 def _problem_v1(problem: Problem, msg: message_v1.V1Message | None, ctx: ContextV1 | None) -> Reply:
     """Authcrypt to the sender when known, plaintext JSON otherwise; the HTTP status says the error."""
-    report = problem_v1(problem.code, problem.comment, msg)
+    report = problem_v1(problem.code, problem.comment, msg, problem.report_type_v1)
     if ctx is not None and ctx.sender_verkey is not None:
         try:
             envelope = pack_reply(report, identity=ctx.identity, their_verkey=ctx.sender_verkey, routing_keys=[])

@@ -24,13 +24,25 @@ from apps.didcomm.core.resolver import authentication_key, key_agreement_key
 from apps.messaging import sql
 from apps.messaging.notify import notify_on_commit
 
-from . import metrics, protocols
+from . import devices, metrics, protocols
 from .mediation import RecipientRefused, mediation_for, mediation_request, recipient_of_client, recipients_page
 from .mediation import recipients_update as _recipients_update
 from .models import Connection, DidcommPolicy, Mediation, RecipientKey
 from .outbound import outbound_send_on_commit
 from .problems import Problem
-from .protocols import CM2, CM3, DISCOVER, FORWARD, PICKUP, PICKUP4, REPORT_PROBLEM, TRUST_PING, Code
+from .protocols import (
+    CM2,
+    CM3,
+    DISCOVER,
+    FORWARD,
+    PICKUP,
+    PICKUP4,
+    PUSH_APNS,
+    PUSH_FCM,
+    REPORT_PROBLEM,
+    TRUST_PING,
+    Code,
+)
 from .queue import Figures, epoch_ms, messages_batch, messages_figures, messages_received, messages_status, wake_message
 from .recipients import did_hash, key_forms, lookup_form
 
@@ -386,6 +398,20 @@ def live_delivery_change4(ctx, msg: PlainMessage) -> Outcome:
     return Outcome(_status4(ctx, mediation, None, None, live=value), live=value, pickup=PICKUP4)
 
 
+# --- push-notifications-fcm/1.0 and -apns/1.0 (docs/push.md, "Registration") ---------------------
+
+
+def set_device_info(ctx, msg: PlainMessage) -> Outcome:
+    """RFC 0734 / 0699 in a v2 message on a granted mediation; not answered (docs/push.md)."""
+    ctx.extra["device"] = devices.info_set(ctx.tenant, _granted(ctx), devices.kind_of(msg.type), msg.body.get)
+    return Outcome()
+
+
+def get_device_info(ctx, msg: PlainMessage) -> Outcome:
+    kind = devices.kind_of(msg.type)
+    return Outcome({"type": kind.base + "device-info", "body": devices.info_get(ctx.tenant, _granted(ctx), kind)})
+
+
 # --- trust-ping, discover-features, report-problem ----------------------------------------------
 
 
@@ -447,4 +473,8 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     TRUST_PING + "ping": ping,
     DISCOVER + "queries": queries,
     REPORT_PROBLEM + "problem-report": problem_report,
+    PUSH_FCM + "set-device-info": set_device_info,
+    PUSH_FCM + "get-device-info": get_device_info,
+    PUSH_APNS + "set-device-info": set_device_info,
+    PUSH_APNS + "get-device-info": get_device_info,
 }

@@ -1,9 +1,9 @@
 """DIDComm v1 protocol handlers: one function per message type, (ContextV1, V1Message) -> Outcome.
 
 DID Exchange 1.0/1.1 (responder), Coordinate Mediation 1.0, Pickup 2.0 and 1.0, Trust Ping 1.0,
-Discover Features 1.0, Report Problem 1.0; the Routing 1.0 forward is handlers.py's (`forward_v1`,
-with v2's forward and their one store). Bodies are validated here into
-the same problem codes as v2; the writes are services (the grant/recipient/queue store is shared).
+Discover Features 1.0, Report Problem 1.0, push-notifications-fcm/apns 1.0 (their rules in
+devices.py, shared with v2); the Routing 1.0 forward is handlers.py's (`forward_v1`, with v2's
+forward and their one store). Bodies are validated here into the same problem codes as v2; the writes are services (the grant/recipient/queue store is shared).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from apps.didcomm.core.resolver import resolve_did
 from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
-from . import metrics, protocols
+from . import devices, metrics, protocols
 from .handlers import (
     Outcome,
     _paginate,
@@ -61,6 +61,8 @@ from .protocols import (
     PICKUP4,
     PICKUP_V1,
     PICKUP_V2,
+    PUSH_APNS,
+    PUSH_FCM,
     REPORT_PROBLEM_V1,
     SUPPORTED_V1,
     TRUST_PING_V1,
@@ -426,6 +428,20 @@ def live_delivery_change4(ctx: ContextV1, msg: V1Message) -> Outcome:
     return Outcome(status, live=value, pickup=PICKUP4)
 
 
+# --- push-notifications-fcm/1.0 and -apns/1.0 (docs/push.md, "Registration") ---------------------
+
+
+def set_device_info(ctx: ContextV1, msg: V1Message) -> Outcome:
+    """RFC 0734 / 0699 on a connection with a granted mediation; not answered (docs/push.md)."""
+    ctx.extra["device"] = devices.info_set(ctx.tenant, _granted(ctx), devices.kind_of(msg.type), msg.get)
+    return Outcome()
+
+
+def get_device_info(ctx: ContextV1, msg: V1Message) -> Outcome:
+    kind = devices.kind_of(msg.type)
+    return _answer(kind.base + "device-info", msg, devices.info_get(ctx.tenant, _granted(ctx), kind))
+
+
 # --- Trust Ping 1.0, Discover Features 1.0, Report Problem 1.0 ----------------------------------
 
 
@@ -477,4 +493,10 @@ HANDLERS: dict[str, Callable[..., Outcome]] = {
     DISCOVER_V1 + "query": query,
     REPORT_PROBLEM_V1: problem_report,
     NOTIFICATION_PROBLEM: problem_report,
+    PUSH_FCM + "set-device-info": set_device_info,
+    PUSH_FCM + "get-device-info": get_device_info,
+    PUSH_FCM + "problem-report": problem_report,
+    PUSH_APNS + "set-device-info": set_device_info,
+    PUSH_APNS + "get-device-info": get_device_info,
+    PUSH_APNS + "problem-report": problem_report,
 }

@@ -16,17 +16,13 @@ from django.utils import timezone
 
 from apps.didcomm.core.did_peer import mediator_legacy_did
 from apps.didcomm.core.keys import ED25519, X25519, PrivateKey, PublicKey
+from apps.messaging import presence
 from apps.tenants import keystore
 
-# The prefix of a DIDComm client's presence key: what tells its rows from Decentrl DIDs' rows.
-PRESENCE_PREFIX = "didcomm:"
-
-
-def presence_key(client_hash: str) -> str:
-    """The presence row's key of a client in live mode (apps/messaging/presence.py), from its
-    `did_hash` (recipients.py): a client DID may be far longer than that table's DIDs (did:peer, up to 16 KiB).
-    The forward's function (migration 0008) builds the same text from `Mediation.client_hash`."""
-    return f"{PRESENCE_PREFIX}{client_hash}"
+# The prefix of a DIDComm client's presence key: what tells its rows from Decentrl DIDs' rows
+# (the one rule: apps/messaging/presence.py, which the push app's wake subject is too).
+PRESENCE_PREFIX = presence.DIDCOMM_PREFIX
+presence_key = presence.didcomm_key
 
 
 def _bounds(lo: int, hi: int) -> list:

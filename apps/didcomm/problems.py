@@ -14,9 +14,20 @@ from .protocols import PROBLEM_REPORT, Code
 class Problem(Exception):
     """A client-caused error, answered as a Report Problem 2.0 message."""
 
-    def __init__(self, code: str, comment: str, status: int = 400, *, retry_after: int | None = None):
+    def __init__(
+        self,
+        code: str,
+        comment: str,
+        status: int = 400,
+        *,
+        retry_after: int | None = None,
+        report_type_v1: str | None = None,
+    ):
         super().__init__(code)
         self.code, self.comment, self.status = code, comment, status
+        # DIDComm v1: a protocol's own problem-report type (RFC 0035 lets a protocol adopt it, and
+        # clients such as Credo handle only theirs), else Report Problem 1.0's.
+        self.report_type_v1 = report_type_v1
         # A 429 always says when to come back (clients such as the Identus SDK give up without it).
         self.retry_after = 1 if retry_after is None and status == 429 else retry_after
         # Set by dispatch once known: the message it concerns (for pthid) and the sender's context.

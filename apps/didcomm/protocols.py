@@ -18,6 +18,12 @@ DISCOVER = BASE + "discover-features/2.0/"
 REPORT_PROBLEM = BASE + "report-problem/2.0/"
 OOB = BASE + "out-of-band/2.0/"
 
+# Aries RFC 0734 and RFC 0699 (device registration for push wake-ups, docs/push.md "Registration"):
+# the same URIs and bodies in DIDComm v1 and v2 messages.
+PUSH_FCM = BASE + "push-notifications-fcm/1.0/"
+PUSH_APNS = BASE + "push-notifications-apns/1.0/"
+PUSH_ROLES = ("notification-sender",)
+
 PROBLEM_REPORT = REPORT_PROBLEM + "problem-report"
 OOB_INVITATION = OOB + "invitation"
 
@@ -31,6 +37,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
     BASE + "trust-ping/2.0": ("receiver",),
     BASE + "discover-features/2.0": ("responder",),
     BASE + "report-problem/2.0": ("notified",),
+    BASE + "push-notifications-fcm/1.0": PUSH_ROLES,
+    BASE + "push-notifications-apns/1.0": PUSH_ROLES,
 }
 
 
@@ -77,6 +85,9 @@ class Code:
     SEND_BUDGET = "e.p.xfer.send-budget-exceeded"
     # A socket not in use for MEDIATOR_DIDCOMM_WS_IDLE_TIMEOUT_S (then close 4408; nothing is lost).
     IDLE = "e.p.xfer.idle-timeout"
+    # RFC 0734 / RFC 0699's own codes (both versions)
+    MISSING_VALUE = "missing-value"  # set-device-info with some fields null, not all
+    NOT_REGISTERED = "not-registered-for-push-notifications"  # get-device-info with no device (404)
     # DIDComm v1 only
     NOT_CONNECTED = "e.p.req.not-connected"  # an authcrypt message from a key with no connection
     CONNECTION_EXISTS = "e.p.req.connection-exists"  # DID Exchange again from a connected key, new thread
@@ -109,4 +120,6 @@ SUPPORTED_V1: dict[str, tuple[str, ...]] = {
     BASE + "trust_ping/1.0": ("receiver",),
     BASE + "discover-features/1.0": ("responder",),
     BASE + "report-problem/1.0": ("notified",),
+    BASE + "push-notifications-fcm/1.0": PUSH_ROLES,
+    BASE + "push-notifications-apns/1.0": PUSH_ROLES,
 }

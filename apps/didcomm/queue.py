@@ -16,9 +16,11 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from apps.messaging.notify import notify_on_commit
+from apps.push import services as push
 from apps.tenants.models import Tenant
 
 from .models import DidcommPolicy, Mediation, QueuedMessage, RecipientKey
+from .recipients import did_hash
 
 # The wake-up a socket in live mode gets when a message for one of its client's recipients is stored:
 # {"type": WAKE, "ids": [id], "items": [{"id": id, "data": <the stored JSON text>}]}, `items` left
@@ -76,10 +78,17 @@ def _queue(mediation: Mediation, recipient: RecipientKey | None):
     return qs.filter(recipient=recipient) if recipient is not None else qs
 
 
+def _picked_up(mediation: Mediation) -> None:
+    """The client reads or acknowledges its queue: it is awake, a next message may wake it again
+    (docs/push.md, "When a wake leaves"). Every pickup path reads through here."""
+    push.picked_up(tenant_id=mediation.tenant_id, subject=push.subject_for_mediation(mediation.client_hash))
+
+
 def messages_rows(
     *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
 ) -> list[Row]:
     """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay queued."""
+    _picked_up(mediation)
     qs = _queue(mediation, recipient).order_by("id")
     if ids is not None:
         qs = qs.filter(message_id__in=_uuids(ids))
@@ -108,6 +117,7 @@ class Figures:
 
 def messages_figures(*, mediation: Mediation, recipient: RecipientKey | None) -> Figures:
     """The client's queue (or one recipient's) in one aggregate query."""
+    _picked_up(mediation)
     agg = _queue(mediation, recipient).aggregate(
         n=Count("id"), oldest=Min("received_at"), newest=Max("received_at"), size=Sum("size")
     )
@@ -136,8 +146,9 @@ def epoch_ms(at: datetime) -> int:
 
 def live_unacked(*, tenant_id: int, mediation_id: int, client_did: str, ids: list[str]) -> list[Row]:
     """Of `ids`, pushed live to the client and not acknowledged within the ack timeout, the ones
-    still queued (oldest first), announced once as `live_unacknowledged`; the rest were
-    acknowledged (or expired, evicted) and are never delivered again."""
+    still queued (oldest first), announced once as `live_unacknowledged` and a wake of the client's
+    devices asked for (its socket may be asleep: docs/push.md); the rest were acknowledged (or
+    expired, evicted) and are never delivered again."""
     rows = messages_rows(mediation=Mediation(pk=mediation_id), recipient=None, limit=len(ids), ids=ids)
     if rows:
         live_unacknowledged.send(
@@ -147,6 +158,7 @@ def live_unacked(*, tenant_id: int, mediation_id: int, client_did: str, ids: lis
             client_did=client_did,
             message_ids=[mid for mid, _, _ in rows],
         )
+        push.wake_request(tenant_id=tenant_id, subject=push.subject_for_mediation(did_hash(client_did)))
     return rows
 
 
@@ -163,6 +175,7 @@ def _uuids(ids: list) -> list[uuid.UUID]:
 @transaction.atomic
 def messages_received(*, mediation: Mediation, ids: list) -> int:
     """messages-received: the client's listed messages leave the queue; returns how many did."""
+    _picked_up(mediation)
     return _delete_queued(QueuedMessage.objects.filter(mediation=mediation, message_id__in=_uuids(ids)))
 
 

@@ -157,7 +157,8 @@ class PendingQueueDepth(models.Model):
     The same row holds the recipient's `/ws` presence (presence.py): how many of its sockets are
     open (`live`) and until when the youngest of them vouches for it (`live_until`, epoch
     seconds, renewed while a socket stays open). A stored event is pushed unless this row, read
-    under its lock in the storing transaction, says no socket is open.
+    under its lock in the storing transaction, says no socket is open. And its wake state
+    (wake.py): push devices, woken since the last pickup, when the last wake left.
     """
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_index=False)
@@ -166,6 +167,11 @@ class PendingQueueDepth(models.Model):
     # Database defaults: the queue triggers create rows naming only (tenant_id, recipient_did, depth).
     live = models.IntegerField(db_default=0)
     live_until = models.BigIntegerField(db_default=0)
+    # The subject's wake state (wake.py): its push devices, a wake since its last pickup, when
+    # the last wake leaves (epoch seconds).
+    devices = models.IntegerField(db_default=0)
+    woken = models.BooleanField(db_default=False)
+    woken_at = models.BigIntegerField(db_default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "recipient_did"], name="queue_depth_recipient")]

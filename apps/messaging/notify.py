@@ -2,6 +2,8 @@
 
 The realtime app (to our right in the layering) connects a receiver to `push_requested`; without
 it, pushes are simply dropped, which is safe because a push is a wake-up, never the only copy.
+The push app connects one to `wake_requested` (a stored message for a subject with a push device
+and no open socket: wake.py), the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ pending_events_acknowledged = Signal()
 # Sent by the realtime app with count: int when it drops pushes (its queue is full); metrics count
 # them. The events themselves are stored: a dropped push delays a wake-up, nothing is lost.
 pushes_dropped = Signal()
+# Sent after commit with tenant_id: int, subject: str, due: bool, even_if_live: bool. due: a wake
+# is to be claimed (wake.claim); not due: the store found the subject woken already (coalesced).
+wake_requested = Signal()
 
 
 def notify_on_commit(*, tenant_id: int, did: str, message: dict) -> None:
@@ -41,3 +46,13 @@ def announce_acknowledged(*, tenant_id: int, count: int) -> None:
     """Tell listeners (metrics) that `count` pending events were delivered, once committed."""
     if count > 0:
         transaction.on_commit(lambda: pending_events_acknowledged.send(sender=None, tenant_id=tenant_id, count=count))
+
+
+def wake_on_commit(*, tenant_id: int, subject: str, due: bool, even_if_live: bool = False) -> None:
+    """Announce, once committed, that a message was stored for a subject with a push device and
+    no open socket (`due`: its wake is to be claimed; else it was coalesced)."""
+    transaction.on_commit(
+        lambda: wake_requested.send(
+            sender=None, tenant_id=tenant_id, subject=subject, due=due, even_if_live=even_if_live
+        )
+    )

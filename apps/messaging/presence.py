@@ -26,6 +26,12 @@ finds no socket in the group): the error is only ever on the side of pushing. A 
 cannot renew before its lease runs out closes itself (apps/decentrl/consumers.py), so an open
 socket is always vouched for.
 
+The same row carries the subject's wake state (apps/messaging/wake.py): `state_under_lock`'s code
+tells a storing statement both whether to push to sockets and whether a wake-up push is due.
+
+A row's key is a Decentrl DID, or for a DIDComm client `didcomm:<client hash>` (`didcomm_key`):
+the one rule of the key, which is also the push app's wake subject.
+
 Times are epoch seconds from the application's clock (the command statement's `now_s`).
 """
 
@@ -38,6 +44,22 @@ from .models import PendingQueueDepth
 
 _DEPTH = PendingQueueDepth._meta.db_table
 
+# The prefix of a DIDComm client's key: what tells its rows from Decentrl DIDs' rows. The forward
+# function (apps/messaging/sql.py) builds the same text in SQL from this constant.
+DIDCOMM_PREFIX = "didcomm:"
+
+
+def decentrl_key(did: str) -> str:
+    """The row's key of a Decentrl DID: the DID."""
+    return did
+
+
+def didcomm_key(client_hash: str) -> str:
+    """The row's key of a DIDComm client, from its mediation's `client_hash` (a client DID may be
+    far longer than the row's key: did:peer, up to 16 KiB)."""
+    return f"{DIDCOMM_PREFIX}{client_hash}"
+
+
 # A socket's write: the row with one socket vouched for until %s, or, when it exists, `live` set by
 # the given expression and `live_until` the later of the row's time and ours.
 _MARK = (
@@ -46,18 +68,26 @@ _MARK = (
     f" live_until = CASE WHEN {_DEPTH}.live_until > EXCLUDED.live_until THEN {_DEPTH}.live_until"
     " ELSE EXCLUDED.live_until END"
 )
-# A socket opens: one more.
-_ENTER = _MARK.format(live=f"{_DEPTH}.live + 1")
+# A socket opens: one more; the subject is awake, so its next wake may leave (wake.py: a pickup).
+_ENTER = _MARK.format(live=f"{_DEPTH}.live + 1, woken = false")
 # An open socket renews its lease. The row may have gone (a purge) or lost its count: at least
 # this socket is open.
 _RENEW = _MARK.format(live=f"CASE WHEN {_DEPTH}.live > 0 THEN {_DEPTH}.live ELSE 1 END")
 # A socket closes (never below zero).
 _LEAVE = f"UPDATE {_DEPTH} SET live = CASE WHEN live > 0 THEN live - 1 ELSE 0 END WHERE tenant_id = %s AND recipient_did = %s"
 
-# Whether the recipient may have an open socket (NULL when there is no row). Parameters: `live_params`.
-_LIVE = f"SELECT live > 0 AND live_until > %s FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s"
+# What a stored message does to the row's subject (NULL when there is no row), one code:
+NO_SOCKET, LIVE, WAKE_DUE, WOKEN = 0, 1, 2, 3
+# LIVE: a socket may be open (push to it, no wake); WAKE_DUE: none is, it has a device and no wake
+# since its last pickup; WOKEN: none is, it has a device already woken (coalesced); NO_SOCKET:
+# none is and no device. Parameters: `live_params`.
+STATE_SQL = (
+    f"CASE WHEN {{d}}live > 0 AND {{d}}live_until > {{now}} THEN {LIVE} WHEN {{d}}devices = 0 THEN {NO_SOCKET}"
+    f" WHEN {{d}}woken THEN {WOKEN} ELSE {WAKE_DUE} END"
+)
+_STATE = f"SELECT {STATE_SQL.format(d='', now='%s')} FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s"
 # The same under the row's lock, as a sub-select for a statement that stores an event.
-LIVE_UNDER_LOCK = f"({_LIVE} FOR UPDATE)"
+STATE_UNDER_LOCK = f"({_STATE} FOR UPDATE)"
 
 
 def lease_s() -> int:
@@ -66,14 +96,24 @@ def lease_s() -> int:
 
 
 def live_params(*, tenant_id: int, did: str, now_s: int) -> list:
-    """The parameters of LIVE_UNDER_LOCK."""
+    """The parameters of STATE_UNDER_LOCK."""
     return [now_s, tenant_id, did]
 
 
-def may_have_socket(found: bool | None) -> bool:
-    """The push rule on what LIVE_UNDER_LOCK returned inside a statement: push unless it is False
-    (NULL: no row yet)."""
-    return found is not False
+def may_have_socket(state: int | None) -> bool:
+    """The push rule on the code STATE_UNDER_LOCK returned inside a statement: push unless it says
+    no socket is open (NULL: no row yet, pushed)."""
+    return state is None or state == LIVE
+
+
+def wake_due(state: int | None) -> bool:
+    """Whether the stored message's subject should get a wake-up push (wake.py claims it)."""
+    return state == WAKE_DUE
+
+
+def wake_coalesced(state: int | None) -> bool:
+    """Whether the stored message found its subject woken already (counted, nothing sent)."""
+    return state == WOKEN
 
 
 def socket_entered(*, tenant_id: int, did: str, now_s: int) -> None:

@@ -22,7 +22,7 @@ from apps.wire.encoding import b64encode
 from apps.wire.envelope import ContractFilter, EventFilter, EventToSave, Pagination, TagUpdate
 from apps.wire.errors import ErrorCode, ProtocolError
 
-from . import notify
+from . import notify, wake
 from .models import Contract, ContractRequest, EventTag, PendingEvent, StoredEvent
 from .sql import REGISTERED, prepared_cursor, queue_depth, registered_params
 
@@ -256,6 +256,8 @@ def contracts_query(*, tenant: Tenant, did: str, flt: ContractFilter, page: Pagi
 
 
 def pending_events_query(*, tenant: Tenant, did: str, sender_did: str | None, page: Pagination) -> Page:
+    """QUERY_PENDING_EVENTS' page; the recipient is awake, so its next event may wake it (wake.py)."""
+    wake.picked_up(tenant_id=tenant.pk, subject=did)
     qs = PendingEvent.objects.awaiting(tenant, did)
     if sender_did is not None:
         qs = qs.filter(sender_did=sender_did)
@@ -280,7 +282,9 @@ def pending_events_unacked(*, tenant: Tenant, did: str, limit: int = 100, after_
 
 
 def pending_events_acknowledge(*, tenant: Tenant, did: str, ids: list[str]) -> int:
-    """ACK the recipient's own events: the payload is dropped, the row keeps metadata (§8.8)."""
+    """ACK the recipient's own events: the payload is dropped, the row keeps metadata (§8.8); a
+    pickup (wake.py)."""
+    wake.picked_up(tenant_id=tenant.pk, subject=did)
     count = PendingEvent.objects.acknowledge(tenant, did, _uuids(ids), payload="")
     notify.announce_acknowledged(tenant_id=tenant.pk, count=count)
     return count

@@ -28,7 +28,8 @@ Both queues' writes are here, each ONE prepared statement:
   is locked; if its queue holds `cap` messages or more, `reject` refuses (nothing stored) and
   otherwise the oldest are evicted down to `cap - 1`; the message is inserted with its TTL; for a
   DIDComm v1 connection with an HTTP endpoint, an outbound POST row as well; then the client's
-  presence is read under its row's lock. The depth is the recipient's `didcomm_queuedepth` row,
+  presence and wake state are read under its row's lock (a due wake is announced after commit:
+  `announce_wake`, wake.py). The depth is the recipient's `didcomm_queuedepth` row,
   kept exact by statement-level triggers on the queue (didcomm migration 0005), so the cap costs
   the same at any queue length. It stays a function because each of its statements reads in a new
   snapshot after the recipient's lock: one plain statement would read the depth, the queue and the
@@ -201,7 +202,7 @@ _DELIVER_AFTER_CLAIM = f"""
     RETURNING id
 )
 SELECT chk.fresh, chk.registered, chk.has_contract, chk.registered AND chk.has_contract AND chk.queue_full,
-    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN {presence.LIVE_UNDER_LOCK} END
+    EXISTS(SELECT 1 FROM ins), CASE WHEN EXISTS(SELECT 1 FROM ins) THEN {presence.STATE_UNDER_LOCK} END
 FROM chk
 """
 
@@ -227,6 +228,8 @@ class Found:
     event_id: str | None = None
     page: Page | None = None
     may_have_socket: bool = True  # when stored: whether the recipient may have a socket to push to
+    # When stored for a recipient with a push device and no socket: presence.WAKE_DUE or WOKEN.
+    wake: int | None = None
 
 
 @dataclass(frozen=True)
@@ -267,14 +270,15 @@ def deliver_statement(
 
 def delivered(row: tuple, public_id: uuid.UUID) -> Found:
     """What `deliver_statement`'s row says; `event_id` only when the event was stored."""
-    fresh, registered, has_contract, queue_full, stored, live = row
+    fresh, registered, has_contract, queue_full, stored, state = row
     return Found(
         bool(fresh),
         bool(registered),
         bool(has_contract),
         bool(queue_full),
         str(public_id) if stored else None,
-        may_have_socket=presence.may_have_socket(live),
+        may_have_socket=presence.may_have_socket(state),
+        wake=state if stored and state in (presence.WAKE_DUE, presence.WOKEN) else None,
     )
 
 
@@ -297,7 +301,15 @@ def deliver(claim_sql: str, claim_params: Sequence, event: Delivery) -> Found:
             sender_did=event.sender_did,
             payload=event.payload,
         )
+    if found.wake is not None:
+        announce_wake(tenant_id=event.tenant.pk, subject=event.recipient_did, state=found.wake)
     return found
+
+
+def announce_wake(*, tenant_id: int, subject: str, state: int) -> None:
+    """After a store whose subject has a push device and no socket: the wake to claim, or the
+    coalesced one (wake.py), once committed."""
+    notify.wake_on_commit(tenant_id=tenant_id, subject=subject, due=presence.wake_due(state))
 
 
 # --- the DIDComm queue -----------------------------------------------------------------------
@@ -305,7 +317,8 @@ def deliver(claim_sql: str, claim_params: Sequence, event: Delivery) -> Found:
 FORWARD_FUNCTION = """CREATE OR REPLACE FUNCTION didcomm_forward_store(
     p_tenant bigint, p_lookup varchar, p_cap integer, p_reject boolean, p_message_id uuid,
     p_data text, p_now timestamptz, p_expires timestamptz, p_outbound boolean
-) RETURNS TABLE (o_outcome text, o_evicted integer, o_client_did text, o_outbound_id bigint, o_live boolean)
+) RETURNS TABLE (o_outcome text, o_evicted integer, o_client_did text, o_outbound_id bigint, o_state integer,
+    o_subject text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_recipient bigint;
@@ -318,9 +331,9 @@ DECLARE
     v_queued bigint;
     v_outbound bigint;
     v_presence text;
-    v_live boolean;
+    v_state integer;
 BEGIN
-    SELECT r.id, r.mediation_id, m.client_did, 'didcomm:' || m.client_hash, m.connection_id, c.endpoint
+    SELECT r.id, r.mediation_id, m.client_did, '{prefix}' || m.client_hash, m.connection_id, c.endpoint
       INTO v_recipient, v_mediation, v_client, v_presence, v_connection, v_endpoint
       FROM didcomm_recipientkey r
       JOIN didcomm_mediation m ON m.id = r.mediation_id
@@ -328,14 +341,14 @@ BEGIN
      WHERE r.tenant_id = p_tenant AND r.lookup_hash = p_lookup AND m.state = 'granted'
        FOR UPDATE OF r;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'unknown'::text, 0, NULL::text, NULL::bigint, NULL::boolean;
+        RETURN QUERY SELECT 'unknown'::text, 0, NULL::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
     SELECT d.depth INTO v_depth FROM didcomm_queuedepth d WHERE d.recipient_id = v_recipient;
     v_depth := coalesce(v_depth, 0);
     IF v_depth >= p_cap THEN
         IF p_reject THEN
-            RETURN QUERY SELECT 'full'::text, 0, NULL::text, NULL::bigint, NULL::boolean;
+            RETURN QUERY SELECT 'full'::text, 0, NULL::text, NULL::bigint, NULL::integer, NULL::text;
             RETURN;
         END IF;
         -- UC-021 AF-4: FIFO eviction, the oldest first, with their v1 outbound rows (as Django's
@@ -359,23 +372,27 @@ BEGIN
         VALUES (p_tenant, v_connection, v_queued, '', 0, '', p_now, p_expires, p_now)
         RETURNING id INTO v_outbound;
     END IF;
-    -- The client's presence (apps/messaging/presence.py), read under its row's share lock: a socket
-    -- marking the client present waits for this commit, and one that marked it first is read here.
-    -- A missing row is made with nobody live (a socket's write then waits for this commit too).
-    SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
+    -- The client's presence and wake state (apps/messaging/presence.py, wake.py), read under its
+    -- row's share lock: a socket marking the client present waits for this commit, and one that
+    -- marked it first is read here. A missing row is made with nobody live and no device (a
+    -- socket's write then waits for this commit too).
+    SELECT {state} INTO v_state
       FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
     IF NOT FOUND THEN
         INSERT INTO messaging_pendingqueuedepth (tenant_id, recipient_did, depth) VALUES (p_tenant, v_presence, 0)
             ON CONFLICT (tenant_id, recipient_did) DO NOTHING;
-        SELECT d.live > 0 AND d.live_until > extract(epoch FROM p_now)::bigint INTO v_live
+        SELECT {state} INTO v_state
           FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
     END IF;
-    RETURN QUERY SELECT 'stored'::text, v_evicted, v_client, v_outbound, v_live;
+    RETURN QUERY SELECT 'stored'::text, v_evicted, v_client, v_outbound, v_state, v_presence;
 END $$;
-"""
+""".format(
+    prefix=presence.DIDCOMM_PREFIX,
+    state=presence.STATE_SQL.format(d="d.", now="extract(epoch FROM p_now)::bigint"),
+)
 
 FORWARD = (
-    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_live"
+    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_state, o_subject"
     " FROM didcomm_forward_store(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
@@ -416,6 +433,8 @@ def forward(req: ForwardRequest) -> ForwardStored:
     ]  # fmt: skip
     with prepared_cursor() as cur:
         cur.execute(FORWARD, params)
-        outcome, evicted, client_did, outbound_id, live = cur.fetchone()
-    woken = outcome == STORED and presence.may_have_socket(live)
-    return ForwardStored(outcome, evicted, client_did, outbound_id, woken)
+        outcome, evicted, client_did, outbound_id, state, subject = cur.fetchone()
+    stored = outcome == STORED
+    if stored and state in (presence.WAKE_DUE, presence.WOKEN):
+        announce_wake(tenant_id=req.tenant_id, subject=subject, state=state)
+    return ForwardStored(outcome, evicted, client_did, outbound_id, stored and presence.may_have_socket(state))

@@ -56,6 +56,22 @@ PUSHES_DROPPED = _counter(
     "mediator_pushes_dropped_total",
     "Real-time pushes dropped because a process's push queue was full (the events stay stored).",
 )
+# Wake-up pushes (docs/push.md): by provider kind and a bounded reason code, never a device.
+PUSH_SENT = _counter("mediator_push_sent_total", "Wake-up pushes a provider accepted, by provider.", ("provider",))
+PUSH_FAILED = _counter(
+    "mediator_push_failed_total",
+    "Wake-up push attempts that failed, by provider and reason (retry: retried later; others kept the device).",
+    ("provider", "outcome", "reason"),
+)
+PUSH_COALESCED = _counter(
+    "mediator_push_coalesced_total",
+    "Messages stored for a sleeping subject already woken since its last pickup (no push sent).",
+)
+PUSH_PRUNED = _counter(
+    "mediator_push_tokens_pruned_total",
+    "Device tokens deleted because their provider said they are dead.",
+    ("provider",),
+)
 WS_CONNECTIONS = Gauge(
     "mediator_websocket_connections",
     "Open /ws sockets (all processes).",

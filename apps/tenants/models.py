@@ -43,6 +43,8 @@ class Tenant(models.Model):
 
     # Policy (defaults: docs/protocol-readings.md §5).
     registration_open = models.BooleanField(default=True)
+    # The Decentrl push-device commands, our extension outside DCTRL-0004 (docs/push.md, "Registration").
+    decentrl_push_devices = models.BooleanField(default=True)
     max_identities = models.PositiveIntegerField(default=0, help_text="0 = unlimited")
     max_registration_days = models.PositiveIntegerField(default=365)
     pending_event_ttl_days = models.PositiveIntegerField(default=30)

@@ -47,7 +47,9 @@ POLICY_BOUNDS: dict[str, tuple[int, int]] = {
     "public_publish_per_minute": (0, 1_000_000),
     "prekey_grace_hours": (0, 24 * 365),
 }
-POLICY_FIELDS: tuple[str, ...] = ("registration_open", *POLICY_BOUNDS)
+# The policy's switches (true or false).
+POLICY_BOOLEANS: tuple[str, ...] = ("registration_open", "decentrl_push_devices")
+POLICY_FIELDS: tuple[str, ...] = (*POLICY_BOOLEANS, *POLICY_BOUNDS)
 NULLABLE_POLICY = {"rate_limit_per_did", "rate_limit_per_ip", "rate_limit_per_ip_burst"}
 EDITABLE_FIELDS: tuple[str, ...] = ("name", "public_url", *POLICY_FIELDS)
 
@@ -176,7 +178,7 @@ def validate_policy(values: dict) -> dict:
     errors: dict[str, list[str]] = {}
     clean: dict = {}
     for field, value in values.items():
-        if field == "registration_open":
+        if field in POLICY_BOOLEANS:
             if not isinstance(value, bool):
                 errors[field] = ["Must be true or false."]
             else:

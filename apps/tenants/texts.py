@@ -31,6 +31,13 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "did": ("DID", "", "The tenant's did:web, derived from the primary domain."),
     "status": ("Status", "", "Suspended mediators answer 503 MEDIATOR_UNAVAILABLE and keep their data."),
     "registration_open": ("Registration open", "", "New identities may register; existing ones are not affected."),
+    "decentrl_push_devices": (
+        "Decentrl push devices",
+        "",
+        "Registered identities may register a device for wake-up pushes (PUSH_DEVICE_SET, our extension outside "
+        "DCTRL-0004). Off: those commands are refused as unknown (INVALID_COMMAND). DIDComm's RFC 0734/0699 "
+        "registration is not affected.",
+    ),
     "max_identities": ("Maximum identities", "identities", "Registered identities at once; 0 = unlimited."),
     "max_registration_days": ("Longest registration", "days", "The longest registration a client may ask for."),
     "pending_event_ttl_days": ("Pending event lifetime", "days", "Undelivered events older than this are purged."),

@@ -537,6 +537,25 @@ class MediatorClient:
             item["contract_id"] = contract_id
         return item
 
+    # -- push devices (our extension, outside DCTRL-0004: docs/push.md, "Registration") --
+    def push_device_set(self, who: Identity, service: str, token: str, platform: str | None = None) -> dict[str, Any]:
+        """Register `who`'s device on `service` (fcm, apns; webpush: the PushSubscription's JSON as `token`)."""
+        payload: dict[str, Any] = {"type": "PUSH_DEVICE_SET", "service": service, "token": token}
+        if platform is not None:
+            payload["platform"] = platform
+        return self.command(who, payload)
+
+    def push_device(self, who: Identity, service: str) -> dict[str, Any] | None:
+        """`who`'s device on `service` ({service, token, platform}), or None."""
+        device: dict[str, Any] | None = self.command_payload(who, {"type": "PUSH_DEVICE_GET", "service": service})[
+            "device"
+        ]
+        return device
+
+    def push_device_remove(self, who: Identity, service: str) -> bool:
+        """Forget `who`'s device on `service`; whether there was one."""
+        return bool(self.command_payload(who, {"type": "PUSH_DEVICE_REMOVE", "service": service})["removed"])
+
     # -- public channels (DCTRL-0007; the logic lives in wire/public.py) --
     def publish_public(
         self,

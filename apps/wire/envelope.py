@@ -38,6 +38,11 @@ def invalid(detail: str) -> ProtocolError:
     return ProtocolError(ErrorCode.INVALID_COMMAND, detail)
 
 
+def unknown_command() -> ProtocolError:
+    """The refusal of a command type the channel does not have (and of an extension a tenant turned off)."""
+    return invalid("unknown command type for channel")
+
+
 def is_integral(value: Any) -> TypeGuard[int | float]:
     """JSON number with an integral value (1.0 counts as 1), never a bool (docs/protocol-readings.md §2)."""
     if isinstance(value, bool):
@@ -215,6 +220,22 @@ class DeletePublicEvent:
     public_event_id: str
 
 
+@dataclass(frozen=True)
+class PushDeviceSet:
+    """PUSH_DEVICE_SET (our extension, outside DCTRL-0004): a device to wake the sender's queue."""
+
+    service: str
+    token: str
+    platform: str | None = None
+
+
+@dataclass(frozen=True)
+class PushDevice:
+    """PUSH_DEVICE_GET and PUSH_DEVICE_REMOVE: which of the sender's devices."""
+
+    service: str
+
+
 def _opt_int(f: dict[str, Any], key: str, name: str) -> int | None:
     return None if opt(f, key) is None else as_int(f[key], name, -(2**53), 2**53)
 
@@ -328,6 +349,39 @@ def _v_delete_public(p: dict[str, Any]) -> DeletePublicEvent:
     return DeletePublicEvent(as_str(p.get("public_event_id"), "public_event_id", 64))
 
 
+# Push devices (docs/push.md, "Registration"): our extension, outside DCTRL-0004. The token is the
+# service's own (FCM registration token, APNs device token in hex) or, for Web Push, the browser's
+# PushSubscription as JSON text; the push app checks its form.
+PUSH_SERVICES = ("fcm", "apns", "webpush")
+MAX_PUSH_TOKEN = 4096
+MAX_PUSH_PLATFORM = 32
+
+
+def _push_service(p: dict[str, Any]) -> str:
+    service = p.get("service")
+    if service not in PUSH_SERVICES:
+        raise invalid("service must be one of fcm, apns, webpush")
+    return str(service)
+
+
+def _v_push_set(p: dict[str, Any]) -> PushDeviceSet:
+    return PushDeviceSet(
+        _push_service(p),
+        as_str(p.get("token"), "token", MAX_PUSH_TOKEN),
+        _opt_str(p, "platform", "platform", MAX_PUSH_PLATFORM),
+    )
+
+
+def _v_push_device(p: dict[str, Any]) -> PushDevice:
+    return PushDevice(_push_service(p))
+
+
+PUSH_COMMANDS = {
+    "PUSH_DEVICE_SET": _v_push_set,
+    "PUSH_DEVICE_GET": _v_push_device,
+    "PUSH_DEVICE_REMOVE": _v_push_device,
+}
+
 DIRECT_COMMANDS = {
     "REQUEST_COMMUNICATION_CONTRACT": _v_request_contract,
     "COMMUNICATION_CONTRACT_RESPONSE": _v_signed_contract,
@@ -340,6 +394,7 @@ DIRECT_COMMANDS = {
     "SAVE_EVENTS": _v_save_events,
     "QUERY_EVENTS": _query(_event_filter),
     "UPDATE_EVENT_TAGS": _v_update_tags,
+    **PUSH_COMMANDS,
 }
 PUBLIC_COMMANDS = {
     "PUBLISH_PUBLIC_EVENT": _v_publish,
@@ -427,7 +482,7 @@ def command_from_obj(obj: Any) -> Command:
         as_obj(payload, "payload")
         validator = table.get(payload.get("type")) if isinstance(payload.get("type"), str) else None
         if validator is None:
-            raise invalid("unknown command type for channel")
+            raise unknown_command()
         body = validator(payload)
     return Command(
         header=header,

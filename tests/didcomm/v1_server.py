@@ -23,16 +23,20 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 class V1Mediator:
     """Tenant `peers` served at http://127.0.0.1:<port>, with its OOB 1.1 invitation URL."""
 
-    def __init__(self, tmp_path, *, redis: bool = False):
+    def __init__(self, tmp_path, *, redis: bool = False, env: dict | None = None):
+        """`env`: settings for both processes (the push providers' stand-in URLs); the worker takes the
+        wake tasks too (PUSH_QUEUE)."""
         port = free_port()
         self.tap = WireTap(upstream_port=port)
         self.host = f"127.0.0.1:{self.tap.port}"
         self.tenant = tenant_create(slug="peers", domain=self.host)
-        self.worker = start_celery_worker(tmp_path, redis_db=REDIS_DB)
+        self.worker = start_celery_worker(tmp_path, redis_db=REDIS_DB, env=env)
         env = {
+            **(env or {}),
             "CELERY_BROKER_URL": self.worker.broker_url,
             "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": self.worker.queue,
             "MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE": "1",
+            "PUSH_QUEUE": self.worker.queue,
         }
         if redis:
             env["REDIS_URL"] = f"redis://127.0.0.1:6379/{REDIS_DB}"

@@ -1,6 +1,8 @@
 """Credo 0.6.3 (npm, DIDComm v1) as an independent mediation client, or as a mediator on an HTTP port (the
 benchmark's peer): one `node credo_agent.mjs` process per agent, driven by JSON lines
-(tests/interop/credo/credo_agent.mjs says which). Installed by scripts/ensure_extra_credo.sh."""
+(tests/interop/credo/credo_agent.mjs says which). And Credo 0.5.19 with @credo-ts/push-notifications 0.7.1
+as a push-registration client (`start_push_agent`, tests/interop/credo05/credo_push_agent.mjs). Both are
+installed by scripts/ensure_extra_credo.sh."""
 
 from __future__ import annotations
 
@@ -21,21 +23,26 @@ from tests.support.servers import ROOT
 VERSION = "0.6.3"
 DIR = Path(__file__).resolve().parent / "credo"
 SCRIPT = DIR / "credo_agent.mjs"
+PUSH_VERSION = "0.7.1"  # @credo-ts/push-notifications, on @credo-ts/core 0.5.19
+PUSH_DIR = Path(__file__).resolve().parent / "credo05"
+PUSH_SCRIPT = PUSH_DIR / "credo_push_agent.mjs"
 ENSURE = ROOT / "scripts" / "ensure_extra_credo.sh"
 ASKAR_LIB_DIR = ROOT / "var" / "cache" / "aries-askar-0.4.6"
 
 
-def installed_version() -> str | None:
-    """The @credo-ts/didcomm version under tests/interop/credo, or None (run scripts/ensure_extra_credo.sh)."""
-    pkg = DIR / "node_modules" / "@credo-ts" / "didcomm" / "package.json"
+def installed_version(pkg_dir: Path = DIR / "node_modules" / "@credo-ts" / "didcomm") -> str | None:
+    """The version of the package at `pkg_dir` (default: @credo-ts/didcomm under tests/interop/credo), or None
+    (run scripts/ensure_extra_credo.sh)."""
+    pkg = pkg_dir / "package.json"
     return json.loads(pkg.read_text())["version"] if pkg.exists() else None
 
 
 def ensure_installed() -> None:
     """Run scripts/ensure_extra_credo.sh (quick when installed); raise with its output when it fails."""
     done = subprocess.run([str(ENSURE)], capture_output=True, text=True)
-    if done.returncode != 0 or installed_version() != VERSION:
-        raise RuntimeError(f"Credo {VERSION} is not installed:\n{done.stdout}{done.stderr}")
+    push = installed_version(PUSH_DIR / "node_modules" / "@credo-ts" / "push-notifications")
+    if done.returncode != 0 or installed_version() != VERSION or push != PUSH_VERSION:
+        raise RuntimeError(f"Credo {VERSION} and {PUSH_VERSION} are not installed:\n{done.stdout}{done.stderr}")
 
 
 @dataclass
@@ -139,12 +146,28 @@ def start_agent(
         "pollingIntervalMs": polling_interval_ms,
         "mediatorPort": mediator_port,
     }
+    return _spawn(tmp_path, label, key, wallet, SCRIPT, config, own_session=own_session)
+
+
+def start_push_agent(tmp_path: Path, label: str, *, mediator_invitation: str) -> CredoAgent:
+    """Start a Credo 0.5 agent with @credo-ts/push-notifications (its askar wallet under `tmp_path/credo05-<label>`)
+    that gets mediation from `mediator_invitation`, and wait until it has initialised."""
+    home = tmp_path / f"credo05-{label}"
+    home.mkdir(parents=True, exist_ok=True)
+    key = b58encode(secrets.token_bytes(32))
+    config = {"label": label, "home": str(home), "walletKey": key, "mediatorInvitationUrl": mediator_invitation}
+    return _spawn(tmp_path, label, key, home, PUSH_SCRIPT, config)
+
+
+def _spawn(
+    tmp_path: Path, label: str, key: str, wallet: Path, script: Path, config: dict, *, own_session: bool = False
+) -> CredoAgent:
     log_path = tmp_path / f"credo-{label}.log"
     log = log_path.open("ab")
     env = {**os.environ, "LIB_ASKAR_PATH": str(ASKAR_LIB_DIR)}
     proc = subprocess.Popen(
-        ["node", str(SCRIPT), json.dumps(config)],
-        cwd=DIR,
+        ["node", str(script), json.dumps(config)],
+        cwd=script.parent,
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -11,6 +11,7 @@ from apps.wire.canonical import canonical_bytes
 from apps.wire.envelope import (
     DIRECT_COMMANDS,
     PUBLIC_COMMANDS,
+    PUSH_COMMANDS,
     EventFilter,
     EventToSave,
     Pagination,
@@ -86,6 +87,10 @@ VALID_PAYLOADS = {
         },
     },
     "DELETE_PUBLIC_EVENT": {"type": "DELETE_PUBLIC_EVENT", "public_event_id": "p1"},
+    # Our extension, outside DCTRL-0004 (docs/push.md, "Registration")
+    "PUSH_DEVICE_SET": {"type": "PUSH_DEVICE_SET", "service": "fcm", "token": "t0k3n", "platform": "android"},
+    "PUSH_DEVICE_GET": {"type": "PUSH_DEVICE_GET", "service": "apns"},
+    "PUSH_DEVICE_REMOVE": {"type": "PUSH_DEVICE_REMOVE", "service": "webpush"},
 }
 
 
@@ -127,7 +132,23 @@ def rejected(body: bytes) -> None:
 
 def test_the_table_covers_every_command_type():
     assert set(VALID_PAYLOADS) == set(DIRECT_COMMANDS) | set(PUBLIC_COMMANDS)
-    assert len(DIRECT_COMMANDS) == 11
+    assert len(DIRECT_COMMANDS) == 11 + len(PUSH_COMMANDS)  # DCTRL-0004's eleven and our extension's
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "PUSH_DEVICE_SET", "service": "gcm", "token": "t"},
+        {"type": "PUSH_DEVICE_SET", "service": "fcm", "token": ""},
+        {"type": "PUSH_DEVICE_SET", "service": "fcm", "token": "t" * 4097},
+        {"type": "PUSH_DEVICE_SET", "service": "fcm", "token": 7},
+        {"type": "PUSH_DEVICE_SET", "service": "fcm", "token": "t", "platform": "p" * 33},
+        {"type": "PUSH_DEVICE_GET"},
+        {"type": "PUSH_DEVICE_REMOVE", "service": None},
+    ],
+)
+def test_push_device_commands_refuse_a_bad_payload(payload):
+    rejected(raw(envelope(payload)))
 
 
 @pytest.mark.parametrize("type_", sorted(VALID_PAYLOADS))

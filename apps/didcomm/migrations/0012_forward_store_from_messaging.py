@@ -15,6 +15,10 @@ FORWARD_FUNCTION_SHA256 = "765beb4d8db27bd1f45f29132641de6b4fabedd85b4e66e1f446e
 
 
 def forward(apps, schema_editor):
+    # The code's text may return another row type than 0008's function (0016 changed it), which
+    # CREATE OR REPLACE cannot change: a fresh database gets the code's function here at once.
+    previous = importlib.import_module("apps.didcomm.migrations.0008_forward_store_presence")
+    schema_editor.execute(f"DROP FUNCTION IF EXISTS {previous.SIGNATURE}")
     schema_editor.execute(FORWARD_FUNCTION)
 
 

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class PushConfig(AppConfig):
+    """Wake-up pushes to phones whose sockets sleep (docs/push.md): devices, providers, the wake
+    task. Messaging's storing statements decide when a wake is due and announce it
+    (`messaging.notify.wake_due`); this app's receiver claims it and queues the send."""
+
+    name = "apps.push"
+    label = "push"
+    verbose_name = "Push"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import receivers
+
+        receivers.connect()

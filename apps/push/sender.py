@@ -1,0 +1,213 @@
+"""Sending a claimed wake and applying each provider's answer (docs/push.md, "Sending and failures").
+
+For each device of the subject: the tenant's enabled provider of the device's service, else its
+enabled webhook provider (the operator's own gateway), else nothing (`no_provider`). The answer:
+
+- `sent`: the device's `last_woken_at`, the provider's state `ok`;
+- `dead_token`: the device is deleted (only on this answer, and only if its token is still the one
+  sent: a re-registration meanwhile keeps the new one);
+- `retry`: the same device again after the provider's Retry-After, else `PUSH_RETRY_BASE_S * 2^n`
+  with jitter, at most `PUSH_RETRY_CAP_S`, for `PUSH_RETRY_MAX_ATTEMPTS` attempts; the provider's
+  state `failing` meanwhile. A retry whose subject picked up since sends nothing;
+- `failed`: our payload or credentials; the device stays, the provider's state `failing` with
+  the reason.
+
+A wake that reached no device (all failed, gave up or had no provider) is given back (wake.release),
+so the subject's next stored message claims again. Nothing here is on the store's path: a provider
+down or slow only delays wakes; the messages are stored and fetched as always.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+
+from apps.messaging import wake
+from apps.ops import metrics
+from apps.ops.logconfig import code_path
+from apps.tenants.models import Tenant
+
+from . import services
+from .models import Device, PushProvider
+from .providers import PROVIDERS
+from .providers.base import Result, Wake
+
+log = logging.getLogger("mediator.push")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One device's send to try again in `delay_s` seconds (attempt `attempt`, counted from 0)."""
+
+    device_id: int
+    subject: str
+    attempt: int
+    delay_s: float
+
+
+@dataclass
+class Sent:
+    """What a wake task did: a one-line summary and the retries to queue."""
+
+    sent: int = 0
+    retries: list[Retry] = field(default_factory=list)
+    summary: str = ""
+
+
+def _now_s() -> int:
+    return int(time.time())
+
+
+def wake_claim(*, tenant_id: int, subject: str, due: bool, even_if_live: bool = False) -> int | None:
+    """A store announced a wake (messaging.notify.wake_requested): claim it; the seconds until it
+    may leave, or None when it was coalesced (counted)."""
+    delay = None
+    if due:
+        try:
+            delay = wake.claim(
+                tenant_id=tenant_id,
+                subject=subject,
+                now_s=_now_s(),
+                interval_s=settings.PUSH_WAKE_INTERVAL_S,
+                even_if_live=even_if_live,
+            )
+        except DatabaseError as exc:
+            # After the store's commit: a failed claim loses this wake, never the message.
+            log.warning("push wake not claimed", extra={"reason": type(exc).__name__})
+            return None
+    if delay is None:
+        metrics.PUSH_COALESCED.inc()
+    return delay
+
+
+def wake_given_back(*, tenant_id: int, subject: str) -> None:
+    """The claimed wake reached no device: the next stored message may claim it again."""
+    try:
+        wake.release(tenant_id=tenant_id, subject=subject)
+    except DatabaseError as exc:
+        log.warning("push wake not given back", extra={"reason": type(exc).__name__})
+
+
+def backoff_s(attempt: int, retry_after_s: float | None) -> float:
+    """The delay before attempt `attempt + 1`: the provider's Retry-After when it gave one, else
+    exponential with jitter (half to all of base * 2^attempt), at most PUSH_RETRY_CAP_S."""
+    if retry_after_s is not None:
+        return max(float(retry_after_s), 0.0)
+    ceiling = min(float(settings.PUSH_RETRY_CAP_S), float(settings.PUSH_RETRY_BASE_S) * (2**attempt))
+    return ceiling / 2 + random.random() * ceiling / 2  # noqa: S311 - jitter, not a secret
+
+
+def wake_of(provider: PushProvider) -> Wake:
+    """What the tenant's pushes say: content-free unless it chose a visible alert (docs/push.md,
+    "Privacy")."""
+    opts = provider.settings or {}
+    return Wake(
+        visible=bool(opts.get("visible")),
+        title_loc_key=opts.get("title_loc_key") or None,
+        body_loc_key=opts.get("body_loc_key") or None,
+        collapse_id=opts.get("collapse_id") or None,
+    )
+
+
+def _providers(tenant: Tenant) -> dict[str, PushProvider]:
+    return {p.kind: p for p in PushProvider.objects.filter(tenant=tenant, enabled=True).select_related("tenant")}
+
+
+def _record(provider: PushProvider, result: Result) -> None:
+    """The provider's state after an answer (one UPDATE; the reason is a bounded code)."""
+    now = timezone.now()
+    if result.outcome in ("sent", "dead_token"):
+        PushProvider.objects.filter(pk=provider.pk).update(
+            state=PushProvider.State.OK, last_error="", last_success_at=now
+        )
+    else:
+        PushProvider.objects.filter(pk=provider.pk).update(
+            state=PushProvider.State.FAILING, last_error=f"{result.outcome}: {result.reason}"[:200], last_failure_at=now
+        )
+
+
+def _send(
+    tenant: Tenant, device: Device, providers: dict[str, PushProvider], attempt: int
+) -> tuple[bool, Retry | None]:
+    """One device's send and its answer applied: (woken, the retry to queue if any)."""
+    provider = providers.get(device.service) or providers.get(PushProvider.Kind.WEBHOOK)
+    impl = PROVIDERS.get(provider.kind) if provider is not None else None
+    if provider is None or impl is None:
+        metrics.PUSH_FAILED.labels(device.service, "failed", "no_provider").inc()
+        return False, None
+    try:
+        credentials = provider.credentials()
+    except Exception:  # noqa: BLE001 - a wrong deployment key: the provider's state says so
+        result = Result("failed", "credentials_unreadable")
+    else:
+        # What every provider's settings get beside the tenant's own (the webhook's body uses them).
+        opts = {
+            **(provider.settings or {}),
+            "tenant": tenant.slug,
+            "service": device.service,
+            "platform": device.platform,
+        }
+        try:
+            result = impl.send(credentials, opts, device.token, wake_of(provider))
+        except Exception as exc:  # noqa: BLE001 - a provider module's bug must not lose the wake's retries
+            log.error("push provider raised", extra={"provider": provider.kind, "code_path": code_path(exc)})
+            result = Result("retry", "provider_error")
+    _record(provider, result)
+    kind = provider.kind
+    if result.outcome == "sent":
+        metrics.PUSH_SENT.labels(kind).inc()
+        Device.objects.filter(pk=device.pk).update(last_woken_at=timezone.now())
+        return True, None
+    if result.outcome == "dead_token":
+        if services.device_prune(tenant_id=tenant.pk, device_id=device.pk, token=device.token):
+            metrics.PUSH_PRUNED.labels(kind).inc()
+        return False, None
+    metrics.PUSH_FAILED.labels(kind, result.outcome, result.reason or "other").inc()
+    if result.outcome == "retry":
+        if attempt + 1 < settings.PUSH_RETRY_MAX_ATTEMPTS:
+            return False, Retry(device.pk, device.subject, attempt + 1, backoff_s(attempt, result.retry_after_s))
+        metrics.PUSH_FAILED.labels(kind, "failed", "gave_up").inc()
+    return False, None
+
+
+def _finish(tenant_id: int, subject: str, done: Sent, what: str) -> Sent:
+    if done.sent == 0 and not done.retries:
+        wake_given_back(tenant_id=tenant_id, subject=subject)
+    done.summary = f"{what}: {done.sent} sent, {len(done.retries)} to retry"
+    return done
+
+
+def wake_send(*, tenant_id: int, subject: str) -> Sent:
+    """Send the subject's claimed wake to each of its devices (see the module docstring)."""
+    done = Sent()
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if tenant is None:
+        done.summary = "no tenant"
+        return done
+    providers = _providers(tenant)
+    for device in services.devices_of(tenant=tenant, subject=subject):
+        woken, retry = _send(tenant, device, providers, 0)
+        done.sent += woken
+        if retry is not None:
+            done.retries.append(retry)
+    return _finish(tenant_id, subject, done, "wake")
+
+
+def device_resend(*, tenant_id: int, device_id: int, attempt: int) -> Sent:
+    """Retry one device's wake, unless its subject picked up since or the device is gone."""
+    done = Sent()
+    device = Device.objects.filter(tenant_id=tenant_id, pk=device_id).select_related("tenant").first()
+    if device is None or not wake.still_woken(tenant_id=tenant_id, subject=device.subject):
+        done.summary = "resend: no longer wanted"
+        return done
+    woken, retry = _send(device.tenant, device, _providers(device.tenant), attempt)
+    done.sent += woken
+    if retry is not None:
+        done.retries.append(retry)
+    return _finish(tenant_id, device.subject, done, "resend")
