@@ -7,13 +7,9 @@ acknowledgements, deletes and purges; the prepared cursor runs the shared statem
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from django.db import DatabaseError, ProgrammingError, connection, connections, transaction
@@ -195,20 +191,3 @@ def test_the_prepared_cursor_is_kept_per_connection_and_acts_as_django_s_cursor(
         cur.execute("SELECT 1", [])
         assert cur.fetchone() == (1,)
     assert cur is not first and cur.cursor.connection is connection.connection
-
-
-def test_the_setting_s_earlier_name_is_refused_at_startup():
-    env = {**os.environ, "MEDIATOR_FASTPATH_PREPARE": "0", "DJANGO_SETTINGS_MODULE": "mediator_project.settings"}
-    result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
-        "django.core.exceptions.ImproperlyConfigured: MEDIATOR_FASTPATH_PREPARE is now DB_PREPARED_STATEMENTS"
-        " (docs/operations.md)"
-    )

@@ -25,10 +25,10 @@ from pathlib import Path
 from django.db import connection
 from django.test.client import RequestFactory
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
-from tests.didcomm.app.agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
+from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
+from tests.support.didcomm_agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
 from tests.support.registration import contract_both_ways, register
 
 ROOT = Path(__file__).resolve().parents[2]

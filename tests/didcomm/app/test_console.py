@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, presence_key
 from apps.messaging.models import PendingEvent
 from apps.messaging.presence import lease_s, socket_entered, socket_left
 from apps.tenants.models import Tenant
+from tests.support.didcomm_agent import CM2, forward_for, routed_did
 from tests.tenants.test_admin import ADD, _add_form, change_url
 
 

@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.didcomm.core.agent import Agent, routed_did
 from apps.didcomm.identity import identity_current
 from apps.didcomm.models import Mediation, QueuedMessage, RecipientKey, presence_key
 from apps.didcomm.recipients import did_hash
@@ -21,6 +20,7 @@ from apps.messaging.presence import socket_entered
 from apps.tenants.services import tenant_create
 from apps.wire.client import Identity
 from tests.support.browser import ARTIFACTS, PASSWORD, admin_page
+from tests.support.didcomm_agent import Agent, routed_did
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

@@ -9,11 +9,11 @@ import json
 
 from apps.didcomm import identity
 from apps.didcomm.core import jwe
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import key_agreement_key, resolve_did
 from apps.didcomm.models import MediatorIdentity
 from apps.didcomm.selectors import identity_summary
 from apps.tenants.services import Actor
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 
 def legacy_invitation(poster) -> dict:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
-from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, QueuedMessage
 from apps.ops.metrics import DATABASE_COLLECTOR
 from apps.tenants.services import Actor, api_token_issue
+from tests.support.didcomm_agent import CM2, forward_for, routed_did
 
 
 @pytest.fixture

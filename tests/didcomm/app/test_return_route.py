@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, routed_did
 from apps.didcomm.models import RecipientKey
+from tests.support.didcomm_agent import CM2, routed_did
 
 
 @pytest.mark.parametrize("return_route", [None, "none"])

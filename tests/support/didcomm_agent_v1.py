@@ -1,4 +1,4 @@
-"""A DIDComm v1 (Aries) test agent on apps/didcomm/core only: a did:peer:4 like ACA-Py's, RFC 0019
+"""A DIDComm v1 (Aries) agent on apps/didcomm/core only, for the tests: a did:peer:4 like ACA-Py's, RFC 0019
 envelopes, and a local HTTP endpoint that records what the mediator POSTs to it."""
 
 from __future__ import annotations

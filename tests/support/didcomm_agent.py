@@ -1,4 +1,5 @@
-"""A DIDComm v2 agent on this core only: the client side of a mediator (tests and bench/ use it).
+"""A DIDComm v2 agent on apps/didcomm/core only: the client side of a mediator, for the tests, the
+cluster drills (scripts/cluster/drill.py) and bench/ (which may import tests/support).
 
 It packs authcrypt/anoncrypt messages to a DID, unpacks what comes back, and wraps a routing/2.0
 forward, as a wallet or a sending agent would (docs/didcomm.md "How a wallet connects").
@@ -11,10 +12,10 @@ import time
 import uuid
 from typing import Any
 
-from . import jwe
-from .did_peer import peer2_create
-from .keys import ED25519, X25519, PrivateKey
-from .resolver import key_agreement_key, resolve_did
+from apps.didcomm.core import jwe
+from apps.didcomm.core.did_peer import peer2_create
+from apps.didcomm.core.keys import ED25519, X25519, PrivateKey
+from apps.didcomm.core.resolver import key_agreement_key, resolve_did
 
 CM2 = "https://didcomm.org/coordinate-mediation/2.0/"
 CM3 = "https://didcomm.org/coordinate-mediation/3.0/"
