@@ -18,7 +18,7 @@ from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
 
-pytest_plugins = ["tests.support.clock", "tests.support.browser"]
+pytest_plugins = ["tests.support.clock", "tests.support.browser", "tests.support.operators"]
 
 HOST_A = "a.mediator.test"
 HOST_B = "b.mediator.test"

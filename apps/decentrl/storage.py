@@ -15,7 +15,7 @@ ONE_WAY_PUBLIC: the claim and the registration check (`sql.REGISTERED`). QUERY_E
 read by the same call after the claim (`read`, an `EventsQuery`) and only when the nonce was fresh
 and the sender registered: the tags and time-range filters put eventquery's page statement in the
 claim's statement (one round trip), every other filter runs the ORM query `services.events_query`
-after the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
+after the claim; tests/messaging/test_eventquery.py checks both against a brute force.
 
 The dispatcher (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """

@@ -14,7 +14,7 @@ from django.test import Client
 from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent, StoredEvent
 from tests.conftest import HOST_A
-from tests.decentrl.conftest import body_of, envelope, err
+from tests.support.commands import body_of, envelope, err
 from tests.support.registration import contract_both_ways, register
 
 THREADS = 8

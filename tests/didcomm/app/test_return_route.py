@@ -1,5 +1,5 @@
 """An answer with no way back: a message without `return_route` is handled and gets 202 and no body
-(docs/didcomm.md), as the Identus SDK's keylist-update (recorded in tests/didcomm/fixtures/identus/)."""
+(docs/didcomm.md), as the Identus SDK's keylist-update (recorded in tests/interop/fixtures/identus/)."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_create_validation_errors_are_clear_json(api, tenant_a, payload, errors)
 
 
 def test_a_body_that_is_not_json_is_a_clear_400(api, tenant_a):
-    # Conflicts (a slug or host already taken) are 409: tests/tenants/test_api_contract.py.
+    # Conflicts (a slug or host already taken) are 409: tests/console/test_api_contract.py.
     resp = api.generic("POST", "/api/v1/tenants/", "{not json", content_type="application/json")
     assert resp.status_code == 400
     assert resp.json() == {

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from apps.wire import contract as wc
 from apps.wire.client import Identity
 from apps.wire.did import parse_decentrl
-from tests.decentrl.conftest import envelope, err
+from tests.support.commands import envelope, err
 
 QPE = {"type": "QUERY_PENDING_EVENTS"}
 

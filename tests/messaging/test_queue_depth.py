@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.messaging.maintenance import purge_expired_pending_events
 from apps.messaging.models import PendingEvent, PendingQueueDepth
 from apps.tenants.models import Tenant
-from tests.decentrl.conftest import err
+from tests.support.commands import err
 from tests.support.registration import contract_both_ways, register
 
 

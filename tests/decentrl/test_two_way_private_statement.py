@@ -17,7 +17,7 @@ from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent
 from apps.tenants.models import Tenant
 from apps.wire.client import Identity
-from tests.decentrl.conftest import data_counts, envelope, err
+from tests.support.commands import data_counts, envelope, err
 from tests.support.registration import contract_both_ways
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -89,7 +89,7 @@ def test_a_database_error_in_the_statement_is_503_and_leaves_the_nonce_consumed(
     contract_both_ways(post_a, alice, bob, tenant_a)
     table = PendingEvent._meta.db_table
     with connection.cursor() as cur:
-        cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT test_fastpath_refuse CHECK (payload <> 'refused')")
+        cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT test_two_way_private_refuse CHECK (payload <> 'refused')")
     try:
         nonce = str(uuid.uuid4())
         env = envelope(alice, "refused", recipient_did=bob.did, channel="TWO_WAY_PRIVATE", nonce=nonce)
@@ -100,7 +100,7 @@ def test_a_database_error_in_the_statement_is_503_and_leaves_the_nonce_consumed(
         assert post_a.send(env) == (401, err("DUPLICATE_NONCE"))
     finally:
         with connection.cursor() as cur:
-            cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT test_fastpath_refuse")
+            cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT test_two_way_private_refuse")
 
 
 def test_the_one_statement_path_is_one_statement(post_a, tenant_a, registered, alice, bob):

@@ -9,7 +9,7 @@ and ensure_extra_sicpa.sh (all run by scripts/ensure_services.sh).
 
 Every run records the exact bytes on the wire (and the test keys of all parties) in
 test-artifacts/identus/identus_<version>.json; a copy of one such recording is
-tests/didcomm/fixtures/identus/, replayed without Node by test_identus_fixtures.py.
+tests/interop/fixtures/identus/, replayed without Node by test_identus_fixtures.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The exact bytes a stock SICPA client (`didcomm` 0.3.2 + `peerdid` 0.5.2) sent our mediator in one recorded run,
 replayed in-process (no SICPA venv).
 
-tests/didcomm/fixtures/sicpa/ is a copy of what tests/didcomm/test_sicpa_e2e.py writes to test-artifacts/sicpa/:
+tests/interop/fixtures/sicpa/ is a copy of what tests/interop/test_sicpa_e2e.py writes to test-artifacts/sicpa/:
 the test keys of every party (the mediator's, the client's host and peer DIDs', the sender's) and each
 command's HTTP exchanges in order. Here the mediator is given the recorded keys and the run is played again:
 each request must get the same status and an answer of the same type, body and thread, from the DID and key

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from apps.tenants.models import Tenant
 from apps.tenants.services import normalize_domain, normalize_public_url, tenant_create
-from tests.tenants.test_admin import ADD, _add_form, change_url
+from tests.console.test_admin import ADD, _add_form, change_url
 
 pytestmark = pytest.mark.django_db
 

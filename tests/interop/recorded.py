@@ -1,4 +1,4 @@
-"""Open what a real agent sent to the mediator (a recorded run, tests/didcomm/v1_server.py `record`) with the
+"""Open what a real agent sent to the mediator (a recorded run, tests/interop/v1_server.py `record`) with the
 mediator keys recorded beside it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""didcomm-node 0.4.1's recorded envelopes (tests/didcomm/fixtures, made by tests/interop/record_didcomm_node.py) decrypt with our code."""
+"""didcomm-node 0.4.1's recorded envelopes (tests/interop/fixtures, made by tests/interop/record_didcomm_node.py) decrypt with our code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Operator fixtures: a staff operator (superuser), a plain user, logged-in admin clients, API clients."""
+"""Operator fixtures (a pytest plugin of tests/conftest.py, for the console's, the tenants' and the apps' operator
+pages): a staff operator (superuser), a plain user, logged-in admin clients, API clients."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A real mediator for the DIDComm v1 end-to-end tests: a tenant, a Celery worker on its own queue (the
 outbound POSTs ACA-Py needs), and a Daphne process whose DIDComm v1 outbound queue is that worker's.
 Agents reach Daphne through a WireTap (a plain TCP pipe that keeps what they send), so a run can record
-fixtures: with MEDIATOR_RECORD_FIXTURES=1, `record` writes them to tests/didcomm/fixtures/."""
+fixtures: with MEDIATOR_RECORD_FIXTURES=1, `record` writes them to tests/interop/fixtures/."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class V1Mediator:
 
     def record(self, name: str, *, agent: str) -> dict:
         """What the agents sent to /didcomm (HTTP bodies and socket frames, in order) and the mediator's keys
-        that open them; written to tests/didcomm/fixtures/<name> when MEDIATOR_RECORD_FIXTURES=1."""
+        that open them; written to tests/interop/fixtures/<name> when MEDIATOR_RECORD_FIXTURES=1."""
         identity = identity_current(tenant=self.tenant)
         sent = [s for s in self.tap.sent() if s.target.startswith("/didcomm") and s.method in ("POST", "WS") and s.body]
         fixture = {

@@ -14,8 +14,8 @@ from apps.didcomm.models import Mediation, presence_key
 from apps.messaging.models import PendingEvent
 from apps.messaging.presence import lease_s, socket_entered, socket_left
 from apps.tenants.models import Tenant
+from tests.console.test_admin import ADD, _add_form, change_url
 from tests.support.didcomm_agent import CM2, forward_for, routed_did
-from tests.tenants.test_admin import ADD, _add_form, change_url
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The exact bytes the Identus SDK 7.0.0 sent our mediator in one recorded run, replayed in-process (no Node).
 
-tests/didcomm/fixtures/identus/identus_7.0.0.json is a copy of what tests/didcomm/test_identus_e2e.py writes to
+tests/interop/fixtures/identus/identus_7.0.0.json is a copy of what tests/interop/test_identus_e2e.py writes to
 test-artifacts/identus/: the test keys of every party (the mediator's, the SDK's two DIDs', the sender's) and
 every event in order: the SDK's HTTP requests and the server's answers, its socket frames both ways, the
 sender's forwards (didcomm-node), and what the SDK reported. Here the mediator is given the recorded keys and

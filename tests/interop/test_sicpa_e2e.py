@@ -9,7 +9,7 @@ in a routing/2.0 forward), and the recipient picks it up (Pickup 3.0 status and 
 
 Every run records the exact bytes on the wire (and the test keys of all parties) in
 test-artifacts/sicpa/sicpa_<versions>.json; a copy of one such recording is
-tests/didcomm/fixtures/sicpa/, replayed in-process by test_sicpa_fixtures.py.
+tests/interop/fixtures/sicpa/, replayed in-process by test_sicpa_fixtures.py.
 """
 
 from __future__ import annotations

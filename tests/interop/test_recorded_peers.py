@@ -1,5 +1,5 @@
 """What real ACA-Py 1.7.0 and Credo 0.6.3 agents sent to the mediator, recorded in an end-to-end run
-(tests/didcomm/test_acapy_e2e.py and test_credo_e2e.py with MEDIATOR_RECORD_FIXTURES=1) with the mediator
+(tests/interop/test_acapy_e2e.py and test_credo_e2e.py with MEDIATOR_RECORD_FIXTURES=1) with the mediator
 keys that open it: every envelope opens, the shapes the notes describe hold, and replaying the whole
 conversation byte for byte through POST /didcomm reaches the same state, without starting any agent."""
 

@@ -16,7 +16,7 @@ from django.test import Client
 
 from apps.tenants.services import tenant_create, tenant_suspend
 from apps.usage.models import ReportRun
-from tests.tenants.test_admin import change_url
+from tests.console.test_admin import change_url
 
 pytestmark = pytest.mark.django_db
 

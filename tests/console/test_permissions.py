@@ -23,7 +23,7 @@ from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.permissions import METHOD_VERBS, OperatorPermissions
 from apps.tenants.services import Actor, api_token_issue, audit_record, tenant_suspend
 from apps.usage.models import ReportRun
-from tests.tenants.test_admin import _add_form, didcomm_form
+from tests.console.test_admin import _add_form, didcomm_form
 
 DENIED = {"detail": "You do not have permission to perform this action."}
 
@@ -432,7 +432,7 @@ def test_every_api_route_names_the_permission_of_each_of_its_actions():
     for route, callback in _api_views(get_resolver().url_patterns):
         cls = callback.cls
         if route.startswith(("api/v1/schema", "api/v1/docs", "api/v1/redoc")):
-            # Staff who may read something through the API (tests/tenants/test_api_contract.py).
+            # Staff who may read something through the API (tests/console/test_api_contract.py).
             assert callback.initkwargs["permission_classes"] == [SchemaPermission], route
             continue
         assert cls.permission_classes == [OperatorPermissions], route

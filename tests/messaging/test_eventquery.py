@@ -31,7 +31,7 @@ from apps.decentrl.storage import EventsQuery, NonceClaim
 from apps.messaging import eventquery, services
 from apps.messaging.models import Contract, EventTag, StoredEvent
 from apps.wire.envelope import EventFilter, EventToSave, Pagination, TagUpdate
-from tests.decentrl.conftest import err
+from tests.support.commands import err
 
 ALPHABET = ["ta", "tb", "tc", "td", "te", "tf"]
 TS_MAX = 40  # few distinct timestamps: many ties, ordered by arrival
