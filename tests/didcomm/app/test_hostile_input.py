@@ -25,8 +25,9 @@ from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
 from apps.usage import records as request_records
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
-from tests.conftest import HOST_A, wsgi_call
+from tests.conftest import HOST_A
 from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
+from tests.support.entry import wsgi_call
 
 pytestmark = pytest.mark.django_db
 
