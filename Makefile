@@ -47,8 +47,8 @@ test: install
 # and the clock"): a test that asserts what only holds on some days fails here on every day. One process
 # each (two xdist workers cost more in start-up than they save here): ~1.5 min each on the shared 2-core box.
 CLOCK_TESTS := tests/usage/test_empty_states.py tests/usage/test_pages_and_api.py tests/usage/test_services.py \
-	tests/tenants/test_console_details.py tests/tenants/test_console_frame.py tests/tenants/test_time_format.py \
-	tests/usage/test_browser_empty_states.py tests/tenants/test_browser_console.py
+	tests/console/test_details.py tests/console/test_frame.py tests/tenants/test_time_format.py \
+	tests/usage/test_browser_empty_states.py tests/console/test_browser_console.py
 clock-test: install
 	scripts/ensure_services.sh
 	$(PY) -m pytest $(CLOCK_TESTS) -m "not spark" -p no:xdist --clock-shift=365

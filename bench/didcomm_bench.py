@@ -47,12 +47,12 @@ from types import SimpleNamespace
 import httpx
 
 from apps.didcomm.core import jwe
-from apps.didcomm.core.agent import CM2, ENCRYPTED, FORWARD, PICKUP, Agent, routed_did
 from apps.didcomm.core.resolver import resolve_did
 from bench import loadgen
 from bench.cpu import CpuSampler
 from bench.pg import db_url
 from bench.run_standard import Layout, machine, prepare_database
+from tests.support.didcomm_agent import CM2, ENCRYPTED, FORWARD, PICKUP, Agent, routed_did
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

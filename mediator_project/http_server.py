@@ -6,9 +6,8 @@ mediator_project/wsgi.py (`POST /` on the command entry, everything else on Djan
 
 Granian parses HTTP in Rust (hyper) on its own runtime thread and calls the application in a
 pool of Python threads, one database connection each (DB_CONN_MAX_AGE, set by
-scripts/run_production.sh and the systemd unit). Against gunicorn's threaded worker through the
-same layout it spends about a third less server CPU per TWO_WAY_PRIVATE: gunicorn's pure-Python
-parser and its poller/thread hand-offs are most of the difference.
+scripts/run_production.sh and the systemd unit): no HTTP parsing and no poller/thread hand-off
+in Python (docs/serving.md, "Granian for HTTP", has the comparison).
 
 Settings (environment):
 - HTTP_PORT (8000): the port on HTTP_HOST (127.0.0.1: nginx is the public side; the container
@@ -16,13 +15,11 @@ Settings (environment):
 - HTTP_WORKERS (half the cores, at least 1): worker processes, forked from the master after it
   loaded the application; a worker that dies is forked again by the master after 1 s (with
   more than one, the others keep serving), the master itself is restarted by supervisord or
-  systemd. Half, because a command's CPU is about half the worker's Python (one GIL per worker)
-  and half PostgreSQL's and nginx's: on 2 cores one worker of 16 threads spends less Granian CPU
-  per command than two of 8;
+  systemd. Half, because a command spends its CPU in the worker's Python (one GIL per worker)
+  and in PostgreSQL and nginx beside it;
 - HTTP_THREADS (8): Python threads per worker that run the application (and hold a database
-  connection each). Against 16 at 16 clients, same runs: ~10 % less CPU per TWO_WAY_PRIVATE
-  (Granian and PostgreSQL both: fewer commands contend for the GIL and for PostgreSQL's locks)
-  and a lower p99; 4 threads left commits waiting (docs/benchmarks.md).
+  connection each): enough that commits do not wait for a thread, few enough that commands do
+  not contend for the GIL and PostgreSQL's locks (the measurements: docs/serving.md).
 """
 
 from __future__ import annotations
@@ -66,7 +63,7 @@ def wait_for_port(host: str, number: int, timeout: float = PORT_WAIT_SECONDS) ->
     A master that was SIGKILLed leaves its workers holding the listening socket until
     scripts/supervisor_reaper.py (or systemd's control group) ends them; Granian exits at once
     when its bind fails, and each retry would load the application again. The new master waits
-    here instead, as gunicorn's master retried its bind."""
+    here instead."""
     deadline = time.monotonic() + timeout
     while True:
         probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

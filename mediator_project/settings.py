@@ -408,8 +408,6 @@ MEDIATOR_MAX_BODY_BYTES = env_int("MEDIATOR_MAX_BODY_BYTES", 6 * 1024 * 1024)
 # apps/messaging/sql.py). Operators set 0 behind a transaction-mode pooler that cannot keep
 # prepared statements (docs/operations.md). It changes how a statement is sent, not which runs.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
-if "MEDIATOR_FASTPATH_PREPARE" in os.environ:  # its earlier name: refuse it rather than ignore it
-    raise ImproperlyConfigured("MEDIATOR_FASTPATH_PREPARE is now DB_PREPARED_STATEMENTS (docs/operations.md)")
 MEDIATOR_CORS_ORIGINS = [o.strip() for o in (env("MEDIATOR_CORS_ORIGINS", "*") or "*").split(",") if o.strip()]
 # Django refuses bigger bodies before our view sees them; we map that to PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MEDIATOR_MAX_BODY_BYTES

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ACA-Py (acapy-agent 1.7.0, PyPI) for the DIDComm v1 end-to-end test (tests/didcomm/test_acapy_e2e.py):
+# ACA-Py (acapy-agent 1.7.0, PyPI) for the DIDComm v1 end-to-end test (tests/interop/test_acapy_e2e.py):
 # its own venv in var/acapy-venv, built from a Python >= 3.13 found on the machine (ACA-Py 1.7 needs it;
 # the product runs on 3.11). Looks at $ACAPY_PYTHON, python3.13/python3.14 on PATH, then the pyenv versions.
 # Without one it says so loudly and exits 1, so the test fails rather than passes. Idempotent and quick
@@ -24,7 +24,7 @@ done
 if [ -z "$python" ]; then
   log "=================================================================================="
   log "NO PYTHON >= 3.13 FOUND: acapy-agent $want cannot be installed, so the ACA-Py"
-  log "end-to-end test (tests/didcomm/test_acapy_e2e.py) WILL FAIL. Install Python 3.13"
+  log "end-to-end test (tests/interop/test_acapy_e2e.py) WILL FAIL. Install Python 3.13"
   log "(e.g. pyenv install 3.13) or point ACAPY_PYTHON at one, then run this script again."
   log "=================================================================================="
   exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the operator-console browser test (tests/tenants/test_browser.py).
+# Headless Chromium for the operator-console browser test (tests/console/test_browser.py).
 # Debian's package, driven by Playwright's Python client; never `playwright install`.
 set -euo pipefail
 if [ -x /usr/bin/chromium ]; then

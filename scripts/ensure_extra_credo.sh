@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Credo (npm @credo-ts/core, didcomm and askar 0.6.3) for the DIDComm v1 end-to-end test
-# (tests/didcomm/test_credo_e2e.py): `npm ci` into tests/interop/credo from its committed lock; and a
+# (tests/interop/test_credo_e2e.py): `npm ci` into tests/interop/credo from its committed lock; and a
 # second Credo, 0.5.19 with @credo-ts/push-notifications 0.7.1 (which needs core 0.5.x), for the push
-# registration test (tests/didcomm/test_credo_push_e2e.py): the same into tests/interop/credo05.
+# registration test (tests/interop/test_credo_push_e2e.py): the same into tests/interop/credo05.
 # The askar binding's install script downloads its native library from GitHub, which is not reachable
 # here, so install scripts are skipped, the two ffi modules are rebuilt with
 # `npm rebuild`, and the native library comes from the PyPI wheel aries-askar==0.4.6 (the same

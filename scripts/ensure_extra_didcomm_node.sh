@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # didcomm-node (npm, the Rust didcomm crate as WASM) for the DIDComm v2 interop tests
-# (tests/didcomm/test_interop_didcomm_node.py): `npm ci` into tests/interop/node from its committed
+# (tests/interop/test_didcomm_node.py): `npm ci` into tests/interop/node from its committed
 # package-lock.json. Safe to run repeatedly; quick when the pinned version is already there.
 set -euo pipefail
 log() { echo "[ensure_extra_didcomm_node] $*"; }

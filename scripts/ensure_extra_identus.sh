@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Identus SDK (npm @hyperledger/identus-sdk, WASM inside) as an independent DIDComm v2 recipient
-# for tests/didcomm/test_identus_e2e.py: `npm ci` into tests/interop/identus from its committed
+# for tests/interop/test_identus_e2e.py: `npm ci` into tests/interop/identus from its committed
 # package-lock.json (npm registry only; install scripts skipped, none is needed). Safe to run
 # repeatedly; quick when the pinned version is already there.
 set -euo pipefail

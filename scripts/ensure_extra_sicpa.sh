@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# SICPA `didcomm` and `peerdid` (PyPI, stock) as independent DIDComm v2 peers for tests/didcomm/test_identus_e2e.py
-# (a sender) and tests/didcomm/test_sicpa_e2e.py (a whole client), in their own venv var/sicpa-venv: they pin
+# SICPA `didcomm` and `peerdid` (PyPI, stock) as independent DIDComm v2 peers for tests/interop/test_identus_e2e.py
+# (a sender) and tests/interop/test_sicpa_e2e.py (a whole client), in their own venv var/sicpa-venv: they pin
 # pydid<0.4 and an old pydantic, so never in the product venv.
 # Safe to run repeatedly; quick when the pinned versions are already there.
 set -euo pipefail

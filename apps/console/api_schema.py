@@ -71,7 +71,7 @@ def finish_operator_schema(result: dict, generator, request, public) -> dict:
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(_ERRORS)
     for name, component in schemas.items():
-        # Every request body is a StrictSerializer's (tests/tenants/test_api_schema.py checks it).
+        # Every request body is a StrictSerializer's (tests/console/test_api_contract.py checks it).
         if name.endswith("Request") and component.get("type") == "object":
             component["additionalProperties"] = False
     if "RotateRequest" in schemas:

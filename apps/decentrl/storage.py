@@ -15,7 +15,7 @@ ONE_WAY_PUBLIC: the claim and the registration check (`sql.REGISTERED`). QUERY_E
 read by the same call after the claim (`read`, an `EventsQuery`) and only when the nonce was fresh
 and the sender registered: the tags and time-range filters put eventquery's page statement in the
 claim's statement (one round trip), every other filter runs the ORM query `services.events_query`
-after the claim; tests/decentrl/test_eventquery.py checks both against a brute force.
+after the claim; tests/messaging/test_eventquery.py checks both against a brute force.
 
 The dispatcher (apps/decentrl/dispatch.py) never runs inside `atomic`: each statement here commits by itself.
 """
@@ -79,7 +79,7 @@ def _by_statement(flt: EventFilter) -> bool:
 def _items(rows: list[tuple]) -> list[dict]:
     """QUERY_EVENTS' items from (public_id, payload, tags, timestamp) rows, the tags as PostgreSQL's
     JSON text (Django loads jsonb as text): parsed in one call for the whole page, as one JSON
-    array of the rows' arrays (a call per row cost ~10% of the storage call)."""
+    array of the rows' arrays, instead of one parse per row."""
     texts = [r[2] for r in rows]
     tags = json.loads(f"[{','.join(texts)}]") if all(isinstance(t, str) for t in texts) else texts
     return [

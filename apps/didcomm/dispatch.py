@@ -265,7 +265,7 @@ def observe(tenant, transport, protocol, short, code, reply: Reply, raw, started
     """The one log line and the observers' record of a finished DIDComm message."""
     duration = (time.perf_counter() - started) * 1000
     # Routing metadata only: never a payload, an attachment, a key or a DID. Its text is built only
-    # when the line is written (production benchmarks run at WARNING).
+    # when the line is written (a deployment logging at WARNING pays nothing for it).
     if log.isEnabledFor(logging.INFO):
         log.info(
             "didcomm tenant=%s transport=%s type=%s code=%s status=%s ms=%.1f%s",

@@ -33,12 +33,6 @@ def _key(tenant: Tenant, sender_did: str, message_id: str) -> tuple[int, str, st
     return tenant.pk, did_hash(sender_did), hashlib.sha256(message_id.lower().encode("utf-8")).hexdigest()
 
 
-def message_id_claim(*, tenant: Tenant, sender_did: str, message_id: str, keep_until_ms: int, now_ms: int) -> bool:
-    """Record that `sender_did` used `message_id` until `keep_until_ms` inclusive; False when it
-    already did (a replay). Commits with the caller's transaction (claimed_run), or at once outside one."""
-    return replay.claim(SEEN_CLAIM, [*_key(tenant, sender_did, message_id), keep_until_ms, now_ms])
-
-
 def seen_messages_prune(*, tenant: Tenant | None, now: datetime, dry_run: bool) -> int:
     """Delete (or count) remembered message ids past their expiry."""
     qs = replay.past(SeenMessage.objects.all(), int(now.timestamp() * 1000))

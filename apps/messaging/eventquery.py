@@ -70,7 +70,7 @@ def page_sql(*, tagged: bool, one_tag: bool, after: bool, before: bool) -> str:
     """The text of `page_statement` for one filter shape (built once per shape)."""
     if tagged:
         # One tag: its index entries are distinct events already, in (timestamp, event) order, so
-        # no DISTINCT (a hash of every match and a sort: 25-39% of the statement's PostgreSQL CPU).
+        # no DISTINCT (a hash of every match and a sort, the larger part of the statement's PostgreSQL CPU).
         distinct = "" if one_tag else "DISTINCT "
         return (
             f"SELECT e.public_id::text AS public_id, e.payload, e.encrypted_tags, e.timestamp, page.total,"

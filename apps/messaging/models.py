@@ -217,7 +217,7 @@ class EventTag(models.Model):
     `timestamp` is a copy of the event's timestamp, so that QUERY_EVENTS by tag takes its page
     order, its time range and its total from `tag_ts` alone and reads only the page's events
     (apps/messaging/eventquery.py). Every writer of tags sets it from the event; nothing changes
-    an event's timestamp after SAVE_EVENTS (tests/decentrl/test_eventquery.py checks both).
+    an event's timestamp after SAVE_EVENTS (tests/messaging/test_eventquery.py checks both).
 
     `tag_ts` is unique: an event carries a tag at most once (its writers keep the first of
     repeated tags), and tenant, owner and timestamp are the event's, so one tag's index entries

@@ -59,7 +59,7 @@ class OperatorPermissions(BasePermission):
     The table is keyed by the viewset action, or on a plain APIView by the HTTP method (HEAD as
     GET). This is DjangoModelPermissions with GET needing `view` and with custom actions mapped,
     through the same tables the console reads. An action missing from a table is a programming
-    error (tests/tenants/test_permissions.py walks every route).
+    error (tests/console/test_permissions.py walks every route).
     """
 
     def has_permission(self, request, view) -> bool:

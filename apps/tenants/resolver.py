@@ -13,8 +13,8 @@ from apps.wire.did import DidError, ResolvedDid, parse_decentrl
 
 from .models import Tenant
 
-# did:decentrl parses are pure functions of the string (base58 and base64 decoding profiled at
-# ~6% of a TWO_WAY_PRIVATE); failures are not cached (lru_cache keeps no raises).
+# did:decentrl parses are pure functions of the string (cached: every command resolves its sender and
+# recipient, each a base58 and base64 decoding); failures are not cached (lru_cache keeps no raises).
 _parse_decentrl_cached = functools.lru_cache(maxsize=8192)(parse_decentrl)
 
 

@@ -44,9 +44,9 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 from apps.wire.client import Identity, MediatorClient, agree_contract
 from apps.wire.ws import MediatorSocket, SocketClosed
+from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = str(ROOT / "scripts" / "cluster" / "node.sh")

@@ -25,9 +25,9 @@ import httpx
 import pytest
 import yaml
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 from apps.wire.client import Identity, MediatorClient, agree_contract
 from apps.wire.ws import open_authenticated
+from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
 from tests.support.push_story import run_push_story
 from tests.support.servers import ROOT, free_port
 

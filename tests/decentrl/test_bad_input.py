@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.decentrl.conftest import ERROR_CODES, body_of, envelope, err, now_ms, row_counts
+from tests.support.commands import ERROR_CODES, body_of, envelope, err, now_ms, row_counts
 
 QUERY = {"type": "QUERY_EVENTS"}
 INVALID = (400, err("INVALID_COMMAND"))

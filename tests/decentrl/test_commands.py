@@ -17,7 +17,7 @@ from apps.wire import contract as wc
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import X25519KeyPair, aes_gcm_encrypt, ed25519_verify, sign_json_object, x25519
 from apps.wire.did import parse_decentrl
-from tests.decentrl.conftest import data_counts, err, row_counts
+from tests.support.commands import data_counts, err, row_counts
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 SUCCESS = {"type": "SUCCESS"}

@@ -14,7 +14,7 @@ from django.test import Client
 from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent, StoredEvent
 from tests.conftest import HOST_A
-from tests.decentrl.conftest import body_of, envelope, err
+from tests.support.commands import body_of, envelope, err
 from tests.support.registration import contract_both_ways, register
 
 THREADS = 8
@@ -50,7 +50,7 @@ def post_concurrently(body: bytes | list[bytes], n: int = THREADS) -> list[tuple
 
 @pytest.mark.django_db(transaction=True)
 def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once(client, tenant_a, alice, bob):
-    from tests.conftest import Poster
+    from tests.support.entry import Poster
 
     poster = Poster(HOST_A)
     register(poster, bob, tenant_a)
@@ -70,7 +70,7 @@ def test_the_same_two_way_private_command_sent_by_eight_threads_is_accepted_once
 
 @pytest.mark.django_db(transaction=True)
 def test_the_same_save_events_command_sent_twice_at_once_stores_one_copy(client, tenant_a, alice):
-    from tests.conftest import Poster
+    from tests.support.entry import Poster
 
     poster = Poster(HOST_A)
     register(poster, alice, tenant_a)
@@ -96,7 +96,7 @@ def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, a
     """The handler's transaction rolls back (identity quota refused inside it); the nonce does not."""
     from apps.tenants.models import Tenant
     from apps.wire import contract as wc
-    from tests.conftest import Poster
+    from tests.support.entry import Poster
 
     poster = Poster(HOST_A)
     register(poster, alice, tenant_a)
@@ -137,7 +137,7 @@ def test_a_nonce_stays_committed_when_the_command_rolls_back(client, tenant_a, a
 def test_the_same_contract_saved_concurrently_under_different_nonces_is_stored_once(client, tenant_a, alice, bob):
     """Idempotent SAVE under a race: the loser hits the unique constraint and returns the winner's row."""
     from apps.messaging.models import Contract
-    from tests.conftest import Poster
+    from tests.support.entry import Poster
     from tests.support.registration import signed_contract
 
     poster = Poster(HOST_A)

@@ -14,7 +14,7 @@ import pytest
 from apps.usage import metering
 from apps.usage.models import CommandMeter
 from apps.wire.canonical import canonical_str
-from tests.decentrl.conftest import envelope, err, row_counts
+from tests.support.commands import envelope, err, row_counts
 from tests.support.registration import contract_both_ways
 
 INVALID = (400, err("INVALID_COMMAND"))

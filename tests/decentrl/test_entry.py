@@ -18,7 +18,7 @@ from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
 from tests.conftest import HOST_A
-from tests.conftest import wsgi_call as call
+from tests.support.entry import wsgi_call as call
 from tests.support.registration import contract_both_ways
 
 

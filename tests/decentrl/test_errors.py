@@ -17,7 +17,7 @@ from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
 from apps.wire.crypto import sign_json_object
 from tests.conftest import HOST_A
-from tests.decentrl.conftest import body_of, data_counts, envelope, err, now_ms, row_counts
+from tests.support.commands import body_of, data_counts, envelope, err, now_ms, row_counts
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 QUERY = {"type": "QUERY_EVENTS"}

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from apps.decentrl.middleware import haproxy_cors, nginx_cors_maps
 from tests.conftest import HOST_A
-from tests.decentrl.conftest import envelope, err
+from tests.support.commands import envelope, err
 from tests.support.servers import start_daphne
 
 B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

@@ -524,7 +524,7 @@ def write_markdown(path: Path, cases: list[Case]) -> None:
         "QUERY_EVENTS by tag (apps/messaging/eventquery.py) reads the tag rows through `tag_ts` =",
         "(tenant, owner_did, tag, timestamp, event) alone: `messaging_eventtag.timestamp` is a copy of",
         "the event's timestamp (written by SAVE_EVENTS and UPDATE_EVENT_TAGS, filled for old rows by",
-        "migration 0004, checked by tests/decentrl/test_eventquery.py), so the distinct matches, the",
+        "migration 0004, checked by tests/messaging/test_eventquery.py), so the distinct matches, the",
         "time range, the (timestamp, id) order and the total all come from the index, and only the",
         "page's events are read, by primary key. The total is a window count in the page statement;",
         "only an empty page past the end runs the COUNT. This test fails if the tag rows are read",

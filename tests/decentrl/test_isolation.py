@@ -13,7 +13,7 @@ from apps.messaging.models import Contract, ContractRequest, PendingEvent, Store
 from apps.wire import contract as wc
 from apps.wire.did import parse_decentrl
 from tests.conftest import HOST_A, HOST_B
-from tests.decentrl.conftest import data_counts, envelope, err
+from tests.support.commands import data_counts, envelope, err
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 EMPTY_PAGE = {"page": 0, "page_size": 10, "total": 0}

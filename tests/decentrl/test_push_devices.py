@@ -18,7 +18,7 @@ from apps.push.models import Device
 from apps.push.services import subject_for_did
 from apps.usage import records as request_records
 from apps.wire.client import MediatorClient
-from tests.conftest import HOST_A, keep_test_connection
+from tests.support.entry import HOST_A, keep_test_connection
 from tests.support.registration import register
 
 pytestmark = pytest.mark.django_db

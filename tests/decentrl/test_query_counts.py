@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import HOST_A, Poster
+from tests.conftest import HOST_A
+from tests.support.entry import Poster
 from tests.support.registration import contract_both_ways, register
 
 pytestmark = pytest.mark.django_db(transaction=True)

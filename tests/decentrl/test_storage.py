@@ -27,7 +27,7 @@ from apps.wire.client import Identity
 from apps.wire.envelope import EventFilter, EventToSave, Pagination
 
 # Inside the test's transaction: the flags do not depend on commits (a failing statement's
-# self-claim, which does, is tested in test_fastpath.py and test_direct_fastpath.py).
+# self-claim, which does, is tested in test_two_way_private_statement.py and test_claiming_statements.py).
 pytestmark = pytest.mark.django_db
 
 

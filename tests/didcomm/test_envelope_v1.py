@@ -18,7 +18,7 @@ from apps.didcomm.core.errors import (
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.wire.encoding import b58encode, b64decode, b64url_nopad
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "askar_v1_0.5.0.json").read_text())
+FIXTURE = json.loads((Path(__file__).parents[1] / "interop" / "fixtures" / "askar_v1_0.5.0.json").read_text())
 KEYS = {n: PrivateKey.from_secret(ED25519, bytes.fromhex(s)) for n, s in FIXTURE["seeds"].items()}
 VERKEYS = FIXTURE["verkeys"]
 MESSAGE = FIXTURE["plaintext_bytes"].encode()

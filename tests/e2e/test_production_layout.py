@@ -564,8 +564,8 @@ def test_didcomm_through_nginx_granian_and_daphne_mediation_forward_and_live_pus
     worker is pushed to the live socket across Redis."""
     from websockets.asyncio.client import connect
 
-    from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
     from apps.didcomm.models import QueuedMessage
+    from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 
     url, host = layout["url"], f"127.0.0.1:{layout['port']}"
     http = httpx.Client(base_url=url, timeout=30)

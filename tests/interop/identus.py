@@ -129,7 +129,7 @@ def transcript(*, recipient: IdentusRecipient, mediator: Party, senders: dict[st
         "source": (
             f"@hyperledger/identus-sdk {VERSION} (npm) driven by tests/interop/identus/recipient.mjs --record, "
             f"the senders didcomm-node {didcomm_node.VERSION} and SICPA didcomm 0.3.2, against a Daphne server; recorded by "
-            "tests/didcomm/test_identus_e2e.py; every key is a throwaway test key"
+            "tests/interop/test_identus_e2e.py; every key is a throwaway test key"
         ),
         "public_url": public_url,
         "parties": {

@@ -6,7 +6,7 @@ Run in a separate venv (aries-askar is not a product dependency):
     PYTHONPATH=. /tmp/askar-venv/bin/python -m tests.interop.record_askar_v1
 
 `askar_pack`/`askar_unpack` follow ACA-Py 1.7's `acapy_agent/askar/didcomm/v1.py` step by step on
-Askar's primitives. Writes tests/didcomm/fixtures/askar_v1_0.5.0.json: fixed test seeds (used nowhere
+Askar's primitives. Writes tests/interop/fixtures/askar_v1_0.5.0.json: fixed test seeds (used nowhere
 else), the plaintext, Askar's envelopes (replayed by tests/didcomm/test_envelope_v1.py), and
 envelopes made by apps/didcomm/core/envelope_v1.py that Askar opened here at record time.
 """
@@ -24,7 +24,7 @@ from apps.didcomm.core import envelope_v1
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.wire.encoding import b58decode, b58encode, b64decode, b64url_nopad
 
-OUT = Path(__file__).resolve().parents[1] / "didcomm" / "fixtures" / "askar_v1_0.5.0.json"
+OUT = Path(__file__).resolve().parent / "fixtures" / "askar_v1_0.5.0.json"
 PLAINTEXT = {"@type": "https://didcomm.org/trust_ping/1.0/ping", "@id": "kat-1", "response_requested": True}
 
 

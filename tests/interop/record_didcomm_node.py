@@ -1,7 +1,7 @@
 """Record didcomm-node's envelopes as fixtures: `PYTHONPATH=. .venv/bin/python -m tests.interop.record_didcomm_node`.
 
-Writes tests/didcomm/fixtures/didcomm_node_0.4.1.json: the parties' test keys (generated here, used nowhere
-else), the plaintext, and node's exact output strings. tests/didcomm/test_didcomm_node_fixtures.py replays them.
+Writes tests/interop/fixtures/didcomm_node_0.4.1.json: the parties' test keys (generated here, used nowhere
+else), the plaintext, and node's exact output strings. tests/interop/test_didcomm_node_fixtures.py replays them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from apps.didcomm.core.keys import P256
 from tests.interop import didcomm_node
 from tests.interop.didcomm_node import Party, mediator, message
 
-OUT = Path(__file__).resolve().parents[1] / "didcomm" / "fixtures" / f"didcomm_node_{didcomm_node.VERSION}.json"
+OUT = Path(__file__).resolve().parent / "fixtures" / f"didcomm_node_{didcomm_node.VERSION}.json"
 ANON = ["Xc20pEcdhEsA256kw", "A256gcmEcdhEsA256kw", "A256cbcHs512EcdhEsA256kw"]
 
 

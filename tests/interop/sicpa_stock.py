@@ -88,7 +88,7 @@ def transcript(*, client: StockClient, mediator: Party, public_url: str) -> dict
     return {
         "source": (
             f"SICPA didcomm {VERSIONS['didcomm']} + peerdid {VERSIONS['peerdid']} (PyPI, stock) driven by "
-            "tests/interop/sicpa/stock_client.py against a Daphne server; recorded by tests/didcomm/test_sicpa_e2e.py; "
+            "tests/interop/sicpa/stock_client.py against a Daphne server; recorded by tests/interop/test_sicpa_e2e.py; "
             "every key is a throwaway test key"
         ),
         "public_url": public_url,

@@ -1,7 +1,7 @@
 """Fixtures for the public-channel suite (DCTRL-0007): registered publishers, a signed-publish
 helper, a reader for `GET /public/<did>`, and the client library wired in-process over WSGI.
 
-The shared tenants are re-exported with the per-DID/per-IP command limits of another issue
+The shared tenants are tests/support/commands.py's, with the per-DID/per-IP command limits of another issue
 switched off (0 = off), so that only the public publish cap under test can refuse a command.
 """
 
@@ -16,25 +16,11 @@ import pytest
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.public import sign_public_event
 from tests.conftest import HOST_A, HOST_B
+from tests.support import commands
 from tests.support.registration import register
 
-
-def _limits_off(tenant):
-    from apps.tenants.models import Tenant
-
-    Tenant.objects.filter(pk=tenant.pk).update(rate_limit_per_did=0, rate_limit_per_ip=0)
-    tenant.refresh_from_db()
-    return tenant
-
-
-@pytest.fixture
-def tenant_a(tenant_a):
-    return _limits_off(tenant_a)
-
-
-@pytest.fixture
-def tenant_b(tenant_b):
-    return _limits_off(tenant_b)
+# The tenants, their limits off (fixtures).
+tenant_a, tenant_b = commands.tenant_a, commands.tenant_b
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from apps.tenants.models import Tenant
 from apps.wire.canonical import canonical_bytes
 from apps.wire.crypto import sign_json_object
 from apps.wire.public import sign_public_event
-from tests.conftest import wsgi_call
+from tests.support.entry import wsgi_call
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ import json
 import pytest
 from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent
 from apps.wire.ws import MediatorSocket
+from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent
 from tests.support.servers import start_redis
 
 from .test_daphne import Deployment

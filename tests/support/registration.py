@@ -1,4 +1,4 @@
-"""Helpers that drive registration and contracts through the in-process Django test client."""
+"""Helpers that drive registration and contracts through a poster (tests/support/entry.py's `Poster`)."""
 
 from __future__ import annotations
 

@@ -23,12 +23,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.db import connection
-from django.test.client import RequestFactory
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity
-from tests.didcomm.app.agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
+from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
+from tests.support.didcomm_agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
+from tests.support.entry import Poster, wsgi_call
 from tests.support.registration import contract_both_ways, register
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,41 +85,17 @@ def recording(is_write: Callable[[str], bool]) -> Iterator[tuple[dict[str, set[s
 def call(
     app, body: bytes = b"", *, host: str, method: str = "POST", path: str = "/", content_type: str = "application/json"
 ):
-    """One request through the WSGI application `app`, in-process, with nothing of it replaced (the
-    entry's connection handling included): (status code, body)."""
-    environ = RequestFactory().generic(method, path, body, content_type, HTTP_HOST=host).environ
-    got: dict = {}
-
-    def start_response(status, headers, exc_info=None):
-        got["status"] = int(status.split(" ", 1)[0])
-
-    result = app(environ, start_response)
-    try:
-        data = b"".join(result)
-    finally:
-        if hasattr(result, "close"):
-            result.close()
-    return got["status"], data
-
-
-class _Poster:
-    """tests/support/registration.py's poster, on `app`."""
-
-    def __init__(self, app, host: str):
-        self.app, self.host = app, host
-
-    def command(self, who: Identity, payload, *, recipient_did: str, **kw):
-        status, body = call(
-            self.app,
-            canonical_bytes(who.sign_command(recipient_did=recipient_did, payload=payload, **kw)),
-            host=self.host,
-        )
-        return status, json.loads(body)
+    """One request through the WSGI application `app` (tests/support/entry.py), with nothing of it
+    replaced (the entry's connection handling included): (status code, body)."""
+    status, _, data = wsgi_call(
+        app, body, method=method, path=path, host=host, keep_connection=False, CONTENT_TYPE=content_type
+    )
+    return int(status.split(" ", 1)[0]), data
 
 
 def _decentrl(app, tenant, host: str) -> Callable[[], tuple[bytes, str]]:
     """TWO_WAY_PRIVATE from alice to bob (both registered, with a contract)."""
-    poster = _Poster(app, host)
+    poster = Poster(host, app, keep_connection=False)
     alice, bob = Identity.create("alice", tenant.did), Identity.create("bob", tenant.did)
     register(poster, alice, tenant)
     register(poster, bob, tenant)

@@ -23,8 +23,8 @@ from apps.tenants.middleware import OPERATOR_PATH_PREFIXES
 from apps.tenants.models import AuditEntry
 from apps.tenants.services import api_token_issue
 from tests.conftest import HOST_A
-from tests.conftest import wsgi_call as call
 from tests.support import servers
+from tests.support.entry import wsgi_call as call
 from tests.support.registration import register
 from tests.tenants.test_services import STRONG_SECRET, _import_settings
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy
 from apps.usage import metering
 from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportErrorCode
 from apps.usage.records import DIDCOMM_V2 as CHANNEL
 from tests.conftest import HOST_A
 from tests.didcomm.app.conftest import DidcommPoster
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 from .test_job_postgres import run_report
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, Agent
 from apps.usage import metering
 from apps.usage.models import CommandMeter
 from tests.conftest import HOST_A
-from tests.didcomm.app.agent_v1 import CM1, AgentV1
 from tests.didcomm.app.conftest import DidcommPoster
 from tests.didcomm.app.test_v1 import V1Door
+from tests.support.didcomm_agent import CM2, Agent
+from tests.support.didcomm_agent_v1 import CM1, AgentV1
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

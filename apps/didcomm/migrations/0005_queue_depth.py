@@ -59,7 +59,7 @@ DROP FUNCTION didcomm_queue_depth_truncate();
 """
 
 # 0004's function with two changes. The cap reads the counter row instead of count(*) of the queue
-# (which grew with the queue: 0.33 ms at 317 rows); read after the recipient row lock, in a new
+# (whose cost grew with the queue); read after the recipient row lock, in a new
 # snapshot (VOLATILE, READ COMMITTED), it includes every forward committed by an earlier holder of
 # the lock, so the cap still holds exactly under concurrent forwards. An eviction also deletes the
 # evicted messages' v1 outbound rows: 0004's left them, and the deferred foreign key then failed

@@ -5,8 +5,8 @@ QUERY_EVENTS by tag then takes its page order, time range and total from the tag
 column becomes NOT NULL; `tag_ts` replaces `tag_lookup`, whose (tenant, owner_did, tag) prefix
 it shares, and is built after the fill.
 
-One transaction that locks messaging_eventtag throughout (57 s for 1M tag rows on the 2-core
-bench box, docs/benchmark-history.md): SAVE_EVENTS, UPDATE_EVENT_TAGS and tag queries wait meanwhile.
+One transaction that locks messaging_eventtag throughout (its length grows with the tag rows to
+fill): SAVE_EVENTS, UPDATE_EVENT_TAGS and tag queries wait meanwhile.
 Every filled row leaves a dead version behind: `VACUUM ANALYZE messaging_eventtag` afterwards
 (or let autovacuum) so that the tag queries' index-only scans skip the heap again.
 """
@@ -26,29 +26,28 @@ def fill_timestamps(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('messaging', '0003_contract_registrations_index'),
+        ("messaging", "0003_contract_registrations_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='eventtag',
-            name='timestamp',
+            model_name="eventtag",
+            name="timestamp",
             field=models.BigIntegerField(null=True),
         ),
         migrations.RunPython(fill_timestamps, migrations.RunPython.noop, elidable=False),
         migrations.AlterField(
-            model_name='eventtag',
-            name='timestamp',
+            model_name="eventtag",
+            name="timestamp",
             field=models.BigIntegerField(help_text="the event's timestamp (denormalised for tag_ts)"),
         ),
         migrations.RemoveIndex(
-            model_name='eventtag',
-            name='tag_lookup',
+            model_name="eventtag",
+            name="tag_lookup",
         ),
         migrations.AddIndex(
-            model_name='eventtag',
-            index=models.Index(fields=['tenant', 'owner_did', 'tag', 'timestamp', 'event'], name='tag_ts'),
+            model_name="eventtag",
+            index=models.Index(fields=["tenant", "owner_did", "tag", "timestamp", "event"], name="tag_ts"),
         ),
     ]

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from tests.conftest import HOST_A, HOST_B
+from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
 from tests.support.servers import free_port, start_daphne
 
 REDIS_DB_URL = "redis://127.0.0.1:6379/11"

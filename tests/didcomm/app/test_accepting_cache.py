@@ -11,10 +11,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from apps.didcomm import identity, policy
-from apps.didcomm.core.agent import CM2, Agent, forward_for, routed_did
 from apps.didcomm.models import DidcommPolicy, MediatorIdentity, QueuedMessage
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor
+from tests.support.didcomm_agent import CM2, Agent, forward_for, routed_did
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_cache_on")]
 

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
 from apps.didcomm.core.resolver import resolve_did
 from tests.interop import didcomm_node
 from tests.interop.didcomm_node import Party
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from apps.didcomm.core.agent import PICKUP, Agent, forward_for
+from tests.support.didcomm_agent import PICKUP, Agent, forward_for
 from tests.support.stalled_socket import StalledSocket, close_timeout_passed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

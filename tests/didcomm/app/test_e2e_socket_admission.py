@@ -12,7 +12,7 @@ import json
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from apps.didcomm.core.agent import CM2, PICKUP, Agent
+from tests.support.didcomm_agent import CM2, PICKUP, Agent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

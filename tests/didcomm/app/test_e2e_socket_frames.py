@@ -15,7 +15,7 @@ import json
 import pytest
 from django.conf import settings
 
-from apps.didcomm.core.agent import PICKUP, Agent, forward_for
+from tests.support.didcomm_agent import PICKUP, Agent, forward_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

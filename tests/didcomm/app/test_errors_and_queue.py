@@ -12,13 +12,13 @@ import pytest
 from django.utils import timezone
 
 from apps.didcomm import metrics
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.identity import identity_rotate
 from apps.didcomm.models import DidcommPolicy, QueuedMessage
 from apps.didcomm.policy import policy_for
 from apps.ops import limits
 from apps.ops.jobs import run_job
 from apps.tenants.services import Actor
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
 

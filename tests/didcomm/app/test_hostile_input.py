@@ -17,7 +17,6 @@ from nacl import bindings
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.didcomm import dispatch, handlers
 from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
-from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.dispatch import http_reply, http_unavailable
@@ -26,7 +25,9 @@ from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
 from apps.usage import records as request_records
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
-from tests.conftest import HOST_A, wsgi_call
+from tests.conftest import HOST_A
+from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
+from tests.support.entry import wsgi_call
 
 pytestmark = pytest.mark.django_db
 

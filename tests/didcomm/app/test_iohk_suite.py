@@ -27,10 +27,10 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from apps.didcomm.core.agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Outbound
 from apps.usage.models import CommandMeter
+from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for, routed_did
 from tests.support.servers import free_port, start_daphne
 
 # The marker makes pytest-django create the test database; the tests themselves only talk to the

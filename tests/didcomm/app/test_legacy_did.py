@@ -1,6 +1,6 @@
 """The mediator's legacy DID (one string-form service, for older did:peer:2 libraries) and peerdid 0.5's short
 key ids (`#6LSqg4J8`): both DIDs reach one identity, and answers come from the DID and key id a client named.
-The stock library itself runs in tests/didcomm/test_sicpa_e2e.py."""
+The stock library itself runs in tests/interop/test_sicpa_e2e.py."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import json
 
 from apps.didcomm import identity
 from apps.didcomm.core import jwe
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for, routed_did
 from apps.didcomm.core.resolver import key_agreement_key, resolve_did
 from apps.didcomm.models import MediatorIdentity
 from apps.didcomm.selectors import identity_summary
 from apps.tenants.services import Actor
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_did
 
 
 def legacy_invitation(poster) -> dict:

@@ -18,12 +18,12 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from apps.didcomm import live, queue
-from apps.didcomm.core.agent import CM2, PICKUP, Agent, forward_for
 from apps.didcomm.models import QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
 from tests.conftest import HOST_A
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for
+from tests.support.didcomm_agent_v1 import CM1, PICKUP2, AgentV1, forward_to
 
-from .agent_v1 import CM1, PICKUP2, AgentV1, forward_to
 from .test_v1 import V1Door
 
 P4 = "https://didcomm.org/message-pickup/4.0/"

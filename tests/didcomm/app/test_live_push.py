@@ -12,7 +12,6 @@ import uuid
 import pytest
 
 from apps.didcomm import identity, policy, queue, recipients
-from apps.didcomm.core.agent import PICKUP, Agent, forward_for
 from apps.didcomm.mediation import mediation_revoke
 from apps.didcomm.models import presence_key
 from apps.didcomm.recipients import did_hash
@@ -21,6 +20,7 @@ from apps.realtime.channels_redis_adapter import sync_sender
 from apps.realtime.groups import group_name
 from apps.realtime.push import PUSH_TYPE, pusher
 from tests.didcomm.app.conftest import REDIS_DB_URL
+from tests.support.didcomm_agent import PICKUP, Agent, forward_for
 from tests.support.layers import redis_channel_layers
 
 LIVE = {"live_delivery": True}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from apps.didcomm import identity, live
-from apps.didcomm.core.agent import CM2
 from apps.tenants.services import Actor
+from tests.support.didcomm_agent import CM2
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from apps.didcomm.core.agent import CM2, CM3, PICKUP, forward_for, routed_did
 from apps.didcomm.core.resolver import resolve_did
+from tests.support.didcomm_agent import CM2, CM3, PICKUP, forward_for, routed_did
 
 
 def test_the_invitation_names_a_did_peer_2_with_http_then_ws_service(didcomm_a, tenant_a):

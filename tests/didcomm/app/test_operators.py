@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
-from apps.didcomm.core.agent import CM2, forward_for, routed_did
 from apps.didcomm.models import Mediation, QueuedMessage
 from apps.ops.metrics import DATABASE_COLLECTOR
 from apps.tenants.services import Actor, api_token_issue
+from tests.support.didcomm_agent import CM2, forward_for, routed_did
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def test_the_tenant_form_edits_the_didcomm_policy_with_the_same_bounds_and_audit
     from apps.didcomm.models import DidcommPolicy
     from apps.didcomm.policy import policy_for
     from apps.tenants.models import AuditEntry
-    from tests.tenants.test_admin import _add_form, didcomm_form
+    from tests.console.test_admin import _add_form, didcomm_form
 
     policy_for(tenant=tenant_a)
     url = f"/admin/tenants/tenant/{tenant_a.pk}/change/"
@@ -301,7 +301,7 @@ def test_a_user_who_may_only_view_the_didcomm_policy_sees_it_read_only_on_the_te
     section = page[page.index('id="didcomm-policy"') :]
     assert "DIDComm queue cap (messages per recipient)</th><td data-figure>42<" in section
     # Saving the tenant form leaves the policy alone (the user may not change it).
-    from tests.tenants.test_admin import _add_form
+    from tests.console.test_admin import _add_form
 
     form = {
         k: v for k, v in _add_form(name="Tenant A", aliases="", public_url="").items() if k not in ("slug", "domain")

@@ -1,7 +1,7 @@
 """Message Pickup 4.0 over `POST /didcomm` (in-process, real PostgreSQL), both formats: DIDComm v2
 plaintexts and the spec's DIDComm v1 form over a v1 connection. Every message and every refusal,
 `recipient_did` scoping, the spec's own examples and Credo's 4.0 test messages (recorded fixtures,
-tests/didcomm/fixtures/pickup4/), cross-tenant. The live socket: test_pickup4_live.py (real Daphne)
+tests/interop/fixtures/pickup4/), cross-tenant. The live socket: test_pickup4_live.py (real Daphne)
 and test_live_ack.py (the ack timeout on an injected clock)."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 import time_machine
 
-from apps.didcomm.core.agent import CM2, Agent, forward_for, routed_did
 from apps.didcomm.models import QueuedMessage
 from tests.conftest import HOST_A, HOST_B
+from tests.support.didcomm_agent import CM2, Agent, forward_for, routed_did
+from tests.support.didcomm_agent_v1 import CM1, PICKUP2, AgentV1, forward_to
 
-from .agent_v1 import CM1, PICKUP2, AgentV1, forward_to
 from .test_v1 import V1Door
 
 P4 = "https://didcomm.org/message-pickup/4.0/"
 P4_PROBLEM = P4 + "problem-report"
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pickup4"
+FIXTURES = Path(__file__).resolve().parents[2] / "interop" / "fixtures" / "pickup4"
 SPEC = json.loads((FIXTURES / "spec_examples.json").read_text())["examples"]
 CREDO = json.loads((FIXTURES / "credo_v4_messages.json").read_text())
 T1 = datetime(2026, 11, 20, 12, 0, 0, 123_000, tzinfo=UTC)

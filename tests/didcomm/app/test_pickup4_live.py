@@ -12,11 +12,10 @@ import json
 
 import pytest
 
-from apps.didcomm.core.agent import Agent, forward_for
 from tests.didcomm.app.conftest import REDIS_DB_URL
+from tests.support.didcomm_agent import Agent, forward_for
+from tests.support.didcomm_agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
 from tests.support.layers import redis_channel_layers
-
-from .agent_v1 import CM1, ENVELOPE, AgentV1, forward_to
 
 pytestmark = [pytest.mark.e2e]
 P4 = "https://didcomm.org/message-pickup/4.0/"

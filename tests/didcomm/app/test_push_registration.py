@@ -2,7 +2,7 @@
 (FCM) and RFC 0699 (APNs) over DIDComm v1 connections and inside DIDComm v2 messages on a granted
 mediation; set, replace, remove, get, their problem reports, the refusals that store nothing, the
 cross-tenant negative and Discover Features. The real client (Credo 0.5 with
-@credo-ts/push-notifications 0.7.1) is tests/didcomm/test_credo_push_e2e.py."""
+@credo-ts/push-notifications 0.7.1) is tests/interop/test_credo_push_e2e.py."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import json
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, Agent
 from apps.didcomm.models import Mediation
 from apps.didcomm.recipients import did_hash
 from apps.push.models import Device
 from apps.push.services import FCM_TOKEN_MAX
+from tests.support.didcomm_agent import CM2, Agent
+from tests.support.didcomm_agent_v1 import AgentV1
 
-from .agent_v1 import AgentV1
 from .test_v1 import BASE, V1Door
 
 FCM = BASE + "push-notifications-fcm/1.0/"

@@ -11,13 +11,13 @@ import json
 import pytest
 
 from apps.didcomm.core import jwe, jws
-from apps.didcomm.core.agent import Agent, forward_for, routed_did
 from apps.didcomm.core.did_key import did_key_from_key
 from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import DidcommPolicy, QueuedMessage, RecipientKey
 from apps.didcomm.policy import policy_for
+from tests.support.didcomm_agent import Agent, forward_for, routed_did
+from tests.support.didcomm_agent_v1 import CM1, AgentV1
 
-from .agent_v1 import CM1, AgentV1
 from .test_v1 import V1Door, _problem
 
 pytestmark = pytest.mark.django_db
@@ -201,7 +201,8 @@ def test_a_v1_connection_proving_its_key_takes_it_over_and_gets_its_queued_messa
     """A v2 client registered an ACA-Py agent's key before the agent connected; a forward for it was
     queued for the squatter. The agent's keylist-update (authcrypted with that key) takes it over, and
     the queued message is POSTed to the agent's own endpoint, as any forward to it would be."""
-    from .agent_v1 import ENVELOPE, Inbox, forward_to
+    from tests.support.didcomm_agent_v1 import ENVELOPE, Inbox, forward_to
+
     from .test_v1 import _drain
 
     inbox = Inbox()

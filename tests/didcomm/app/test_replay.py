@@ -16,9 +16,10 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.didcomm import recipients, replay
-from apps.didcomm.core.agent import CM2, CM3, PICKUP, Agent, forward_for
 from apps.didcomm.models import Mediation, QueuedMessage, RecipientKey, SeenMessage
+from apps.messaging.replay import claim
 from apps.ops.jobs import run_job
+from tests.support.didcomm_agent import CM2, CM3, PICKUP, Agent, forward_for
 
 WINDOW = 3600
 
@@ -133,10 +134,10 @@ def test_a_record_lives_as_long_as_the_message_could_be_accepted_and_is_pruned_a
 
 
 def test_an_expired_record_not_pruned_yet_is_taken_over(tenant_a):
-    kw = {"tenant": tenant_a, "sender_did": "did:example:alice", "message_id": "m-1"}
-    assert replay.message_id_claim(**kw, keep_until_ms=100, now_ms=50) is True
-    assert replay.message_id_claim(**kw, keep_until_ms=200, now_ms=100) is False  # kept through its expiry
-    assert replay.message_id_claim(**kw, keep_until_ms=300, now_ms=101) is True
+    key = replay._key(tenant_a, "did:example:alice", "m-1")
+    assert claim(replay.SEEN_CLAIM, [*key, 100, 50]) is True
+    assert claim(replay.SEEN_CLAIM, [*key, 200, 100]) is False  # kept through its expiry
+    assert claim(replay.SEEN_CLAIM, [*key, 300, 101]) is True
     assert SeenMessage.objects.get().expires_at == 300
 
 

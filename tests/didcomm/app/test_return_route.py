@@ -1,12 +1,12 @@
 """An answer with no way back: a message without `return_route` is handled and gets 202 and no body
-(docs/didcomm.md), as the Identus SDK's keylist-update (recorded in tests/didcomm/fixtures/identus/)."""
+(docs/didcomm.md), as the Identus SDK's keylist-update (recorded in tests/interop/fixtures/identus/)."""
 
 from __future__ import annotations
 
 import pytest
 
-from apps.didcomm.core.agent import CM2, routed_did
 from apps.didcomm.models import RecipientKey
+from tests.support.didcomm_agent import CM2, routed_did
 
 
 @pytest.mark.parametrize("return_route", [None, "none"])

@@ -14,12 +14,12 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from apps.didcomm import identity, models, policy
-from apps.didcomm.core.agent import CM2, PICKUP, Agent
 from apps.didcomm.models import Mediation
 from apps.didcomm.routing import websocket_urlpatterns
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_suspend, tenant_update
 from tests.conftest import HOST_A, HOST_B
+from tests.support.didcomm_agent import CM2, PICKUP, Agent
 
 CLI = Actor(None, "cli")
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
@@ -150,7 +150,8 @@ def test_a_socket_that_missed_the_change_refuses_its_next_frame_and_closes(
 def test_a_live_didcomm_v1_socket_closes_when_its_tenant_is_suspended(client, tenant_a, committed, announced):
     """Pickup 2.0 live mode (Credo's way): the group message closes it; without it, its next v1 frame
     is refused and the socket closes."""
-    from .agent_v1 import PICKUP2, AgentV1
+    from tests.support.didcomm_agent_v1 import PICKUP2, AgentV1
+
     from .test_v1 import V1Door
 
     door = V1Door(client, HOST_A)

@@ -22,10 +22,9 @@ from apps.didcomm.models import Connection, Mediation, Outbound, QueuedMessage, 
 from apps.usage import records as request_records
 from apps.wire.encoding import b64decode, b64url_nopad
 from tests.conftest import HOST_A, HOST_B
+from tests.support.didcomm_agent_v1 import CM1, DIDX, ENVELOPE, PICKUP1, PICKUP2, AgentV1, Inbox, forward_to
 from tests.tenants.test_operator_hosts import _run_settings
 from tests.tenants.test_services import PRODUCTION_ENV
-
-from .agent_v1 import CM1, DIDX, ENVELOPE, PICKUP1, PICKUP2, AgentV1, Inbox, forward_to
 
 BASE = "https://didcomm.org/"
 

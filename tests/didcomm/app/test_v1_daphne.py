@@ -13,9 +13,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.support.didcomm_agent_v1 import CM1, ENVELOPE, PICKUP2, AgentV1, Inbox, forward_to
 from tests.support.servers import free_port, start_celery_worker, start_daphne
-
-from .agent_v1 import CM1, ENVELOPE, PICKUP2, AgentV1, Inbox, forward_to
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 BASE = "https://didcomm.org/"

@@ -17,8 +17,8 @@ from apps.didcomm.core.resolver import resolve_did
 from apps.didcomm.models import Connection
 from apps.wire.encoding import b58encode
 from tests.conftest import HOST_A
+from tests.support.didcomm_agent_v1 import CM1, AgentV1, forward_to
 
-from .agent_v1 import CM1, AgentV1, forward_to
 from .test_v1 import V1Door, _problem
 
 DIDX10 = "https://didcomm.org/didexchange/1.0/"

@@ -11,10 +11,10 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 
 from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
-from apps.didcomm.core.agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
 from apps.didcomm.dispatch import http_reply, http_unavailable
 from apps.didcomm.models import QueuedMessage
-from tests.conftest import wsgi_call
+from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent, forward_for, routed_did
+from tests.support.entry import wsgi_call
 
 pytestmark = pytest.mark.django_db
 
