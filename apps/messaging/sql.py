@@ -8,7 +8,7 @@ The replay claim that a command's statement starts with is messaging.replay's (t
 
 Statements run on this thread's prepared cursor (`prepared_cursor`); a recipient's queue depth is
 the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `serialise` holds an
-advisory lock until the caller's transaction ends. tests/decentrl/test_messaging_backend.py checks
+advisory lock until the caller's transaction ends. tests/messaging/test_sql.py checks
 them against one model of the answers.
 
 Both queues' writes are here, each ONE prepared statement:
@@ -20,7 +20,7 @@ Both queues' writes are here, each ONE prepared statement:
   counter row (`PendingQueueDepth`, which triggers on messaging_pendingevent keep equal to its
   unacknowledged count); when stored, the same row's presence read under its lock (presence.py).
   Its text, parameters and the reading of its row (`delivered`) are pure functions
-  (tests/decentrl/test_deliver_statement.py); `deliver` runs it and sends the push.
+  (tests/messaging/test_deliver_statement.py); `deliver` runs it and sends the push.
 - **A DIDComm forward** (UC-021 steps 6-8, AF-4). `forward` calls the plpgsql function whose text
   is `FORWARD_FUNCTION`, applied by a migration (didcomm 0012; a change of the text is a new
   migration applying it with the text's new hash, which tests/didcomm/app/test_forward_storage.py
@@ -81,9 +81,8 @@ class _PreparedCursor(ServerBindingCursor):
     """Server-side binding, prepared on first use per connection.
 
     Django's default psycopg cursor binds client-side: it re-quotes every parameter into the SQL
-    text in Python and PostgreSQL re-parses and re-plans it, which profiled at ~10% of a worker's
-    CPU for the TWO_WAY_PRIVATE statement. Prepared, PostgreSQL parses and plans it once per
-    connection.
+    text in Python and PostgreSQL re-parses and re-plans it on every statement. Prepared,
+    PostgreSQL parses and plans it once per connection.
     """
 
     def execute(self, query, params=None, *, prepare=None, binary=None):
@@ -94,8 +93,7 @@ class _Statements:
     """What Django's CursorWrapper does for an `execute` (its execute wrappers, the broken-transaction
     check, its error translation around execute and fetch), on ONE `_PreparedCursor` kept for the
     life of the thread's connection instead of a cursor and a wrapper built and closed per
-    statement (which, with the connection proxy's lookups, profiled at ~6 % of a TWO_WAY_PRIVATE's
-    worker CPU). Used as a context manager like Django's cursor; leaving it keeps the cursor open
+    statement. Used as a context manager like Django's cursor; leaving it keeps the cursor open
     for the connection's next statement (psycopg cursors run any number of statements)."""
 
     __slots__ = ("db", "cursor")

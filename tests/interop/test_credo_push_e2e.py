@@ -1,5 +1,5 @@
 """A real push-registration client: Credo 0.5.19 with @credo-ts/push-notifications 0.7.1 (npm; the package
-needs @credo-ts/core 0.5.x, beside the 0.6.3 of tests/didcomm/test_credo_e2e.py) against a real mediator
+needs @credo-ts/core 0.5.x, beside the 0.6.3 of tests/interop/test_credo_e2e.py) against a real mediator
 (Daphne on the Redis channel layer, a Celery worker taking the wake tasks) and FCM's loopback stand-in
 (tests/support/push_standins.py: the OAuth JWT verified against the service account's key, the message
 against FCM's schema).
