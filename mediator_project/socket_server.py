@@ -94,11 +94,30 @@ class Factory(HTTPFactory):
             super().log(request)
 
 
+class ServerWebSocketProtocol(WebSocketProtocol):
+    """Daphne's WebSocket protocol, closing with the codes a server may send that autobahn's
+    `sendClose` refuses (it takes only 1000 and 3000-4999): 1012 (service restart) and 1013 (try
+    again later: over capacity, apps/realtime/admission.py), with the application's close reason,
+    which Daphne drops for every code."""
+
+    SERVER_CODES = frozenset({1012, 1013})
+
+    def handle_reply(self, message: dict) -> None:
+        if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
+            code, reason = message.get("code"), message.get("reason")
+            if code in self.SERVER_CODES:
+                self.sendCloseFrame(code=code, reasonUtf8=reason.encode("utf-8") if reason else None, isReply=False)
+                return
+        super().handle_reply(message)
+
+
 class WebSocketFactory(DaphneWebSocketFactory):
     """Daphne's WebSocket factory, failing a connection with a close frame instead of by dropping it
     (autobahn's `failByDrop`): a message over the limit gets 1009, a protocol error 1002, an
     invalid UTF-8 text 1007, each as RFC 6455 §7.1.7 allows. The rest of the oversized message is
     read and discarded, not buffered, until the close handshake ends (autobahn's 1 s timeout)."""
+
+    protocol = ServerWebSocketProtocol
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -70,6 +70,8 @@ def server_env(extra: dict | None = None) -> dict:
             "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
             "DJANGO_SECRET_KEY": settings.SECRET_KEY,
             "USAGE_METERING_MODE": os.environ.get("USAGE_METERING_MODE", "buffered"),
+            # The sockets' database threads, as production has them (settings_test keeps them off).
+            "MEDIATOR_WS_DB_THREADS": os.environ.get("MEDIATOR_WS_DB_THREADS", "8"),
         }
     )
     if env.get(clock.SHIFT_ENV):  # the test process's clock is shifted: so is the server's
