@@ -2,6 +2,7 @@
 application's own cap governs (docs/serving.md).
 
     python -m mediator_project.socket_server -b 127.0.0.1 -p 8001   # any `daphne` option
+    python -m mediator_project.socket_server -b 127.0.0.1 -p 8001 --reuse-port   # one of several on the port
 
 Daphne's own limit on an incoming WebSocket message (and frame) is 1 MiB, below the application's
 body cap (MEDIATOR_MAX_BODY_BYTES, 6 MiB), and over it Daphne drops the connection without a
@@ -12,6 +13,11 @@ one over it still reaches the consumer, which answers it as the protocol says (`
 limit never reaches the application, which bounds what one socket can make a process buffer: its
 socket is closed with 1009 (message too big, RFC 6455 §7.4.1; `WebSocketFactory` below), where
 Daphne's autobahn would drop the TCP connection without a close frame.
+
+A TCP port listens with a backlog of `LISTEN_BACKLOG` (Twisted's default is 50: a storm's connects
+beyond it waited for their SYN's retransmission). With `--reuse-port` the port is bound with
+SO_REUSEPORT, so that several processes serve one port and the kernel spreads new connections over
+them (docs/serving.md "Several socket processes on one port").
 
 Daphne's HTTP (the embedded default's) goes through `Factory` and `Request` below: Twisted's parts
 Daphne never uses are left out.
@@ -27,10 +33,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any
 
+import daphne.cli
 import daphne.server
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
@@ -51,6 +59,49 @@ DRAIN_SECONDS = 5.0
 # The running reactor (Daphne installs the asyncio one on import); its interface stubs do not
 # describe the module-level object.
 reactor: Any = _reactor
+
+
+# The listen backlog of a TCP port: a reconnect storm's SYNs wait here for accept(). Twisted's default
+# (50) made connects beyond it wait for the client's SYN retransmission (1 s, then 3 s). The kernel
+# caps it at net.core.somaxconn (docs/serving.md "File descriptors and backlog").
+LISTEN_BACKLOG = 4096
+# Bind the TCP port with SO_REUSEPORT: several processes listen on one port, the kernel spreads new
+# connections over them (docs/serving.md). Ours, taken out before Daphne parses its options.
+REUSE_PORT_OPTION = "--reuse-port"
+
+
+def listening_socket(host: str, port: int) -> int:
+    """A TCP socket listening on (host, port) with SO_REUSEPORT; its descriptor, for Daphne's `fd:`
+    endpoint (which adopts and closes it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
+    return sock.detach()
+
+
+def endpoint_strings(reuse_port: bool):
+    """Daphne's `build_endpoint_description_strings`, with `LISTEN_BACKLOG` on a TCP port and, when
+    `reuse_port`, the port bound with SO_REUSEPORT (IPv4 only)."""
+
+    def build(host=None, port=None, unix_socket=None, file_descriptor=None) -> list[str]:
+        out = []
+        if port is not None and host:
+            if reuse_port:
+                if ":" in host:
+                    raise SystemExit(f"{REUSE_PORT_OPTION} takes an IPv4 address, got {host}")
+                out.append(f"fd:fileno={listening_socket(host, int(port))}")
+            else:
+                escaped = host.strip("[]").replace(":", r"\:")
+                out.append(f"tcp:port={int(port)}:interface={escaped}:backlog={LISTEN_BACKLOG}")
+        if unix_socket:
+            out.append(f"unix:{unix_socket}:backlog={LISTEN_BACKLOG}")
+        if file_descriptor is not None:
+            out.append(f"fd:fileno={int(file_descriptor)}")
+        return out
+
+    return build
 
 
 def message_limit() -> int:
@@ -165,7 +216,10 @@ def main() -> None:
     # Daphne's Server builds its factory by this name and has no option for another.
     daphne.server.HTTPFactory = Factory  # type: ignore[misc]
     daphne.server.WebSocketFactory = WebSocketFactory  # type: ignore[misc]
-    DrainingCommandLine().run(arguments(sys.argv[1:]))
+    argv = sys.argv[1:]
+    reuse_port = REUSE_PORT_OPTION in argv
+    daphne.cli.build_endpoint_description_strings = endpoint_strings(reuse_port)  # type: ignore[assignment]
+    DrainingCommandLine().run(arguments([a for a in argv if a != REUSE_PORT_OPTION]))
 
 
 if __name__ == "__main__":

@@ -92,3 +92,39 @@ def test_over_capacity_a_socket_of_either_protocol_is_refused_with_1013_and_a_fr
     assert by_open == [refused_ws, refused_didcomm]
     assert reply == {"type": "AUTH_SUCCESS"}
     assert "Traceback" not in server.log()
+
+
+def test_two_socket_processes_serve_one_port_with_reuse_port_and_one_stopping_leaves_the_other(
+    transactional_db, tmp_path
+):
+    port = free_port()
+    host = f"127.0.0.1:{port}"
+    tenant = tenant_create(slug="pair", domain=host)
+    first, second = (
+        start_daphne(tmp_path, port=port, wait_host=host, args=("--reuse-port",), log_name=f"daphne-{n}.log")
+        for n in ("first", "second")
+    )
+    http = MediatorClient(f"http://{host}", host=host)
+    alice = Identity.create("alice", tenant.did)
+    http.register(alice)
+
+    async def authenticated() -> dict:
+        sock = await MediatorSocket.open(f"ws://{host}/ws")
+        reply = await sock.authenticate(alice)
+        await sock.close()
+        return reply
+
+    try:
+        # /health answered, but maybe by the first: the second is serving once it listens.
+        deadline = time.monotonic() + 30
+        while "Listening on TCP address" not in second.log() and time.monotonic() < deadline:
+            assert second.proc.poll() is None, second.log()
+            time.sleep(0.1)
+        first.stop()
+        replies = [asyncio.run(authenticated()) for _ in range(3)]
+    finally:
+        http.close()
+        first.stop()
+        second.stop()
+    assert replies == [{"type": "AUTH_SUCCESS"}] * 3
+    assert first.proc.returncode == 0

@@ -112,15 +112,21 @@ class Server:
 
 
 def start_daphne(
-    tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None
+    tmp_path: Path,
+    *,
+    port: int | None = None,
+    env: dict | None = None,
+    wait_host: str | None = None,
+    args: tuple[str, ...] = (),
+    log_name: str | None = None,
 ) -> Server:
-    """Start Daphne as every layout does (`python -m mediator_project.socket_server`) and wait
-    until /health answers."""
+    """Start Daphne as every layout does (`python -m mediator_project.socket_server`, with `args`)
+    and wait until /health answers."""
     port = port or free_port()
-    log_path = tmp_path / f"daphne-{port}.log"
+    log_path = tmp_path / (log_name or f"daphne-{port}.log")
     full_env = server_env(env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port), *args],
         cwd=ROOT,
         env=full_env,
         stdout=log_path.open("wb"),
