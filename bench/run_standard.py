@@ -16,9 +16,11 @@
    (bench/entry_bench.py, in one process);
 6. push: what the channels_redis adapter buys, CPU per push through it against the layer's public
    group_send (bench/push_bench.py, in one process);
-7. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
+7. sockets: N idle authenticated `/ws` sockets on one socket server: RSS per socket, admission rate
+   of a connect storm, AUTHENTICATE and push p99, a reconnect storm (bench/socket_bench.py);
+8. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
-8. JSON + Markdown under bench/results/ (not committed), the tables printed.
+9. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
     .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
@@ -64,6 +66,8 @@ MODULES = {
                   ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--requests", "20000"]),
     "entry": ("bench.entry_bench", ["--rounds", "6", "--requests", "3000"], ["--rounds", "2", "--requests", "1000"]),
     "push": ("bench.push_bench", ["--rounds", "6", "--pushes", "3000"], ["--rounds", "2", "--pushes", "1000"]),
+    "sockets": ("bench.socket_bench", ["--sockets", "10000", "--concurrency", "200"],
+                ["--sockets", "1000", "--concurrency", "100", "--sends", "50"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
               ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
 }  # fmt: skip

@@ -40,6 +40,7 @@ from typing import Any
 
 import daphne.cli
 import daphne.server
+from autobahn.websocket.types import ConnectionDeny
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.ws_protocol import WebSocketFactory as DaphneWebSocketFactory
@@ -149,9 +150,23 @@ class ServerWebSocketProtocol(WebSocketProtocol):
     """Daphne's WebSocket protocol, closing with the codes a server may send that autobahn's
     `sendClose` refuses (it takes only 1000 and 3000-4999): 1012 (service restart) and 1013 (try
     again later: over capacity, apps/realtime/admission.py), with the application's close reason,
-    which Daphne drops for every code."""
+    which Daphne drops for every code.
+
+    A handshake the application has not accepted within Daphne's connect timeout is refused with
+    HTTP 503 (Service Unavailable), not Daphne's 403 ("Access denied", which a client may take
+    for a permanent refusal): the consumers accept before they wait on anything, so only a process
+    too busy to run them gets there (docs/realtime.md "Capacity")."""
 
     SERVER_CODES = frozenset({1012, 1013})
+
+    def check_timeouts(self) -> None:
+        if self.state == self.STATE_CONNECTING and self.duration() > self.server.websocket_connect_timeout:
+            self.handshake_deferred.errback(ConnectionDeny(code=503, reason="Service Unavailable"))
+            del self.handshake_deferred
+            self.server.protocol_disconnected(self)
+            log.warning("websocket handshake not accepted within %ss: 503", self.server.websocket_connect_timeout)
+            return
+        super().check_timeouts()
 
     def handle_reply(self, message: dict) -> None:
         if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
