@@ -187,7 +187,11 @@ class Storm:
                 sock.abort()
                 return None
             if reply.get("type") != "AUTH_SUCCESS":
-                code = await sock.wait_closed()
+                try:
+                    code = await sock.wait_closed(self.timeout)
+                except TimeoutError:
+                    code = None
+                    sock.abort()
                 self._refused(f"{reply.get('code')}_{code}")
                 return None
             self.handshake_ms.append((t1 - t0) * 1000)
