@@ -146,15 +146,6 @@ class Factory(HTTPFactory):
             super().log(request)
 
 
-class OpenRequest:
-    """What an open socket keeps of its handshake's request: the path Daphne's access log names."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: bytes) -> None:
-        self.path = path
-
-
 class ServerWebSocketProtocol(WebSocketProtocol):
     """Daphne's WebSocket protocol, closing with the codes a server may send that autobahn's
     `sendClose` refuses (it takes only 1000 and 3000-4999): 1012 (service restart) and 1013 (try
@@ -167,18 +158,6 @@ class ServerWebSocketProtocol(WebSocketProtocol):
     too busy to run them gets there (docs/realtime.md "Capacity")."""
 
     SERVER_CODES = frozenset({1012, 1013})
-
-    def onOpen(self) -> None:
-        super().onOpen()
-        # The handshake is done: what parsed it (Twisted's request with its headers, the raw request
-        # and autobahn's header dictionaries) stays with the socket for its whole life otherwise.
-        # Daphne reads only the request's path afterwards (its access log); the application has
-        # its scope.
-        handshake: Any = self.request  # type: ignore[has-type]
-        self.request = OpenRequest(handshake.path)
-        self.http_request_data = self.http_response_data = b""
-        self.http_headers: dict[str, str] = {}
-        self.http_request_params: dict[str, list[str]] = {}
 
     def check_timeouts(self) -> None:
         if self.state == self.STATE_CONNECTING and self.duration() > self.server.websocket_connect_timeout:
