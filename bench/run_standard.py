@@ -19,9 +19,11 @@
 7. usage_click: what staff wait for a usage report, from the request (API) or the click (Chromium)
    to the published run, stage by stage, and the first report on a cold engine
    (bench/usage_click_bench.py);
-8. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
+8. sockets: N idle authenticated `/ws` sockets on one socket server: RSS per socket, admission rate
+   of a connect storm, AUTHENTICATE and push p99, a reconnect storm (bench/socket_bench.py);
+9. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
-9. JSON + Markdown under bench/results/ (not committed), the tables printed.
+10. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
     .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
@@ -69,6 +71,8 @@ MODULES = {
     "push": ("bench.push_bench", ["--rounds", "6", "--pushes", "3000"], ["--rounds", "2", "--pushes", "1000"]),
     "usage_click": ("bench.usage_click_bench", ["--rows", "100000", "--rounds", "3", "--cold"],
                     ["--rows", "100000", "--rounds", "1"]),
+    "sockets": ("bench.socket_bench", ["--sockets", "10000", "--concurrency", "200"],
+                ["--sockets", "1000", "--concurrency", "100", "--sends", "50"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
               ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
 }  # fmt: skip

@@ -437,6 +437,23 @@ if MEDIATOR_WS_PRESENCE_LEASE_S < 3:
 MEDIATOR_WS_SEND_BUDGET_BYTES = env_int("MEDIATOR_WS_SEND_BUDGET_BYTES", 4 * 1024 * 1024)
 if MEDIATOR_WS_SEND_BUDGET_BYTES < 0:
     raise ImproperlyConfigured("MEDIATOR_WS_SEND_BUDGET_BYTES must be 0 or more")
+# A socket server process's capacity by policy (apps/realtime/admission.py, docs/realtime.md
+# "Capacity"): over either cap (0 = none) a new socket of either front door is refused at once with
+# its protocol's MEDIATOR_UNAVAILABLE answer and close 1013, whose reason says to retry in
+# MEDIATOR_WS_RETRY_AFTER_S; admission's database work runs on MEDIATOR_WS_DB_THREADS threads (0 =
+# the process's one thread-sensitive thread). Each thread holds a connection of DB_POOL_MAX_SIZE.
+MEDIATOR_WS_MAX_SOCKETS = env_int("MEDIATOR_WS_MAX_SOCKETS", 0)
+MEDIATOR_WS_MAX_ADMITTING = env_int("MEDIATOR_WS_MAX_ADMITTING", 500)
+MEDIATOR_WS_RETRY_AFTER_S = env_int("MEDIATOR_WS_RETRY_AFTER_S", 5)
+MEDIATOR_WS_DB_THREADS = env_int("MEDIATOR_WS_DB_THREADS", 8)
+for _name in (
+    "MEDIATOR_WS_MAX_SOCKETS",
+    "MEDIATOR_WS_MAX_ADMITTING",
+    "MEDIATOR_WS_RETRY_AFTER_S",
+    "MEDIATOR_WS_DB_THREADS",
+):
+    if globals()[_name] < 0:
+        raise ImproperlyConfigured(f"{_name} must be 0 or more")
 
 # --- Operator console and API (docs/operators.md) ---------------------------------------
 # Host → tenant lookups are cached per process for this many seconds (0 = off). Saves through the

@@ -24,6 +24,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # later module would find them. Servers a test starts meter as production does (servers.server_env).
 if "USAGE_METERING_MODE" not in os.environ:
     USAGE_METERING_MODE = "sync"
+# In-process sockets (WebsocketCommunicator) run their database calls on the test's own thread, so
+# they see its transaction; servers a test starts use the sockets' threads as production does
+# (servers.server_env, apps/realtime/admission.py).
+if "MEDIATOR_WS_DB_THREADS" not in os.environ:
+    MEDIATOR_WS_DB_THREADS = 0
 MEDIATOR_DEFAULT_TENANT = "default"
 # Tests change tenants with queryset updates and across processes: resolve the host every time.
 MEDIATOR_TENANT_CACHE_SECONDS = 0

@@ -2,6 +2,7 @@
 application's own cap governs (docs/serving.md).
 
     python -m mediator_project.socket_server -b 127.0.0.1 -p 8001   # any `daphne` option
+    python -m mediator_project.socket_server -b 127.0.0.1 -p 8001 --reuse-port   # one of several on the port
 
 Daphne's own limit on an incoming WebSocket message (and frame) is 1 MiB, below the application's
 body cap (MEDIATOR_MAX_BODY_BYTES, 6 MiB), and over it Daphne drops the connection without a
@@ -12,6 +13,11 @@ one over it still reaches the consumer, which answers it as the protocol says (`
 limit never reaches the application, which bounds what one socket can make a process buffer: its
 socket is closed with 1009 (message too big, RFC 6455 §7.4.1; `WebSocketFactory` below), where
 Daphne's autobahn would drop the TCP connection without a close frame.
+
+A TCP port listens with a backlog of `LISTEN_BACKLOG` (Twisted's default is 50: a storm's connects
+beyond it waited for their SYN's retransmission). With `--reuse-port` the port is bound with
+SO_REUSEPORT, so that several processes serve one port and the kernel spreads new connections over
+them (docs/serving.md "Several socket processes on one port").
 
 Daphne's HTTP (the embedded default's) goes through `Factory` and `Request` below: Twisted's parts
 Daphne never uses are left out.
@@ -27,11 +33,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any
 
+import daphne.cli
 import daphne.server
+from autobahn.websocket.types import ConnectionDeny
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.ws_protocol import WebSocketFactory as DaphneWebSocketFactory
@@ -51,6 +60,49 @@ DRAIN_SECONDS = 5.0
 # The running reactor (Daphne installs the asyncio one on import); its interface stubs do not
 # describe the module-level object.
 reactor: Any = _reactor
+
+
+# The listen backlog of a TCP port: a reconnect storm's SYNs wait here for accept(). Twisted's default
+# (50) made connects beyond it wait for the client's SYN retransmission (1 s, then 3 s). The kernel
+# caps it at net.core.somaxconn (docs/serving.md "File descriptors and backlog").
+LISTEN_BACKLOG = 4096
+# Bind the TCP port with SO_REUSEPORT: several processes listen on one port, the kernel spreads new
+# connections over them (docs/serving.md). Ours, taken out before Daphne parses its options.
+REUSE_PORT_OPTION = "--reuse-port"
+
+
+def listening_socket(host: str, port: int) -> int:
+    """A TCP socket listening on (host, port) with SO_REUSEPORT; its descriptor, for Daphne's `fd:`
+    endpoint (which adopts and closes it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
+    return sock.detach()
+
+
+def endpoint_strings(reuse_port: bool):
+    """Daphne's `build_endpoint_description_strings`, with `LISTEN_BACKLOG` on a TCP port and, when
+    `reuse_port`, the port bound with SO_REUSEPORT (IPv4 only)."""
+
+    def build(host=None, port=None, unix_socket=None, file_descriptor=None) -> list[str]:
+        out = []
+        if port is not None and host:
+            if reuse_port:
+                if ":" in host:
+                    raise SystemExit(f"{REUSE_PORT_OPTION} takes an IPv4 address, got {host}")
+                out.append(f"fd:fileno={listening_socket(host, int(port))}")
+            else:
+                escaped = host.strip("[]").replace(":", r"\:")
+                out.append(f"tcp:port={int(port)}:interface={escaped}:backlog={LISTEN_BACKLOG}")
+        if unix_socket:
+            out.append(f"unix:{unix_socket}:backlog={LISTEN_BACKLOG}")
+        if file_descriptor is not None:
+            out.append(f"fd:fileno={int(file_descriptor)}")
+        return out
+
+    return build
 
 
 def message_limit() -> int:
@@ -94,11 +146,44 @@ class Factory(HTTPFactory):
             super().log(request)
 
 
+class ServerWebSocketProtocol(WebSocketProtocol):
+    """Daphne's WebSocket protocol, closing with the codes a server may send that autobahn's
+    `sendClose` refuses (it takes only 1000 and 3000-4999): 1012 (service restart) and 1013 (try
+    again later: over capacity, apps/realtime/admission.py), with the application's close reason,
+    which Daphne drops for every code.
+
+    A handshake the application has not accepted within Daphne's connect timeout is refused with
+    HTTP 503 (Service Unavailable), not Daphne's 403 ("Access denied", which a client may take
+    for a permanent refusal): the consumers accept before they wait on anything, so only a process
+    too busy to run them gets there (docs/realtime.md "Capacity")."""
+
+    SERVER_CODES = frozenset({1012, 1013})
+
+    def check_timeouts(self) -> None:
+        if self.state == self.STATE_CONNECTING and self.duration() > self.server.websocket_connect_timeout:
+            self.handshake_deferred.errback(ConnectionDeny(code=503, reason="Service Unavailable"))
+            del self.handshake_deferred
+            self.server.protocol_disconnected(self)
+            log.warning("websocket handshake not accepted within %ss: 503", self.server.websocket_connect_timeout)
+            return
+        super().check_timeouts()
+
+    def handle_reply(self, message: dict) -> None:
+        if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
+            code, reason = message.get("code"), message.get("reason")
+            if code in self.SERVER_CODES:
+                self.sendCloseFrame(code=code, reasonUtf8=reason.encode("utf-8") if reason else None, isReply=False)
+                return
+        super().handle_reply(message)
+
+
 class WebSocketFactory(DaphneWebSocketFactory):
     """Daphne's WebSocket factory, failing a connection with a close frame instead of by dropping it
     (autobahn's `failByDrop`): a message over the limit gets 1009, a protocol error 1002, an
     invalid UTF-8 text 1007, each as RFC 6455 §7.1.7 allows. The rest of the oversized message is
     read and discarded, not buffered, until the close handshake ends (autobahn's 1 s timeout)."""
+
+    protocol = ServerWebSocketProtocol
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -146,7 +231,10 @@ def main() -> None:
     # Daphne's Server builds its factory by this name and has no option for another.
     daphne.server.HTTPFactory = Factory  # type: ignore[misc]
     daphne.server.WebSocketFactory = WebSocketFactory  # type: ignore[misc]
-    DrainingCommandLine().run(arguments(sys.argv[1:]))
+    argv = sys.argv[1:]
+    reuse_port = REUSE_PORT_OPTION in argv
+    daphne.cli.build_endpoint_description_strings = endpoint_strings(reuse_port)  # type: ignore[assignment]
+    DrainingCommandLine().run(arguments([a for a in argv if a != REUSE_PORT_OPTION]))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 It is a plain AsyncWebsocketConsumer, not the JSON one, so that the AUTHENTICATE signature is
 checked over what was received (docs/contributing.md §8). Life of a socket:
 
-  connect    tenant from Host, the per-IP connect limit, accept, start the auth timer
+  connect    accept, the process's capacity (apps/realtime/admission.py: over it ERROR
+             MEDIATOR_UNAVAILABLE and close 1013 at once), tenant from Host, the per-IP connect
+             limit, start the auth timer
   receive    first frame must be AUTHENTICATE (§10.2 order, AUTH_FAILED + close 4001-4008),
              then: join the (tenant, DID) group, mark the DID present (messaging/presence.py:
              stored events are pushed only to a DID with a socket), AUTH_SUCCESS, the
@@ -18,6 +20,8 @@ Close codes beyond §10.3 (documented in docs/realtime.md), each after an {"type
 4029 RATE_LIMITED (the per-IP connect or AUTHENTICATE limit), 4404 UNKNOWN_MEDIATOR,
 4503 MEDIATOR_UNAVAILABLE (tenant suspended, database or channel layer unreachable), 4509 SEND_BUDGET_EXCEEDED
 (a push found more than MEDIATOR_WS_SEND_BUDGET_BYTES unsent: the client is not reading).
+Over the process's capacity: ERROR MEDIATOR_UNAVAILABLE and close 1013 (Try Again Later) whose
+reason says when.
 
 Every accepted socket is in its tenant's group (realtime.groups.tenant_group_name): when the tenant
 is suspended it gets ERROR MEDIATOR_UNAVAILABLE and close 4503, when deleted ERROR UNKNOWN_MEDIATOR
@@ -29,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
@@ -38,6 +43,8 @@ from django.db import DatabaseError
 from apps.messaging.services import pending_events_unacked
 from apps.ops import limits, metrics
 from apps.ops.clientip import forwarded_client
+from apps.realtime.admission import CLOSE_CODE as OVER_CAPACITY_CLOSE
+from apps.realtime.admission import GATE, Ticket, db_hop, retry_reason
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
 from apps.realtime.layerloss import CHANNEL_LAYER, LayerLossMixin
 from apps.realtime.presence import Presence
@@ -158,7 +165,11 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         self.tenant_group: str | None = None
         self.presence: Presence | None = None  # the DID's presence mark, once authenticated
         self.observed = False
-        self.tasks: list[asyncio.Task] = []
+        # The socket's one pending timer (the AUTHENTICATE deadline, then the next PING) and the
+        # tasks of timers that fired and still run: an idle socket holds a timer handle, no task.
+        self.timer: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task] = set()
+        self.ticket: Ticket | None = None
         # The tenant's group from here, the DID's after AUTHENTICATE; re-joined while open.
         self.memberships = Memberships(self.channel_layer, self.channel_name)
         headers = dict(self.scope.get("headers") or [])
@@ -168,18 +179,23 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         # right-most untrusted X-Forwarded-For hop, as for POST / (apps/decentrl/views.py).
         forwarded = headers.get(b"x-forwarded-for")
         self.ip = forwarded_client(client[0] if client else None, forwarded.decode("latin-1") if forwarded else None)
+        # Accepted before anything waits, so that the answer is always the protocol's own
+        # (apps/realtime/admission.py); over the process's capacity, at once.
+        await self.accept()
+        self.ticket = GATE.enter()
+        if self.ticket is None:
+            await self._send_json({"type": "ERROR", "code": ErrorCode.MEDIATOR_UNAVAILABLE.value})
+            await self._close(OVER_CAPACITY_CLOSE, retry_reason())
+            return
         try:
-            self.tenant = await database_sync_to_async(_admit)(host, self.ip)
+            self.tenant = await db_hop(_admit)(host, self.ip)
         except ProtocolError as err:
-            await self.accept()
             await self._refuse(err.code)
             return
         except DatabaseError:
             log.warning("database unreachable while admitting a websocket")
-            await self.accept()
             await self._refuse(ErrorCode.MEDIATOR_UNAVAILABLE)
             return
-        await self.accept()
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
         self.observed = True
         _observe("connect", self.tenant)
@@ -189,8 +205,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             self.tenant_group = tenant_group_name(self.tenant.pk)
         except Exception as exc:  # noqa: BLE001 - Redis down: AUTHENTICATE refuses the socket anyway
             CHANNEL_LAYER.failed(exc, "joining a tenant group")
-        self.auth_timer = asyncio.create_task(self._auth_timer())
-        self.tasks.append(self.auth_timer)
+        self._later(settings.MEDIATOR_WS_AUTH_TIMEOUT_S, self._auth_timeout)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.state == AUTHENTICATED:
@@ -200,23 +215,40 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         if self.state != NEW:
             return
         tenant = self.tenant
-        assert tenant is not None  # connect() admitted one before the socket was accepted
+        assert tenant is not None and self.ticket is not None  # connect() admitted both
         self.state = AUTHENTICATING
-        self.auth_timer.cancel()
+        self._cancel_timer()
         try:
-            did = await database_sync_to_async(_authenticate)(tenant, self.ip, text_data)
+            admitted = await self._admit_did(tenant, text_data)
+        finally:
+            self.ticket.admitted()
+        if not admitted:
+            return
+        try:
+            await self._send_backlog()
+        except DatabaseError:
+            # The socket stays up and live pushes still arrive; the client can QUERY later.
+            log.warning("database unreachable while sending the websocket backlog")
+        if self.state == AUTHENTICATED:
+            self._later(settings.MEDIATOR_WS_PING_INTERVAL_S, self._ping)
+
+    async def _admit_did(self, tenant: Tenant, text_data: str | None) -> bool:
+        """AUTHENTICATE (§10.2), the DID's group and presence, then AUTH_SUCCESS; False when the
+        socket was refused (or left meanwhile)."""
+        try:
+            did = await db_hop(_authenticate)(tenant, self.ip, text_data)
         except WsAuthFailed as failed:
             await self._auth_failed(failed.code, failed.close_code)
-            return
+            return False
         except ProtocolError as err:
             await self._auth_failed(err.code.value, EXTRA_CLOSE_CODES.get(err.code, DEFAULT_REFUSAL_CLOSE))
-            return
+            return False
         except DatabaseError:
             log.warning("database unreachable during websocket authentication")
             await self._auth_unavailable()
-            return
+            return False
         if self.state == CLOSED:  # the client left while we were checking
-            return
+            return False
         self.did = did
         self.group = group_name(tenant.pk, did)
         # Join before reading the backlog: an event stored from here on is pushed to us, one
@@ -228,7 +260,7 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             CHANNEL_LAYER.failed(exc, "joining a websocket group")
             self.group = None
             await self._auth_unavailable()
-            return
+            return False
         # Present after joining and before the backlog (messaging/presence.py says why this order
         # is exact). A socket that cannot be marked present would miss pushes: refused like one
         # without a group. Renewed while open; if it cannot be, the socket closes (4503).
@@ -240,16 +272,11 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             await self.memberships.discard(self.group)
             self.group = None
             await self._auth_unavailable()
-            return
+            return False
         self.state = AUTHENTICATED
         await self._send_json({"type": "AUTH_SUCCESS"})
         _observe("authenticated", self.tenant)
-        try:
-            await self._send_backlog()
-        except DatabaseError:
-            # The socket stays up and live pushes still arrive; the client can QUERY later.
-            log.warning("database unreachable while sending the websocket backlog")
-        self.tasks.append(asyncio.create_task(self._ping_loop()))
+        return True
 
     async def realtime_push(self, event: dict) -> None:
         """A push from apps.realtime.push: already-serialised PENDING_EVENTS or CONTRACTS_UPDATED."""
@@ -273,7 +300,8 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.state = CLOSED
-        for task in getattr(self, "tasks", []):
+        self._cancel_timer()
+        for task in list(getattr(self, "tasks", ())):
             task.cancel()
         await self.release_held()
         if getattr(self, "observed", False):
@@ -319,9 +347,9 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         await self.budget.drained()
         await self._close(SEND_BUDGET_CLOSE)
 
-    async def _close(self, code: int) -> None:
+    async def _close(self, code: int, reason: str | None = None) -> None:
         self.state = CLOSED
-        await self.close(code=code)
+        await self.close(code=code, reason=reason)
 
     async def _refuse(self, code: ErrorCode) -> None:
         await self._send_json({"type": "ERROR", "code": code.value})
@@ -336,28 +364,45 @@ class SocketConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         pushes (the database, the channel layer) is not there."""
         await self._auth_failed(ErrorCode.MEDIATOR_UNAVAILABLE.value, EXTRA_CLOSE_CODES[ErrorCode.MEDIATOR_UNAVAILABLE])
 
-    async def _auth_timer(self) -> None:
+    def _later(self, delay: float, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `run()` in `delay` s (replacing the pending timer): a timer handle while it waits,
+        a task only once it fires."""
+        self._cancel_timer()
+        self.timer = asyncio.get_running_loop().call_later(delay, self._fire, run)
+
+    def _fire(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self.timer = None
+        if self.state != CLOSED:
+            task = asyncio.get_running_loop().create_task(run())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def _cancel_timer(self) -> None:
+        timer = getattr(self, "timer", None)
+        if timer is not None:
+            timer.cancel()
+            self.timer = None
+
+    async def _auth_timeout(self) -> None:
         """§10.1: AUTHENTICATE must arrive within the timeout, else AUTH_TIMEOUT and close 4001."""
-        await asyncio.sleep(settings.MEDIATOR_WS_AUTH_TIMEOUT_S)
         # Only a socket that sent nothing is timed out: one whose frame arrived in time is
         # being checked and gets its own answer.
         if self.state == NEW:
             await self._auth_failed("AUTH_TIMEOUT", 4001)
 
-    async def _ping_loop(self) -> None:
+    async def _ping(self) -> None:
         """§10.4: a PING every interval while authenticated."""
-        interval = settings.MEDIATOR_WS_PING_INTERVAL_S
-        while self.state == AUTHENTICATED:
-            await asyncio.sleep(interval)
-            if self.state != AUTHENTICATED:
-                return
-            await self._push(canonical_str({"type": "PING", "timestamp": _now_ms()}))
+        if self.state != AUTHENTICATED:
+            return
+        await self._push(canonical_str({"type": "PING", "timestamp": _now_ms()}))
+        if self.state == AUTHENTICATED:
+            self._later(settings.MEDIATOR_WS_PING_INTERVAL_S, self._ping)
 
     async def _send_backlog(self) -> None:
         """docs/protocol-readings.md §6: the DID's unacknowledged pending events, in batches."""
         after_id = 0
         while self.state == AUTHENTICATED:
-            rows = await database_sync_to_async(pending_events_unacked)(
+            rows = await db_hop(pending_events_unacked)(
                 tenant=self.tenant, did=self.did, limit=BACKLOG_ROWS_PER_QUERY, after_id=after_id
             )
             if not rows:

@@ -40,7 +40,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
@@ -49,6 +48,8 @@ from django.utils import timezone
 from apps.didcomm.core.errors import DidcommError
 from apps.ops import limits
 from apps.ops.clientip import forwarded_client
+from apps.realtime.admission import CLOSE_CODE as OVER_CAPACITY_CLOSE
+from apps.realtime.admission import GATE, Ticket, db_hop, retry_reason
 from apps.realtime.groups import Memberships, group_name, tenant_group_name
 from apps.realtime.layerloss import CHANNEL_LAYER, LayerLossMixin
 from apps.realtime.presence import Presence
@@ -184,14 +185,23 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         self.ip = forwarded_client(client[0] if client else None, forwarded.decode("latin-1") if forwarded else None)
         self.host = host
         await self.accept()
+        # Over the process's capacity, at once (apps/realtime/admission.py).
+        self.ticket: Ticket | None = GATE.enter()
+        if self.ticket is None:
+            await self._report(Problem(Code.UNAVAILABLE, f"over capacity: {retry_reason()}", 503))
+            self.closed = True
+            await self.close(code=OVER_CAPACITY_CLOSE, reason=retry_reason())
+            return
         try:
-            self.tenant = await database_sync_to_async(_admit)(host, self.ip)
+            self.tenant = await db_hop(_admit)(host, self.ip)
         except Problem as problem:
             await self._refuse(problem)
             return
         except DatabaseError:
             await self._refuse(unavailable())
             return
+        finally:
+            self.ticket.admitted()
         self.budget = SendBudget.for_send(self.base_send, settings.MEDIATOR_WS_SEND_BUDGET_BYTES)
         self.presence = Presence(self.tenant.pk, on_lapse=lambda: self._refuse(unavailable()))
         self.observed = True
@@ -212,7 +222,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         raw = text_data.encode("utf-8") if text_data is not None else (bytes_data or b"")
         self._ack_nudge()  # each frame also checks what is due (an ack may be among them)
         try:
-            reply, close_code = await database_sync_to_async(_frame)(
+            reply, close_code = await db_hop(_frame)(
                 raw, host=self.host, tenant_id=self.tenant.pk, remote_addr=self.ip, live=bool(self.live)
             )
         except Exception as exc:  # noqa: BLE001 - the host lookup (the handler answers its own errors)
@@ -281,7 +291,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
         """(Re)load a live client's push state in Channels' sync thread (database); leave live
         mode when its grant is gone. Whether it can push now."""
         try:
-            live.target, rows = await database_sync_to_async(live_start)(
+            live.target, rows = await db_hop(live_start)(
                 tenant=self.tenant,
                 protocol=live.protocol,
                 client_did=live.did,
@@ -348,7 +358,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             return
         if rows is None:
             try:
-                rows = await database_sync_to_async(target.backlog)([str(i) for i in wake.get("ids", [])])
+                rows = await db_hop(target.backlog)([str(i) for i in wake.get("ids", [])])
             except DatabaseError:
                 log.warning("didcomm: database unreachable during a live delivery")
                 return
@@ -494,7 +504,7 @@ class DidcommConsumer(LayerLossMixin, AsyncWebsocketConsumer):
             try:
                 if target is None:
                     raise DatabaseError("no push state")  # not loaded (the database was down): later
-                unacked = await database_sync_to_async(live_unacked)(
+                unacked = await db_hop(live_unacked)(
                     tenant_id=self.tenant.pk, mediation_id=target.mediation_id, client_did=live.did, ids=due
                 )
             except DatabaseError:

@@ -80,7 +80,7 @@ WS_CONNECTIONS = Gauge(
 )
 WS_EVENTS = _counter(
     "mediator_websocket_events_total",
-    "WebSocket lifecycle events (connect, authenticated, disconnect, send_budget_exceeded).",
+    "WebSocket lifecycle events (connect, authenticated, disconnect, send_budget_exceeded, over_capacity).",
     ("event",),
 )
 MESSAGES = _counter(
@@ -93,7 +93,7 @@ RATE_LIMIT_ERRORS = _counter(
     "mediator_rate_limiter_errors_total", "Rate-limit checks that failed open (Redis unreachable)."
 )
 
-WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded"}
+WS_EVENT_NAMES = {"connect", "authenticated", "disconnect", "send_budget_exceeded", "over_capacity"}
 
 
 class LabelledChildren:

@@ -61,8 +61,12 @@ class LayerLossMixin(_ConsumerBase):
         raise NotImplementedError
 
     async def release_held(self) -> None:
-        """Free what the socket holds as it closes, in either protocol: its send budget, its
-        presence and its group memberships (each absent when the socket closed before taking it)."""
+        """Free what the socket holds as it closes, in either protocol: its place in the process's
+        capacity, its send budget, its presence and its group memberships (each absent when the
+        socket closed before taking it)."""
+        ticket = getattr(self, "ticket", None)
+        if ticket is not None:
+            ticket.release()
         budget = getattr(self, "budget", None)
         if budget:
             budget.release()

@@ -16,10 +16,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from channels.db import database_sync_to_async
 from django.db import DatabaseError
 
 from apps.messaging import presence
+
+from .admission import db_hop
 
 log = logging.getLogger("mediator.realtime")
 
@@ -49,7 +50,7 @@ class Presence:
         if did in self.dids or self._closed:
             return
         started = time.monotonic()
-        await database_sync_to_async(presence.socket_entered)(tenant_id=self.tenant_id, did=did, now_s=int(time.time()))
+        await db_hop(presence.socket_entered)(tenant_id=self.tenant_id, did=did, now_s=int(time.time()))
         self.dids.add(did)
         if self.until is None:
             self.until = started + presence.lease_s()
@@ -64,7 +65,7 @@ class Presence:
         await self._settled()
         self.dids.discard(did)
         try:
-            await database_sync_to_async(presence.socket_left)(tenant_id=self.tenant_id, did=did)
+            await db_hop(presence.socket_left)(tenant_id=self.tenant_id, did=did)
         except DatabaseError:
             log.warning("database unreachable while releasing a socket's presence")
         if not self.dids:
@@ -97,9 +98,7 @@ class Presence:
     async def _renew(self) -> None:
         started = time.monotonic()
         try:
-            await database_sync_to_async(_renew_all)(
-                tenant_id=self.tenant_id, dids=sorted(self.dids), now_s=int(time.time())
-            )
+            await db_hop(_renew_all)(tenant_id=self.tenant_id, dids=sorted(self.dids), now_s=int(time.time()))
             self.until = started + presence.lease_s()
         except DatabaseError:
             log.warning("database unreachable while renewing a socket's presence")

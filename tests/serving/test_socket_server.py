@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
+import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
+from twisted.internet import defer
 from websockets.asyncio.client import connect
 
 from mediator_project import socket_server
@@ -34,6 +38,33 @@ def test_options_and_an_application_given_on_the_command_line_come_last_and_win(
     args = socket_server.arguments(["--websocket-max-message-size", "5", "other.asgi:application"])
     assert args[-3:] == ["--websocket-max-message-size", "5", "other.asgi:application"]
     assert args.count("mediator_project.asgi:application") == 0
+
+
+def test_a_tcp_port_listens_with_a_long_backlog_and_reuse_port_binds_it_with_so_reuseport():
+    assert socket_server.endpoint_strings(False)(host="127.0.0.1", port=8001) == [
+        "tcp:port=8001:interface=127.0.0.1:backlog=4096"
+    ]
+    (endpoint,) = socket_server.endpoint_strings(True)(host="127.0.0.1", port=0)
+    fd = int(endpoint.removeprefix("fd:fileno="))
+    with socket.socket(fileno=fd) as sock:
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+
+
+def test_a_handshake_not_accepted_within_the_connect_timeout_is_refused_with_503_not_403():
+    protocol = socket_server.ServerWebSocketProtocol()
+    disconnected = []
+    protocol.server = SimpleNamespace(
+        websocket_connect_timeout=5, websocket_timeout=-1, protocol_disconnected=disconnected.append
+    )
+    protocol.state = protocol.STATE_CONNECTING
+    protocol.socket_opened = time.time() - 6
+    protocol.handshake_deferred = defer.Deferred()
+    refusals = []
+    protocol.handshake_deferred.addErrback(lambda failure: refusals.append(failure.value))
+    protocol.check_timeouts()
+    assert [(r.code, r.reason) for r in refusals] == [(503, "Service Unavailable")]
+    assert disconnected == [protocol]
 
 
 @pytest.mark.e2e

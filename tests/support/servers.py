@@ -70,6 +70,8 @@ def server_env(extra: dict | None = None) -> dict:
             "MEDIATOR_DEPLOYMENT_KEY": settings.MEDIATOR_DEPLOYMENT_KEY,
             "DJANGO_SECRET_KEY": settings.SECRET_KEY,
             "USAGE_METERING_MODE": os.environ.get("USAGE_METERING_MODE", "buffered"),
+            # The sockets' database threads, as production has them (settings_test keeps them off).
+            "MEDIATOR_WS_DB_THREADS": os.environ.get("MEDIATOR_WS_DB_THREADS", "8"),
         }
     )
     if env.get(clock.SHIFT_ENV):  # the test process's clock is shifted: so is the server's
@@ -110,15 +112,21 @@ class Server:
 
 
 def start_daphne(
-    tmp_path: Path, *, port: int | None = None, env: dict | None = None, wait_host: str | None = None
+    tmp_path: Path,
+    *,
+    port: int | None = None,
+    env: dict | None = None,
+    wait_host: str | None = None,
+    args: tuple[str, ...] = (),
+    log_name: str | None = None,
 ) -> Server:
-    """Start Daphne as every layout does (`python -m mediator_project.socket_server`) and wait
-    until /health answers."""
+    """Start Daphne as every layout does (`python -m mediator_project.socket_server`, with `args`)
+    and wait until /health answers."""
     port = port or free_port()
-    log_path = tmp_path / f"daphne-{port}.log"
+    log_path = tmp_path / (log_name or f"daphne-{port}.log")
     full_env = server_env(env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "mediator_project.socket_server", "-b", "127.0.0.1", "-p", str(port), *args],
         cwd=ROOT,
         env=full_env,
         stdout=log_path.open("wb"),
