@@ -207,6 +207,25 @@ def test_an_http_endpoint_is_refused_outside_the_tests(settings, standin, vapid,
     assert webpush.send(credentials, SUBJECT, sub.json, SILENT) == Result("failed", "subscription_endpoint")
 
 
+@pytest.mark.parametrize(("allow_private", "allow_loopback", "sent"), [(False, False, False), (False, True, True)])
+def test_an_endpoint_on_the_operators_own_network_is_never_reached(
+    settings, standin, vapid, webpush, allow_private, allow_loopback, sent
+):
+    """The subscription's endpoint is the client's choice: a host that resolves to a loopback or
+    private address is refused before any request (the outbound target rule, apps/ops/egress.py)."""
+    credentials, public = vapid
+    settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE = allow_private
+    settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK = allow_loopback
+    sub = standin.subscribe(public)
+    before = len(standin.received)
+
+    result = webpush.send(credentials, SUBJECT, sub.json, SILENT)
+
+    assert (result, len(standin.received) - before) == (
+        (Result("sent"), 1) if sent else (Result("failed", "endpoint_refused"), 0)
+    )
+
+
 @pytest.mark.parametrize(
     ("credentials", "tenant_settings", "reason"),
     [

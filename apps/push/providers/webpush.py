@@ -38,6 +38,8 @@ from django.conf import settings as django_settings
 from py_vapid import Vapid, VapidException
 from pywebpush import WebPusher, WebPushException
 
+from apps.ops import egress
+
 from .base import Result, Wake, register
 from .http import TIMEOUT, retry_after
 
@@ -191,6 +193,14 @@ class WebPushProvider:
             sub = parse_subscription(token)
         except ValueError as exc:
             return Result("failed", str(exc))
+        try:  # the endpoint is the client's choice: never a host of the operator's own network
+            egress.check_target(
+                sub.endpoint,
+                allow_private=django_settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_PRIVATE,
+                allow_loopback=django_settings.MEDIATOR_DIDCOMM_OUTBOUND_ALLOW_LOOPBACK,
+            )
+        except egress.TargetRefused:
+            return Result("failed", "endpoint_refused")
         plaintext = body(wake)
         if len(plaintext) > BODY_LIMIT - ENCRYPTION_OVERHEAD:
             return Result("failed", "payload_too_large")
