@@ -11,13 +11,13 @@ import json
 import time
 
 import pytest
-from apps.didcomm.core.agent import Agent
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from apps.tenants.services import tenant_create
 from apps.wire.client import Identity, MediatorClient
 from apps.wire.ws import MediatorSocket
+from tests.support.didcomm_agent import Agent
 from tests.support.servers import free_port, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
