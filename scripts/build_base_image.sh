@@ -12,6 +12,8 @@ OUT=var/image
 TARBALL="$OUT/base-bookworm.tar"
 log() { echo "[build_base_image] $*"; }
 mkdir -p "$OUT"
+exec 9>"$OUT/.base.lock"  # one debootstrap at a time (build_image.sh holds its own lock too)
+flock 9
 if podman image exists "$BASE_TAG"; then
   log "$BASE_TAG already present"
   exit 0

@@ -11,6 +11,11 @@ IMAGE="${IMAGE:-localhost/mediator:latest}"
 SPARK_IMAGE="${SPARK_IMAGE:-localhost/mediator-spark:latest}"
 VENV="${VENV:-.venv}"
 log() { echo "[build_image] $*"; }
+# One build at a time per checkout: two at once (two test workers, or make image twice) would
+# remove each other's wheels and base tarball; the second waits and then finds the cached layers.
+mkdir -p var/image
+exec 9>var/image/.build.lock
+flock 9
 scripts/ensure_extra_podman.sh >/dev/null
 WHEELS=var/image/wheels
 stamp="$(sha256sum requirements.txt | cut -c1-16)"
