@@ -78,10 +78,13 @@ def pytest_collection_modifyitems(config, items):
     """Under `pytest -n N --dist loadgroup` (`make test PYTEST_WORKERS=N`), in each worker: a module is
     one unit of work, so its module-scoped servers start once; every test on the warm Spark engine is
     one unit, so one worker starts one engine and never runs two Spark tests at once. That unit comes
-    first: with --no-loadscope-reorder it is handed out first, a long unit that must not be the tail."""
+    first, then the container modules (the longest modules): with --no-loadscope-reorder units are
+    handed out in this order, so no long unit is the tail that one worker runs while the other idles."""
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
         group = "spark" if "spark_engine" in item.fixturenames else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: "spark_engine" not in item.fixturenames)
+    items.sort(
+        key=lambda item: 0 if "spark_engine" in item.fixturenames else 1 if item.get_closest_marker("containers") else 2
+    )
