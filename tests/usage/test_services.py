@@ -30,8 +30,12 @@ def staged_run(tenant) -> ReportRun:
 
 
 def fake_job(monkeypatch, code: str) -> None:
-    """A stand-in job process; SPARK_REMOTE names a cluster, so the launcher starts no local engine."""
+    """A stand-in job process; SPARK_REMOTE names a cluster, so the launcher starts no local engine.
+    Like the real job (`--serve`) it reads its run's request before it says anything: what a job
+    prints before a run is submitted belongs to no run (a stand-in that printed at once raced the
+    launcher's submit and lost its first lines on a loaded machine)."""
     monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:9")
+    code = "import sys\nsys.stdin.readline()\n" + code
     monkeypatch.setattr(services, "_job_command", lambda: [sys.executable, "-c", code])
 
 
