@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from apps.wire.canonical import canonical_bytes
 from apps.wire.client import Identity, MediatorClient, agree_contract
 from bench.cpu import CpuSampler
+from bench.pg import indexes_dropped
 
 DAY_S = 86_400
 
@@ -325,7 +326,8 @@ def _bulk_seed_sql(
 ) -> None:
     """Store `total` events spread over `owners` straight into PostgreSQL, with the rows exactly as
     SAVE_EVENTS stores them (one StoredEvent + one EventTag per event, the tag carrying the event's
-    timestamp, real encrypted tags), then VACUUM ANALYZE: much faster than seeding through the
+    timestamp, real encrypted tags), with their indexes dropped and re-created (bench.pg.indexes_dropped),
+    then VACUUM ANALYZE: much faster than seeding through the
     protocol (`--seed protocol` does that instead)."""
     import psycopg
 
@@ -333,58 +335,25 @@ def _bulk_seed_sql(
     tables = ("messaging_storedevent", "messaging_eventtag")
     with psycopg.connect(database_url, autocommit=True) as conn:
         tenant_id = conn.execute("SELECT id FROM tenants_tenant WHERE did = %s", [tenant_did]).fetchone()[0]
-        # Bulk load, then build: drop the two tables' secondary indexes, unique and foreign-key
-        # constraints, insert, and re-create them exactly as they were (definitions read back from
-        # the catalog). Index maintenance row by row made seeding ~10x slower. Seeding only: the
-        # measured queries run on the re-created indexes.
-        conn.execute("SET synchronous_commit = off")
-        conn.execute("SET maintenance_work_mem = '256MB'")
-        cons = conn.execute(
-            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), contype FROM pg_constraint "
-            "WHERE conrelid::regclass::text = ANY(%s) AND contype IN ('u', 'f') ORDER BY contype",
-            [list(tables)],
-        ).fetchall()
-        cons += conn.execute(
-            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), contype FROM pg_constraint "
-            "WHERE confrelid::regclass::text = ANY(%s) AND contype = 'f' AND NOT (conrelid::regclass::text = ANY(%s))",
-            [list(tables), list(tables)],
-        ).fetchall()
-        owned = {c[1] for c in cons}
-        idx = [
-            (name, ddl)
-            for name, ddl in conn.execute(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = ANY(%s) AND indexname NOT LIKE '%%_pkey'",
-                [list(tables)],
-            ).fetchall()
-            if name not in owned
-        ]
-        for table, name, _, _kind in sorted(cons, key=lambda c: c[3] != "f"):  # foreign keys first
-            conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
-        for name, _ in idx:
-            conn.execute(f'DROP INDEX "{name}"')
-        for who, other in zip(owners, others, strict=True):
-            conn.execute(
-                """
-                WITH ev AS (
-                    INSERT INTO messaging_storedevent (public_id, tenant_id, owner_did, sender_did, recipient_did,
-                        contract_id, timestamp, payload, payload_bytes, encrypted_tags, processed, created_at)
-                    SELECT gen_random_uuid(), %(t)s, %(owner)s, %(other)s, %(owner)s, NULL, 1700000000 + g,
-                        %(payload)s, 200, jsonb_build_array((%(tags)s::text[])[1 + g %% %(ntags)s]), false, now()
-                    FROM generate_series(0, %(n)s - 1) g
-                    RETURNING id, timestamp, encrypted_tags->>0 AS tag
-                )
-                INSERT INTO messaging_eventtag (tenant_id, owner_did, event_id, tag, timestamp)
-                SELECT %(t)s, %(owner)s, id, tag, timestamp FROM ev
-                """,
-                {"t": tenant_id, "owner": who.did, "other": other.did, "payload": "B" * 200, "tags": tags[who.did],
-                 "ntags": TAGS_PER_OWNER, "n": per_owner},
-            )  # fmt: skip
-            print(f"seeded {per_owner} events for one owner", file=sys.stderr)
-        for _, ddl in idx:
-            conn.execute(ddl)
-        for table, name, definition, _kind in sorted(cons, key=lambda c: c[3] == "f"):  # unique first
-            conn.execute(f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}')
-        print(f"re-created {len(idx)} indexes and {len(cons)} constraints", file=sys.stderr)
+        with indexes_dropped(conn, list(tables)):
+            for who, other in zip(owners, others, strict=True):
+                conn.execute(
+                    """
+                    WITH ev AS (
+                        INSERT INTO messaging_storedevent (public_id, tenant_id, owner_did, sender_did, recipient_did,
+                            contract_id, timestamp, payload, payload_bytes, encrypted_tags, processed, created_at)
+                        SELECT gen_random_uuid(), %(t)s, %(owner)s, %(other)s, %(owner)s, NULL, 1700000000 + g,
+                            %(payload)s, 200, jsonb_build_array((%(tags)s::text[])[1 + g %% %(ntags)s]), false, now()
+                        FROM generate_series(0, %(n)s - 1) g
+                        RETURNING id, timestamp, encrypted_tags->>0 AS tag
+                    )
+                    INSERT INTO messaging_eventtag (tenant_id, owner_did, event_id, tag, timestamp)
+                    SELECT %(t)s, %(owner)s, id, tag, timestamp FROM ev
+                    """,
+                    {"t": tenant_id, "owner": who.did, "other": other.did, "payload": "B" * 200, "tags": tags[who.did],
+                     "ntags": TAGS_PER_OWNER, "n": per_owner},
+                )  # fmt: skip
+                print(f"seeded {per_owner} events for one owner", file=sys.stderr)
         conn.execute("VACUUM ANALYZE messaging_storedevent")
         conn.execute("VACUUM ANALYZE messaging_eventtag")
 

@@ -21,9 +21,11 @@
    (bench/usage_click_bench.py);
 8. sockets: N idle authenticated `/ws` sockets on one socket server: RSS per socket, admission rate
    of a connect storm, AUTHENTICATE and push p99, a reconnect storm (bench/socket_bench.py);
-9. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
+9. data: TWO_WAY_PRIVATE, QUERY_EVENTS, DIDComm forwards and pickups on 10k identities beside 1M
+   (and 10M in the full run, given ~170 GB of disk), seeded in bulk (bench/data_bench.py);
+10. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
-10. JSON + Markdown under bench/results/ (not committed), the tables printed.
+11. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
     .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
@@ -73,6 +75,7 @@ MODULES = {
                     ["--rows", "100000", "--rounds", "1"]),
     "sockets": ("bench.socket_bench", ["--sockets", "10000", "--concurrency", "200"],
                 ["--sockets", "1000", "--concurrency", "100", "--sends", "50"]),
+    "data": ("bench.data_bench", [], ["--quick"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
               ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
 }  # fmt: skip

@@ -77,8 +77,11 @@ class Contract(Owned):
             models.Index(fields=["tenant", "owner_did", "recipient_did", "requestor_did"], name="contract_parties_rev"),
             # QUERY_COMMUNICATION_CONTRACTS listing by arrival
             models.Index(fields=["tenant", "owner_did", "id"], name="contract_owner_seq"),
-            # identity quota: distinct owners of live registrations (recipient = the tenant's DID)
-            models.Index(fields=["tenant", "recipient_did", "expires_at", "owner_did"], name="contract_registrations"),
+            # identity quota: distinct owners of live registrations (recipient = the tenant's DID). The owner
+            # before the expiry: a registration check planned generically (a prepared statement) may take
+            # this index instead of contract_parties, and must then find one owner's rows, not range over
+            # every live registration of the tenant.
+            models.Index(fields=["tenant", "recipient_did", "owner_did", "expires_at"], name="contract_registrations"),
         ]
 
     def __str__(self) -> str:

@@ -255,7 +255,8 @@ def _cases(post_a, tenant, alice, bob):
     pending_ids = [
         str(p) for p in PendingEvent.objects.filter(recipient_did=bob.did).values_list("public_id", flat=True)
     ]
-    registration = {"contract_parties", "contract_parties_rev"}
+    # contract_registrations leads with (tenant, recipient, owner) (messaging 0010): one owner's lookup too.
+    registration = {"contract_parties", "contract_parties_rev", "contract_registrations"}
     nonce = {"nonce_unique"}
     erin = Identity.create("erin", tenant.did)
     Tenant.objects.filter(pk=tenant.pk).update(max_identities=100_000)  # so the quota query runs
