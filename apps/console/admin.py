@@ -46,6 +46,7 @@ from apps.messaging.selectors import (
     tenant_list_annotations,
     tenant_registrations,
 )
+from apps.push.admin import TENANT_INLINES as PUSH_INLINES
 from apps.tenants import texts
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import TENANT_ACTIONS, operator_may
@@ -316,6 +317,7 @@ class TenantAdmin(ModelAdmin):
         },
     ]
     warn_unsaved_form = True
+    inlines = PUSH_INLINES  # the push section (apps/push/admin.py: its own permissions and saves)
 
     class Media:
         js = ["didcomm/copy.js"]  # the invitation's Copy button (no inline script: the admin's CSP)
@@ -715,8 +717,9 @@ class TenantAdmin(ModelAdmin):
         obj._state = saved._state
 
     def save_related(self, request, form, formsets, change) -> None:
-        # Aliases are saved by the service; there are no inlines or m2m fields.
-        return None
+        # Aliases are saved by the service, there are no m2m fields; the inlines save themselves.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
 
     # --- changelist actions ---------------------------------------------------------------------
 
