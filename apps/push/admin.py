@@ -82,7 +82,7 @@ class PushProviderForm(forms.ModelForm):
         try:
             services.provider_check(provider=provider, settings_=settings_, credentials=credentials)
         except services.ProviderInvalid as exc:
-            raise forms.ValidationError(str(exc)) from None
+            raise forms.ValidationError(f"{provider.get_kind_display()}: {exc}") from None
         return data
 
     def save_provider(self) -> PushProvider:
@@ -166,8 +166,19 @@ class _TenantSection:
     """On the tenant page only (not when adding a tenant), by the push model's own permissions;
     editable only by those who may also change the tenant (the page is saved as a whole)."""
 
+    template_before = "admin/push/inline_errors.html"
+
     def _tenant_editable(self, request, obj) -> bool:
         return obj is not None and operator_may(request.user, Tenant, "change")
+
+    def get_queryset(self, request):
+        # Django asks here without the tenant (the formset then keeps the tenant's rows): the push
+        # model's own permissions decide, as they did for the section to be on the page at all.
+        queryset = self.model._default_manager.get_queryset()
+        model_perms = super()  # the inline's permissions, without the tenant-page rules below
+        if not (model_perms.has_view_permission(request) or model_perms.has_change_permission(request)):
+            return queryset.none()
+        return queryset
 
     def has_view_permission(self, request, obj=None) -> bool:
         return obj is not None and super().has_view_permission(request, obj)
