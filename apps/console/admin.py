@@ -47,6 +47,8 @@ from apps.messaging.selectors import (
     tenant_registrations,
 )
 from apps.push.admin import TENANT_INLINES as PUSH_INLINES
+from apps.push.services import devices_words as push_devices_words
+from apps.push.services import subject_for_did as push_subject_for_did
 from apps.tenants import texts
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import TENANT_ACTIONS, operator_may
@@ -962,9 +964,14 @@ class TenantAdmin(ModelAdmin):
             request,
             tenant,
             title=f"Registrations of {tenant.slug}",
-            columns=["Identity", "Expires", "Registered"],
+            columns=["Identity", "Expires", "Registered", "Push devices"],
             rows_qs=tenant_registrations(tenant=tenant, search=request.GET.get("q", "")),
-            row=lambda r: [DidCell(r["owner_did"]), utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
+            row=lambda r: [
+                DidCell(r["owner_did"]),
+                utc_iso(r["expires_at"]),
+                utc_iso(r["created_at"]),
+                push_devices_words(tenant_id=tenant.pk, subject=push_subject_for_did(r["owner_did"])),
+            ],
         )
 
     @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])

@@ -17,6 +17,7 @@ from django.utils import timezone
 from apps.messaging import notify, presence, wake
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import TenantCache
+from apps.wire.display import utc_iso
 
 from .models import Device, PushPolicy, PushProvider, Service
 from .providers import PROVIDERS, webpush
@@ -72,7 +73,9 @@ def _webpush_subscription(token: str) -> str:
         return webpush.parse_subscription(token).canonical()
     except ValueError as exc:
         reason = str(exc)
-        raise DeviceInvalid(_WEBPUSH_CODES.get(reason, "token_invalid"), webpush.SUBSCRIPTION_REFUSALS[reason]) from None
+        raise DeviceInvalid(
+            _WEBPUSH_CODES.get(reason, "token_invalid"), webpush.SUBSCRIPTION_REFUSALS[reason]
+        ) from None
 
 
 def device_token_normalised(*, service: str, token: str) -> str:
@@ -170,6 +173,22 @@ def devices_forget(*, tenant_id: int, subjects: list[str]) -> int:
                 _recount(tenant_id=tenant_id, subject=subject)
             removed += n
     return removed
+
+
+def devices_words(*, tenant_id: int, subject: str) -> str:
+    """What an operator page says of a subject's devices: each one's service, platform and when it
+    was last woken, or "none registered". Never a token (the query does not read it)."""
+    rows = (
+        Device.objects.filter(tenant_id=tenant_id, subject=subject)
+        .order_by("service")
+        .values_list("service", "platform", "last_woken_at")
+    )
+    words = [
+        f"{Service(service).label}{f' ({platform})' if platform else ''}: last woken "
+        f"{utc_iso(woken) if woken else 'never'}"
+        for service, platform, woken in rows
+    ]
+    return ", ".join(words) or "none registered"
 
 
 @transaction.atomic

@@ -9,12 +9,14 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from apps.didcomm.models import Mediation
+from apps.didcomm.identity import identity_current
+from apps.didcomm.models import Connection, Mediation
 from apps.didcomm.recipients import did_hash
 from apps.push import services
 from apps.push.models import Device, PushPolicy, PushProvider
 from tests.console.test_admin import _add_form
 from tests.support.operators import push_section_form
+from tests.support.registration import register
 
 SECRET = "operator-secret-" * 3
 URL = "https://gateway.example/wake"
@@ -77,10 +79,11 @@ def test_a_grants_page_says_whether_a_device_is_registered_and_when_it_was_woken
 APNS_KEY_ID, TEAM_ID = "ABC123DEFG", "TEAM123456"
 
 
-def _tenant_form(**push) -> dict:
-    data = {k: v for k, v in _add_form(name="Tenant A", aliases="", public_url="").items() if k not in ("slug", "domain")}
-    data.update(push_section_form(**push) if push else {})
-    return data
+def _tenant_form() -> dict:
+    """The tenant's change form as posted, with an empty push section."""
+    return {
+        k: v for k, v in _add_form(name="Tenant A", aliases="", public_url="").items() if k not in ("slug", "domain")
+    }
 
 
 def _webhook_fields(**overrides) -> dict:
@@ -190,9 +193,7 @@ def _staff(django_user_model, name: str, *codenames: str):
 
 
 @pytest.mark.django_db
-def test_an_operator_without_push_permissions_neither_sees_nor_changes_the_push_section(
-    django_user_model, tenant_a
-):
+def test_an_operator_without_push_permissions_neither_sees_nor_changes_the_push_section(django_user_model, tenant_a):
     provider = PushProvider(tenant=tenant_a, kind="webhook", settings={"url": URL}, last_error="failed: http_401")
     provider.seal({"secret": SECRET})
     provider.save()
@@ -232,3 +233,39 @@ def test_view_permission_shows_state_and_last_error_read_only(django_user_model,
 def test_the_add_page_has_no_push_section(staff_client):
     page = staff_client.get("/admin/tenants/tenant/add/").content.decode()
     assert "push_providers-TOTAL_FORMS" not in page and "push_policy-TOTAL_FORMS" not in page
+
+
+@pytest.mark.django_db
+def test_a_v1_connections_page_and_the_registrations_list_say_whether_a_device_is_registered(
+    admin_client, tenant_a, post_a, alice
+):
+    connection = Connection.objects.create(
+        tenant=tenant_a,
+        identity=identity_current(tenant=tenant_a),
+        their_did="did:peer:v1-client",
+        their_verkey="v" * 43,
+        thread_id="thread-1",
+        protocol="didexchange/1.1",
+        state=Connection.State.COMPLETED,
+    )
+    url = f"/admin/didcomm/connection/{connection.pk}/change/"
+    assert "none registered (no grant)" in admin_client.get(url).content.decode()
+    mediation = Mediation.objects.create(
+        tenant=tenant_a, client_did=connection.their_did, client_hash=did_hash(connection.their_did),
+        state="granted", connection=connection,
+    )  # fmt: skip
+    assert "none registered" in admin_client.get(url).content.decode()
+    subject = services.subject_for_mediation(mediation.client_hash)
+    services.device_set(tenant=tenant_a, subject=subject, service="fcm", token="tok-secret-2", platform="android")
+    page = admin_client.get(url).content.decode()
+    assert "Firebase Cloud Messaging (android): last woken never" in page and "tok-secret-2" not in page
+
+    register(post_a, alice, tenant_a)
+    listing = f"/admin/tenants/tenant/{tenant_a.pk}/registrations/"
+    assert "none registered" in admin_client.get(listing).content.decode()
+    token = "ef" * 32
+    services.device_set(tenant=tenant_a, subject=services.subject_for_did(alice.did), service="apns", token=token,
+                        platform="ios")  # fmt: skip
+    Device.objects.filter(service="apns").update(last_woken_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    page = admin_client.get(listing).content.decode()
+    assert "Apple Push Notification service (ios): last woken 2026-01-02T03:04:05Z" in page and token not in page

@@ -26,7 +26,9 @@ ACTOR = Actor(user=None, via="cli")
 
 def _devices(tenant, subject: str) -> int:
     """The subject's device count on its queue-depth row (the storing statements' wake gate)."""
-    return PendingQueueDepth.objects.filter(tenant=tenant, recipient_did=subject).values_list("devices", flat=True).get()
+    return (
+        PendingQueueDepth.objects.filter(tenant=tenant, recipient_did=subject).values_list("devices", flat=True).get()
+    )
 
 
 def _granted(tenant, client: str, **extra) -> Mediation:
