@@ -9,12 +9,12 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from apps.didcomm.identity import identity_current
-from apps.didcomm.models import Connection, Mediation
+from apps.didcomm.models import Mediation
 from apps.didcomm.recipients import did_hash
 from apps.push import services
 from apps.push.models import Device, PushPolicy, PushProvider
 from tests.console.test_admin import _add_form
+from tests.push.test_ended_subjects import v1_connection
 from tests.support.operators import push_section_form
 from tests.support.registration import register
 
@@ -239,15 +239,7 @@ def test_the_add_page_has_no_push_section(staff_client):
 def test_a_v1_connections_page_and_the_registrations_list_say_whether_a_device_is_registered(
     admin_client, tenant_a, post_a, alice
 ):
-    connection = Connection.objects.create(
-        tenant=tenant_a,
-        identity=identity_current(tenant=tenant_a),
-        their_did="did:peer:v1-client",
-        their_verkey="v" * 43,
-        thread_id="thread-1",
-        protocol="didexchange/1.1",
-        state=Connection.State.COMPLETED,
-    )
+    connection = v1_connection(tenant_a)
     url = f"/admin/didcomm/connection/{connection.pk}/change/"
     assert "none registered (no grant)" in admin_client.get(url).content.decode()
     mediation = Mediation.objects.create(

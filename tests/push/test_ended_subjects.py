@@ -31,6 +31,19 @@ def _devices(tenant, subject: str) -> int:
     )
 
 
+def v1_connection(tenant) -> Connection:
+    """A completed DIDComm v1 connection of `tenant` (no grant yet)."""
+    return Connection.objects.create(
+        tenant=tenant,
+        identity=identity_current(tenant=tenant),
+        their_did="did:peer:v1-client",
+        their_verkey="v" * 43,
+        thread_id="thread-1",
+        protocol="didexchange/1.1",
+        state=Connection.State.COMPLETED,
+    )
+
+
 def _granted(tenant, client: str, **extra) -> Mediation:
     return Mediation.objects.create(
         tenant=tenant, client_did=client, client_hash=did_hash(client), state=Mediation.State.GRANTED, **extra
@@ -61,15 +74,7 @@ def test_a_revoked_grant_takes_its_clients_devices_and_no_other(tenant_a, tenant
 
 @pytest.mark.django_db
 def test_a_removed_v1_connection_takes_its_clients_devices(tenant_a):
-    connection = Connection.objects.create(
-        tenant=tenant_a,
-        identity=identity_current(tenant=tenant_a),
-        their_did="did:peer:v1-client",
-        their_verkey="v" * 43,
-        thread_id="thread-1",
-        protocol="didexchange/1.1",
-        state=Connection.State.COMPLETED,
-    )
+    connection = v1_connection(tenant_a)
     mediation = _granted(tenant_a, connection.their_did, connection=connection)
     subject = _with_devices(tenant_a, services.subject_for_mediation(mediation.client_hash))
 
