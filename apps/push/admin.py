@@ -20,6 +20,7 @@ import re
 from django import forms
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.options import InlineModelAdmin
 from django.forms.models import BaseInlineFormSet
 from unfold.admin import ModelAdmin, StackedInline
 from unfold.widgets import UnfoldAdminPasswordWidget
@@ -162,7 +163,7 @@ class _PolicyFormSet(BaseInlineFormSet):
         return "push_policy"
 
 
-class _TenantSection:
+class _TenantSection(InlineModelAdmin):
     """On the tenant page only (not when adding a tenant), by the push model's own permissions;
     editable only by those who may also change the tenant (the page is saved as a whole)."""
 

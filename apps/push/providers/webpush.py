@@ -116,14 +116,16 @@ def parse_subscription(text: str) -> Subscription:
     if not isinstance(keys, dict):
         raise ValueError("subscription_keys")
     endpoint = data.get("endpoint")
-    if isinstance(endpoint, str) and len(endpoint) > ENDPOINT_LIMIT:
+    if not isinstance(endpoint, str):
+        raise ValueError("subscription_endpoint")
+    if len(endpoint) > ENDPOINT_LIMIT:
         raise ValueError("subscription_too_large")
     try:
-        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-        host = parts.hostname if parts is not None else None
+        parts = urlsplit(endpoint)
+        host = parts.hostname
     except ValueError:
         raise ValueError("subscription_endpoint") from None
-    if parts is None or not host or parts.username or parts.password:
+    if not host or parts.username or parts.password:
         raise ValueError("subscription_endpoint")
     loopback_http = django_settings.PUSH_WEBPUSH_ALLOW_HTTP and host in LOOPBACK
     if parts.scheme != "https" and not (parts.scheme == "http" and loopback_http):
