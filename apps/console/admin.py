@@ -46,6 +46,9 @@ from apps.messaging.selectors import (
     tenant_list_annotations,
     tenant_registrations,
 )
+from apps.push.admin import TENANT_INLINES as PUSH_INLINES
+from apps.push.services import devices_words as push_devices_words
+from apps.push.services import subject_for_did as push_subject_for_did
 from apps.tenants import texts
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import TENANT_ACTIONS, operator_may
@@ -316,6 +319,7 @@ class TenantAdmin(ModelAdmin):
         },
     ]
     warn_unsaved_form = True
+    inlines = PUSH_INLINES  # the push section (apps/push/admin.py: its own permissions and saves)
 
     class Media:
         js = ["didcomm/copy.js"]  # the invitation's Copy button (no inline script: the admin's CSP)
@@ -715,8 +719,9 @@ class TenantAdmin(ModelAdmin):
         obj._state = saved._state
 
     def save_related(self, request, form, formsets, change) -> None:
-        # Aliases are saved by the service; there are no inlines or m2m fields.
-        return None
+        # Aliases are saved by the service, there are no m2m fields; the inlines save themselves.
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
 
     # --- changelist actions ---------------------------------------------------------------------
 
@@ -959,9 +964,14 @@ class TenantAdmin(ModelAdmin):
             request,
             tenant,
             title=f"Registrations of {tenant.slug}",
-            columns=["Identity", "Expires", "Registered"],
+            columns=["Identity", "Expires", "Registered", "Push devices"],
             rows_qs=tenant_registrations(tenant=tenant, search=request.GET.get("q", "")),
-            row=lambda r: [DidCell(r["owner_did"]), utc_iso(r["expires_at"]), utc_iso(r["created_at"])],
+            row=lambda r: [
+                DidCell(r["owner_did"]),
+                utc_iso(r["expires_at"]),
+                utc_iso(r["created_at"]),
+                push_devices_words(tenant_id=tenant.pk, subject=push_subject_for_did(r["owner_did"])),
+            ],
         )
 
     @action(description="Contracts", url_path="contracts", icon="handshake", permissions=[TENANT_ACTIONS["contracts"]])

@@ -130,14 +130,9 @@ class MediationAdmin(ModelAdmin):
 
     @admin.display(description="Push devices")
     def push_devices(self, obj: Mediation) -> str:
-        """Whether the client registered a push device and when it was last woken (no token)."""
-        devices = push.devices_of(tenant=obj.tenant, subject=push.subject_for_mediation(obj.client_hash))
-        if not devices:
-            return "none registered"
-        return ", ".join(
-            f"{d.get_service_display()}: last woken {utc_iso(d.last_woken_at) if d.last_woken_at else 'never'}"
-            for d in devices
-        )
+        """Whether the client registered a push device and when it was last woken (service and
+        platform only, never the token)."""
+        return push.devices_words(tenant_id=obj.tenant_id, subject=push.subject_for_mediation(obj.client_hash))
 
     actions_detail = ["detail_revoke"]
 
@@ -283,6 +278,7 @@ class ConnectionAdmin(ModelAdmin):
         "last_delivered_at",
         "delivery_failures",
         "waiting",
+        "push_devices",
     ]
     readonly_fields = fields
     actions = ["remove_selected"]
@@ -311,6 +307,15 @@ class ConnectionAdmin(ModelAdmin):
     @admin.display(description="Their DID")
     def short_did(self, obj: Connection) -> str:
         return did_cell(obj.their_did)
+
+    @admin.display(description="Push devices")
+    def push_devices(self, obj: Connection) -> str:
+        """Whether its client registered a push device on its grant, and when it was last woken
+        (service and platform only, never the token)."""
+        mediation = Mediation.objects.filter(connection=obj).values_list("client_hash", flat=True).first()
+        if mediation is None:
+            return "none registered (no grant)"
+        return push.devices_words(tenant_id=obj.tenant_id, subject=push.subject_for_mediation(mediation))
 
     @admin.display(description="HTTP endpoint", boolean=True)
     def has_endpoint(self, obj: Connection) -> bool:

@@ -14,6 +14,7 @@ from apps.didcomm.core.did_key import key_from_did_key
 from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.keys import ED25519
 from apps.messaging.notify import notify_on_commit
+from apps.push.services import devices_forget, subject_for_mediation
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, audit_record
 from apps.wire.encoding import b58encode
@@ -223,13 +224,14 @@ def recipient_of_client(*, mediation: Mediation, recipient_did: str) -> Recipien
 
 @transaction.atomic
 def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
-    """Operator action: revoke a grant; its recipients and queued messages go with it."""
+    """Operator action: revoke a grant; its recipients, queued messages and push devices go with it."""
     locked = Mediation.objects.select_for_update().get(pk=mediation.pk)
     before = {"state": locked.state, "recipients": RecipientKey.objects.filter(mediation=locked).count()}
     QueuedMessage.objects.filter(mediation=locked).delete()
     RecipientKey.objects.filter(mediation=locked).delete()
     locked.state = Mediation.State.REVOKED
     locked.save(update_fields=["state", "updated_at"])
+    devices = devices_forget(tenant_id=locked.tenant_id, subjects=[subject_for_mediation(locked.client_hash)])
     # The client's live sockets stop pushing (they keep its grant in memory).
     notify_on_commit(tenant_id=locked.tenant_id, did=locked.client_did, message={"type": LIVE_REFRESH})
     audit_record(
@@ -237,7 +239,7 @@ def mediation_revoke(*, mediation: Mediation, actor: Actor) -> Mediation:
         action="didcomm.revoke_grant",
         tenant=locked.tenant,
         before=before,
-        after={"state": locked.state, "mediation_id": locked.pk},
+        after={"state": locked.state, "mediation_id": locked.pk, "push_devices_removed": devices},
     )
     return locked
 
@@ -295,9 +297,15 @@ def connection_complete(*, connection: Connection) -> Connection:
 
 @transaction.atomic
 def connection_remove(*, connection: Connection, actor: Actor) -> None:
-    """Operator action: delete a v1 connection; its mediation, keys, queued and outbound messages go with it."""
+    """Operator action: delete a v1 connection; its mediation, keys, queued and outbound messages
+    and its client's push devices go with it."""
     locked = Connection.objects.select_for_update().get(pk=connection.pk)
     mediation = Mediation.objects.filter(connection=locked).first()
+    devices = (
+        devices_forget(tenant_id=locked.tenant_id, subjects=[subject_for_mediation(mediation.client_hash)])
+        if mediation
+        else 0
+    )
     before = {
         "state": locked.state,
         "mediation": mediation.state if mediation else None,
@@ -308,7 +316,7 @@ def connection_remove(*, connection: Connection, actor: Actor) -> None:
         action="didcomm.remove_connection",
         tenant=locked.tenant,
         before=before,
-        after={"connection_id": locked.pk, "removed": True},
+        after={"connection_id": locked.pk, "removed": True, "push_devices_removed": devices},
     )
     locked.delete()
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from apps.tenants.models import Tenant
 
+from . import notify
 from .models import Contract, ContractRequest, PendingEvent
 
 BATCH = 5_000
@@ -25,7 +26,7 @@ BATCH = 5_000
 def _tenants(tenant: Tenant | None):
     if tenant is not None:
         return [tenant]
-    return list(Tenant.objects.only("id", "slug", "pending_event_ttl_days", "contract_request_ttl_days"))
+    return list(Tenant.objects.only("id", "slug", "did", "pending_event_ttl_days", "contract_request_ttl_days"))
 
 
 def _purge(qs: QuerySet, *, dry_run: bool) -> int:
@@ -77,11 +78,30 @@ def purge_expired_contracts(
 
     Expired contracts authorise nothing, but QUERY_COMMUNICATION_CONTRACTS still lists them
     (docs/protocol-readings.md §5), so they are kept for the retention period before they go.
+    The identities whose last registration went with them, and that have no live one, are
+    announced (`notify.registrations_ended`: the push app forgets their devices).
     """
     if retention_days is None:
         retention_days = getattr(settings, "MEDIATOR_EXPIRED_CONTRACT_RETENTION_DAYS", 0)
-    now_s = int((now or timezone.now()).timestamp()) - retention_days * 86_400
+    live_s = int((now or timezone.now()).timestamp())
+    now_s = live_s - retention_days * 86_400
     total = 0
     for t in _tenants(tenant):
-        total += _purge(Contract.objects.filter(tenant=t, expires_at__lte=now_s), dry_run=dry_run)
+        expired = Contract.objects.filter(tenant=t, expires_at__lte=now_s)
+        ended = [] if dry_run else _registrations_ending(t, expired, live_s)
+        total += _purge(expired, dry_run=dry_run)
+        if ended:
+            notify.registrations_ended.send(sender=None, tenant_id=t.pk, dids=ended)
     return total
+
+
+def _registrations_ending(tenant: Tenant, expired: QuerySet, live_s: int) -> list[str]:
+    """The owners of registration contracts among `expired` that have no live registration."""
+    live = Contract.objects.live_registrations(tenant, live_s).values("owner_did")
+    owners = (
+        expired.filter(requestor_did=F("owner_did"), recipient_did=tenant.did)
+        .exclude(owner_did__in=live)
+        .values_list("owner_did", flat=True)
+        .distinct()
+    )
+    return list(owners)

@@ -3,7 +3,7 @@
 The realtime app (to our right in the layering) connects a receiver to `push_requested`; without
 it, pushes are simply dropped, which is safe because a push is a wake-up, never the only copy.
 The push app connects one to `wake_requested` (a stored message for a subject with a push device
-and no open socket: wake.py), the same way.
+and no open socket: wake.py), the same way, and one to `registrations_ended`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ pushes_dropped = Signal()
 # Sent after commit with tenant_id: int, subject: str, due: bool, even_if_live: bool. due: a wake
 # is to be claimed (wake.claim); not due: the store found the subject woken already (coalesced).
 wake_requested = Signal()
+# Sent with tenant_id: int, dids: list[str] when Decentrl identities' registrations are gone (the
+# purge removed their last registration contracts and none is live): the push app forgets their
+# devices. DIDComm's grants end in the front door, which calls the push app itself.
+registrations_ended = Signal()
 
 
 def notify_on_commit(*, tenant_id: int, did: str, message: dict) -> None:

@@ -1,26 +1,53 @@
-"""The push providers in the operator console: each tenant's provider with its state and last
-error; credentials are write-only (entered, checked with the provider's `check` on save, sealed,
-never shown back)."""
+"""The push section of the operator console (docs/push.md, "When pushes fail (operators)").
+
+- On a tenant's page (`TENANT_INLINES`, named by apps/console/admin.py's TenantAdmin): the tenant's
+  providers, each with its state and last error, and its push policy (the wake interval, a visible
+  alert or the silent default).
+- "Push providers": every tenant's providers in one list, to find the failing ones; a provider's
+  page edits it with the same form.
+
+Credentials are write-only in both (entered, checked with the provider's `check` on save, sealed,
+never shown back; empty keeps the sealed ones): one form, `PushProviderForm`, saved by one service
+call. Each section needs the push models' own Django permissions, and editing it on the tenant page
+also needs the right to change the tenant (the page is saved as a whole).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
-from unfold.admin import ModelAdmin
+from django.contrib.admin.options import InlineModelAdmin
+from django.forms.models import BaseInlineFormSet
+from unfold.admin import ModelAdmin, StackedInline
+from unfold.widgets import UnfoldAdminPasswordWidget
+
+from apps.tenants.models import Tenant
+from apps.tenants.permissions import operator_may
 
 from . import services
-from .models import PushProvider
+from .models import PushPolicy, PushProvider
+
+# A localisation key or collapse id: the names apps use for their strings (APNs' collapse id is at
+# most 64 bytes; FCM's tag and collapse key take these too).
+_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# The wake interval an operator may choose, in seconds (a day at most: a phone asleep longer than
+# that is woken by its user).
+WAKE_INTERVAL_MAX_S = 86_400
 
 
 class PushProviderForm(forms.ModelForm):
-    """`credentials_json` is never filled from the stored value; empty keeps what is sealed."""
+    """`credentials_json` is never filled from the stored value; empty keeps what is sealed. An
+    existing provider's kind is fixed (its sealed credentials are bound to it)."""
 
     credentials_json = forms.CharField(
         label="Credentials (JSON)",
         required=False,
-        widget=forms.PasswordInput(render_value=False),
+        strip=False,
+        widget=UnfoldAdminPasswordWidget(render_value=False),
         help_text="Write-only: enter to set or replace; leave empty to keep the current ones. See docs/push.md.",
     )
 
@@ -28,9 +55,14 @@ class PushProviderForm(forms.ModelForm):
         model = PushProvider
         fields = ["tenant", "kind", "enabled", "settings"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and "kind" in self.fields:
+            self.fields["kind"].disabled = True
+
     def clean(self):
         data = super().clean()
-        raw = data.get("credentials_json") or ""
+        raw = (data.get("credentials_json") or "").strip()
         credentials = None
         if raw:
             try:
@@ -51,8 +83,150 @@ class PushProviderForm(forms.ModelForm):
         try:
             services.provider_check(provider=provider, settings_=settings_, credentials=credentials)
         except services.ProviderInvalid as exc:
-            raise forms.ValidationError(str(exc)) from None
+            raise forms.ValidationError(f"{provider.get_kind_display()}: {exc}") from None
         return data
+
+    def save_provider(self) -> PushProvider:
+        """Save the checked provider through the one service (sealing the credentials entered)."""
+        return services.provider_save(
+            provider=self.instance,
+            enabled=self.cleaned_data["enabled"],
+            settings_=self.cleaned_data.get("settings") or {},
+            credentials=self._credentials,
+        )
+
+
+class PushPolicyForm(forms.ModelForm):
+    class Meta:
+        model = PushPolicy
+        fields = ["wake_interval_s", "visible", "title_loc_key", "body_loc_key", "collapse_id"]
+        labels = {
+            "wake_interval_s": "Wake interval (seconds)",
+            "visible": "Visible alert",
+            "title_loc_key": "Title localisation key",
+            "body_loc_key": "Body localisation key",
+            "collapse_id": "Collapse id",
+        }
+        help_texts = {
+            "wake_interval_s": "A sleeping client is woken at most once per this interval (and once between "
+            "two pickups). Empty: the deployment's default.",
+            "visible": "Off (the default): a silent wake that says nothing. On: an alert from the app's own "
+            "strings; iOS delivers silent pushes late or never, but the provider sees that an alert was sent.",
+            "title_loc_key": "The app's string for the alert's title (optional).",
+            "body_loc_key": "The app's string for the alert's text (required for a visible alert).",
+            "collapse_id": "A newer alert replaces an older one with the same id (optional).",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "wake_interval_s" in self.fields:
+            self.fields["wake_interval_s"].help_text += f" Now {settings.PUSH_WAKE_INTERVAL_S} s."
+
+    def clean_wake_interval_s(self):
+        value = self.cleaned_data.get("wake_interval_s")
+        if value is not None and value > WAKE_INTERVAL_MAX_S:
+            raise forms.ValidationError(f"the wake interval is at most {WAKE_INTERVAL_MAX_S} seconds")
+        return value
+
+    def clean(self):
+        data = super().clean()
+        for name in ("title_loc_key", "body_loc_key", "collapse_id"):
+            value = data.get(name) or ""
+            if value and not _KEY.fullmatch(value):
+                self.add_error(name, "1 to 64 of A-Z a-z 0-9 _ . -")
+        if data.get("visible") and not data.get("body_loc_key"):
+            self.add_error("body_loc_key", "a visible alert needs the body's localisation key")
+        return data
+
+
+class _ProviderFormSet(BaseInlineFormSet):
+    """The tenant's providers: each saved through the service, never by the model form."""
+
+    @classmethod
+    def get_default_prefix(cls) -> str:
+        return "push_providers"  # the tenant foreign key has no reverse name ("+")
+
+    def save_new(self, form, commit=True):
+        return form.save_provider()
+
+    def save_existing(self, form, obj, commit=True):
+        return form.save_provider()
+
+    def delete_existing(self, obj, commit=True):
+        if commit:
+            services.provider_delete(provider=obj)
+
+
+class _PolicyFormSet(BaseInlineFormSet):
+    @classmethod
+    def get_default_prefix(cls) -> str:
+        return "push_policy"
+
+
+class _TenantSection(InlineModelAdmin):
+    """On the tenant page only (not when adding a tenant), by the push model's own permissions;
+    editable only by those who may also change the tenant (the page is saved as a whole)."""
+
+    template_before = "admin/push/inline_errors.html"
+
+    def _tenant_editable(self, request, obj) -> bool:
+        return obj is not None and operator_may(request.user, Tenant, "change")
+
+    def get_queryset(self, request):
+        # Django asks here without the tenant (the formset then keeps the tenant's rows): the push
+        # model's own permissions decide, as they did for the section to be on the page at all.
+        queryset = self.model._default_manager.get_queryset()
+        model_perms = super()  # the inline's permissions, without the tenant-page rules below
+        if not (model_perms.has_view_permission(request) or model_perms.has_change_permission(request)):
+            return queryset.none()
+        return queryset
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return obj is not None and super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return self._tenant_editable(request, obj) and super().has_add_permission(request, obj)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self._tenant_editable(request, obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self._tenant_editable(request, obj) and super().has_delete_permission(request, obj)
+
+
+class PushProviderInline(_TenantSection, StackedInline):
+    """The tenant's push providers: one per kind, state and last error read-only."""
+
+    model = PushProvider
+    form = PushProviderForm
+    formset = _ProviderFormSet
+    extra = 0
+    max_num = len(PushProvider.Kind.choices)
+    verbose_name = "push provider"
+    verbose_name_plural = "Push providers"
+    readonly_fields = ["has_credentials", "state", "last_error", "last_success_at", "last_failure_at"]
+    fields = ["kind", "enabled", "settings", "credentials_json", *readonly_fields]
+
+    @admin.display(description="Credentials", boolean=True)
+    def has_credentials(self, obj: PushProvider) -> bool:
+        return obj.has_credentials
+
+
+class PushPolicyInline(_TenantSection, StackedInline):
+    """The tenant's push policy: at most one row; none is the defaults."""
+
+    model = PushPolicy
+    form = PushPolicyForm
+    formset = _PolicyFormSet
+    extra = 1
+    max_num = 1
+    can_delete = False
+    verbose_name = "push policy"
+    verbose_name_plural = "Push policy"
+
+
+# The push section of a tenant's page, in order (TenantAdmin.inlines).
+TENANT_INLINES = [PushPolicyInline, PushProviderInline]
 
 
 @admin.register(PushProvider)
@@ -68,9 +242,4 @@ class PushProviderAdmin(ModelAdmin):
         return [*fields, "tenant", "kind"] if obj is not None else fields
 
     def save_model(self, request, obj, form, change):
-        services.provider_save(
-            provider=obj,
-            enabled=form.cleaned_data["enabled"],
-            settings_=form.cleaned_data.get("settings") or {},
-            credentials=form._credentials,
-        )
+        form.save_provider()

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 class PushConfig(AppConfig):
     """Wake-up pushes to phones whose sockets sleep (docs/push.md): devices, providers, the wake
     task. Messaging's storing statements decide when a wake is due and announce it
-    (`messaging.notify.wake_due`); this app's receiver claims it and queues the send."""
+    (`messaging.notify.wake_due`); this app's receiver claims it and queues the send. Ended subjects' devices go with them."""
 
     name = "apps.push"
     label = "push"
@@ -13,5 +13,8 @@ class PushConfig(AppConfig):
 
     def ready(self) -> None:
         from . import receivers
+        from .models import PushPolicy
+        from .services import POLICIES
 
         receivers.connect()
+        POLICIES.clear_on_change(PushPolicy)

@@ -4,6 +4,7 @@ A `Device` is one phone (or browser) that wants a wake-up when its subject's que
 none of its sockets is open. Its `subject` is the key of the subject's queue-depth row
 (`messaging.presence.wake_subject_*`): a Decentrl DID, or for DIDComm `didcomm:<client hash>`.
 A `PushProvider` is a tenant's account with one push service, its credentials sealed at rest.
+A `PushPolicy` is a tenant's choice of how often a subject may be woken and what a push says.
 """
 
 from __future__ import annotations
@@ -76,6 +77,26 @@ class PushProvider(models.Model):
     @property
     def has_credentials(self) -> bool:
         return bool(self.credentials_sealed)
+
+
+class PushPolicy(models.Model):
+    """A tenant's push choices (one row per tenant, none: the defaults). `wake_interval_s` null is
+    the deployment's PUSH_WAKE_INTERVAL_S. `visible` asks for an alert built from the app's own
+    localisation keys instead of a silent, content-free wake (docs/push.md, "Privacy")."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    wake_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    visible = models.BooleanField(default=False)
+    title_loc_key = models.CharField(max_length=64, blank=True, default="")
+    body_loc_key = models.CharField(max_length=64, blank=True, default="")
+    collapse_id = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        verbose_name = "push policy"
+        verbose_name_plural = "push policies"
+
+    def __str__(self) -> str:
+        return "visible alert" if self.visible else "silent wake"
 
 
 class Device(models.Model):

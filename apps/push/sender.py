@@ -65,8 +65,9 @@ def _now_s() -> int:
 
 
 def wake_claim(*, tenant_id: int, subject: str, due: bool, even_if_live: bool = False) -> int | None:
-    """A store announced a wake (messaging.notify.wake_requested): claim it; the seconds until it
-    may leave, or None when it was coalesced (counted)."""
+    """A store announced a wake (messaging.notify.wake_requested): claim it, no earlier than the
+    tenant's wake interval after the last one; the seconds until it may leave, or None when it was
+    coalesced (counted)."""
     delay = None
     if due:
         try:
@@ -74,7 +75,7 @@ def wake_claim(*, tenant_id: int, subject: str, due: bool, even_if_live: bool = 
                 tenant_id=tenant_id,
                 subject=subject,
                 now_s=_now_s(),
-                interval_s=settings.PUSH_WAKE_INTERVAL_S,
+                interval_s=services.choices_of(tenant_id=tenant_id).wake_interval_s,
                 even_if_live=even_if_live,
             )
         except DatabaseError as exc:
@@ -103,18 +104,6 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
     return ceiling / 2 + random.random() * ceiling / 2  # noqa: S311 - jitter, not a secret
 
 
-def wake_of(provider: PushProvider) -> Wake:
-    """What the tenant's pushes say: content-free unless it chose a visible alert (docs/push.md,
-    "Privacy")."""
-    opts = provider.settings or {}
-    return Wake(
-        visible=bool(opts.get("visible")),
-        title_loc_key=opts.get("title_loc_key") or None,
-        body_loc_key=opts.get("body_loc_key") or None,
-        collapse_id=opts.get("collapse_id") or None,
-    )
-
-
 def _providers(tenant: Tenant) -> dict[str, PushProvider]:
     return {p.kind: p for p in PushProvider.objects.filter(tenant=tenant, enabled=True).select_related("tenant")}
 
@@ -133,7 +122,7 @@ def _record(provider: PushProvider, result: Result) -> None:
 
 
 def _send(
-    tenant: Tenant, device: Device, providers: dict[str, PushProvider], attempt: int
+    tenant: Tenant, device: Device, providers: dict[str, PushProvider], attempt: int, what: Wake
 ) -> tuple[bool, Retry | None]:
     """One device's send and its answer applied: (woken, the retry to queue if any)."""
     provider = providers.get(device.service) or providers.get(PushProvider.Kind.WEBHOOK)
@@ -154,7 +143,7 @@ def _send(
             "platform": device.platform,
         }
         try:
-            result = impl.send(credentials, opts, device.token, wake_of(provider))
+            result = impl.send(credentials, opts, device.token, what)
         except Exception as exc:  # noqa: BLE001 - a provider module's bug must not lose the wake's retries
             log.error("push provider raised", extra={"provider": provider.kind, "code_path": code_path(exc)})
             result = Result("retry", "provider_error")
@@ -191,8 +180,9 @@ def wake_send(*, tenant_id: int, subject: str) -> Sent:
         done.summary = "no tenant"
         return done
     providers = _providers(tenant)
+    what = services.choices_of(tenant_id=tenant_id).wake
     for device in services.devices_of(tenant=tenant, subject=subject):
-        woken, retry = _send(tenant, device, providers, 0)
+        woken, retry = _send(tenant, device, providers, 0, what)
         done.sent += woken
         if retry is not None:
             done.retries.append(retry)
@@ -206,7 +196,8 @@ def device_resend(*, tenant_id: int, device_id: int, attempt: int) -> Sent:
     if device is None or not wake.still_woken(tenant_id=tenant_id, subject=device.subject):
         done.summary = "resend: no longer wanted"
         return done
-    woken, retry = _send(device.tenant, device, _providers(device.tenant), attempt)
+    what = services.choices_of(tenant_id=tenant_id).wake
+    woken, retry = _send(device.tenant, device, _providers(device.tenant), attempt, what)
     done.sent += woken
     if retry is not None:
         done.retries.append(retry)

@@ -7,12 +7,8 @@ code the caller maps to its protocol's error.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
-from typing import Any
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
@@ -20,23 +16,23 @@ from django.utils import timezone
 
 from apps.messaging import notify, presence, wake
 from apps.tenants.models import Tenant
+from apps.tenants.selectors import TenantCache
+from apps.wire.display import utc_iso
 
-from .models import Device, PushProvider, Service
-from .providers import PROVIDERS
+from .models import Device, PushPolicy, PushProvider, Service
+from .providers import PROVIDERS, webpush
+from .providers.base import Wake
 
 # Caps (docs/push.md, "Devices"): FCM registration tokens are printable ASCII (FCM documents no
 # length; they are ~160 characters today, 4096 leaves room); APNs device tokens are hex (32 bytes
-# today, up to 100 bytes allowed for); a Web Push subscription is small JSON.
+# today, up to 100 bytes allowed for); a Web Push subscription's are its provider's rule's.
 FCM_TOKEN_MAX = 4096
 APNS_TOKEN_MAX = 200
-WEBPUSH_SUBSCRIPTION_MAX = 4096
-WEBPUSH_ENDPOINT_MAX = 2048
 SUBJECT_MAX = 2048
 
 _FCM = re.compile(r"[\x21-\x7e]+")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _PLATFORM = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
-_B64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
 class DeviceInvalid(Exception):
@@ -66,50 +62,20 @@ def subject_for_mediation(mediation_client_hash: str) -> str:
     return presence.didcomm_key(mediation_client_hash)
 
 
-def _b64url_bytes(value: Any) -> bytes | None:
-    if not isinstance(value, str) or not _B64URL.fullmatch(value):
-        return None
-    try:
-        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _loopback_allowed(host: str | None) -> bool:
-    return bool(settings.PUSH_WEBPUSH_ALLOW_HTTP) and host in {"127.0.0.1", "localhost", "::1"}
+# The registration error of each reason the Web Push rule refuses a subscription with.
+_WEBPUSH_CODES = {"subscription_too_large": "token_too_large", "subscription_not_https": "endpoint_not_https"}
 
 
 def _webpush_subscription(token: str) -> str:
-    """A Web Push subscription's JSON, checked and in one canonical form: the endpoint (https) and
-    its keys (p256dh: an uncompressed P-256 point, 65 bytes; auth: 16 bytes), nothing else."""
-    if len(token.encode()) > WEBPUSH_SUBSCRIPTION_MAX:
-        raise DeviceInvalid("token_too_large", f"a Web Push subscription is at most {WEBPUSH_SUBSCRIPTION_MAX} bytes")
+    """A Web Push subscription checked by the provider's rule (`webpush.parse_subscription`), in
+    its canonical stored form."""
     try:
-        sub = json.loads(token)
-    except ValueError:
-        raise DeviceInvalid("token_invalid", "a Web Push subscription is a JSON object") from None
-    keys = sub.get("keys") if isinstance(sub, dict) else None
-    endpoint = sub.get("endpoint") if isinstance(sub, dict) else None
-    if not isinstance(endpoint, str) or not isinstance(keys, dict):
-        raise DeviceInvalid("token_invalid", "a Web Push subscription has an endpoint and keys")
-    if len(endpoint) > WEBPUSH_ENDPOINT_MAX:
-        raise DeviceInvalid("token_too_large", f"the endpoint is at most {WEBPUSH_ENDPOINT_MAX} characters")
-    try:
-        url = urlsplit(endpoint)
-        host = url.hostname
-    except ValueError:
-        raise DeviceInvalid("token_invalid", "the endpoint is not a URL") from None
-    if not host:
-        raise DeviceInvalid("token_invalid", "the endpoint is not a URL")
-    if url.scheme != "https" and not (url.scheme == "http" and _loopback_allowed(host)):
-        raise DeviceInvalid("endpoint_not_https", "the endpoint must be https")
-    p256dh, auth = _b64url_bytes(keys.get("p256dh")), _b64url_bytes(keys.get("auth"))
-    if p256dh is None or len(p256dh) != 65 or p256dh[0] != 4:
-        raise DeviceInvalid("token_invalid", "keys.p256dh is an uncompressed P-256 point, base64url")
-    if auth is None or len(auth) != 16:
-        raise DeviceInvalid("token_invalid", "keys.auth is 16 bytes, base64url")
-    canonical = {"endpoint": endpoint, "keys": {"auth": keys["auth"], "p256dh": keys["p256dh"]}}
-    return json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        return webpush.parse_subscription(token).canonical()
+    except ValueError as exc:
+        reason = str(exc)
+        raise DeviceInvalid(
+            _WEBPUSH_CODES.get(reason, "token_invalid"), webpush.SUBSCRIPTION_REFUSALS[reason]
+        ) from None
 
 
 def device_token_normalised(*, service: str, token: str) -> str:
@@ -188,6 +154,43 @@ def devices_of(*, tenant: Tenant, subject: str) -> list[Device]:
     return list(Device.objects.filter(tenant=tenant, subject=subject).order_by("service"))
 
 
+# Subjects per statement when many subjects end at once (a purge's expired registrations).
+_FORGET_CHUNK = 500
+
+
+def devices_forget(*, tenant_id: int, subjects: list[str]) -> int:
+    """The subjects ended (a revoked grant, a removed v1 connection, a Decentrl identity whose
+    registration is gone): their devices go, and each row's device count is zero again. How many
+    devices went. Each subject is one short transaction under its row's lock."""
+    removed = 0
+    for start in range(0, len(subjects), _FORGET_CHUNK):
+        chunk = subjects[start : start + _FORGET_CHUNK]
+        with_devices = Device.objects.filter(tenant_id=tenant_id, subject__in=chunk).values_list("subject", flat=True)
+        for subject in sorted(set(with_devices)):
+            with transaction.atomic():
+                wake.devices_lock(tenant_id=tenant_id, subject=subject)
+                n, _ = Device.objects.filter(tenant_id=tenant_id, subject=subject).delete()
+                _recount(tenant_id=tenant_id, subject=subject)
+            removed += n
+    return removed
+
+
+def devices_words(*, tenant_id: int, subject: str) -> str:
+    """What an operator page says of a subject's devices: each one's service, platform and when it
+    was last woken, or "none registered". Never a token (the query does not read it)."""
+    rows = (
+        Device.objects.filter(tenant_id=tenant_id, subject=subject)
+        .order_by("service")
+        .values_list("service", "platform", "last_woken_at")
+    )
+    words = [
+        f"{Service(service).label}{f' ({platform})' if platform else ''}: last woken "
+        f"{utc_iso(woken) if woken else 'never'}"
+        for service, platform, woken in rows
+    ]
+    return ", ".join(words) or "none registered"
+
+
 @transaction.atomic
 def device_prune(*, tenant_id: int, device_id: int, token: str) -> bool:
     """Delete a device whose token the provider called dead, unless it was re-registered with
@@ -212,6 +215,43 @@ def wake_request(*, tenant_id: int, subject: str) -> None:
     says it is open (a live delivery that stayed unacknowledged: the socket is asleep), under the
     same coalescing as a stored message."""
     notify.wake_on_commit(tenant_id=tenant_id, subject=subject, due=True, even_if_live=True)
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A tenant's push choices as the claim and the sender read them (models.PushPolicy)."""
+
+    wake_interval_s: int
+    wake: Wake
+
+
+# Per process, per tenant (the one rule of such caches, tenants.selectors.TenantCache); cleared on
+# every save or delete of a policy (PushConfig.ready).
+POLICIES: TenantCache[Choices] = TenantCache("push-policy-cache", max_entries=4096)
+
+
+def _choices(tenant_id: int) -> Choices:
+    policy = PushPolicy.objects.filter(tenant_id=tenant_id).first()
+    interval = settings.PUSH_WAKE_INTERVAL_S
+    if policy is None:
+        return Choices(interval, Wake())
+    return Choices(
+        interval if policy.wake_interval_s is None else policy.wake_interval_s,
+        Wake(
+            visible=policy.visible,
+            title_loc_key=policy.title_loc_key or None,
+            body_loc_key=policy.body_loc_key or None,
+            collapse_id=policy.collapse_id or None,
+        )
+        if policy.visible
+        else Wake(),
+    )
+
+
+def choices_of(*, tenant_id: int) -> Choices:
+    """The tenant's wake interval (default PUSH_WAKE_INTERVAL_S) and what its pushes say
+    (a silent, content-free wake unless it chose a visible alert)."""
+    return POLICIES.load(tenant_id, lambda: _choices(tenant_id))[0]
 
 
 class ProviderInvalid(Exception):
@@ -243,3 +283,9 @@ def provider_save(*, provider: PushProvider, enabled: bool, settings_: dict, cre
     provider.updated_at = timezone.now()
     provider.save()
     return provider
+
+
+def provider_delete(*, provider: PushProvider) -> None:
+    """Remove a tenant's provider (its sealed credentials with it); its devices stay registered and
+    are woken again once a provider of their service is configured."""
+    PushProvider.objects.filter(pk=provider.pk, tenant_id=provider.tenant_id).delete()

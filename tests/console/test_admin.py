@@ -16,6 +16,7 @@ from apps.messaging.models import Contract, ContractRequest, PendingEvent
 from apps.tenants.models import AuditEntry, Tenant, TenantKey
 from apps.tenants.services import fingerprint
 from apps.wire.display import words
+from tests.support.operators import push_section_form
 from tests.support.registration import contract_both_ways, register
 
 CHANGELIST = "/admin/tenants/tenant/"
@@ -61,6 +62,7 @@ def _add_form(**overrides) -> dict:
         "public_publish_per_minute": "30",
         "prekey_grace_hours": "72",
         **didcomm_form(),
+        **push_section_form(),
     }
     data.update(overrides)
     return data

@@ -38,6 +38,12 @@ def _sub(endpoint="https://push.example/abc", p256dh=P256, auth=AUTH, **extra) -
         ("webpush", _sub(p256dh=AUTH), None, "token_invalid"),
         ("webpush", _sub(auth=P256), None, "token_invalid"),
         ("webpush", _sub(pad="x" * 5000), None, "token_too_large"),
+        ("webpush", _sub(endpoint="https://push.example/" + "x" * 2048), None, "token_too_large"),
+        # Registration and sending share one rule (webpush.parse_subscription): what a send would
+        # refuse is never registered.
+        ("webpush", _sub(endpoint="https://user:pw@push.example/abc"), None, "token_invalid"),
+        ("webpush", _sub(endpoint="file:///etc/passwd"), None, "token_invalid"),
+        ("webpush", json.dumps([1]), None, "token_invalid"),
         ("fcm", "tok", "iOS 17", "platform_invalid"),
     ],
 )

@@ -189,7 +189,9 @@ def test_a_push_service_that_does_not_answer_is_retried(vapid, webpush):
         (lambda s: json.dumps({**s, "keys": {**s["keys"], "p256dh": "AAAA"}}), "subscription_keys"),
         (lambda s: json.dumps({**s, "endpoint": "file:///etc/passwd"}), "subscription_endpoint"),
         (lambda s: json.dumps({**s, "endpoint": "https://user:pw@push.example/x"}), "subscription_endpoint"),
-        (lambda s: json.dumps({**s, "endpoint": "http://push.example/x"}), "subscription_endpoint"),
+        (lambda s: json.dumps({**s, "endpoint": "http://push.example/x"}), "subscription_not_https"),
+        (lambda s: json.dumps({**s, "endpoint": "https://push.example/" + "x" * 2048}), "subscription_too_large"),
+        (lambda s: json.dumps([s]), "subscription_not_json"),
         (lambda s: json.dumps({**s, "pad": "x" * 4096}), "subscription_too_large"),
     ],
 )
@@ -204,7 +206,7 @@ def test_an_http_endpoint_is_refused_outside_the_tests(settings, standin, vapid,
     settings.PUSH_WEBPUSH_ALLOW_HTTP = False
     sub = standin.subscribe(public)
 
-    assert webpush.send(credentials, SUBJECT, sub.json, SILENT) == Result("failed", "subscription_endpoint")
+    assert webpush.send(credentials, SUBJECT, sub.json, SILENT) == Result("failed", "subscription_not_https")
 
 
 @pytest.mark.parametrize(("allow_private", "allow_loopback", "sent"), [(False, False, False), (False, True, True)])

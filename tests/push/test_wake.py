@@ -23,7 +23,7 @@ from apps.messaging import sql as storage
 from apps.messaging.models import PendingQueueDepth
 from apps.ops import metrics
 from apps.push import sender, services
-from apps.push.models import Device, PushProvider
+from apps.push.models import Device, PushPolicy, PushProvider
 from mediator_project.celery import app as celery_app
 from tests.support.registration import contract_both_ways, register
 from tests.support.servers import free_port
@@ -151,6 +151,52 @@ def test_a_pickup_lets_the_next_message_wake_again_no_sooner_than_the_interval(
     assert wake.claim(tenant_id=client.tenant_id, subject=subject, now_s=T0 + 10, interval_s=60) is None
     services.picked_up(tenant_id=client.tenant_id, subject=subject)
     assert wake.claim(tenant_id=client.tenant_id, subject=subject, now_s=T0 + 70, interval_s=60) == 50
+
+
+def test_the_tenants_own_wake_interval_is_what_the_claim_honours(
+    client, tenant_b, gateway, django_capture_on_commit_callbacks
+):
+    """A tenant's interval (PushPolicy.wake_interval_s) replaces the deployment's for its clients
+    only; saving it takes effect at once (the per-process cache is cleared on save)."""
+    subject = _subject(client)
+    other = _grant(tenant_b, "did:example:other-client")
+    other_subject = _subject(other)
+    services.device_set(tenant=tenant_b, subject=other_subject, service="fcm", token=TOKEN, platform=None)
+    PushPolicy.objects.create(tenant=client.tenant, wake_interval_s=300)
+    for tenant_id, s in ((client.tenant_id, subject), (tenant_b.pk, other_subject)):
+        assert wake.claim(tenant_id=tenant_id, subject=s, now_s=T0, interval_s=60) == 0
+        services.picked_up(tenant_id=tenant_id, subject=s)
+    with time_machine.travel(T0 + 10, tick=False):
+        assert sender.wake_claim(tenant_id=client.tenant_id, subject=subject, due=True) == 290
+        assert sender.wake_claim(tenant_id=tenant_b.pk, subject=other_subject, due=True) == 50
+        services.picked_up(tenant_id=client.tenant_id, subject=subject)
+        PushPolicy.objects.filter(tenant=client.tenant).get().save()  # unchanged: still 300
+        assert sender.wake_claim(tenant_id=client.tenant_id, subject=subject, due=True) == 590
+    # Back to the deployment's default once the tenant clears its choice.
+    policy = PushPolicy.objects.get(tenant=client.tenant)
+    policy.wake_interval_s = None
+    policy.save()
+    services.picked_up(tenant_id=client.tenant_id, subject=subject)
+    with time_machine.travel(T0 + 1000, tick=False):
+        assert sender.wake_claim(tenant_id=client.tenant_id, subject=subject, due=True) == 0
+    assert _row(client.tenant, subject) == (1, True, T0 + 1000)
+
+
+def test_a_visible_alert_is_sent_only_when_the_tenant_chose_it(client, gateway, django_capture_on_commit_callbacks):
+    policy = PushPolicy.objects.create(
+        tenant=client.tenant, visible=False, title_loc_key="t_key", body_loc_key="b_key", collapse_id="wake"
+    )
+    _forward(client, django_capture_on_commit_callbacks)
+    services.picked_up(tenant_id=client.tenant_id, subject=_subject(client))
+    policy.visible = True
+    policy.save()
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        _forward(client, django_capture_on_commit_callbacks)
+    keys = ("visible", "title_loc_key", "body_loc_key", "collapse_id")
+    assert [tuple(b[k] for k in keys) for b in gateway.accepted] == [
+        (False, None, None, None),  # the keys alone say nothing: silent until `visible`
+        (True, "t_key", "b_key", "wake"),
+    ]
 
 
 def test_messages_received_and_a_socket_opening_are_pickups(client, django_capture_on_commit_callbacks):

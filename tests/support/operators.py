@@ -44,3 +44,19 @@ def plain_api(plain_user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=plain_user).key}")
     return client
+
+
+def push_section_form(*providers: dict, policy: dict | None = None, initial_providers: int = 0) -> dict:
+    """The push section of a tenant's change form as a browser posts it (apps/push/admin.py's
+    inlines): each provider's fields, and the push policy's (none: left as it is)."""
+    data = {
+        "push_providers-TOTAL_FORMS": str(len(providers)),
+        "push_providers-INITIAL_FORMS": str(initial_providers),
+        "push_policy-TOTAL_FORMS": "1" if policy is not None else "0",
+        "push_policy-INITIAL_FORMS": "0",
+    }
+    for i, fields in enumerate(providers):
+        data.update({f"push_providers-{i}-{k}": v for k, v in fields.items()})
+    for k, v in (policy or {}).items():
+        data[f"push_policy-0-{k}"] = v
+    return data

@@ -52,7 +52,17 @@ BODY_LIMIT = 4096
 ENCRYPTION_OVERHEAD = 86 + 16 + 1
 TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")  # RFC 8030 §5.4: at most 32 base64url characters
 SUBJECT = re.compile(r"(mailto:[^@\s]+@[^@\s]+|https://[^\s/]+(/\S*)?)")
-SUBSCRIPTION_LIMIT = 4096  # bytes of a subscription's JSON (as registration allows, apps/push/services.py)
+SUBSCRIPTION_LIMIT = 4096  # bytes of a subscription's JSON
+ENDPOINT_LIMIT = 2048  # characters of its endpoint
+# Each reason `parse_subscription` refuses a subscription with, in words (registration's detail).
+SUBSCRIPTION_REFUSALS = {
+    "subscription_too_large": f"a Web Push subscription is at most {SUBSCRIPTION_LIMIT} bytes, its endpoint at most"
+    f" {ENDPOINT_LIMIT} characters",
+    "subscription_not_json": "a Web Push subscription is a JSON object",
+    "subscription_keys": "keys.p256dh is an uncompressed P-256 point and keys.auth 16 bytes, base64url",
+    "subscription_endpoint": "the endpoint is an https URL without credentials",
+    "subscription_not_https": "the endpoint must be https",
+}
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 REASONS = {
     400: "bad_request",
@@ -74,6 +84,10 @@ class Subscription:
     def info(self) -> dict:
         return {"endpoint": self.endpoint, "keys": {"p256dh": self.p256dh, "auth": self.auth}}
 
+    def canonical(self) -> str:
+        """The stored form: the endpoint and the two keys only, in canonical JSON."""
+        return json.dumps(self.info(), sort_keys=True, separators=(",", ":"))
+
 
 def _b64url(value: object, size: int) -> bool:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_-]+={0,2}", value):
@@ -86,28 +100,36 @@ def _b64url(value: object, size: int) -> bool:
 
 
 def parse_subscription(text: str) -> Subscription:
-    """A PushSubscription's JSON, checked: an https endpoint, a P-256 point and a 16-byte auth
-    secret (ValueError: a short reason). Registration uses it too."""
+    """A PushSubscription's JSON, checked: the one rule of a subscription, for registration
+    (apps/push/services.py, which stores `Subscription.canonical()`) and for each send. An https
+    endpoint without credentials, a P-256 point and a 16-byte auth secret; ValueError: one of
+    SUBSCRIPTION_REFUSALS."""
     if not isinstance(text, str) or len(text.encode()) > SUBSCRIPTION_LIMIT:
         raise ValueError("subscription_too_large")
     try:
         data = json.loads(text)
     except ValueError:
         raise ValueError("subscription_not_json") from None
-    keys = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("subscription_not_json")
+    keys = data.get("keys")
     if not isinstance(keys, dict):
         raise ValueError("subscription_keys")
     endpoint = data.get("endpoint")
+    if not isinstance(endpoint, str):
+        raise ValueError("subscription_endpoint")
+    if len(endpoint) > ENDPOINT_LIMIT:
+        raise ValueError("subscription_too_large")
     try:
-        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-        host = parts.hostname if parts is not None else None
+        parts = urlsplit(endpoint)
+        host = parts.hostname
     except ValueError:
         raise ValueError("subscription_endpoint") from None
+    if not host or parts.username or parts.password:
+        raise ValueError("subscription_endpoint")
     loopback_http = django_settings.PUSH_WEBPUSH_ALLOW_HTTP and host in LOOPBACK
-    if parts is None or not host or parts.username or parts.password:
-        raise ValueError("subscription_endpoint")
     if parts.scheme != "https" and not (parts.scheme == "http" and loopback_http):
-        raise ValueError("subscription_endpoint")
+        raise ValueError("subscription_not_https" if parts.scheme == "http" else "subscription_endpoint")
     if not _b64url(keys.get("p256dh"), 65) or not _b64url(keys.get("auth"), 16):
         raise ValueError("subscription_keys")
     return Subscription(endpoint, keys["p256dh"], keys["auth"])
