@@ -25,7 +25,10 @@
    (and 10M in the full run, given ~170 GB of disk), seeded in bulk (bench/data_bench.py);
 10. peers: the same DIDComm v1 forwards to this mediator (production layout and `make run`), ACA-Py
    1.7's and Credo 0.6.3's mediators, side by side (bench/peers.py);
-11. JSON + Markdown under bench/results/ (not committed), the tables printed.
+11. wake: push wake-ups on the production layout with its Celery worker and FCM's stand-in: forward →
+   provider latency for a sleeping recipient, forwards/s with pushes on / off, coalescing, a provider
+   down or hanging, Pickup 4.0 live deliveries left unacknowledged (bench/wake_bench.py);
+12. JSON + Markdown under bench/results/ (not committed), the tables printed.
 
     .venv/bin/python -m bench.run_standard            # ~25 min on 2 cores
     .venv/bin/python -m bench.run_standard --quick    # ~7 min: one short run or round of each
@@ -78,6 +81,7 @@ MODULES = {
     "data": ("bench.data_bench", [], ["--quick"]),
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
               ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
+    "wake": ("bench.wake_bench", [], ["--quick"]),
 }  # fmt: skip
 SUITE = ("two_way_private", "query_events_by_tag", *MODULES)
 

@@ -167,6 +167,20 @@ class CeleryWorker:
         with app.connection_for_write(self.broker_url) as conn:
             return app.send_task(task_name, kwargs=kwargs, queue=self.queue, connection=conn).id
 
+    def barrier(self, timeout: float = 30) -> None:
+        """Return once every task this worker was given before now, and due by now, has run: a no-op
+        (Celery's built-in `celery.accumulate`) with an ETA of now runs after every earlier task of
+        the worker's one process (plain tasks run as they arrive, ETA tasks in ETA order)."""
+        from mediator_project.celery import app
+
+        with app.connection_for_write(self.broker_url) as conn:
+            task_id = app.send_task("celery.accumulate", args=[0], queue=self.queue, countdown=0, connection=conn).id
+        deadline = time.monotonic() + timeout
+        while f"celery.accumulate[{task_id}] succeeded" not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not run the barrier:\n{self.log()}")
+            time.sleep(0.05)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -186,8 +200,11 @@ def start_celery_worker(
     queue = f"test-{os.getpid()}-{free_port()}"
     broker = f"redis://127.0.0.1:6379/{redis_db}"
     log_path = tmp_path / f"celery-{queue}.log"
-    # Tasks that re-queue themselves (the DIDComm v1 outbound retry) go to this worker's queue too.
-    full_env = server_env({"CELERY_BROKER_URL": broker, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": queue, **(env or {})})
+    # Tasks that re-queue themselves (the DIDComm v1 outbound retry, a wake's resend) go to this
+    # worker's queue too.
+    full_env = server_env(
+        {"CELERY_BROKER_URL": broker, "MEDIATOR_DIDCOMM_OUTBOUND_QUEUE": queue, "PUSH_QUEUE": queue, **(env or {})}
+    )
     cmd = [
         sys.executable,
         "-m",
