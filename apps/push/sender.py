@@ -173,8 +173,12 @@ def _finish(tenant_id: int, subject: str, done: Sent, what: str) -> Sent:
 
 
 def wake_send(*, tenant_id: int, subject: str) -> Sent:
-    """Send the subject's claimed wake to each of its devices (see the module docstring)."""
+    """Send the subject's claimed wake to each of its devices (see the module docstring), unless the
+    subject picked up since the claim (a wake the interval delayed: the phone is awake already)."""
     done = Sent()
+    if not wake.still_woken(tenant_id=tenant_id, subject=subject):
+        done.summary = "wake: no longer wanted"
+        return done
     tenant = Tenant.objects.filter(pk=tenant_id).first()
     if tenant is None:
         done.summary = "no tenant"

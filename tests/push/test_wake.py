@@ -267,6 +267,14 @@ def test_a_resend_after_a_pickup_sends_nothing(client, gateway):
     assert done.summary == "resend: no longer wanted" and gateway.accepted == []
 
 
+def test_a_delayed_wake_after_a_pickup_sends_nothing(client, gateway):
+    subject = _subject(client)
+    assert wake.claim(tenant_id=client.tenant_id, subject=subject, now_s=T0, interval_s=60) == 0
+    services.picked_up(tenant_id=client.tenant_id, subject=subject)  # awake before the wake left
+    done = sender.wake_send(tenant_id=client.tenant_id, subject=subject)
+    assert done.summary == "wake: no longer wanted" and gateway.accepted == []
+
+
 def test_a_provider_that_is_down_delays_the_wake_never_the_message(client, gateway, django_capture_on_commit_callbacks):
     PushProvider.objects.update(settings={"url": f"http://127.0.0.1:{free_port()}/wake"})
     stored = _forward(client, django_capture_on_commit_callbacks)  # eager: every retry runs at once, and fails
