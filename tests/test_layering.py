@@ -4,13 +4,22 @@
 - a module imports another app only if that app sits on a lower rank;
 - no module imports a module of the project inside a function (which would hide an upward import
   or a cycle), except in `AppConfig.ready()`: Django imports every app's apps.py before any model
-  exists, so the registrations that need models are made there, and those imports still point down.
+  exists, so the registrations that need models are made there, and those imports still point down;
+- no statement names a table of another app: a table's name (its model's `_meta.db_table`) appears
+  only in the string literals of its own app's modules, and only its own app's code reads
+  `Model._meta.db_table` to compose one. A statement that must reach another app's table calls the
+  owner's function or embeds the owner's fragment (apps/messaging/presence.py's for the DIDComm
+  forward). Migrations are not scanned: they are the record of texts applied once, kept as they ran
+  (a fresh database replays them); what runs today is the latest text, which lives in a module.
+  Docstrings are prose, not statements.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from django.apps import apps as django_apps
 
 ROOT = Path(__file__).resolve().parent.parent
 # Bottom to top; apps on one rank are peers and do not import each other.
@@ -128,6 +137,105 @@ def test_the_checks_see_what_they_forbid():
         for _o, _n, node in _project_imports(tree, "apps/usage/views.py")
         if id(node) in lazy and id(node) not in ready
     ] == [7]
+
+
+def _owners() -> dict[str, str]:
+    """Every table of the project's models (auto-created many-to-many tables too) → its app's folder."""
+    return {
+        model._meta.db_table: config.name.split(".")[1]
+        for config in django_apps.get_app_configs()
+        if config.name.startswith("apps.")
+        for model in config.get_models(include_auto_created=True)
+    }
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def _imported_from(tree: ast.AST, own: str) -> dict[str, str]:
+    """Each name a module imports from an app's module → that app (relative imports: its own)."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level > 0:
+                app = own
+            elif node.module and node.module.startswith("apps."):
+                app = node.module.split(".")[1]
+            else:
+                continue
+            for alias in node.names:
+                names[alias.asname or alias.name] = app
+    return names
+
+
+def _foreign_tables(tree: ast.AST, own: str, owners: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, table) for every table of another app a module's code names: in a string literal
+    (f-strings' literal parts too) or as `Model._meta.db_table` of a model imported from another app."""
+    docs, imported = _docstrings(tree), _imported_from(tree, own)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            found += [(node.lineno, t) for t in sorted(_words(node.value)) if owners.get(t, own) != own]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "db_table"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "_meta"
+            and isinstance(node.value.value, ast.Name)
+            and imported.get(node.value.value.id, own) != own
+        ):
+            found.append((node.lineno, f"{node.value.value.id}._meta.db_table"))
+    return sorted(found)
+
+
+def _words(text: str) -> set[str]:
+    """The identifiers in a SQL text (a table's name is one, whatever surrounds it)."""
+    word, words = [], set()
+    for ch in text + " ":
+        if ch.isalnum() or ch == "_":
+            word.append(ch)
+        elif word:
+            words.add("".join(word))
+            word = []
+    return words
+
+
+def test_no_statement_names_a_table_of_another_app():
+    owners = _owners()
+    assert {"protocol_nonce", "messaging_pendingqueuedepth", "didcomm_queuedmessage"} <= set(owners)
+    wrong = [
+        f"{rel}:{line} ({app}) names {table}"
+        for rel, app, path in _modules()
+        for line, table in _foreign_tables(ast.parse(path.read_text()), app, owners)
+    ]
+    assert wrong == []
+
+
+def test_the_table_check_sees_what_it_forbids():
+    """The walker finds another app's table in a literal and in an f-string, and another app's
+    model's `_meta.db_table`; its own tables, docstrings and local models pass."""
+    owners = {"messaging_pendingevent": "messaging", "didcomm_queuedmessage": "didcomm"}
+    source = (
+        '"""Reads messaging_pendingevent (prose)."""\n'
+        "from apps.messaging.models import PendingEvent\n"
+        "from .models import QueuedMessage\n"
+        "A = 'SELECT 1 FROM didcomm_queuedmessage q'\n"
+        "B = f'DELETE FROM messaging_pendingevent WHERE id = {x}'\n"
+        "C = f'SELECT 1 FROM {PendingEvent._meta.db_table}'\n"
+        "D = QueuedMessage._meta.db_table\n"
+        "E = '(messaging_pendingevent.id)'\n"
+    )
+    found = _foreign_tables(ast.parse(source), "didcomm", owners)
+    assert found == [(5, "messaging_pendingevent"), (6, "PendingEvent._meta.db_table"), (8, "messaging_pendingevent")]
 
 
 def test_the_protocol_library_imports_no_django_and_no_app():

@@ -1,6 +1,6 @@
-"""DIDComm v2 protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome,
-the forward of both versions (v2's routing 2.0, v1's routing 1.0, and their one store), and the
-rules v1's handlers share (recipient updates, Pickup's checks).
+"""DIDComm v2 protocol handlers: one function per message type, (Context, PlainMessage) -> Outcome
+(the forward of both versions is forward.py's), and the rules v1's handlers share (recipient
+updates, Pickup's checks).
 
 Bodies are validated here, at the edge, into stable problem codes; the writes are services.
 """
@@ -9,27 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 
-from django.utils import timezone
-
-from apps.didcomm.core import message_v1
-from apps.didcomm.core.errors import DidcommError
 from apps.didcomm.core.message import PlainMessage
-from apps.didcomm.core.message_v1 import V1Message
 from apps.didcomm.core.resolver import authentication_key, key_agreement_key
-from apps.messaging import sql
-from apps.messaging.notify import notify_on_commit
 
 from . import devices, metrics, protocols
+from .forward import forward
 from .mediation import RecipientRefused, mediation_for, mediation_request, recipient_of_client, recipients_page
 from .mediation import recipients_update as _recipients_update
-from .models import Connection, DidcommPolicy, Mediation, RecipientKey
-from .outbound import outbound_send_on_commit
-from .problems import Problem
+from .models import Mediation, RecipientKey
+from .problems import Outcome, Problem
 from .protocols import (
     CM2,
     CM3,
@@ -43,8 +33,8 @@ from .protocols import (
     TRUST_PING,
     Code,
 )
-from .queue import Figures, epoch_ms, messages_batch, messages_figures, messages_received, messages_status, wake_message
-from .recipients import did_hash, key_forms, lookup_form
+from .queue import Figures, epoch_ms, messages_batch, messages_figures, messages_received, messages_status
+from .recipients import key_forms
 
 log = logging.getLogger("mediator.didcomm")
 
@@ -53,19 +43,6 @@ MAX_PAGE = 100
 MAX_UPDATES = 100
 # A stored attachment's text: compact JSON of what a client sent (parsed JSON: never circular).
 _compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a handler (v1 or v2) did: its plaintext answer (packed by dispatch), a live-delivery
-    change, and (v1 DID Exchange) the connection it made."""
-
-    response: dict | None = None
-    live: bool | None = None
-    connection: Connection | None = None
-    # The Pickup protocol base of a live-delivery-change (protocols.PICKUP4); None: the version's
-    # default (3.0 for v2, 2.0 for v1). Live pushes use its `delivery` (apps/didcomm/live.py).
-    pickup: str | None = None
 
 
 def _require_caller(ctx) -> str:
@@ -80,91 +57,6 @@ def _granted(ctx) -> Mediation:
     if mediation is None:
         raise Problem(Code.NOT_GRANTED, "no mediation granted to this DID", 403)
     return mediation
-
-
-# --- routing/2.0 --------------------------------------------------------------------------------
-
-
-def forward(ctx, msg: PlainMessage) -> Outcome:
-    """UC-021: find body.next among granted recipients, store attachment[0].data opaque, 202."""
-    next_did = msg.body.get("next")
-    if not isinstance(next_did, str) or not next_did:
-        raise Problem(Code.BAD_BODY, "forward needs body.next")
-    if not msg.attachments or not isinstance(msg.attachments[0].get("data"), dict):
-        raise Problem(Code.BAD_BODY, "forward needs one attachment with data")
-    data = msg.attachments[0]["data"]
-    if not (isinstance(data.get("json"), dict) or isinstance(data.get("base64"), str)):
-        raise Problem(Code.BAD_BODY, "forward attachment data must be json or base64")
-    store_forward(ctx, next_did, {k: data[k] for k in ("json", "base64") if k in data})
-    return Outcome()
-
-
-def forward_v1(ctx, msg: V1Message) -> Outcome:
-    """Routing 1.0: store `msg` for the key `to` names (base58 or did:key) before answering;
-    delivery follows."""
-    to, inner = msg.get("to"), msg.get("msg")
-    if not isinstance(to, str) or not to:
-        raise Problem(Code.BAD_BODY, "forward needs to")
-    if not isinstance(inner, dict):
-        raise Problem(Code.BAD_BODY, "forward needs msg (an envelope object)")
-    try:
-        target = message_v1.key_to_did_key(to)
-    except DidcommError:
-        target = to  # a DID names a recipient registered as that DID
-    store_forward(ctx, target, {"json": inner})
-    return Outcome()
-
-
-def store_forward(ctx, next_did: str, data: dict) -> str:
-    """A forward's store, v1 and v2 (UC-021 steps 6-8, AF-4): the attachment `data` queued for the
-    granted recipient `next_did` names (any of its forms), durably, before any answer or push;
-    counted and noted for the log line; its message id. The problem report when nobody here
-    mediates it or its queue is full under the `reject` policy.
-
-    One round trip (apps/messaging/sql.py `forward`). When the recipient's client is a DIDComm v1
-    connection with an HTTP endpoint (ACA-Py), the stored message is also queued for an outbound
-    POST of `data.json` unchanged. The wake (only if the client may have a live socket) and the
-    outbound task leave after commit.
-    """
-    try:
-        form = lookup_form(next_did)
-    except DidcommError:
-        form = None
-    text = _compact_json(data)
-    now = timezone.now()
-    message_id = uuid.uuid4()
-    policy = ctx.policy
-    done = None
-    if form is not None:
-        done = sql.forward(
-            sql.ForwardRequest(
-                tenant_id=ctx.tenant.pk,
-                lookup_hash=did_hash(form),
-                cap=policy.queue_cap,
-                reject=policy.overflow == DidcommPolicy.Overflow.REJECT,
-                message_id=message_id,
-                data=text,
-                now=now,
-                expires_at=now + timedelta(hours=policy.message_ttl_hours),
-                outbound=isinstance(data.get("json"), dict),
-            )
-        )
-    if done is None or done.outcome == sql.UNKNOWN:
-        raise Problem(Code.NOT_FOUND, "Recipient not registered with this mediator")
-    if done.outcome == sql.FULL:
-        raise Problem(Code.STORAGE_FULL, "recipient queue is full", 507)
-    mid = str(message_id)
-    if done.may_have_socket and done.client_did:  # most clients have no live socket: then no wake leaves
-        notify_on_commit(tenant_id=ctx.tenant.pk, did=done.client_did, message=wake_message(mid, text))
-    if done.outbound_id is not None:
-        outbound_send_on_commit(done.outbound_id)
-    metrics.FORWARDED.inc()
-    metrics.STORED.inc()
-    if done.evicted:
-        metrics.EVICTED.inc(done.evicted)
-        ctx.code = "EVICTED"
-    ctx.extra.update(message_id=mid, evicted=done.evicted)
-    return mid
 
 
 # --- coordinate-mediation 2.0 and 3.0 (one store) -----------------------------------------------

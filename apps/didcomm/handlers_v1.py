@@ -2,7 +2,7 @@
 
 DID Exchange 1.0/1.1 (responder), Coordinate Mediation 1.0, Pickup 2.0 and 1.0, Trust Ping 1.0,
 Discover Features 1.0, Report Problem 1.0, push-notifications-fcm/apns 1.0 (their rules in
-devices.py, shared with v2); the Routing 1.0 forward is handlers.py's (`forward_v1`, with v2's
+devices.py, shared with v2); the Routing 1.0 forward is forward.py's (`forward_v1`, with v2's
 forward and their one store). Bodies are validated here into the same problem codes as v2; the writes are services (the grant/recipient/queue store is shared).
 """
 
@@ -24,10 +24,10 @@ from apps.wire.canonical import loads_strict
 from apps.wire.encoding import EncodingError, b58decode, b58encode
 
 from . import devices, metrics, protocols
+from .forward import forward_v1
 from .handlers import (
     Outcome,
     _paginate,
-    forward_v1,
     matches,
     note_reported,
     pickup4_routed,

@@ -1,14 +1,31 @@
-"""The exception a handler raises for a client-caused error (answered as Report Problem 2.0), and
-how dispatch learns which message any exception of a handler concerns."""
+"""What a handler returns (`Outcome`), the exception it raises for a client-caused error (answered
+as Report Problem 2.0), and how dispatch learns which message any exception of a handler concerns."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .protocols import PROBLEM_REPORT, Code
+
+if TYPE_CHECKING:
+    from .models import Connection
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a handler (v1 or v2) did: its plaintext answer (packed by dispatch), a live-delivery
+    change, and (v1 DID Exchange) the connection it made."""
+
+    response: dict | None = None
+    live: bool | None = None
+    connection: Connection | None = None
+    # The Pickup protocol base of a live-delivery-change (protocols.PICKUP4); None: the version's
+    # default (3.0 for v2, 2.0 for v1). Live pushes use its `delivery` (apps/didcomm/live.py).
+    pickup: str | None = None
 
 
 class Problem(Exception):

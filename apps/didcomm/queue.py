@@ -1,7 +1,7 @@
 """The DIDComm message queue (v1 and v2 share it): messages queued to a client by the mediator
 itself, Pickup reads and acknowledgements, the TTL purge, and the wake a client's live sockets get
 after a message is stored (a push is a wake-up, never the only copy). A forward's store is the
-forward handlers' (handlers.store_forward: one call of messaging's statement)."""
+forward handlers' (forward.store_forward: one call of the forward's statement)."""
 
 from __future__ import annotations
 

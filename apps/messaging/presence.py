@@ -45,7 +45,7 @@ from .models import PendingQueueDepth
 _DEPTH = PendingQueueDepth._meta.db_table
 
 # The prefix of a DIDComm client's key: what tells its rows from Decentrl DIDs' rows. The forward
-# function (apps/messaging/sql.py) builds the same text in SQL from this constant.
+# function (apps/didcomm/forward.py) builds the same text in SQL from this constant.
 DIDCOMM_PREFIX = "didcomm:"
 
 
@@ -88,6 +88,26 @@ STATE_SQL = (
 _STATE = f"SELECT {STATE_SQL.format(d='', now='%s')} FROM {_DEPTH} WHERE tenant_id = %s AND recipient_did = %s"
 # The same under the row's lock, as a sub-select for a statement that stores an event.
 STATE_UNDER_LOCK = f"({_STATE} FOR UPDATE)"
+
+
+def state_under_share_lock_plpgsql(*, into: str, tenant: str, key: str, now: str) -> str:
+    """The statements of a plpgsql storing function (the DIDComm forward's) that read the subject's
+    code (STATE_SQL) into the variable `into` under its row's share lock, for the SQL expressions
+    `tenant`, `key` and `now` (epoch seconds) of that function. A missing row is made first, with
+    nobody live and no device, so that a socket's write waits for the storing commit too. A share
+    lock: concurrent stores for one subject do not wait for each other (wake.py: why the claim is
+    not made here)."""
+    state = STATE_SQL.format(d="d.", now=now)
+    return (
+        f"SELECT {state} INTO {into}\n"
+        f"      FROM {_DEPTH} d WHERE d.tenant_id = {tenant} AND d.recipient_did = {key} FOR SHARE;\n"
+        "    IF NOT FOUND THEN\n"
+        f"        INSERT INTO {_DEPTH} (tenant_id, recipient_did, depth) VALUES ({tenant}, {key}, 0)\n"
+        "            ON CONFLICT (tenant_id, recipient_did) DO NOTHING;\n"
+        f"        SELECT {state} INTO {into}\n"
+        f"          FROM {_DEPTH} d WHERE d.tenant_id = {tenant} AND d.recipient_did = {key} FOR SHARE;\n"
+        "    END IF;"
+    )
 
 
 def lease_s() -> int:

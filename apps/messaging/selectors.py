@@ -1,6 +1,8 @@
-"""Read-only figures about a tenant's messaging data for the operator console (admin and API).
+"""Read-only figures about messaging data: a tenant's for the operator console (admin and API), the
+deployment's pending backlog for the metrics scrape (`pending_backlog`).
 
-apps/console (the tenant pages, the operator API and their operations) reads them; nothing here returns payloads, tags, signatures or keys (docs/protocol-readings.md §9).
+apps/console (the tenant pages, the operator API and their operations) and apps/ops/metrics.py read
+them; nothing here returns payloads, tags, signatures or keys (docs/protocol-readings.md §9).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
@@ -35,6 +38,21 @@ class TenantStatistics:
         data = asdict(self)
         data["last_activity"] = utc_iso(self.last_activity) if self.last_activity else None
         return data
+
+
+_BACKLOG = (
+    "SELECT COUNT(*), COALESCE(SUM(c), 0), COALESCE(MAX(c), 0) FROM ("
+    f"SELECT COUNT(*) AS c FROM {PendingEvent._meta.db_table} WHERE acknowledged_at IS NULL "
+    "GROUP BY tenant_id, recipient_did) AS q"
+)
+
+
+def pending_backlog() -> tuple[int, int, int]:
+    """Every tenant's unacknowledged pending events: (recipients with any, events, the deepest queue)."""
+    with connection.cursor() as cur:
+        cur.execute(_BACKLOG)
+        recipients, events, deepest = cur.fetchone()
+    return int(recipients), int(events), int(deepest)
 
 
 def tenant_statistics(*, tenant, now_s: int | None = None) -> TenantStatistics:

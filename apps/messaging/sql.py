@@ -1,4 +1,4 @@
-"""The messaging database seam: the queues' statements, the SQL they share, the prepared cursor.
+"""The messaging database seam: the pending-event statement, the SQL every statement shares, the prepared cursor.
 
 `REGISTERED` is the one text of "registered" (docs/protocol-readings.md §4: `did` owns a live contract
 whose parties are itself, as requestor, and this tenant's DID). `services.is_registered` runs it,
@@ -11,32 +11,18 @@ the counter row its triggers keep (`queue_depth`, `PendingQueueDepth`); `seriali
 advisory lock until the caller's transaction ends. tests/messaging/test_sql.py checks
 them against one model of the answers.
 
-Both queues' writes are here, each ONE prepared statement:
+The pending-event write (TWO_WAY_PRIVATE) is here, ONE prepared statement: `deliver_statement`
+is the caller's replay claim (a data-modifying CTE executed to completion whatever the rest says,
+so the claim holds even when a later check fails), then DCTRL-0004 §7.2's checks, which only gate
+the INSERT: the recipient registered, a live contract between both parties, the tenant's queue cap
+on the recipient's counter row (`PendingQueueDepth`, which triggers on messaging_pendingevent keep
+equal to its unacknowledged count); when stored, the same row's presence read under its lock
+(presence.py). Its text, parameters and the reading of its row (`delivered`) are pure functions
+(tests/messaging/test_deliver_statement.py); `deliver` runs it and sends the push.
 
-- **A pending event (TWO_WAY_PRIVATE).** `deliver_statement` is the caller's replay claim (a
-  data-modifying CTE executed to completion whatever the rest says, so the claim holds even when
-  a later check fails), then DCTRL-0004 §7.2's checks, which only gate the INSERT: the recipient
-  registered, a live contract between both parties, the tenant's queue cap on the recipient's
-  counter row (`PendingQueueDepth`, which triggers on messaging_pendingevent keep equal to its
-  unacknowledged count); when stored, the same row's presence read under its lock (presence.py).
-  Its text, parameters and the reading of its row (`delivered`) are pure functions
-  (tests/messaging/test_deliver_statement.py); `deliver` runs it and sends the push.
-- **A DIDComm forward** (UC-021 steps 6-8, AF-4). `forward` calls the plpgsql function whose text
-  is `FORWARD_FUNCTION`, applied by a migration (didcomm 0012; a change of the text is a new
-  migration applying it with the text's new hash, which tests/didcomm/app/test_forward_storage.py
-  checks): the recipient registered under `lookup_hash` in the tenant, whose mediation is granted,
-  is locked; if its queue holds `cap` messages or more, `reject` refuses (nothing stored) and
-  otherwise the oldest are evicted down to `cap - 1`; the message is inserted with its TTL; for a
-  DIDComm v1 connection with an HTTP endpoint, an outbound POST row as well; then the client's
-  presence and wake state are read under its row's lock (a due wake is announced after commit:
-  `announce_wake`, wake.py). The depth is the recipient's `didcomm_queuedepth` row,
-  kept exact by statement-level triggers on the queue (didcomm migration 0005), so the cap costs
-  the same at any queue length. It stays a function because each of its statements reads in a new
-  snapshot after the recipient's lock: one plain statement would read the depth, the queue and the
-  presence row as they were when it began, before it waited for a concurrent forward to the same
-  recipient. The queue's tables are the DIDComm app's models (their foreign keys name its
-  mediations and recipients); their statements are here. The pushes and the outbound task are
-  the caller's, after commit.
+The DIDComm forward's statement is the DIDComm app's, beside its tables (apps/didcomm/forward.py);
+it runs on `prepared_cursor`, embeds presence.py's read of its client's row and announces a due
+wake with `announce_wake`.
 """
 
 from __future__ import annotations
@@ -46,7 +32,6 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -308,131 +293,3 @@ def announce_wake(*, tenant_id: int, subject: str, state: int) -> None:
     """After a store whose subject has a push device and no socket: the wake to claim, or the
     coalesced one (wake.py), once committed."""
     notify.wake_on_commit(tenant_id=tenant_id, subject=subject, due=presence.wake_due(state))
-
-
-# --- the DIDComm queue -----------------------------------------------------------------------
-
-FORWARD_FUNCTION = """CREATE OR REPLACE FUNCTION didcomm_forward_store(
-    p_tenant bigint, p_lookup varchar, p_cap integer, p_reject boolean, p_message_id uuid,
-    p_data text, p_now timestamptz, p_expires timestamptz, p_outbound boolean
-) RETURNS TABLE (o_outcome text, o_evicted integer, o_client_did text, o_outbound_id bigint, o_state integer,
-    o_subject text)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_recipient bigint;
-    v_mediation bigint;
-    v_client text;
-    v_connection bigint;
-    v_endpoint text;
-    v_depth bigint;
-    v_evicted integer := 0;
-    v_queued bigint;
-    v_outbound bigint;
-    v_presence text;
-    v_state integer;
-BEGIN
-    SELECT r.id, r.mediation_id, m.client_did, '{prefix}' || m.client_hash, m.connection_id, c.endpoint
-      INTO v_recipient, v_mediation, v_client, v_presence, v_connection, v_endpoint
-      FROM didcomm_recipientkey r
-      JOIN didcomm_mediation m ON m.id = r.mediation_id
-      LEFT JOIN didcomm_connection c ON c.id = m.connection_id
-     WHERE r.tenant_id = p_tenant AND r.lookup_hash = p_lookup AND m.state = 'granted'
-       FOR UPDATE OF r;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'unknown'::text, 0, NULL::text, NULL::bigint, NULL::integer, NULL::text;
-        RETURN;
-    END IF;
-    SELECT d.depth INTO v_depth FROM didcomm_queuedepth d WHERE d.recipient_id = v_recipient;
-    v_depth := coalesce(v_depth, 0);
-    IF v_depth >= p_cap THEN
-        IF p_reject THEN
-            RETURN QUERY SELECT 'full'::text, 0, NULL::text, NULL::bigint, NULL::integer, NULL::text;
-            RETURN;
-        END IF;
-        -- UC-021 AF-4: FIFO eviction, the oldest first, with their v1 outbound rows (as Django's
-        -- cascade would; the foreign key has no ON DELETE of its own).
-        WITH gone AS (
-            SELECT q.id FROM didcomm_queuedmessage q WHERE q.recipient_id = v_recipient
-             ORDER BY q.id LIMIT v_depth - p_cap + 1
-        ), outbound AS (
-            DELETE FROM didcomm_outbound WHERE queued_id IN (SELECT id FROM gone)
-        )
-        DELETE FROM didcomm_queuedmessage WHERE id IN (SELECT id FROM gone);
-        GET DIAGNOSTICS v_evicted = ROW_COUNT;
-    END IF;
-    INSERT INTO didcomm_queuedmessage
-        (tenant_id, mediation_id, recipient_id, message_id, data, size, received_at, expires_at)
-    VALUES (p_tenant, v_mediation, v_recipient, p_message_id, p_data, length(p_data), p_now, p_expires)
-    RETURNING id INTO v_queued;
-    IF p_outbound AND v_connection IS NOT NULL AND coalesce(v_endpoint, '') <> '' THEN
-        INSERT INTO didcomm_outbound
-            (tenant_id, connection_id, queued_id, body, attempts, last_status, next_attempt_at, expires_at, created_at)
-        VALUES (p_tenant, v_connection, v_queued, '', 0, '', p_now, p_expires, p_now)
-        RETURNING id INTO v_outbound;
-    END IF;
-    -- The client's presence and wake state (apps/messaging/presence.py, wake.py), read under its
-    -- row's share lock: a socket marking the client present waits for this commit, and one that
-    -- marked it first is read here. A missing row is made with nobody live and no device (a
-    -- socket's write then waits for this commit too).
-    SELECT {state} INTO v_state
-      FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
-    IF NOT FOUND THEN
-        INSERT INTO messaging_pendingqueuedepth (tenant_id, recipient_did, depth) VALUES (p_tenant, v_presence, 0)
-            ON CONFLICT (tenant_id, recipient_did) DO NOTHING;
-        SELECT {state} INTO v_state
-          FROM messaging_pendingqueuedepth d WHERE d.tenant_id = p_tenant AND d.recipient_did = v_presence FOR SHARE;
-    END IF;
-    RETURN QUERY SELECT 'stored'::text, v_evicted, v_client, v_outbound, v_state, v_presence;
-END $$;
-""".format(
-    prefix=presence.DIDCOMM_PREFIX,
-    state=presence.STATE_SQL.format(d="d.", now="extract(epoch FROM p_now)::bigint"),
-)
-
-FORWARD = (
-    "SELECT o_outcome, o_evicted, o_client_did, o_outbound_id, o_state, o_subject"
-    " FROM didcomm_forward_store(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
-
-STORED, UNKNOWN, FULL = "stored", "unknown", "full"
-
-
-@dataclass(frozen=True)
-class ForwardStored:
-    """What one forward store did: `outcome` stored | unknown (no granted recipient) | full (reject)."""
-
-    outcome: str
-    evicted: int = 0
-    client_did: str | None = None  # the recipient's client (whose sockets get the wake)
-    outbound_id: int | None = None  # the v1 outbound row to POST, if one was made
-    # When stored: whether the client may have a live socket (its presence, read under its row's
-    # lock in the storing transaction); the wake leaves only if so.
-    may_have_socket: bool = False
-
-
-@dataclass(frozen=True)
-class ForwardRequest:
-    tenant_id: int
-    lookup_hash: str
-    cap: int
-    reject: bool
-    message_id: uuid.UUID
-    data: str  # the attachment data object as JSON text, stored opaque
-    now: datetime
-    expires_at: datetime
-    outbound: bool  # make a v1 outbound row when the client is a connection with an endpoint
-
-
-def forward(req: ForwardRequest) -> ForwardStored:
-    """Store one forward (see the module docstring): one round trip."""
-    params = [
-        req.tenant_id, req.lookup_hash, req.cap, req.reject, req.message_id,
-        req.data, req.now, req.expires_at, req.outbound,
-    ]  # fmt: skip
-    with prepared_cursor() as cur:
-        cur.execute(FORWARD, params)
-        outcome, evicted, client_did, outbound_id, state, subject = cur.fetchone()
-    stored = outcome == STORED
-    if stored and state in (presence.WAKE_DUE, presence.WOKEN):
-        announce_wake(tenant_id=req.tenant_id, subject=subject, state=state)
-    return ForwardStored(outcome, evicted, client_did, outbound_id, stored and presence.may_have_socket(state))

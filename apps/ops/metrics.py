@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from apps.messaging.models import PendingEvent
+from apps.messaging.selectors import pending_backlog
 
 from .models import JobStat
 
@@ -205,14 +205,7 @@ class DatabaseCollector:
     def _read(self) -> list:
         up = GaugeMetricFamily("mediator_metrics_database_up", "1 if the scrape could read the database.")
         try:
-            depth_sql = (
-                f"SELECT COUNT(*), COALESCE(SUM(c), 0), COALESCE(MAX(c), 0) FROM ("
-                f"SELECT COUNT(*) AS c FROM {PendingEvent._meta.db_table} WHERE acknowledged_at IS NULL "
-                f"GROUP BY tenant_id, recipient_did) AS q"
-            )
-            with connection.cursor() as cur:
-                cur.execute(depth_sql)
-                recipients, events, deepest = cur.fetchone()
+            recipients, events, deepest = pending_backlog()
             sizes = [(name, doc, count()) for name, doc, count in STORE_SIZES]
             tenant_sizes = [(name, doc, rows()) for name, doc, rows in TENANT_SIZES]
             stats = list(

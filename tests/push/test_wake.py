@@ -15,11 +15,11 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from apps.didcomm import forward as storage
 from apps.didcomm import queue
 from apps.didcomm.models import Mediation, QueuedMessage, RecipientKey
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence, wake
-from apps.messaging import sql as storage
 from apps.messaging.models import PendingQueueDepth
 from apps.ops import metrics
 from apps.push import sender, services
@@ -90,7 +90,7 @@ def _forward(rk: RecipientKey, capture) -> storage.ForwardStored:
         data='{"json":{"x":1}}', now=now, expires_at=now + timedelta(hours=1), outbound=False,
     )  # fmt: skip
     with capture(execute=True):
-        stored = storage.forward(req)
+        stored = storage.store(req)
     assert stored.outcome == storage.STORED
     return stored
 

@@ -1,4 +1,5 @@
-"""The forward's function from its one text in code, apps/messaging/sql.py (FORWARD_FUNCTION).
+"""The forward's function from its one text in code, FORWARD_FUNCTION (apps/didcomm/forward.py;
+apps/messaging/sql.py when this migration was written).
 
 The same function as 0008 (only a comment of its body changed). A later change of the text is a new
 migration like this one, with the text's new hash: tests/didcomm/app/test_forward_storage.py
@@ -9,7 +10,7 @@ import importlib
 
 from django.db import migrations
 
-from apps.messaging.sql import FORWARD_FUNCTION
+from apps.didcomm.forward import FORWARD_FUNCTION
 
 FORWARD_FUNCTION_SHA256 = "765beb4d8db27bd1f45f29132641de6b4fabedd85b4e66e1f446e206b4a2fd0e"
 

@@ -2,14 +2,14 @@
 one code for presence and wake (`o_state`, apps/messaging/presence.py STATE_SQL) instead of
 `o_live`, and the client's key (`o_subject`) for the wake announced after commit. The return type
 changed, so the function is dropped and created again from its one text in code
-(apps/messaging/sql.py FORWARD_FUNCTION).
+(FORWARD_FUNCTION, apps/didcomm/forward.py).
 """
 
 import importlib
 
 from django.db import migrations
 
-from apps.messaging.sql import FORWARD_FUNCTION
+from apps.didcomm.forward import FORWARD_FUNCTION
 
 FORWARD_FUNCTION_SHA256 = "bcee4bac997da733b0b1b908c0f637c9687d9c34e265e3caaa1985c9a507a29f"
 

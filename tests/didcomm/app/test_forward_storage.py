@@ -1,4 +1,4 @@
-"""The forward's statement (apps/messaging/sql.py `forward`) against one model of the rule
+"""The forward's statement (apps/didcomm/forward.py `store`) against one model of the rule
 (stored, evicted count, reject, unknown recipient, revoked grant, other tenant, TTL, the v1 outbound
 row), the exact cap under concurrent forwards, the after-commit wake with the stored text, and
 the per-recipient depth counter the forward's cap reads (migration 0005's triggers):
@@ -24,7 +24,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.didcomm import handlers, mediation, queue
+from apps.didcomm import forward as storage
+from apps.didcomm import mediation, queue
 from apps.didcomm.identity import identity_current
 from apps.didcomm.models import (
     Connection,
@@ -41,7 +42,6 @@ from apps.didcomm.problems import Problem
 from apps.didcomm.protocols import Code
 from apps.didcomm.recipients import did_hash
 from apps.messaging import presence
-from apps.messaging import sql as storage
 from apps.messaging.models import PendingQueueDepth
 from apps.messaging.notify import push_requested
 from apps.tenants.services import Actor
@@ -103,7 +103,7 @@ def test_the_forward_follows_the_oracle_for_the_cap(tenant_a, depth, cap, reject
     rk = _grant(tenant_a)
     queue = _preload(rk, depth)
     req = _request(tenant_a.pk, cap=cap, reject=reject)
-    done = storage.forward(req)
+    done = storage.store(req)
     outcome, evicted, kept = oracle(queue, known=True, cap=cap, reject=reject)
     rows = list(QueuedMessage.objects.filter(recipient=rk).order_by("id").values_list("id", "message_id"))
     if outcome == "stored":
@@ -118,7 +118,7 @@ def test_the_forward_follows_the_oracle_for_the_cap(tenant_a, depth, cap, reject
 def test_the_forward_stores_the_row_exactly(tenant_a):
     rk = _grant(tenant_a)
     req = _request(tenant_a.pk, data='{"base64":"AAAA"}')
-    assert storage.forward(req) == storage.ForwardStored("stored", 0, "did:example:client", None)
+    assert storage.store(req) == storage.ForwardStored("stored", 0, "did:example:client", None)
     row = QueuedMessage.objects.get()
     assert (row.tenant_id, row.mediation_id, row.recipient_id) == (tenant_a.pk, rk.mediation_id, rk.pk)
     assert (row.message_id, row.data, row.size) == (req.message_id, '{"base64":"AAAA"}', 17)
@@ -137,7 +137,7 @@ def test_the_forward_finds_only_a_granted_recipient_of_the_tenant(tenant_a, tena
         _grant(tenant_b)
     else:
         _grant(tenant_a, recipient="did:example:someone-else")
-    assert storage.forward(_request(tenant_a.pk)) == storage.ForwardStored("unknown")
+    assert storage.store(_request(tenant_a.pk)) == storage.ForwardStored("unknown")
     assert QueuedMessage.objects.count() == 0 and Outbound.objects.count() == 0
 
 
@@ -156,7 +156,7 @@ def _v1_connection(tenant, endpoint: str) -> Connection:
 def test_the_forward_makes_the_v1_outbound_row(tenant_a, endpoint, json_data, expected):
     _grant(tenant_a, connection=_v1_connection(tenant_a, endpoint))
     req = _request(tenant_a.pk, outbound=json_data)
-    done = storage.forward(req)
+    done = storage.store(req)
     assert done.outcome == "stored" and Outbound.objects.count() == expected
     if expected:
         out = Outbound.objects.get()
@@ -176,9 +176,9 @@ def test_the_forward_makes_the_v1_outbound_row(tenant_a, endpoint, json_data, ex
 def test_the_forward_evicts_a_message_with_its_v1_outbound_row(tenant_a):
     """Committed for real (the outbound row's foreign key is checked at commit)."""
     _grant(tenant_a, connection=_v1_connection(tenant_a, "http://agent/"))
-    first = storage.forward(_request(tenant_a.pk, cap=1))
+    first = storage.store(_request(tenant_a.pk, cap=1))
     req = _request(tenant_a.pk, cap=1)
-    second = storage.forward(req)
+    second = storage.store(req)
     assert (first.outcome, second.outcome, second.evicted) == ("stored", "stored", 1)
     assert list(QueuedMessage.objects.values_list("message_id", flat=True)) == [req.message_id]
     assert list(Outbound.objects.values_list("id", "queued__message_id")) == [(second.outbound_id, req.message_id)]
@@ -194,7 +194,7 @@ def test_the_cap_holds_exactly_under_concurrent_forwards(tenant_a, reject):
     def send():
         try:
             for _ in range(5):
-                done = storage.forward(_request(tenant_a.pk, cap=3, reject=reject))
+                done = storage.store(_request(tenant_a.pk, cap=3, reject=reject))
                 with lock:
                     results.append(done)
         finally:
@@ -241,8 +241,8 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(tenant_a, ten
     _preload(a, 4), _preload(b, 2), _preload(c, 1)
     assert _counted() == _real() == {a.pk: 4, b.pk: 2, c.pk: 1}
     # forwards, the last two evicting one each; a refused one changes nothing
-    assert [storage.forward(_request(tenant_a.pk, cap=5)).evicted for _ in range(3)] == [0, 1, 1]
-    assert storage.forward(_request(tenant_a.pk, cap=5, reject=True)) == storage.ForwardStored("full")
+    assert [storage.store(_request(tenant_a.pk, cap=5)).evicted for _ in range(3)] == [0, 1, 1]
+    assert storage.store(_request(tenant_a.pk, cap=5, reject=True)) == storage.ForwardStored("full")
     assert _counted() == _real() == {a.pk: 5, b.pk: 2, c.pk: 1}
     # a message of ours to the client itself (no recipient) is not counted
     now = timezone.now()
@@ -263,7 +263,7 @@ def test_the_depth_counter_equals_the_real_count_after_every_write(tenant_a, ten
     assert queue.messages_purge_expired(tenant=None, now=timezone.now(), dry_run=False) == 2
     assert _counted() == _real() == {a.pk: 2}
     # a forward after the purge counts from there; c's row comes back
-    assert storage.forward(_request(tenant_b.pk, cap=5)).outcome == "stored"
+    assert storage.store(_request(tenant_b.pk, cap=5)).outcome == "stored"
     assert _counted() == _real() == {a.pk: 2, c.pk: 1}
     # revoke: the recipient and its queue go, and the counter row with them
     mediation.mediation_revoke(mediation=a.mediation, actor=Actor(None, "test"))
@@ -283,10 +283,8 @@ def test_the_cap_reads_the_counter(tenant_a):
     rk = _grant(tenant_a)
     _preload(rk, 1)
     QueueDepth.objects.filter(recipient_id=rk.pk).update(depth=3)
-    assert storage.forward(_request(tenant_a.pk, cap=3, reject=True)) == storage.ForwardStored("full")
-    assert storage.forward(_request(tenant_a.pk, cap=4)) == storage.ForwardStored(
-        "stored", 0, "did:example:client", None
-    )
+    assert storage.store(_request(tenant_a.pk, cap=3, reject=True)) == storage.ForwardStored("full")
+    assert storage.store(_request(tenant_a.pk, cap=4)) == storage.ForwardStored("stored", 0, "did:example:client", None)
     assert _counted() == {rk.pk: 4} and _real() == {rk.pk: 2}
 
 
@@ -301,7 +299,7 @@ def test_an_evicting_forward_and_a_concurrent_messages_received_do_not_deadlock(
     def forwards():
         try:
             for _ in range(60):
-                outcomes.append(storage.forward(_request(tenant_a.pk, cap=4)).outcome)
+                outcomes.append(storage.store(_request(tenant_a.pk, cap=4)).outcome)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
         finally:
@@ -346,7 +344,7 @@ def test_the_migration_fills_the_counter_from_the_queued_rows(tenant_a):
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
         # The forward of today's code calls today's function (0008's result columns).
         MigrationExecutor(connection).migrate(leaves)
-        assert storage.forward(_request(tenant_a.pk, cap=3)).evicted == 1
+        assert storage.store(_request(tenant_a.pk, cap=3)).evicted == 1
         assert _counted() == _real() == {a.pk: 3, b.pk: 1}
     finally:
         MigrationExecutor(connection).migrate(leaves)
@@ -359,7 +357,7 @@ def test_a_stored_forward_writes_six_index_entries_and_keeps_its_text_in_the_row
     2.4 KB forward writes nothing to the TOAST table."""
     a = _grant(tenant_a)
     data = json.dumps({"ciphertext": base64.b64encode(os.urandom(1800)).decode()})  # 2,418 bytes, as a JWE
-    stored = storage.forward(_request(tenant_a.pk, data=data))
+    stored = storage.store(_request(tenant_a.pk, data=data))
     assert stored.outcome == storage.STORED
     with connection.cursor() as cur:
         cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'didcomm_queuedmessage' ORDER BY 1")
@@ -406,9 +404,9 @@ def _client_live(tenant, client="did:example:client") -> None:
 
 
 def _store(tenant, policy, next_did: str, data: dict) -> str:
-    """handlers.store_forward for `next_did` on `tenant` under `policy`: the stored message's id."""
+    """storage.store_forward for `next_did` on `tenant` under `policy`: the stored message's id."""
     ctx = SimpleNamespace(tenant=tenant, policy=policy, code="SUCCESS", extra={})
-    return handlers.store_forward(ctx, next_did, data)
+    return storage.store_forward(ctx, next_did, data)
 
 
 @pytest.mark.django_db
@@ -516,7 +514,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
 
     def forward_in_thread():
         try:
-            box["stored"] = storage.forward(_request(tenant_a.pk))
+            box["stored"] = storage.store(_request(tenant_a.pk))
         finally:
             connections.close_all()
 
@@ -531,7 +529,7 @@ def test_a_client_going_live_during_a_forward_is_seen_or_finds_it_in_its_backlog
     presence.socket_left(tenant_id=tenant_a.pk, did=client)
     with transaction.atomic():
         request = _request(tenant_a.pk)
-        stored = storage.forward(request)
+        stored = storage.store(request)
         assert stored.may_have_socket is False
 
         def going_live():
