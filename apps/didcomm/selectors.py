@@ -106,7 +106,7 @@ def delivery_summary(*, tenant) -> dict:
     }
 
 
-# --- the console's figures of a tenant (apps/console/admin.py and site.py, the dashboard) ---
+# --- the console's figures of a tenant (apps/console/panels.py and site.py, the dashboard) ---
 
 
 def _tenant_queue(tenant_ids) -> QuerySet[QueuedMessage]:

@@ -1,5 +1,5 @@
 """The tenants app's own console pages: the audit log (read-only), users and groups in the
-console's theme, and operator API tokens. The tenant pages span apps and live in apps/console/admin.py."""
+console's theme, and operator API tokens. The tenant pages span apps and live in apps/console/ (admin.py wires them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The DIDComm section's tests take the DIDComm client fixtures of tests/didcomm/app (an agent, and
+"""The DIDComm section's tests take the DIDComm client fixtures of tests/support/didcomm_client.py (an agent, and
 POST /didcomm for tenant A); the operator fixtures are tests/support/operators.py's, everywhere."""
 
-from tests.didcomm.app.conftest import didcomm_a, wallet  # noqa: F401 (fixtures)
+from tests.support.didcomm_client import didcomm_a, wallet  # noqa: F401 (fixtures)

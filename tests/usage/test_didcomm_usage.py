@@ -14,8 +14,8 @@ from apps.usage import metering
 from apps.usage.models import CommandMeter, ReportCommandType, ReportDaily, ReportErrorCode
 from apps.usage.records import DIDCOMM_V2 as CHANNEL
 from tests.conftest import HOST_A
-from tests.didcomm.app.conftest import DidcommPoster
 from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_did
+from tests.support.didcomm_client import DidcommPoster
 
 from .test_job_postgres import run_report
 

@@ -9,10 +9,10 @@ import pytest
 from apps.usage import metering
 from apps.usage.models import CommandMeter
 from tests.conftest import HOST_A
-from tests.didcomm.app.conftest import DidcommPoster
 from tests.didcomm.app.test_v1 import V1Door
 from tests.support.didcomm_agent import CM2, Agent
 from tests.support.didcomm_agent_v1 import CM1, AgentV1
+from tests.support.didcomm_client import DidcommPoster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

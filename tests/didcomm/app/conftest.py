@@ -4,58 +4,17 @@ tests a deployment of real Daphne processes with its HTTP clients and sockets.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.conftest import HOST_A, HOST_B
 from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
+from tests.support.didcomm_client import DidcommPoster, didcomm_a, didcomm_b, wallet  # noqa: F401 (fixtures)
 from tests.support.servers import free_port, start_daphne
 
 REDIS_DB_URL = "redis://127.0.0.1:6379/11"
-
-
-class DidcommPoster:
-    def __init__(self, client, host: str):
-        self.client, self.host = client, host
-
-    def invitation(self) -> dict:
-        resp = self.client.get("/didcomm/invitation", HTTP_HOST=self.host)
-        assert resp.status_code == 200, resp.content
-        return json.loads(resp.content)
-
-    @property
-    def mediator_did(self) -> str:
-        return self.invitation()["from"]
-
-    def post(self, body: bytes, content_type: str = ENCRYPTED, **extra):
-        return self.client.post("/didcomm", data=body, content_type=content_type, HTTP_HOST=self.host, **extra)
-
-    def send(self, agent: Agent, message: dict, **kw):
-        """POST an authcrypt message; (status, decrypted answer or None, response)."""
-        resp = self.post(agent.pack(message, self.mediator_did, **kw))
-        answer = None
-        if resp.content and resp["Content-Type"] == ENCRYPTED:
-            answer, _ = agent.unpack(resp.content)
-        return resp.status_code, answer, resp
-
-
-@pytest.fixture
-def didcomm_a(client, tenant_a) -> DidcommPoster:
-    return DidcommPoster(client, HOST_A)
-
-
-@pytest.fixture
-def didcomm_b(client, tenant_b) -> DidcommPoster:
-    return DidcommPoster(client, HOST_B)
-
-
-@pytest.fixture
-def wallet() -> Agent:
-    return Agent()
 
 
 class Deployment:
@@ -84,12 +43,13 @@ class Deployment:
 
     def grant(self) -> tuple[Agent, Agent]:
         """A wallet granted mediation, and the recipient it added to its keylist."""
-        wallet, rcpt = Agent(), Agent()
-        self.send(wallet, wallet.message(CM2 + "mediate-request"))
+        granted, rcpt = Agent(), Agent()
+        self.send(granted, granted.message(CM2 + "mediate-request"))
         self.send(
-            wallet, wallet.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]})
+            granted,
+            granted.message(CM2 + "keylist-update", {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}),
         )
-        return wallet, rcpt
+        return granted, rcpt
 
     def socket(self, path: str = "/didcomm/ws", *, host: str | None = None, i: int = 0):
         """A WebSocket to process `i` (await it, or `async with` it) with the tenant's Host or `host`;

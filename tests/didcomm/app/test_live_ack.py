@@ -23,6 +23,7 @@ from apps.didcomm.routing import websocket_urlpatterns
 from tests.conftest import HOST_A
 from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for
 from tests.support.didcomm_agent_v1 import CM1, PICKUP2, AgentV1, forward_to
+from tests.support.didcomm_client import DidcommPoster
 
 from .test_v1 import V1Door
 
@@ -168,8 +169,6 @@ CLIENTS = {"v2 pickup 4.0": (V2, P4), "v2 pickup 3.0": (V2, PICKUP), "v1 pickup 
 def subject(request, client, tenant_a):
     kind, pickup = CLIENTS[request.param]
     if kind is V2:
-        from tests.didcomm.app.conftest import DidcommPoster
-
         return V2(DidcommPoster(client, HOST_A), pickup)
     return V1(client, pickup)
 
