@@ -13,17 +13,20 @@ from websockets.asyncio.client import connect
 
 from tests.conftest import HOST_A, HOST_B
 from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
+from tests.support.entry import Poster, Response
 from tests.support.servers import free_port, start_daphne
 
 REDIS_DB_URL = "redis://127.0.0.1:6379/11"
 
 
 class DidcommPoster:
-    def __init__(self, client, host: str):
-        self.client, self.host = client, host
+    """`POST /didcomm` through the production entry, in process (tests/support/entry.py)."""
+
+    def __init__(self, host: str):
+        self.http, self.host = Poster(host), host
 
     def invitation(self) -> dict:
-        resp = self.client.get("/didcomm/invitation", HTTP_HOST=self.host)
+        resp = self.http.get("/didcomm/invitation")
         assert resp.status_code == 200, resp.content
         return json.loads(resp.content)
 
@@ -31,8 +34,8 @@ class DidcommPoster:
     def mediator_did(self) -> str:
         return self.invitation()["from"]
 
-    def post(self, body: bytes, content_type: str = ENCRYPTED, **extra):
-        return self.client.post("/didcomm", data=body, content_type=content_type, HTTP_HOST=self.host, **extra)
+    def post(self, body: bytes, content_type: str = ENCRYPTED, **extra) -> Response:
+        return self.http.post("/didcomm", body, content_type, **extra)
 
     def send(self, agent: Agent, message: dict, **kw):
         """POST an authcrypt message; (status, decrypted answer or None, response)."""
@@ -44,13 +47,13 @@ class DidcommPoster:
 
 
 @pytest.fixture
-def didcomm_a(client, tenant_a) -> DidcommPoster:
-    return DidcommPoster(client, HOST_A)
+def didcomm_a(tenant_a) -> DidcommPoster:
+    return DidcommPoster(HOST_A)
 
 
 @pytest.fixture
-def didcomm_b(client, tenant_b) -> DidcommPoster:
-    return DidcommPoster(client, HOST_B)
+def didcomm_b(tenant_b) -> DidcommPoster:
+    return DidcommPoster(HOST_B)
 
 
 @pytest.fixture

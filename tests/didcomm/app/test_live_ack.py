@@ -126,7 +126,7 @@ class V1:
     """A v1 connection granted on tenant A, its key, and Pickup 4.0's v1 frames."""
 
     def __init__(self, client, pickup: str):
-        self.door, self.pickup = V1Door(client, HOST_A), pickup
+        self.door, self.pickup = V1Door(HOST_A), pickup
         self.agent, self.key = AgentV1(), AgentV1()
         assert self.door.mediate(self.agent)["@type"] == CM1 + "mediate-grant"
         update = [{"recipient_key": self.key.did_key, "action": "add"}]
@@ -170,7 +170,7 @@ def subject(request, client, tenant_a):
     if kind is V2:
         from tests.didcomm.app.conftest import DidcommPoster
 
-        return V2(DidcommPoster(client, HOST_A), pickup)
+        return V2(DidcommPoster(HOST_A), pickup)
     return V1(client, pickup)
 
 
