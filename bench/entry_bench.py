@@ -1,6 +1,6 @@
 """What the command entry buys: CPU per `POST /` through `CommandEntry` (mediator_project.wsgi, the
 one entry of both layouts) against Django's own WSGIHandler, whose whole middleware chain serves the
-same request through `views.command`, in one process, the two taking turns round by round.
+same request through a plain view over the same reply (bench/django_reference.py), in one process, the two taking turns round by round.
 
     .venv/bin/python -m bench.entry_bench                      # 6 rounds of 3,000 requests each
     .venv/bin/python -m bench.entry_bench --rounds 2 --requests 1000
@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
     call_command("bootstrap_tenant", port=8000, verbosity=0)
+    from django.conf import settings
+
+    settings.ROOT_URLCONF = "bench.django_reference"
     django_chain = get_wsgi_application()
     host = "localhost"
     contenders = {ENTRY: entry, DJANGO: django_chain}

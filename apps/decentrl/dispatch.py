@@ -307,13 +307,19 @@ _JSON = ("Content-Type", "application/json")
 
 
 def http_reply(
-    raw: bytes | None, tenant: Tenant | None, client: str | None
+    raw: bytes | None, tenant: Tenant | None, client: str | None, content_type: str | None
 ) -> tuple[int, list[tuple[str, str]], bytes]:
-    """`POST /` as (status, headers, body), for both HTTP entries (wsgi.CommandEntry, views.command).
-    `raw` is None when the body was over the deployment's cap and was not read."""
+    """`POST /` as (status, headers without Content-Length, body), for the production entry
+    (mediator_project/entry.py). `raw` is None when the body was over the deployment's cap and was
+    not read. The body is read as the command whatever its content type."""
     if raw is None:
         return 413, [_JSON], canonical_bytes(error_body(ErrorCode.PAYLOAD_TOO_LARGE))
     outcome, reply = handle(raw, tenant, "http", client)
     if outcome.retry_after is None:
         return outcome.status, [_JSON], reply
     return outcome.status, [_JSON, ("Retry-After", str(outcome.retry_after))], reply
+
+
+def http_unavailable() -> tuple[int, list[tuple[str, str]], bytes]:
+    """The production entry's answer when the entry itself fails (never a 500)."""
+    return 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))

@@ -1,18 +1,17 @@
-"""HTTP endpoints of DCTRL-0004 §3. POST / is a plain Django view: the signed bytes reach the
-verifier untouched (no DRF parsing in front of them)."""
+"""HTTP endpoints of DCTRL-0004 §3 under Django's handler: the DID document, /health, /public.
+POST / is the production entry's (mediator_project/entry.py)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import TooManyFieldsSent
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.http.request import RawPostDataException
 
 from apps.messaging.public import public_events_list
-from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 from apps.realtime.health import channel_layer_reachable
 from apps.tenants.middleware import TenantRequest
@@ -20,7 +19,9 @@ from apps.wire.canonical import canonical_str
 from apps.wire.envelope import Pagination, parse_pagination
 from apps.wire.errors import ErrorCode, ProtocolError, error_body
 
-from .dispatch import http_reply
+from .dispatch import http_unavailable
+
+log = logging.getLogger("mediator.command")
 
 
 def protocol_json(body: dict, status: int = 200, retry_after: int | None = None) -> HttpResponse:
@@ -43,9 +44,13 @@ READ_ONLY = ("GET", "HEAD")
 
 @allow_methods(("GET", "HEAD", "POST"), _wrong_method)
 def root(request: TenantRequest) -> HttpResponse:
-    """GET / → DID document; POST / → a command."""
+    """GET / → DID document. POST / is the production entry's (mediator_project/entry.py), which
+    answers it before Django: one reaching this view means the server runs Django's own handler
+    instead of mediator_project.wsgi's application, and is refused as unavailable, logged."""
     if request.method == "POST":
-        return command(request)
+        log.error("POST / reached Django's handler: serve mediator_project.wsgi.application")
+        status, headers, body = http_unavailable()
+        return HttpResponse(body, status=status, headers=dict(headers))
     return did_document(request)
 
 
@@ -58,26 +63,6 @@ def did_document(request: TenantRequest) -> HttpResponse:
     if not tenant.is_active:
         return _error(ErrorCode.MEDIATOR_UNAVAILABLE)
     return JsonResponse(tenant.did_document(), json_dumps_params={"separators": (",", ":")})
-
-
-def command(request: TenantRequest) -> HttpResponse:
-    """POST / under Django's own handler (the test client, bench/entry_bench.py's reference; the
-    production application answers every POST / in its entry, apps/decentrl/wsgi.py): the same
-    dispatch.http_reply; the middlewares add the CORS and security headers."""
-    try:
-        raw = request.body
-    except (RequestDataTooBig, RawPostDataException):
-        raw = None
-    status, headers, body = http_reply(raw, request.tenant, client_ip(request))
-    response = HttpResponse(body, status=status)
-    for name, value in headers:
-        response[name] = value
-    return response
-
-
-def client_ip(request: HttpRequest) -> str | None:
-    """The client's address (apps/ops/clientip.py: X-Forwarded-For only behind trusted proxies)."""
-    return forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
 
 
 @allow_methods(READ_ONLY, lambda: JsonResponse({"status": "error", "detail": "method not allowed"}))

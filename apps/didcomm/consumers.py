@@ -61,12 +61,12 @@ from apps.wire.errors import ProtocolError
 
 from . import live as livemod
 from . import metrics
-from .dispatch import handle, log_failure
+from .dispatch import handle, log_failure, refusal
 from .identity import accepting_for
 from .live import Awaiting, LiveTarget, live_start
 from .models import presence_key
 from .policy import policy_for
-from .problems import Problem, problem_message, refusal, unavailable
+from .problems import Problem, problem_message, unavailable
 from .protocols import PICKUP4, Code
 from .queue import LIVE_REFRESH, WAKE, Row, live_unacked
 from .recipients import did_hash

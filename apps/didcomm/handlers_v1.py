@@ -71,8 +71,8 @@ from .protocols import (
 from .queue import messages_figures, messages_received, messages_rows, messages_status
 from .recipients import key_forms
 
-if TYPE_CHECKING:  # the context is dispatch's, which calls these handlers
-    from .dispatch import ContextV1
+if TYPE_CHECKING:  # the context is the v1 door's, which calls these handlers
+    from .v1 import ContextV1
 
 RETURN_ROUTE = {"return_route": "all"}  # what a Credo mediator puts on its pickup answers
 

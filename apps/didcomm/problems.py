@@ -1,11 +1,10 @@
 """What a handler returns (`Outcome`), the exception it raises for a client-caused error (answered
-as Report Problem 2.0), and how dispatch learns which message any exception of a handler concerns."""
+as a problem report), and the one dispatch raises for any other exception once it knows the message
+it concerns."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,17 +56,9 @@ def unavailable() -> Problem:
     return Problem(Code.UNAVAILABLE, "mediator unavailable", 503)
 
 
-def refusal(tenant: Any, enabled: bool = True, *, active: bool | None = None) -> Problem | None:
-    """Why a request to `tenant` (None: no tenant serves the host) is refused, or None when DIDComm
-    is served there: no mediator (404), suspended (503; `active`, else the tenant's own state),
-    DIDComm off (404, `enabled` False). A socket gets the same report, then closes with 4000 + the status."""
-    if tenant is None:
-        return Problem(Code.UNKNOWN_MEDIATOR, "no mediator at this host", 404)
-    if not (tenant.is_active if active is None else active):
-        return Problem(Code.UNAVAILABLE, "mediator suspended", 503)
-    if not enabled:
-        return Problem(Code.UNKNOWN_MEDIATOR, "DIDComm is not enabled on this mediator", 404)
-    return None
+def unsupported_type() -> Problem:
+    """The answer to a message type the version's handlers do not have."""
+    return Problem(Code.UNSUPPORTED_TYPE, "message type not supported")
 
 
 def problem_message(
@@ -111,16 +102,3 @@ class Unanswered(Exception):
     def __init__(self, cause: Exception, message: Any, ctx: Any):
         super().__init__(type(cause).__name__)
         self.cause, self.message, self.ctx = cause, message, ctx
-
-
-@contextmanager
-def concerning(message: Any, ctx: Any) -> Iterator[None]:
-    """Within it, a Problem learns the message and the sender's context it concerns, and any other
-    exception becomes Unanswered with them."""
-    try:
-        yield
-    except Problem as problem:
-        problem.message, problem.ctx = message, ctx
-        raise
-    except Exception as exc:  # noqa: BLE001 - handed on, with what it concerns, to dispatch's backstop
-        raise Unanswered(exc, message, ctx) from exc

@@ -7,7 +7,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -41,9 +41,9 @@ def seen_messages_prune(*, tenant: Tenant | None, now: datetime, dry_run: bool) 
     return qs.count() if dry_run else qs.delete()[0]
 
 
-def claimed_run(ctx: Any, message: PlainMessage, run: Callable[[Any, PlainMessage], T]) -> T:
-    """Replay protection of an authcrypt message other than a forward (docs/didcomm.md "Replays"):
-    its timing headers, then its id claimed and the handler (`run`) in ONE transaction, so that the
+def claimed_run(tenant: Tenant, sender_did: str, message: PlainMessage, run: Callable[[], T]) -> T:
+    """Replay protection of `sender_did`'s authcrypt message other than a forward (docs/didcomm.md
+    "Replays"): its timing headers, then its id claimed and its handler (`run`) in ONE transaction, so that the
     message pays one commit (one WAL flush) whether its handler writes or only reads.
 
     The id stays claimed whatever the handler answers, as a Decentrl nonce (DCTRL-0004 §5.4): a
@@ -54,7 +54,7 @@ def claimed_run(ctx: Any, message: PlainMessage, run: Callable[[Any, PlainMessag
     """
     now_ms = int(time.time() * 1000)
     keep_until_ms = message_lifetime_ms(message, now_ms)
-    params = [*_key(ctx.tenant, ctx.caller_did, message.id), keep_until_ms, now_ms]
+    params = [*_key(tenant, sender_did, message.id), keep_until_ms, now_ms]
     failed: list[Problem] = []
 
     def claim_and_run() -> T:
@@ -62,7 +62,7 @@ def claimed_run(ctx: Any, message: PlainMessage, run: Callable[[Any, PlainMessag
             if not replay.claim(SEEN_CLAIM, params):
                 raise Problem(Code.REPLAY, "this message id was already used by its sender", 409)
             try:
-                return run(ctx, message)
+                return run()
             except Problem as problem:  # the claim commits with what the handler did before it
                 failed.append(problem)
         raise failed[0]

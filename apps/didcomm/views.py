@@ -1,21 +1,19 @@
 """DIDComm over HTTP: `POST /didcomm` (a v2 JWE or a v1 RFC 0019 envelope, told apart by shape) and
 `GET /didcomm/invitation` (OOB 2.0, or OOB 1.1 with `?version=1`).
 
-POST is dispatch.http_reply, which the production entry (apps/decentrl/wsgi.py's CommandEntry) calls
-itself; `endpoint` is that reply under Django's full chain. The received bytes reach the decrypter
-untouched (docs/contributing.md §8).
+POST is the production entry's (mediator_project/entry.py, with dispatch.http_reply), which answers
+it before Django.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import TooManyFieldsSent
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
-from django.http.request import RawPostDataException
 
-from apps.ops.clientip import forwarded_client
 from apps.ops.http import allow_methods
 from apps.tenants.middleware import TenantRequest
 
@@ -24,6 +22,8 @@ from .invitation import invitation_for, invitation_v1_for
 from .policy import policy_for
 from .problems import problem_message
 from .protocols import Code
+
+log = logging.getLogger("mediator.didcomm")
 
 
 def _problem(code: str, comment: str, status: int) -> HttpResponse:
@@ -36,19 +36,14 @@ def _wrong_method() -> HttpResponse:
 
 @allow_methods(("GET", "HEAD", "POST"), _wrong_method)
 def endpoint(request: TenantRequest) -> HttpResponse:
-    """POST: one DIDComm message. GET: the invitation (what an `?_oob=` URL opens)."""
-    if request.method != "POST":
-        return invitation(request)
-    try:
-        raw = request.body
-    except (RequestDataTooBig, RawPostDataException):
-        raw = None
-    client = forwarded_client(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR"))
-    status, headers, body = dispatch.http_reply(raw, request.tenant, client, request.META)
-    response = HttpResponse(body, status=status, headers=dict(headers))
-    if not any(name == "Content-Type" for name, _ in headers):
-        del response["Content-Type"]
-    return response
+    """GET: the invitation (what an `?_oob=` URL opens). A POST reaching this view means the server
+    runs Django's own handler instead of mediator_project.wsgi's application: refused as
+    unavailable, logged."""
+    if request.method == "POST":
+        log.error("POST /didcomm reached Django's handler: serve mediator_project.wsgi.application")
+        status, headers, body = dispatch.http_unavailable()
+        return HttpResponse(body, status=status, headers=dict(headers))
+    return invitation(request)
 
 
 @allow_methods(("GET", "HEAD"), _wrong_method)

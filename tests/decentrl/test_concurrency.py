@@ -3,18 +3,17 @@ several threads at once, each on its own database connection, is accepted exactl
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from apps.decentrl.models import Nonce
 from apps.messaging.models import PendingEvent, StoredEvent
 from tests.conftest import HOST_A
 from tests.support.commands import body_of, envelope, err
+from tests.support.entry import Poster
 from tests.support.registration import contract_both_ways, register
 
 THREADS = 8
@@ -24,14 +23,13 @@ def post_concurrently(body: bytes | list[bytes], n: int = THREADS) -> list[tuple
     bodies = body if isinstance(body, list) else [body] * n
     n = len(bodies)
     barrier = threading.Barrier(n)
+    poster = Poster(HOST_A, keep_connection=False)  # each thread has its own connection: nothing to keep
     results: list[tuple[int, dict] | BaseException] = [None] * n  # type: ignore[list-item]
 
     def worker(i: int) -> None:
         try:
-            client = Client()
             barrier.wait(timeout=30)
-            resp = client.post("/", data=bodies[i], content_type="application/json", HTTP_HOST=HOST_A)
-            results[i] = (resp.status_code, json.loads(resp.content))
+            results[i] = poster.raw(bodies[i])
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             results[i] = exc
         finally:

@@ -18,6 +18,7 @@ from apps.wire.client import Identity
 from apps.wire.crypto import sign_json_object
 from tests.conftest import HOST_A
 from tests.support.commands import body_of, data_counts, envelope, err, now_ms, row_counts
+from tests.support.entry import Poster
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 QUERY = {"type": "QUERY_EVENTS"}
@@ -281,8 +282,7 @@ def test_an_unknown_host_without_a_default_tenant_is_unknown_mediator(client, te
     settings.MEDIATOR_DEFAULT_TENANT = ""
     before = row_counts()
     env = envelope(alice, QUERY, recipient_did=tenant_a.did)
-    resp = client.post("/", data=body_of(env), content_type="application/json", HTTP_HOST="unknown.example")
-    assert (resp.status_code, json.loads(resp.content)) == (404, err("UNKNOWN_MEDIATOR"))
+    assert Poster("unknown.example").raw(body_of(env)) == (404, err("UNKNOWN_MEDIATOR"))
     resp = client.get("/", HTTP_HOST="unknown.example")
     assert (resp.status_code, json.loads(resp.content)) == (404, err("UNKNOWN_MEDIATOR"))
     resp = client.get("/.well-known/did.json", HTTP_HOST="unknown.example")

@@ -116,16 +116,12 @@ def test_cors_headers_on_get_and_post(client, post_a, tenant_a, registered, alic
     assert_cors(client.get("/", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://app.example"))
     assert_cors(client.get("/health", HTTP_HOST=HOST_A))
     env = envelope(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did)
-    resp = client.post(
-        "/", data=json.dumps(env), content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example"
-    )
+    resp = post_a.post("/", json.dumps(env), HTTP_ORIGIN="https://x.example")
     assert resp.status_code == 200
     assert_cors(resp)
     # error replies carry them too, so that a browser can read the code
-    resp = client.post(
-        "/", data=b"{", content_type="application/json", HTTP_HOST=HOST_A, HTTP_ORIGIN="https://x.example"
-    )
-    assert (resp.status_code, json.loads(resp.content)) == (400, err("INVALID_COMMAND"))
+    resp = post_a.post("/", b"{", HTTP_ORIGIN="https://x.example")
+    assert (resp.status_code, resp.json()) == (400, err("INVALID_COMMAND"))
     assert_cors(resp)
 
 

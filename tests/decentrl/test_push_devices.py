@@ -13,11 +13,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from apps.decentrl.wsgi import ProtocolWSGIApplication
 from apps.push.models import Device
 from apps.push.services import subject_for_did
 from apps.usage import records as request_records
 from apps.wire.client import MediatorClient
+from mediator_project.entry import protocol_application
 from tests.support.entry import HOST_A, keep_test_connection
 from tests.support.registration import register
 
@@ -144,7 +144,7 @@ def test_the_client_library_has_a_method_per_command(tenant_a, post_a, alice):
     """apps/wire/client.py's push_device_set / push_device / push_device_remove, over the production WSGI
     application in process (the same bytes as over a socket)."""
     register(post_a, alice, tenant_a)
-    http = httpx.Client(transport=httpx.WSGITransport(app=ProtocolWSGIApplication()))
+    http = httpx.Client(transport=httpx.WSGITransport(app=protocol_application()))
     client = MediatorClient(f"http://{HOST_A}", http=http)
     with keep_test_connection():
         assert client.push_device_set(alice, "apns", "AB" * 32) == {"type": "SUCCESS"}

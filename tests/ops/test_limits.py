@@ -7,12 +7,12 @@ cross-process sharing through Redis is exercised against two Daphne processes in
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.ops import limits, metrics
 from apps.wire.canonical import canonical_bytes
 from apps.wire.errors import ErrorCode, ProtocolError
 from tests.conftest import HOST_A, HOST_B
+from tests.support.entry import Poster
 from tests.support.registration import contract_both_ways, register
 from tests.tenants.test_operator_hosts import _run_settings
 
@@ -24,10 +24,8 @@ IP_2 = "198.51.100.8"
 
 
 def _post(host: str, body: bytes, ip: str = IP_1):
-    resp = Client().post("/", data=body, content_type="application/json", HTTP_HOST=host, REMOTE_ADDR=ip)
-    import json
-
-    return resp.status_code, json.loads(resp.content), resp.headers.get("Retry-After")
+    resp = Poster(host).post("/", body, REMOTE_ADDR=ip)
+    return resp.status_code, resp.json(), resp.headers.get("Retry-After")
 
 
 def _query(who, tenant, host: str = HOST_A, ip: str = IP_1):
@@ -331,18 +329,7 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_ip_window(limi
     settings.MEDIATOR_RATE_LIMIT_PER_IP_BURST = 2
 
     def post(xff: str) -> int:
-        return (
-            Client()
-            .post(
-                "/",
-                data=b"[]",
-                content_type="application/json",
-                HTTP_HOST=HOST_A,
-                REMOTE_ADDR="127.0.0.1",
-                HTTP_X_FORWARDED_FOR=xff,
-            )
-            .status_code
-        )
+        return Poster(HOST_A).post("/", b"[]", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=xff).status_code
 
     assert [post(IP_1) for _ in range(3)] == [400, 400, 429]
     assert [post(IP_2) for _ in range(2)] == [400, 400]

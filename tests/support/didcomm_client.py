@@ -9,14 +9,17 @@ import pytest
 
 from tests.conftest import HOST_A, HOST_B
 from tests.support.didcomm_agent import ENCRYPTED, Agent
+from tests.support.entry import Poster, Response
 
 
 class DidcommPoster:
-    def __init__(self, client, host: str):
-        self.client, self.host = client, host
+    """`POST /didcomm` through the production entry, in process (tests/support/entry.py)."""
+
+    def __init__(self, host: str):
+        self.http, self.host = Poster(host), host
 
     def invitation(self) -> dict:
-        resp = self.client.get("/didcomm/invitation", HTTP_HOST=self.host)
+        resp = self.http.get("/didcomm/invitation")
         assert resp.status_code == 200, resp.content
         return json.loads(resp.content)
 
@@ -24,8 +27,8 @@ class DidcommPoster:
     def mediator_did(self) -> str:
         return self.invitation()["from"]
 
-    def post(self, body: bytes, content_type: str = ENCRYPTED, **extra):
-        return self.client.post("/didcomm", data=body, content_type=content_type, HTTP_HOST=self.host, **extra)
+    def post(self, body: bytes, content_type: str = ENCRYPTED, **extra) -> Response:
+        return self.http.post("/didcomm", body, content_type, **extra)
 
     def send(self, agent: Agent, message: dict, **kw):
         """POST an authcrypt message; (status, decrypted answer or None, response)."""
@@ -37,13 +40,13 @@ class DidcommPoster:
 
 
 @pytest.fixture
-def didcomm_a(client, tenant_a) -> DidcommPoster:
-    return DidcommPoster(client, HOST_A)
+def didcomm_a(tenant_a) -> DidcommPoster:
+    return DidcommPoster(HOST_A)
 
 
 @pytest.fixture
-def didcomm_b(client, tenant_b) -> DidcommPoster:
-    return DidcommPoster(client, HOST_B)
+def didcomm_b(tenant_b) -> DidcommPoster:
+    return DidcommPoster(HOST_B)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
-"""The one in-process client of the production WSGI application (mediator_project/wsgi.py, what
-Granian serves): `wsgi_call` sends one request through a WSGI callable, `Poster` signs and posts
-commands to `POST /` with a tenant's Host header. Tests, tests/support/request_path.py and
-tests/support/registration.py's helpers all post through these."""
+"""The one in-process client of the production WSGI application (mediator_project/entry.py's
+`protocol_application`, what Granian serves): `wsgi_call` sends one request through a WSGI
+callable; `Poster` sends requests with a tenant's Host header (`post`, `get`: a `Response`) and signs
+and posts commands to `POST /` (`command`, `send`, `raw`). Tests, the DIDComm tests' posters,
+tests/support/request_path.py and tests/support/registration.py's helpers all go through these."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import contextlib
 import io
 import json
 import sys
+from dataclasses import dataclass
 
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.utils.datastructures import CaseInsensitiveMapping
 
 from apps.ops import dbconn
 from apps.wire.canonical import canonical_bytes
@@ -90,21 +93,56 @@ def keep_test_connection():
         request_finished.connect(close_old_connections)
 
 
+@dataclass
+class Response:
+    """A reply as the tests read it (the shape of Django's test responses they used to get)."""
+
+    status_code: int
+    headers: CaseInsensitiveMapping
+    content: bytes
+
+    def __getitem__(self, name: str) -> str:
+        return self.headers[name]
+
+    def has_header(self, name: str) -> bool:
+        return name in self.headers
+
+    def json(self):
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8")
+
+
 class Poster:
-    """POST / through the production WSGI application (or `app`), in process, with a tenant's Host
-    header: (status code, the reply's JSON). `extra` are WSGI environ entries (REMOTE_ADDR, HTTP_…)."""
+    """Requests through the production WSGI application (or `app`), in process, with a tenant's Host
+    header. `post` and `get` give a `Response`; `raw`, `send` and `command` post a command to `POST /`
+    and give (status code, the reply's JSON). `extra` are WSGI environ entries (REMOTE_ADDR, HTTP_…)."""
 
     def __init__(self, host: str, app=None, *, keep_connection: bool = True):
         if app is None:
-            from apps.decentrl.wsgi import ProtocolWSGIApplication  # Django is set up by now
+            from mediator_project.entry import protocol_application  # Django is set up by now
 
-            app = ProtocolWSGIApplication()
+            app = protocol_application()
         self.app, self.host, self.keep_connection = app, host, keep_connection
 
-    def raw(self, body: bytes | str, **extra):
+    def request(self, method: str, path: str, body: bytes = b"", **extra) -> Response:
+        status, headers, data = wsgi_call(
+            self.app, body, method=method, path=path, host=self.host, keep_connection=self.keep_connection, **extra
+        )
+        return Response(int(status.split(" ", 1)[0]), CaseInsensitiveMapping(dict(headers)), data)
+
+    def post(self, path: str, body: bytes | str = b"", content_type: str = "application/json", **extra) -> Response:
         data = body.encode("utf-8") if isinstance(body, str) else body
-        status, _, reply = wsgi_call(self.app, data, host=self.host, keep_connection=self.keep_connection, **extra)
-        return int(status.split(" ", 1)[0]), json.loads(reply)
+        return self.request("POST", path, data, CONTENT_TYPE=content_type, **extra)
+
+    def get(self, path: str, **extra) -> Response:
+        return self.request("GET", path, **extra)
+
+    def raw(self, body: bytes | str, **extra):
+        resp = self.post("/", body, **extra)
+        return resp.status_code, resp.json()
 
     def send(self, envelope: dict):
         return self.raw(canonical_bytes(envelope))

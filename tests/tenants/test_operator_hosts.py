@@ -18,10 +18,10 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
 from apps.tenants.middleware import OPERATOR_PATH_PREFIXES
 from apps.tenants.models import AuditEntry
 from apps.tenants.services import api_token_issue
+from mediator_project.entry import CommandEntry, protocol_application
 from tests.conftest import HOST_A
 from tests.support import servers
 from tests.support.entry import wsgi_call as call
@@ -128,8 +128,8 @@ def test_protocol_endpoints_keep_answering_on_tenant_hosts(settings, post_a, ten
 def test_the_production_wsgi_entry_applies_the_rule_and_keeps_post_root_bare(listed, tenant_a):
     """The HTTP server's application: POST / goes to the command entry (which never serves an operator
     path), everything else to Django's full handler, where the rule holds."""
-    app = ProtocolWSGIApplication()
-    assert isinstance(app.commands, CommandEntry)
+    app = protocol_application()
+    assert isinstance(app.routes["/"], CommandEntry)
     status, headers, body = call(app, method="GET", path="/admin/login/", host=HOST_A)
     assert (status, dict(headers)["Content-Type"], body) == ("404 Not Found", *PAGE_404[1:])
     status, headers, body = call(app, b"{}", method="POST", path="/api/v1/tenants/", host=HOST_A)

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 def test_didcomm_messages_show_in_the_live_figures_and_in_a_report_by_message_type(
     spark, client, staff_user, tenant_a, tenant_b, post_a, alice
 ):
-    didcomm = DidcommPoster(client, HOST_A)
+    didcomm = DidcommPoster(HOST_A)
     wallet = Agent()
     mediator = didcomm.mediator_did
     didcomm.send(wallet, wallet.message(CM2 + "mediate-request"))

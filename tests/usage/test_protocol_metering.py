@@ -24,11 +24,11 @@ def test_each_protocol_is_metered_as_itself(client, tenant_a, post_a, alice):
     status, _ = post_a.command(alice, {"type": "QUERY_EVENTS"}, recipient_did=tenant_a.did)
     assert status >= 400  # alice is not registered: refused, and metered all the same
 
-    v2 = DidcommPoster(client, HOST_A)
+    v2 = DidcommPoster(HOST_A)
     wallet = Agent()
     assert v2.send(wallet, wallet.message(CM2 + "mediate-request"))[0] == 200
 
-    v1 = V1Door(client, HOST_A)
+    v1 = V1Door(HOST_A)
     agent = AgentV1()
     v1.connect(agent)
     status, grant, _ = v1.send(agent, agent.message(CM1 + "mediate-request"))

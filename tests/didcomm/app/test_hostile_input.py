@@ -1,5 +1,4 @@
-"""Hostile DIDComm input, through both HTTP entries (Django's view, as Daphne serves it, and the
-production command entry): every refusal is a Report Problem 2.0 message with its own code and a
+"""Hostile DIDComm input, through the production entry (in process) and the socket: every refusal is a Report Problem 2.0 message with its own code and a
 4xx, never a 500 or the 503 of an unanswered exception, nothing is stored, and no costly work is
 done before the envelope shows it is for one of our keys."""
 
@@ -14,12 +13,10 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from nacl import bindings
 
-from apps.decentrl.wsgi import CommandEntry, ProtocolWSGIApplication
-from apps.didcomm import dispatch, handlers
+from apps.didcomm import handlers, v2
 from apps.didcomm.core import did_key, did_peer, envelope_v1, jwe, jws, keys
 from apps.didcomm.core.keys import ED25519, PrivateKey
 from apps.didcomm.core.resolver import resolve_did
-from apps.didcomm.dispatch import http_reply, http_unavailable
 from apps.didcomm.identity import verkey_of
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
@@ -27,7 +24,6 @@ from apps.usage import records as request_records
 from apps.wire.encoding import b58decode, b64decode, b64url_nopad
 from tests.conftest import HOST_A
 from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent
-from tests.support.entry import wsgi_call
 
 pytestmark = pytest.mark.django_db
 
@@ -76,16 +72,11 @@ def _hostile_bodies(mediator_did: str) -> dict[str, tuple[bytes, str]]:
     }  # fmt: skip
 
 
-def test_hostile_envelopes_get_their_problem_code_from_both_entries(tenant_a, didcomm_a):
-    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(http_reply, http_unavailable)})
+def test_hostile_envelopes_get_their_problem_code(tenant_a, didcomm_a):
     answers = {}
     for name, (body, _) in _hostile_bodies(didcomm_a.mediator_did).items():
-        view = didcomm_a.post(body)
-        status, _, entry_body = wsgi_call(entry, body, path="/didcomm", CONTENT_TYPE=ENCRYPTED)
-        assert status == f"{view.status_code} Bad Request", (name, status, view.status_code)
-        code = json.loads(view.content)["body"]["code"]
-        assert json.loads(entry_body)["body"]["code"] == code, name
-        answers[name] = (view.status_code, code)
+        resp = didcomm_a.post(body)
+        answers[name] = (resp.status_code, json.loads(resp.content)["body"]["code"])
     expected = {name: (400, code) for name, (_, code) in _hostile_bodies(didcomm_a.mediator_did).items()}
     assert answers == expected
     assert QueuedMessage.objects.count() == 0
@@ -104,7 +95,7 @@ def test_a_sender_did_is_not_resolved_for_a_message_to_no_key_of_ours(didcomm_a,
     """An authcrypt envelope whose recipients are not ours is refused before its `skid` is resolved
     (resolving can be the costly part: a did:peer:4 carries its whole document)."""
     resolved = []
-    monkeypatch.setattr(dispatch, "key_agreement_key", lambda kid: resolved.append(kid))
+    monkeypatch.setattr(v2, "key_agreement_key", lambda kid: resolved.append(kid))
     stranger = Agent()
     body = wallet.pack(wallet.message(CM2 + "keylist-query"), stranger.did)
     response = didcomm_a.post(body)
@@ -162,26 +153,21 @@ def test_an_exception_no_handler_answers_is_a_503_problem_report_logged_without_
     records = []
     monkeypatch.setattr(request_records, "OBSERVERS", [*request_records.OBSERVERS, records.append])
     ping = wallet.message("https://didcomm.org/trust-ping/2.0/ping", {"response_requested": True})
-    entry = ProtocolWSGIApplication({"/didcomm": CommandEntry(http_reply, http_unavailable)})
     with caplog.at_level(logging.INFO, logger="mediator"):
-        view = didcomm_a.post(wallet.pack(ping, didcomm_a.mediator_did))
-        status, _, body = wsgi_call(
-            entry, wallet.pack(ping, didcomm_a.mediator_did), path="/didcomm", CONTENT_TYPE=ENCRYPTED
-        )
-    for code, content in ((view.status_code, view.content), (int(status.split()[0]), body)):
-        problem = json.loads(content)
-        assert (code, problem["type"], problem["body"]["code"], problem["pthid"]) == (
-            503,
-            "https://didcomm.org/report-problem/2.0/problem-report",
-            "e.p.me.unavailable",
-            ping["id"],
-        )
+        resp = didcomm_a.post(wallet.pack(ping, didcomm_a.mediator_did))
+    problem = json.loads(resp.content)
+    assert (resp.status_code, problem["type"], problem["body"]["code"], problem["pthid"]) == (
+        503,
+        "https://didcomm.org/report-problem/2.0/problem-report",
+        "e.p.me.unavailable",
+        ping["id"],
+    )
     # Metered under the message's type and its authenticated sender, as any other answer.
     assert [(r.command_type, r.code, r.http_status, r.sender_did) for r in records] == [
         ("trust-ping/2.0/ping", "e.p.me.unavailable", 503, wallet.did)
-    ] * 2
+    ]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "mediator.didcomm"]
-    assert len(errors) == 2 and all(m.startswith("didcomm: unexpected error tenant=") for m in errors)
+    assert len(errors) == 1 and all(m.startswith("didcomm: unexpected error tenant=") for m in errors)
     assert all("RuntimeError at " in m and "broken" in m for m in errors)
     assert "secret-payload-bytes" not in caplog.text
 

@@ -17,7 +17,7 @@ from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for, routed_
 
 
 def legacy_invitation(poster) -> dict:
-    resp = poster.client.get("/didcomm/invitation?did=legacy", HTTP_HOST=poster.host)
+    resp = poster.http.get("/didcomm/invitation?did=legacy")
     assert resp.status_code == 200, resp.content
     return json.loads(resp.content)
 
@@ -46,14 +46,14 @@ def test_the_legacy_invitation_names_the_same_keys_in_one_string_form_http_servi
             "id": "#service",
         }
     ]
-    url = didcomm_a.client.get("/didcomm/invitation?did=legacy&form=url", HTTP_HOST=didcomm_a.host).content.decode()
+    url = didcomm_a.http.get("/didcomm/invitation?did=legacy&form=url").content.decode()
     encoded = url.split("?_oob=", 1)[1]
     assert json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))) == legacy
     assert legacy_invitation(didcomm_a) == legacy  # stable
 
 
 def test_an_unknown_did_variant_of_the_invitation_is_a_400_problem_report(didcomm_a):
-    resp = didcomm_a.client.get("/didcomm/invitation?did=old", HTTP_HOST=didcomm_a.host)
+    resp = didcomm_a.http.get("/didcomm/invitation?did=old")
     assert resp.status_code == 400 and resp["Content-Type"] == "application/json"
     assert json.loads(resp.content)["body"] == {"code": "e.p.msg", "comment": "did must be `legacy` or absent"}
 
@@ -106,7 +106,7 @@ def test_a_retired_identitys_legacy_did_keeps_working_in_the_grace_period(didcom
     assert (summary["legacy_did"], summary["did"]) == (new.legacy_did, new.did) and new.legacy_did != old_legacy
     assert (
         summary["legacy_invitation_url"]
-        == didcomm_a.client.get("/didcomm/invitation?did=legacy&form=url", HTTP_HOST=didcomm_a.host).content.decode()
+        == didcomm_a.http.get("/didcomm/invitation?did=legacy&form=url").content.decode()
     )
     resp = didcomm_a.post(wallet.pack(wallet.message(CM2 + "mediate-request"), old_legacy))
     grant, decrypted = wallet.unpack(resp.content)

@@ -127,7 +127,7 @@ class V1:
     """A v1 connection granted on tenant A, its key, and Pickup 4.0's v1 frames."""
 
     def __init__(self, client, pickup: str):
-        self.door, self.pickup = V1Door(client, HOST_A), pickup
+        self.door, self.pickup = V1Door(HOST_A), pickup
         self.agent, self.key = AgentV1(), AgentV1()
         assert self.door.mediate(self.agent)["@type"] == CM1 + "mediate-grant"
         update = [{"recipient_key": self.key.did_key, "action": "add"}]
@@ -169,7 +169,7 @@ CLIENTS = {"v2 pickup 4.0": (V2, P4), "v2 pickup 3.0": (V2, PICKUP), "v1 pickup 
 def subject(request, client, tenant_a):
     kind, pickup = CLIENTS[request.param]
     if kind is V2:
-        return V2(DidcommPoster(client, HOST_A), pickup)
+        return V2(DidcommPoster(HOST_A), pickup)
     return V1(client, pickup)
 
 

@@ -32,7 +32,7 @@ T1_MS, T2_MS = 1_795_176_000_123, 1_795_176_005_456
 
 @pytest.fixture
 def door(client, tenant_a) -> V1Door:
-    return V1Door(client, HOST_A)
+    return V1Door(HOST_A)
 
 
 def _grant(didcomm, wallet: Agent, n: int = 1, dids: list[str] | None = None) -> list[Agent]:
@@ -304,7 +304,7 @@ def test_v1_needs_a_connection_and_a_grant_and_stays_on_its_tenant(client, door,
     assert (status, report["description"]["code"]) == (403, "e.p.req.not-granted")
     status, report, _ = door.send(stranger, stranger.message(P4 + "status-request", recipient_did=key.did_key))
     assert (status, report["description"]["code"]) == (403, "e.p.req.not-granted")
-    door_b = V1Door(client, HOST_B)
+    door_b = V1Door(HOST_B)
     status, report, _ = door_b.send(agent, agent.message(P4 + "delivery-request", message_count_limit=5))
     assert (status, report["@type"], report["description"]["code"]) == (403, P4_PROBLEM, "e.p.req.not-connected")
     assert QueuedMessage.objects.count() == 1

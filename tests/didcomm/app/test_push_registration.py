@@ -30,12 +30,12 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def door(client, tenant_a) -> V1Door:
-    return V1Door(client, "a.mediator.test")
+    return V1Door("a.mediator.test")
 
 
 @pytest.fixture
 def door_b(client, tenant_b) -> V1Door:
-    return V1Door(client, "b.mediator.test")
+    return V1Door("b.mediator.test")
 
 
 def devices(tenant) -> list[tuple[str, str, str, str | None]]:

@@ -164,7 +164,7 @@ def test_cross_tenant_the_same_did_on_another_tenant_is_no_conflict(didcomm_a, d
 def door(client, tenant_a) -> V1Door:
     from tests.conftest import HOST_A
 
-    return V1Door(client, HOST_A)
+    return V1Door(HOST_A)
 
 
 def _keylist(door: V1Door, agent: AgentV1, *keys: str):

@@ -154,7 +154,7 @@ def test_a_live_didcomm_v1_socket_closes_when_its_tenant_is_suspended(client, te
 
     from .test_v1 import V1Door
 
-    door = V1Door(client, HOST_A)
+    door = V1Door(HOST_A)
     agent = AgentV1()
     assert door.mediate(agent)["@type"].endswith("mediate-grant")
 

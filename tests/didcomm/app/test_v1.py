@@ -23,6 +23,7 @@ from apps.usage import records as request_records
 from apps.wire.encoding import b64decode, b64url_nopad
 from tests.conftest import HOST_A, HOST_B
 from tests.support.didcomm_agent_v1 import CM1, DIDX, ENVELOPE, PICKUP1, PICKUP2, AgentV1, Inbox, forward_to
+from tests.support.entry import Poster, Response
 from tests.tenants.test_operator_hosts import _run_settings
 from tests.tenants.test_services import PRODUCTION_ENV
 
@@ -30,15 +31,17 @@ BASE = "https://didcomm.org/"
 
 
 class V1Door:
-    def __init__(self, client, host: str):
-        self.client, self.host = client, host
-        resp = client.get("/didcomm/invitation?version=1", HTTP_HOST=host)
+    """A v1 agent's `POST /didcomm` through the production entry, in process (tests/support/entry.py)."""
+
+    def __init__(self, host: str):
+        self.http, self.host = Poster(host), host
+        resp = self.http.get("/didcomm/invitation?version=1")
         assert resp.status_code == 200, resp.content
         self.invitation = json.loads(resp.content)
         self.key = self.invitation["services"][0]["recipientKeys"][0]
 
-    def post(self, body: bytes, content_type: str = ENVELOPE):
-        return self.client.post("/didcomm", data=body, content_type=content_type, HTTP_HOST=self.host)
+    def post(self, body: bytes, content_type: str = ENVELOPE) -> Response:
+        return self.http.post("/didcomm", body, content_type)
 
     def send(self, agent: AgentV1, message: dict, *, anon: bool = False):
         """(status, decrypted inline answer or None, response)."""
@@ -62,12 +65,12 @@ class V1Door:
 
 @pytest.fixture
 def door(client, tenant_a) -> V1Door:
-    return V1Door(client, HOST_A)
+    return V1Door(HOST_A)
 
 
 @pytest.fixture
 def door_b(client, tenant_b) -> V1Door:
-    return V1Door(client, HOST_B)
+    return V1Door(HOST_B)
 
 
 @pytest.fixture
@@ -99,7 +102,7 @@ def test_the_oob_1_1_invitation_is_multi_use_with_an_inline_did_communication_se
     assert json.loads(b64decode(url.split("?oob=", 1)[1])) == inv
     opened = client.get("/didcomm?oob=" + url.split("?oob=", 1)[1], HTTP_HOST=HOST_A)
     assert json.loads(opened.content) == inv  # the URL itself opens the invitation
-    assert V1Door(client, HOST_A).invitation == inv  # stable
+    assert V1Door(HOST_A).invitation == inv  # stable
 
 
 # --- the Credo story: return routes -------------------------------------------------------------

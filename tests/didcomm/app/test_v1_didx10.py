@@ -26,7 +26,7 @@ DIDX10 = "https://didcomm.org/didexchange/1.0/"
 
 @pytest.fixture
 def door(client, tenant_a) -> V1Door:
-    return V1Door(client, HOST_A)
+    return V1Door(HOST_A)
 
 
 def legacy_doc(agent: AgentV1, did: str, endpoint: str, routing_keys: list[str] | None = None) -> dict:

@@ -1,32 +1,27 @@
-"""The WSGI application of both layouts (Granian in production, mediator_project/http_server.py;
-`make run`'s Daphne through mediator_project/asgi.py; docs/serving.md):
-`POST /` (every protocol command) goes to `CommandEntry`, everything else to Django's own
-WSGIHandler.
+"""The production entry of both protocols, in both layouts (Granian in production,
+mediator_project/http_server.py; `make run`'s Daphne through mediator_project/asgi.py;
+docs/serving.md): `ProtocolWSGIApplication` hands `POST /` (Decentrl) and `POST /didcomm` (DIDComm)
+each to a `CommandEntry` with its protocol's two functions of one signature each (`http_reply`: the
+reply, and `http_unavailable`: the answer when the entry itself fails; `decentrl.dispatch`,
+`didcomm.dispatch`), everything else to Django's own WSGIHandler.
 
-`CommandEntry` is the one HTTP entry of the command path. It does what the
-middlewares and the view would do for `POST /`, without building Django request and response
-objects (the full request cycle is a large share of a TWO_WAY_PRIVATE's worker CPU; docs/
-benchmarks.md): the database connections' handling of Django's request signals
+A `CommandEntry` is the one HTTP entry of a protocol. It does what the middlewares would do for a
+protocol POST, without building Django request and response objects (the full request cycle is a
+large share of a command's CPU): the database connections' handling of Django's request signals
 (`ops.dbconn.request_begins` and `request_ends`, called directly: the signals' dispatch and the
-receivers that never concern a command cost as much as the rest of the entry),
-tenant resolution (as TenantMiddleware), the body cap, `dispatch.http_reply` (which the Django
-view `views.command` also calls under Django's own handler), and the headers
-of `response_headers` (CORS and the security headers, from the same code the middlewares run).
+receivers that never concern a command cost as much as the rest of the entry), tenant resolution
+(as TenantMiddleware), the body cap, the protocol's reply, and the headers of `response_headers`
+(CORS and the security headers, from the same code the middlewares run).
 
-It answers every `POST /` but one kind, which it hands to Django: an insecure request under
-SECURE_SSL_REDIRECT, which SecurityMiddleware redirects before any view. So the command path has
-one way in: Django's view of `POST /` (`views.command`) serves only Django's own handler (the test
-client, bench/entry_bench.py's reference). PREPEND_WWW and DISALLOWED_USER_AGENTS stop it from
-starting (`check_middleware`): CommonMiddleware's redirect of a protocol POST would be followed as
-a GET and lose the command, and a user-agent ban is not a protocol rule (refuse those at nginx).
-A middleware it neither replicates nor knows to be irrelevant to `POST /` stops it from starting
-too (ImproperlyConfigured), so a new middleware cannot silently miss the command path; so does a
-receiver of `request_started` or `request_finished` it does not know (`check_request_signals`).
-tests/decentrl/test_entry.py checks that it gives what Django's full chain gives.
-
-Another front door may hand its own POST path to a CommandEntry of its own (`routes`, composed in
-mediator_project/wsgi.py: `POST /didcomm`, apps/didcomm/dispatch.py's `http_reply`); it gets the same
-signals, tenant resolution, body cap and headers, and answers with its own protocol's errors.
+It answers every protocol POST but one kind, which it hands to Django: an insecure request under
+SECURE_SSL_REDIRECT, which SecurityMiddleware redirects before any view. So each protocol has one
+way in: Django has no view that answers a protocol POST. PREPEND_WWW and DISALLOWED_USER_AGENTS
+stop it from starting (`check_middleware`): CommonMiddleware's redirect of a protocol POST would be
+followed as a GET and lose the command, and a user-agent ban is not a protocol rule (refuse those at
+nginx). A middleware it neither replicates nor knows to be irrelevant to a protocol POST stops it
+from starting too (ImproperlyConfigured), so a new middleware cannot silently miss the command path;
+so does a receiver of `request_started` or `request_finished` it does not know
+(`check_request_signals`). tests/serving/test_entry.py checks that its headers are the middlewares'.
 """
 
 from __future__ import annotations
@@ -34,7 +29,9 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
+from collections.abc import Callable
 from http.client import responses
+from typing import Protocol
 
 from django.conf import settings
 from django.core import signals
@@ -45,21 +42,20 @@ from django.db import DatabaseError
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from apps.decentrl import dispatch as decentrl
+from apps.decentrl.middleware import cors_headers
+from apps.didcomm import dispatch as didcomm
 from apps.ops import dbconn
 from apps.ops.clientip import forwarded_client
 from apps.ops.logconfig import code_path
+from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_for_host
-from apps.wire.canonical import canonical_bytes
-from apps.wire.errors import ErrorCode, error_body
-
-from .dispatch import http_reply
-from .middleware import cors_headers
 
 log = logging.getLogger("mediator.command")
 
-# What CommandEntry does by hand (outermost first), and what never concerns `POST /`: sessions,
-# users, messages and CSRF belong to the admin and the dashboard (the view is csrf_exempt and
-# reads none of them), and static files are never served at "/".
+# What CommandEntry does by hand (outermost first), and what never concerns a protocol POST:
+# sessions, users, messages and CSRF belong to the admin and the dashboard (the entry reads none of
+# them), and static files are never served at a protocol path.
 REPLICATED = (
     "apps.decentrl.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -141,20 +137,24 @@ def response_headers(environ) -> list[tuple[str, str]]:
     return [*security_headers(is_secure(environ)), *cors_headers(environ.get("HTTP_ORIGIN"))]
 
 
-def _command_reply(raw: bytes | None, tenant, client: str | None, environ) -> tuple[int, list, bytes]:
-    return http_reply(raw, tenant, client)
+Headers = list[tuple[str, str]]
 
 
-def _command_unavailable() -> tuple[int, list, bytes]:
-    return 503, [_JSON], canonical_bytes(error_body(ErrorCode.MEDIATOR_UNAVAILABLE))
+class HttpReply(Protocol):
+    """A protocol's reply to its POST: (the body as read, or None when over the deployment's cap;
+    the tenant of the Host, or None; the client's address; the Content-Type) → (status, headers
+    without Content-Length, body). Never raises for client input."""
+
+    def __call__(
+        self, raw: bytes | None, tenant: Tenant | None, client: str | None, content_type: str | None, /
+    ) -> tuple[int, Headers, bytes]: ...
 
 
 class CommandEntry:
-    """`POST /` as WSGI (see the module docstring); another protocol's POST path with `reply`
-    (raw body or None when over the cap, tenant, client address, environ) → (status, headers,
-    body), and `unavailable()`, its answer when the entry itself fails."""
+    """A protocol's POST as WSGI (see the module docstring): `reply` answers it, `unavailable()` is
+    the answer when the entry itself fails (never a 500)."""
 
-    def __init__(self, reply=_command_reply, unavailable=_command_unavailable) -> None:
+    def __init__(self, reply: HttpReply, unavailable: Callable[[], tuple[int, Headers, bytes]]) -> None:
         self.reply, self.unavailable = reply, unavailable
 
     def __call__(self, environ, start_response):
@@ -179,7 +179,7 @@ class CommandEntry:
             log.error("closing database connections failed after a command: %s", type(exc).__name__)
         return [body]
 
-    def _reply(self, environ) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _reply(self, environ) -> tuple[int, Headers, bytes]:
         # TenantMiddleware
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
         try:
@@ -199,7 +199,7 @@ class CommandEntry:
         else:
             raw = environ["wsgi.input"].read(length) if length > 0 else b""
         client = forwarded_client(environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR"))
-        return self.reply(raw, tenant, client, environ)
+        return self.reply(raw, tenant, client, environ.get("CONTENT_TYPE"))
 
 
 def check_middleware() -> None:
@@ -215,14 +215,14 @@ def check_middleware() -> None:
     unknown = [m for m in settings.MIDDLEWARE if m not in REPLICATED and m not in IRRELEVANT]
     if unknown:
         raise ImproperlyConfigured(
-            f"POST / does not run {', '.join(unknown)}: replicate it in apps/decentrl/wsgi.py "
+            f"POST / does not run {', '.join(unknown)}: replicate it in mediator_project/entry.py "
             "(CommandEntry) or list it there as irrelevant to commands"
         )
 
 
 def _receiver_names(signal) -> list[str]:
     """`module.qualname` of each live receiver of `signal`, from Django 5.2's `Signal.receivers`
-    entries ((lookup key, receiver or its weak reference, is_async); tests/decentrl/test_entry.py
+    entries ((lookup key, receiver or its weak reference, is_async); tests/serving/test_entry.py
     checks that Django's own receivers are found, so a Django that changes them fails there)."""
     names = []
     for _key, ref, _is_async in signal.receivers:
@@ -239,27 +239,35 @@ def check_request_signals() -> None:
         if unknown:
             raise ImproperlyConfigured(
                 f"POST / does not send {name}, so {', '.join(unknown)} would not run for commands: "
-                "do what it does in apps/decentrl/wsgi.py (CommandEntry) and list it in SIGNAL_RECEIVERS"
+                "do what it does in mediator_project/entry.py (CommandEntry) and list it in SIGNAL_RECEIVERS"
             )
 
 
 class ProtocolWSGIApplication:
-    """`POST /` to CommandEntry (and each of `routes`, path → CommandEntry, to its own), everything
-    else (and an insecure POST under SECURE_SSL_REDIRECT, for its redirect) to Django."""
+    """Each of `routes` (a POST path → its CommandEntry) to its entry, everything else (and an
+    insecure POST under SECURE_SSL_REDIRECT, for its redirect) to Django."""
 
-    def __init__(self, routes: dict[str, CommandEntry] | None = None) -> None:
+    def __init__(self, routes: dict[str, CommandEntry]) -> None:
         check_middleware()
         check_request_signals()
         self.django = WSGIHandler()
-        self.commands = CommandEntry()
-        self.routes = dict(routes or {})
+        self.routes = dict(routes)
 
     def __call__(self, environ, start_response):
-        path = environ.get("PATH_INFO")
         if (
             environ.get("REQUEST_METHOD") == "POST"
-            and (entry := self.commands if path == "/" else self.routes.get(path)) is not None
+            and (entry := self.routes.get(environ.get("PATH_INFO"))) is not None
             and not (settings.SECURE_SSL_REDIRECT and not is_secure(environ))
         ):
             return entry(environ, start_response)
         return self.django(environ, start_response)
+
+
+def protocol_application() -> ProtocolWSGIApplication:
+    """The production application: `POST /` to Decentrl's entry, `POST /didcomm` to DIDComm's."""
+    return ProtocolWSGIApplication(
+        {
+            "/": CommandEntry(decentrl.http_reply, decentrl.http_unavailable),
+            "/didcomm": CommandEntry(didcomm.http_reply, didcomm.http_unavailable),
+        }
+    )
