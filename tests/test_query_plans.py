@@ -22,7 +22,8 @@ from django.db import connection
 from apps.wire.client import Identity
 from tests.conftest import HOST_A
 from tests.support import bulk
-from tests.support.didcomm_agent import CM2, ENCRYPTED, PICKUP, Agent, forward_for
+from tests.support.didcomm_agent import CM2, PICKUP, Agent, forward_for
+from tests.support.didcomm_client import DidcommPoster
 from tests.support.registration import contract_both_ways, register
 
 FILLER = 20_000
@@ -92,7 +93,7 @@ def scans(plan: dict, out: list[tuple[str, str | None, str | None, int]]) -> lis
 
 
 @pytest.fixture
-def grown(post_a, tenant_a, alice, bob, client):
+def grown(post_a, tenant_a, alice, bob):
     """alice and bob registered with a contract, alice's stored events, bob's pending ones, a granted
     wallet with one recipient DID; then FILLER other identities of each protocol, ANALYZEd."""
     register(post_a, alice, tenant_a)
@@ -104,11 +105,12 @@ def grown(post_a, tenant_a, alice, bob, client):
                "encrypted_tags": [alice.tag(f"t{i % 2}")]} for i in range(4)]  # fmt: skip
     assert post_a.command(alice, {"type": "SAVE_EVENTS", "events": events}, recipient_did=tenant_a.did)[0] == 200
 
-    mediator = client.get("/didcomm/invitation", HTTP_HOST=HOST_A).json()["from"]
+    didcomm = DidcommPoster(HOST_A)
+    mediator = didcomm.mediator_did
 
     def send(agent: Agent, message: dict):
         body = agent.pack(message, mediator)
-        resp = client.post("/didcomm", data=body, content_type=ENCRYPTED, HTTP_HOST=HOST_A)
+        resp = didcomm.post(body)
         assert resp.status_code in (200, 202), resp.content
         return agent.unpack(resp.content)[0] if resp.content else None
 
@@ -116,8 +118,7 @@ def grown(post_a, tenant_a, alice, bob, client):
     assert send(wallet, wallet.message(CM2 + "mediate-request"))["type"] == CM2 + "mediate-grant"
     update = {"updates": [{"recipient_did": rcpt.did, "action": "add"}]}
     assert send(wallet, wallet.message(CM2 + "keylist-update", update))["body"]["updated"][0]["result"] == "success"
-    assert client.post("/didcomm", data=forward_for(rcpt, mediator), content_type=ENCRYPTED,
-                       HTTP_HOST=HOST_A).status_code == 202  # fmt: skip
+    assert didcomm.post(forward_for(rcpt, mediator)).status_code == 202
 
     with connection.cursor() as cur:
         cur.execute("SELECT signed_contract FROM messaging_contract WHERE owner_did = %s AND recipient_did = %s",
@@ -139,7 +140,7 @@ def grown(post_a, tenant_a, alice, bob, client):
             cur.execute(f"ANALYZE {table}")
         cur.execute("SELECT count(*) FROM didcomm_queuedmessage")
         assert cur.fetchone()[0] == FILLER + 1
-    return {"send": send, "mediator": mediator, "wallet": wallet, "rcpt": rcpt, "client": client}
+    return {"send": send, "mediator": mediator, "wallet": wallet, "rcpt": rcpt, "didcomm": didcomm}
 
 
 def check(name: str, plans: list[dict], must_use: list[set[str]]) -> None:
@@ -191,8 +192,7 @@ def run_cases(grown, post_a, tenant_a, alice, bob, queued: int) -> None:
                             "pagination": {"page": 0, "page_size": 10}})),
         ("DIDComm forward", [{"didcomm_recipient_unique"}, {"didcomm_mediation_pkey"}, {"didcomm_queuedepth_pkey"},
                              {"queue_depth_recipient"}],
-         lambda: grown["client"].post("/didcomm", data=forward_for(rcpt, mediator), content_type=ENCRYPTED,
-                                      HTTP_HOST=HOST_A)),
+         lambda: grown["didcomm"].post(forward_for(rcpt, mediator))),
         ("Pickup 3.0 status-request", [{"didcomm_queue_client"}],
          lambda: send(wallet, wallet.message(PICKUP + "status-request"))),
         ("Pickup 3.0 delivery-request", [{"didcomm_queue_client"}],
