@@ -18,7 +18,6 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 
 from apps.didcomm.core import jwe
 from apps.didcomm.core.resolver import key_agreement_key
@@ -28,6 +27,7 @@ from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.didcomm.routing import websocket_urlpatterns
 from apps.tenants.services import tenant_create
 from tests.interop.didcomm_node import Party
+from tests.support.entry import Poster
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "identus" / "identus_7.0.0.json"
 DATA = json.loads(FIXTURE.read_text())
@@ -115,7 +115,7 @@ def test_the_recorded_identus_run_replays_against_the_mediator_with_the_same_ans
     replay_tenant, django_capture_on_commit_callbacks
 ):
     tenant, domain = replay_tenant
-    client = Client(HTTP_HOST=domain)
+    poster = Poster(domain)  # POST /didcomm: the production entry, in process
     ids: dict[str, str] = {}  # stored message id in this replay -> the one in the recording
 
     def adopt_recorded_ids(recorded: dict, replayed: dict) -> None:
@@ -136,7 +136,7 @@ def test_the_recorded_identus_run_replays_against_the_mediator_with_the_same_ans
 
     def post(body: str, content_type: str):
         with django_capture_on_commit_callbacks(execute=True):
-            return client.post("/didcomm", data=body, content_type=content_type)
+            return poster.post("/didcomm", body, content_type)
 
     async def replay():
         socket = None

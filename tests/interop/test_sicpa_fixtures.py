@@ -24,6 +24,7 @@ from apps.didcomm.invitation import invitation_for
 from apps.didcomm.models import MediatorIdentity, QueuedMessage
 from apps.tenants.services import tenant_create
 from tests.interop.didcomm_node import Party
+from tests.support.entry import Poster
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sicpa" / "sicpa_0.3.2_peerdid_0.5.2.json"
 DATA = json.loads(FIXTURE.read_text())
@@ -121,6 +122,7 @@ def test_the_recorded_sicpa_run_replays_against_the_mediator_with_the_same_answe
 ):
     tenant, domain = replay_tenant
     client = Client(HTTP_HOST=domain)
+    poster = Poster(domain)  # POST /didcomm: the production entry, in process
     ids: dict[str, str] = {}  # stored message id in this replay -> the one in the recording
     for _, wire in EXCHANGES:
         if wire["method"] == "GET":
@@ -132,7 +134,7 @@ def test_the_recorded_sicpa_run_replays_against_the_mediator_with_the_same_answe
             )
             continue
         with django_capture_on_commit_callbacks(execute=True):
-            resp = client.post("/didcomm", data=wire["request_body"], content_type=wire["request_content_type"])
+            resp = poster.post("/didcomm", wire["request_body"], wire["request_content_type"])
         assert resp.status_code == wire["status"], resp.content
         if not wire["response_body"]:
             assert resp.content == b""
