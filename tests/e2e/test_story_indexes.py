@@ -13,7 +13,6 @@ import re
 
 import httpx
 import pytest
-from django.core.wsgi import get_wsgi_application
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -42,10 +41,11 @@ def _plans(statements: list[str]) -> dict[str, list[str]]:
 
 def test_every_query_of_the_story_is_served_by_an_index(transactional_db):
     from apps.tenants.services import tenant_create
+    from mediator_project.entry import protocol_application  # the production entry (Django set up by now)
 
     tenant_create(slug="tenant-a", domain="a.mediator.test", public_url="http://a.mediator.test")
     tenant_create(slug="tenant-b", domain="b.mediator.test", public_url="http://b.mediator.test")
-    transport = httpx.WSGITransport(app=get_wsgi_application())
+    transport = httpx.WSGITransport(app=protocol_application())
     directory = MediatorDirectory(scheme="http")
     ma = MediatorClient("http://a.mediator.test", http=httpx.Client(transport=transport), directory=directory)
     mb = MediatorClient("http://b.mediator.test", http=httpx.Client(transport=transport), directory=directory)

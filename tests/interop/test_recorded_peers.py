@@ -15,6 +15,7 @@ from apps.didcomm.core.keys import X25519, PrivateKey
 from apps.didcomm.identity import identity_current
 from apps.didcomm.models import Connection, Mediation, MediatorIdentity, Outbound, QueuedMessage, RecipientKey
 from apps.tenants.services import tenant_create
+from tests.support.entry import Poster
 
 from .recorded import mediator_key, open_recorded
 
@@ -35,7 +36,7 @@ def test_every_recorded_envelope_opens_with_the_recorded_mediator_key(fixture):
     assert all(o.sender_verkey for o in opened if o.type != "routing/1.0/forward")
 
 
-def replay(client, fixture) -> list[int]:
+def replay(fixture) -> list[int]:
     """A tenant at the recorded host with the recorded mediator keys; every recorded HTTP message POSTed in
     order, exactly as sent. Returns the statuses."""
     tenant = tenant_create(slug="replay", domain=fixture["host"])
@@ -48,15 +49,11 @@ def replay(client, fixture) -> list[int]:
     identity.save()
     assert identity_current(tenant=tenant).pk == identity.pk
     statuses = []
+    poster = Poster(fixture["host"])  # POST /didcomm: the production entry, in process
     for sent in fixture["messages"]:
         if sent["transport"] != "http":
             continue
-        resp = client.post(
-            "/didcomm",
-            data=json.dumps(sent["envelope"]),
-            content_type=sent["content_type"],
-            HTTP_HOST=fixture["host"],
-        )
+        resp = poster.post("/didcomm", json.dumps(sent["envelope"]), sent["content_type"])
         statuses.append(resp.status_code)
     return statuses
 
@@ -64,7 +61,7 @@ def replay(client, fixture) -> list[int]:
 @pytest.mark.django_db
 def test_acapys_recorded_conversation_replays_to_a_granted_connection_with_its_keys_removed(client):
     types = [o.type for o in open_recorded(ACAPY)]
-    statuses = replay(client, ACAPY)
+    statuses = replay(ACAPY)
     # the last forward names a key the recipient had removed just before: refused, as in the live run
     assert statuses == [200] * (len(types) - 1) + [400]
     assert types[-2:] == ["coordinate-mediation/1.0/keylist-update", "routing/1.0/forward"]
@@ -80,7 +77,7 @@ def test_acapys_recorded_conversation_replays_to_a_granted_connection_with_its_k
 @pytest.mark.django_db
 def test_credos_recorded_conversation_replays_with_every_answer_on_the_return_route(client):
     opened = [o for o in open_recorded(CREDO) if o.transport == "http"]
-    statuses = replay(client, CREDO)
+    statuses = replay(CREDO)
     assert statuses == [200] * len(opened)
     assert sorted(Connection.objects.values_list("state", "endpoint")) == [("completed", "")] * 2
     assert sorted(Mediation.objects.values_list("state", flat=True)) == ["granted"] * 2
@@ -103,7 +100,7 @@ def test_acapys_recorded_did_exchange_1_0_with_an_unqualified_did_replays_to_a_g
     request = opened[0].message
     doc = json.loads(base64.b64decode(request["did_doc~attach"]["data"]["base64"]))
     assert doc["id"] == "did:sov:" + request["did"] and doc["service"][0]["type"] == "IndyAgent"
-    assert replay(client, ACAPY_DIDX_10) == [200] * 4
+    assert replay(ACAPY_DIDX_10) == [200] * 4
     [conn] = Connection.objects.all()
     assert (conn.their_did, conn.protocol, conn.state) == (request["did"], "didexchange/1.0", "completed")
     assert conn.endpoint == doc["service"][0]["serviceEndpoint"]
@@ -121,7 +118,7 @@ def test_credos_recorded_pickup_1_0_conversation_replays_with_the_batches_emptyi
     batches = [o for o in opened if o.type == "messagepickup/1.0/batch-pickup"]
     assert batches and {o.message["~transport"]["return_route"] for o in batches} == {"all"}
     assert {type(o.message["batch_size"]) for o in batches} == {int}
-    assert replay(client, CREDO_PICKUP_10) == [200] * len(opened)
+    assert replay(CREDO_PICKUP_10) == [200] * len(opened)
     batch_verkey = batches[0].sender_verkey
     assert {o.sender_verkey for o in batches} == {batch_verkey}
     recipient = Connection.objects.get(their_verkey=batch_verkey)

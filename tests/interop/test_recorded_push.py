@@ -32,7 +32,7 @@ def test_credos_push_messages_have_the_rfc_fields():
 @pytest.mark.django_db
 def test_the_recorded_conversation_replays_to_the_live_runs_state(client):
     types = [o.type for o in open_recorded(FIXTURE)]
-    statuses = replay(client, FIXTURE)
+    statuses = replay(FIXTURE)
     assert len(statuses) == len(types) and set(statuses) <= {200, 404}
     # the first get-device-info (before any set) is the RFC's not-registered problem, a 404
     assert [s for s, t in zip(statuses, types, strict=True) if t == FCM + "get-device-info"] == [404, 200]

@@ -17,6 +17,7 @@ from apps.wire.client import Identity, MediatorClient
 from apps.wire.public import sign_public_event
 from tests.conftest import HOST_A, HOST_B
 from tests.support import commands
+from tests.support.entry import keep_test_connection
 from tests.support.registration import register
 
 # The tenants, their limits off (fixtures).
@@ -112,19 +113,13 @@ def read_b(client, tenant_b) -> Reader:
 
 @pytest.fixture
 def wsgi_mediator_a(tenant_a):
-    """The client library against tenant A in-process: httpx over WSGI, same DB transaction."""
-    from django.core.signals import request_finished, request_started
-    from django.core.wsgi import get_wsgi_application
-    from django.db import close_old_connections
+    """The client library against tenant A in-process: httpx over the production WSGI entry, in the
+    test's transaction (tests/support/entry.py keep_test_connection)."""
+    from mediator_project.entry import protocol_application  # the production entry (Django set up by now)
 
-    # As Django's test client does: closing "old" connections would end the test transaction.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    http = httpx.Client(transport=httpx.WSGITransport(app=get_wsgi_application()))
-    client = MediatorClient(f"http://{HOST_A}", http=http)
-    try:
-        yield client
-    finally:
-        http.close()
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
+    with keep_test_connection():
+        http = httpx.Client(transport=httpx.WSGITransport(app=protocol_application()))
+        try:
+            yield MediatorClient(f"http://{HOST_A}", http=http)
+        finally:
+            http.close()
