@@ -10,7 +10,7 @@ from the Host header (tenants.selectors.tenant_for_host), the body cap, the enve
 then dispatch.execute: the timestamp window, the recipient's resolution, and messaging's one statement
 (sql.deliver after decentrl.storage's nonce claim). The answer is the product's canonical JSON, the same
 bytes as the product's for a success. What it leaves out is what the product adds around that work: its
-entry (apps/decentrl/wsgi.py: connection handling, security and CORS headers), the limit hooks, the log
+entry (mediator_project/entry.py: connection handling, security and CORS headers), the limit hooks, the log
 line and the observers (metering, metrics). Any other channel is INVALID_COMMAND.
 
 It runs on the production tier's own server (mediator_project/http_server.py: Granian, the same workers and

@@ -10,7 +10,7 @@ outside a transaction gets one zero-timeout poll (cheap); if the socket is reada
 closed, and Django opens a fresh connection on first use.
 
 `request_begins` and `request_ends` are what the production command entry
-(apps/decentrl/wsgi.py's CommandEntry) does instead of sending Django's request signals: the
+(mediator_project/entry.py's CommandEntry) does instead of sending Django's request signals: the
 connection handling of `close_old_connections` (at both ends, as Django's receivers do) and, at
 the start, this poll, in one pass over the thread's connections. `close_dead_idle_connections` is
 the same poll as a `request_started` receiver, for every other request (Django's handlers).

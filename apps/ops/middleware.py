@@ -1,6 +1,6 @@
 """Content-Security-Policy on the staff pages: the operator console, the usage dashboard and the
 API docs (settings.MEDIATOR_CSP, MEDIATOR_CSP_PATHS; docs/serving.md). Protocol endpoints answer
-JSON to machines and get none; POST / never passes here (apps/decentrl/wsgi.py skips it)."""
+JSON to machines and get none; POST / never passes here (mediator_project/entry.py skips it)."""
 
 from __future__ import annotations
 
