@@ -22,23 +22,18 @@ import pytest
 from apps.didcomm.models import Mediation
 from apps.push.models import Device, PushProvider
 from tests.interop import credo
+from tests.support import push_standins
 from tests.support.didcomm_agent_v1 import forward_to
-from tests.support.push_standins import FcmStandin
 
 from .recorded import open_recorded
 from .v1_server import V1Mediator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
+fcm = push_standins.fcm  # the fixture: FCM's stand-in
+
 FCM = "https://didcomm.org/push-notifications-fcm/1.0"
 TOKEN = "credo-e2e:APA91bF" + "k" * 140
-
-
-@pytest.fixture
-def fcm():
-    standin = FcmStandin()
-    yield standin
-    standin.close()
 
 
 @pytest.fixture

@@ -18,21 +18,16 @@ from apps.messaging.models import PendingQueueDepth
 from apps.push import services
 from apps.push.models import Device, PushProvider
 from apps.tenants.services import tenant_create
+from tests.support import push_standins
 from tests.support.didcomm_agent import CM2, ENCRYPTED, Agent, forward_for
-from tests.support.push_standins import FcmStandin
 from tests.support.servers import free_port, start_celery_worker, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
+fcm = push_standins.fcm  # the fixture: FCM's stand-in
+
 PUSH_FCM = "https://didcomm.org/push-notifications-fcm/1.0/"
 TOKEN = "wake-worker:APA91bF" + "w" * 140
-
-
-@pytest.fixture
-def fcm():
-    standin = FcmStandin()
-    yield standin
-    standin.close()
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ import h2.events
 import h2.exceptions
 import http_ece
 import jwt
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -752,3 +753,11 @@ class WebPushStandin:
         self.received.append((sub.id, headers, plaintext))
         self.waiting[(sub.id, topic or secrets.token_hex(8))] = plaintext
         return 201, {"location": f"{self.url}/message/{secrets.token_urlsafe(8)}"}, b""
+
+
+@pytest.fixture
+def fcm():
+    """FCM's stand-in for one test (an e2e test points PUSH_FCM_URL at `fcm.url`)."""
+    standin = FcmStandin()
+    yield standin
+    standin.close()
