@@ -343,6 +343,8 @@ MEDIATOR_RATE_LIMIT_REDIS_URL = env("MEDIATOR_RATE_LIMIT_REDIS_URL", REDIS_URL) 
 # With REDIS_SENTINELS and no MEDIATOR_RATE_LIMIT_REDIS_URL of their own, the limits use that master.
 MEDIATOR_RATE_LIMIT_REDIS_SENTINEL = None if env("MEDIATOR_RATE_LIMIT_REDIS_URL") is not None else REDIS_SENTINEL
 MEDIATOR_RATE_LIMIT_PREFIX = env("MEDIATOR_RATE_LIMIT_PREFIX", "mediator:rl")
+# How long a limit check waits for that Redis before it fails open (allows, logs the outage once).
+MEDIATOR_RATE_LIMIT_REDIS_TIMEOUT_MS = env_int("MEDIATOR_RATE_LIMIT_REDIS_TIMEOUT_MS", 500)
 # Reverse proxies (CIDRs, comma-separated) whose X-Forwarded-For names the client for per-IP
 # limits; e.g. "127.0.0.1/32" behind the nginx of scripts/run_production.sh. Empty = the peer.
 MEDIATOR_TRUSTED_PROXIES = [p.strip() for p in (env("MEDIATOR_TRUSTED_PROXIES", "") or "").split(",") if p.strip()]

@@ -175,7 +175,7 @@ class RedisBackend:
     connection, so the limits follow a failover)."""
 
     def __init__(self, target: str | RedisSentinel) -> None:
-        options = fail_fast(0.5)
+        options = fail_fast(settings.MEDIATOR_RATE_LIMIT_REDIS_TIMEOUT_MS / 1000)
         self.client = redis.Redis.from_url(target, **options) if isinstance(target, str) else target.client(**options)
         self.script = self.client.register_script(_LUA)
         self.gcra = self.client.register_script(_GCRA_LUA)

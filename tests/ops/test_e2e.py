@@ -48,6 +48,9 @@ def two_servers(transactional_db, tmp_path, tenant_a, tenant_b):
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
         "MEDIATOR_RATE_LIMIT_REDIS_URL": REDIS_URL,
         "MEDIATOR_RATE_LIMIT_PREFIX": f"test-e2e-{uuid.uuid4().hex}",
+        # This test is about limits shared through Redis, not about its deadline: a loaded box
+        # that keeps Redis from answering within the default 0.5 s must not make a check fail open.
+        "MEDIATOR_RATE_LIMIT_REDIS_TIMEOUT_MS": "10000",
         # Bursts of 3 upgrades and 2 AUTHENTICATEs, then one a minute: the test's next one is refused.
         "MEDIATOR_WS_CONNECT_PER_IP": "1",
         "MEDIATOR_WS_CONNECT_PER_IP_BURST": "3",
@@ -116,6 +119,7 @@ def test_two_daphne_processes_add_up_their_metrics_and_share_their_limits(two_se
         assert value(m, "mediator_pending_queue_max_depth") == 1
         # Each accepted command holds one nonce; the refused one never consumed its nonce.
         assert value(m, "mediator_nonce_store_size") == 16
+        assert value(m, "mediator_rate_limiter_errors_total") == 0
 
     asyncio.run(_websockets(s1, s2, alice, bob))
 
@@ -152,6 +156,7 @@ async def _websockets(s1, s2, alice: Identity, bob: Identity) -> None:
     await socks[0].close()
     await _gauge(s1, 1)  # Bob's socket on s2 is still open
     m = await asyncio.to_thread(scrape, s2)
+    assert value(m, "mediator_rate_limiter_errors_total") == 0
     assert value(m, "mediator_rate_limited_total", scope="ws_connect") == 1
     assert value(m, "mediator_rate_limited_total", scope="ws_auth") == 1
     assert value(m, "mediator_websocket_events_total", event="authenticated") == 2
