@@ -33,14 +33,14 @@ operator: install
 # pytest runs on PYTEST_WORKERS pytest-xdist workers, each a suite of its own
 # (tests/support/xdist_worker.py: its test database and Redis prefix; a module is one unit of work, the
 # Spark tests one more, handed out first: tests/conftest.py): ~12 instead of ~18 minutes on 2 cores.
-# PYTEST_WORKERS=0 runs it in one process.
+# PYTEST_WORKERS=0 runs it in one process. It names its 15 slowest tests, where the suite's time goes.
 PYTEST_WORKERS ?= 2
 test: install
 	scripts/ensure_services.sh
 	$(MAKE) cluster-ci
 	$(MAKE) clock-test
 	MEDIATOR_SPARK_CLUSTER=1 $(PY) -m pytest tests/usage/test_spark_cluster.py
-	$(PY) -m pytest --ignore=tests/usage/test_spark_cluster.py $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 --ignore=tests/usage/test_spark_cluster.py $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # The tests whose product logic reads the calendar ("today", "yesterday", a default range, retention),
 # run with the clock a year ahead and a year back (tests/support/clock.py, docs/architecture.md "Tests
