@@ -203,13 +203,36 @@ class SessionServer:
         time.sleep(1.0)  # let every worker process finish booting
 
     def stop(self) -> None:
+        """SIGTERM to the leader's group, then wait until every process of the session is gone
+        (supervisord puts each program in a group of its own, and a program may outlive it);
+        whatever is left after 20 s is killed."""
         if self.proc.poll() is None:
             os.killpg(self.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while session_members(self.pgid) and time.monotonic() < deadline:
+            self.proc.poll()  # reap the leader
+            time.sleep(0.2)
+        for pid in session_members(self.pgid):
             try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pgid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=5)
+
+
+def session_members(sid: int) -> list[int]:
+    """The live (not zombie) processes of session `sid`, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(entry))
+    return found
 
 
 class Layout(SessionServer):
