@@ -82,6 +82,7 @@ MODULES = {
     "peers": ("bench.peers", ["--alternations", "3", "--seconds", "10"],
               ["--alternations", "1", "--seconds", "5", "--warmup", "1", "--pairs", "16", "--requests", "5000"]),
     "wake": ("bench.wake_bench", [], ["--quick"]),
+    "queue_model": ("bench.queue_model", [], ["--quick"]),
 }  # fmt: skip
 SUITE = ("two_way_private", "query_events_by_tag", *MODULES)
 
