@@ -129,7 +129,10 @@ class TenantPanels:
         return _panel(
             "domain_checklist",
             {
-                "tenant": obj,
+                "active": obj.is_active,
+                "slug": obj.slug,
+                "did": obj.did,
+                "public_url": obj.public_url,
                 "hosts": hosts,
                 "several_hosts": len(hosts) > 1,
                 "https": scheme == "https",
