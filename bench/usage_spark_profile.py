@@ -69,7 +69,7 @@ def main() -> None:
 def profile(args, t0: float) -> None:
     from pyspark.sql import functions as F
 
-    from spark_reports import lake, load, transform, usage_report
+    from spark_reports import lake_layout, load, transform, usage_report
     from spark_reports.config import build_session
 
     def rest(path: str):
@@ -105,9 +105,9 @@ def profile(args, t0: float) -> None:
                 F.lit(1).cast("long").alias("export"),
             )
         )
-        frame.repartition(2).write.mode("overwrite").partitionBy(*lake.PARTITIONS).parquet(str(meters))
+        frame.repartition(2).write.mode("overwrite").partitionBy(*lake_layout.PARTITIONS).parquet(str(meters))
         snapshot = [(1, 3, 10, 5, 500, None, None, None, DAY, 1), (1, None, None, None, None, 2000, 4, 8.0, DAY, 1)]
-        spark.createDataFrame(snapshot, lake.INPUTS_SCHEMA).coalesce(1).write.mode("overwrite").partitionBy(
+        spark.createDataFrame(snapshot, lake_layout.INPUTS_SCHEMA).coalesce(1).write.mode("overwrite").partitionBy(
             "day", "tenant_id", "export"
         ).parquet(str(inputs_dir))
     partitions = usage_report.shuffle_partitions(args.rows)
@@ -118,13 +118,13 @@ def profile(args, t0: float) -> None:
         sql_before = {x["id"] for x in rest("sql?details=false")}
         sent = [time.time()]
         rows = (
-            spark.read.schema(lake.LAKE_SCHEMA)
+            spark.read.schema(lake_layout.LAKE_SCHEMA)
             .option("basePath", str(meters))
             .parquet(f"{meters}/day={{{DAY}}}")
             .where((F.col("day") >= F.lit(DAY)) & (F.col("day") <= F.lit(DAY)) & (F.col("export") <= 1))
         )
         inputs = (
-            spark.read.schema(lake.INPUTS_SCHEMA)
+            spark.read.schema(lake_layout.INPUTS_SCHEMA)
             .option("basePath", str(inputs_dir))
             .parquet(f"{inputs_dir}/day={{{DAY}}}")
             .where(F.col("export") == 1)

@@ -1,5 +1,5 @@
 """Extract: what the jobs read from the database, the only place they do. The metering rows' JDBC
-read (partitioned id-range reads, lake.py's export) and the snapshot of the report's other inputs
+read (partitioned id-range reads, lake_export.py) and the snapshot of the report's other inputs
 (registrations, pending and stored events, aggregated per tenant and UTC day) that every export
 writes into the lake beside the metering rows. A report reads the lake only.
 
@@ -69,7 +69,7 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
         ("commands", LongType()),
         ("top_ms", DoubleType()),
     ],
-    # One metering row as the export reads it (lake.py) and the lake keeps it.
+    # One metering row as the export reads it (lake_export.py) and the lake keeps it.
     "meter_rows": [
         ("id", LongType()),
         ("tenant_id", LongType()),
@@ -85,7 +85,7 @@ SCHEMAS: dict[str, list[tuple[str, DataType]]] = {
         ("duration_ms", DoubleType()),
         ("sender_did", StringType()),
     ],
-    # The report's other inputs per tenant and UTC day as the export snapshots them (lake.py): a
+    # The report's other inputs per tenant and UTC day as the export snapshots them (lake_export.py): a
     # counts row (bucket, delivered and top_ms null) and the delivery latency histogram's rows
     # (acknowledged pending events per bucket of their creation-to-acknowledgement time, the
     # latency histogram's buckets, and the bucket's largest time; the counts null).

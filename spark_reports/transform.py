@@ -12,7 +12,7 @@ Per tenant and UTC day:
   share of that day's commands;
 - top: the ten sender DIDs with the most commands (ties: more bytes, then DID order).
 
-Inputs: the metering rows arrive as rows from the Parquet lake (lake.py), which `meter_partials`
+Inputs: the metering rows arrive as rows from the Parquet lake (lake_read.py), which `meter_partials`
 aggregates in ONE scan into two kinds of aggregates (a grouping set each); registrations, pending
 and stored events arrive as the export's per tenant and day snapshot of them (extract.SCHEMAS
 ["inputs"]: counts, and the delivery latency histogram in the same buckets as command latency).

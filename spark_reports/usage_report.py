@@ -41,7 +41,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from . import lake as meter_lake
+from . import lake_export, lake_layout, lake_log, lake_read
 from .config import Database, build_session, database_from_env, env_int, session_target
 from .load import collect_report, load
 from .transform import latency_percentiles, merged_counts, merged_histogram, meter_partials, report_from
@@ -142,14 +142,14 @@ def run(
     started = time.perf_counter()
     if progress:
         progress.step("exporting")
-    exported = meter_lake.export(spark, db, lake)
+    exported = lake_export.export(spark, db, lake)
     phases = {"export": time.perf_counter() - started}
     if progress:
         progress.step("counting rows")
-    sizes = {"meters": meter_lake.rows_estimate(db, date_from, date_to)}
-    state = meter_lake.lake_state(db, date_from, date_to)
-    rows = meter_lake.read_meters(spark, db, date_from, date_to, tenant_ids, lake, state)
-    inputs = meter_lake.read_inputs(spark, db, date_from, date_to, tenant_ids, lake, state)
+    sizes = {"meters": lake_log.rows_estimate(db, date_from, date_to)}
+    state = lake_log.lake_state(db, date_from, date_to)
+    rows = lake_read.read_meters(spark, db, date_from, date_to, tenant_ids, lake, state)
+    inputs = lake_read.read_inputs(spark, db, date_from, date_to, tenant_ids, lake, state)
     phases["bounds"] = time.perf_counter() - started - sum(phases.values())
     if progress:
         progress.state["rows_total"] = sizes["meters"]
@@ -207,12 +207,12 @@ def warm_up(spark, folder: str) -> float:
         }
         for i in range(1, 41)
     ]
-    names = [f.name for f in meter_lake.LAKE_SCHEMA.fields]
-    frame = spark.createDataFrame([tuple(r.get(n) for n in names) for r in rows], meter_lake.LAKE_SCHEMA)
-    frame.write.mode("overwrite").partitionBy(*meter_lake.PARTITIONS).parquet(folder)
-    read = spark.read.schema(meter_lake.LAKE_SCHEMA).parquet(folder)
+    names = [f.name for f in lake_layout.LAKE_SCHEMA.fields]
+    frame = spark.createDataFrame([tuple(r.get(n) for n in names) for r in rows], lake_layout.LAKE_SCHEMA)
+    frame.write.mode("overwrite").partitionBy(*lake_layout.PARTITIONS).parquet(folder)
+    read = spark.read.schema(lake_layout.LAKE_SCHEMA).parquet(folder)
     counts, latency = settle(read, 1)
-    inputs = spark.createDataFrame([], meter_lake.INPUTS_SCHEMA)
+    inputs = spark.createDataFrame([], lake_layout.INPUTS_SCHEMA)
     collect_report(report_from(counts, latency, inputs, WARM_DAY, WARM_DAY))
     return time.perf_counter() - started
 

@@ -9,7 +9,6 @@ from django.conf import settings
 from django.db.models import Field
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from unfold.decorators import display
 
@@ -22,7 +21,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import (
     fingerprint,
 )
-from apps.tenants.templatetags.mediator import did_cell, utc
+from apps.tenants.templatetags.mediator import utc
 from apps.wire.display import human_bytes, utc_iso
 
 from .services import tenant_statistics
@@ -31,24 +30,24 @@ from .services import tenant_statistics
 LIVE_ROWS = 50
 
 
-# The blocks' markup: templates/admin/tenants/tenant/panels/ (autoescaped; values go through `stringformat:"s"`,
-# so that they render as str() does, not localized, and an already safe value is kept as it is).
+# The blocks' markup: templates/admin/tenants/tenant/panels/<block>.html, one per block (autoescaped; values
+# that are not text go through `stringformat:"s"`, so that they render as str() does, not localized, and an
+# already safe value is kept as it is). This module computes their context only.
 PANELS = "admin/tenants/tenant/panels"
 
 
-def _invitation_block(title: str, dom_id: str, url: str, *, alt: str) -> str:
+def _panel(name: str, context: dict) -> str:
+    return render_to_string(f"{PANELS}/{name}.html", context)
+
+
+def _invitation(title: str, dom_id: str, url: str, *, alt: str) -> dict:
     """One invitation URL: read-only text, a Copy button (apps/didcomm/static/didcomm/copy.js) and its QR."""
     qr = mark_safe(invitation_qr_svg(url, alt=alt))  # noqa: S308 - segno's SVG of our own URL, no user markup
-    return render_to_string(f"{PANELS}/invitation.html", {"title": title, "dom_id": dom_id, "url": url, "qr": qr})
+    return {"title": title, "dom_id": dom_id, "url": url, "qr": qr}
 
 
 def _queue_cell(depth: int, did: str | None):
-    return render_to_string(f"{PANELS}/queue_cell.html", {"depth": depth, "did": did_cell(did)}) if did else depth
-
-
-def _figures_table(rows, *, dom_id: str) -> str:
-    """Label and value rows (console.css lays them out so that no value widens the page)."""
-    return render_to_string(f"{PANELS}/figures.html", {"rows": list(rows), "dom_id": dom_id})
+    return _panel("queue_cell", {"depth": depth, "did": did}) if did else depth
 
 
 class TenantPanels:
@@ -87,10 +86,8 @@ class TenantPanels:
         rows = list(obj.key_history.order_by("-retired_at")[:10])
         if not rows:
             return "none"
-        return format_html_join(
-            "",
-            "<div>{} {} · retired {}</div>",
-            ((k.purpose, fingerprint(k.public), utc_iso(k.retired_at)) for k in rows),
+        return _panel(
+            "key_history", {"rows": [(k.purpose, fingerprint(k.public), utc_iso(k.retired_at)) for k in rows]}
         )
 
     @display(description="Live figures")
@@ -113,106 +110,34 @@ class TenantPanels:
             ("Queued messages", d.queued),
             ("Largest recipient queue", _queue_cell(d.largest_queue, d.largest_queue_did)),
         ]
-        return format_html(
-            '<div class="figures-grid"><section><h3>Decentrl</h3>{}</section><section><h3>DIDComm</h3>{}</section></div>',
-            _figures_table(decentrl, dom_id="figures-decentrl"),
-            _figures_table(didcomm, dom_id="figures-didcomm"),
-        )
+        return _panel("live_figures", {"decentrl": decentrl, "didcomm": didcomm})
 
     @display(description="Live connections")
     def live_connections(self, obj: Tenant):
         """Open sockets from the presence rows they keep: Decentrl `/ws` per DID, DIDComm
         `/didcomm/ws` in live mode per client."""
         live = live_connections(tenant=obj, limit=LIVE_ROWS)
-        counts = format_html(
-            '<p id="live-counts">Decentrl <code>/ws</code>: <strong data-live="decentrl">{}</strong> socket(s) for {} DID(s)'
-            ' · DIDComm <code>/didcomm/ws</code> in live mode: <strong data-live="didcomm">{}</strong> socket(s) for {} '
-            "client(s)</p>",
-            live.decentrl_sockets,
-            live.decentrl_dids,
-            live.didcomm_sockets,
-            live.didcomm_clients,
-        )
-        if not live.rows:
-            return format_html('{}<p class="muted">No open socket.</p>', counts)
-        rows = format_html_join(
-            "",
-            '<tr><td>{}</td><td>{}</td><td class="num">{}</td><td>{}</td></tr>',
-            (
-                (
-                    r.protocol,
-                    did_cell(r.did) if r.did else "a client no longer granted",
-                    r.sockets,
-                    utc_iso(datetime.fromtimestamp(r.until, tz=UTC)),
-                )
-                for r in live.rows
-            ),
-        )
+        rows = [(r.protocol, r.did, r.sockets, utc_iso(datetime.fromtimestamp(r.until, tz=UTC))) for r in live.rows]
         more = live.decentrl_dids + live.didcomm_clients - len(live.rows)
-        return format_html(
-            '{}<div class="live-connections-wrap"><table class="live-connections" id="live-connections"><thead><tr><th>Protocol</th><th>DID</th>'
-            '<th class="num">Sockets</th><th>Vouched for until</th></tr></thead><tbody>{}</tbody></table></div>{}',
-            counts,
-            rows,
-            format_html('<p class="muted">and {} more</p>', more) if more > 0 else "",
-        )
+        return _panel("live_connections", {"live": live, "rows": rows, "more": more})
 
     @display(description="DNS and TLS checklist")
     def domain_checklist(self, obj: Tenant):
         """What must be true outside this deployment before clients can use the tenant's hosts."""
         hosts = [obj.domain, *obj.aliases.values_list("domain", flat=True)]
         scheme = settings.MEDIATOR_PUBLIC_SCHEME
-        did_json = f"{scheme}://{obj.domain}/.well-known/did.json"
-        names = format_html_join(", ", "<code>{}</code>", ((h,) for h in hosts))
-        tls = (
-            format_html("a certificate on whatever terminates TLS in front of this deployment covers {}.", names)
-            if scheme == "https"
-            else format_html(
-                "not needed while MEDIATOR_PUBLIC_SCHEME is <code>http</code> (development); in production "
-                "a certificate covers {}.",
-                names,
-            )
-        )
-        # What the two URLs answer now: a suspended tenant's answer 503 (apps/decentrl/views.py).
-        if obj.is_active:
-            did_answer = format_html(
-                "answers with <code>{}</code> (a did:web resolver fetches it over https).", obj.did
-            )
-            health_answer = "answers 200."
-            suspended = ""
-        else:
-            did_answer = format_html(
-                "answers <code>503 MEDIATOR_UNAVAILABLE</code> while the tenant is suspended; with <code>{}</code> "
-                "once resumed (a did:web resolver fetches it over https).",
-                obj.did,
-            )
-            health_answer = format_html(
-                "answers 503 (<code>{}</code>) while the tenant is suspended; 200 once resumed.", "mediator suspended"
-            )
-            suspended = format_html(
-                '<p class="mb-2" id="checklist-suspended"><strong>Suspended</strong>: {} serves nothing until it is '
-                "resumed (<em>Resume</em> above).</p>",
-                obj.slug,
-            )
-        return format_html(
-            '{}<ol class="checklist" id="domain-checklist">'
-            "<li><strong>DNS</strong>: {} resolve{} to this deployment (an A/AAAA record, or a CNAME to its host name).</li>"
-            "<li><strong>TLS</strong>: {}</li>"
-            '<li><strong>DID document</strong>: <a class="text-primary-600" href="{}">{}</a> {}</li>'
-            '<li><strong>Health</strong>: <a class="text-primary-600" href="{}/health">{}/health</a> {}</li>'
-            "<li><strong>Clients</strong>: Decentrl clients use <code>{}</code>; wallets and agents scan or paste an "
-            "invitation below.</li></ol>",
-            suspended,
-            names,
-            "" if len(hosts) > 1 else "s",
-            tls,
-            did_json,
-            did_json,
-            did_answer,
-            obj.public_url,
-            obj.public_url,
-            health_answer,
-            obj.did,
+        return _panel(
+            "domain_checklist",
+            {
+                "active": obj.is_active,
+                "slug": obj.slug,
+                "did": obj.did,
+                "public_url": obj.public_url,
+                "hosts": hosts,
+                "several_hosts": len(hosts) > 1,
+                "https": scheme == "https",
+                "did_json": f"{scheme}://{obj.domain}/.well-known/did.json",
+            },
         )
 
     @display(description="DIDComm policy")
@@ -230,7 +155,7 @@ class TenantPanels:
             elif isinstance(value, bool):
                 value = "yes" if value else "no"
             rows.append((didcomm_texts.label(name), value))
-        return _figures_table(rows, dom_id="didcomm-policy-values")
+        return _panel("figures", {"rows": rows, "dom_id": "didcomm-policy-values"})
 
     @display(description="Out-of-Band invitations")
     def didcomm_invitation(self, obj: Tenant):
@@ -238,27 +163,24 @@ class TenantPanels:
         for DIDComm v2 wallets, and the Aries OOB 1.1 one an operator hands to ACA-Py
         (`--mediator-invitation`) or Credo (DIDComm v1)."""
         if not policy_for(tenant=obj).enabled:
-            return mark_safe(  # noqa: S308 - constant markup
-                'DIDComm is disabled: switch it on under <a class="text-primary-600" href="#didcomm-policy">'
-                "DIDComm policy</a> below."
-            )
+            return _panel("invitations", {"enabled": False})
         _, url = invitation_for(tenant=obj)
         _, url_v1 = invitation_v1_for(tenant=obj)
-        return format_html(
-            '<div class="invitations">{}{}</div>',
-            _invitation_block(
+        invitations = [
+            _invitation(
                 "DIDComm v2 (Out-of-Band 2.0)",
                 "didcomm-oob",
                 url,
                 alt=f"QR code of the DIDComm v2 invitation of {obj.slug}",
             ),
-            _invitation_block(
+            _invitation(
                 "DIDComm v1 (Aries Out-of-Band 1.1): ACA-Py --mediator-invitation, Credo",
                 "didcomm-oob-v1",
                 url_v1,
                 alt=f"QR code of the DIDComm v1 invitation of {obj.slug}",
             ),
-        )
+        ]
+        return _panel("invitations", {"enabled": True, "invitations": invitations})
 
     @display(description="DIDComm v1 outbound delivery")
     def didcomm_delivery(self, obj: Tenant):
@@ -266,14 +188,7 @@ class TenantPanels:
         with a link to those connections (docs/didcomm.md "When delivery fails")."""
         summary = delivery_summary(tenant=obj)
         url = reverse("admin:didcomm_connection_changelist") + f"?tenant__id__exact={obj.pk}&delivery=failing"
-        return format_html(
-            '<span data-figure="delivery-failing">{}</span> connection(s) failing, '
-            '<span data-figure="delivery-waiting">{}</span> message(s) waiting to be POSTed. '
-            '<a class="text-primary-600" href="{}">Failing connections</a>',
-            summary["failing"],
-            summary["waiting"],
-            url,
-        )
+        return _panel("delivery", {"failing": summary["failing"], "waiting": summary["waiting"], "url": url})
 
     @display(description="Keys last rotated", ordering="keys_rotated_at")
     def keys_rotated(self, obj: Tenant):
@@ -284,10 +199,6 @@ class TenantPanels:
         entries = list(obj.audit_entries.all()[:5])
         if not entries:
             return "none"
-        items = format_html_join(
-            "",
-            "<li>{} · {} · {} via {}</li>",
-            ((utc_iso(e.at), e.action, e.actor_name or "-", e.via) for e in entries),
-        )
         url = reverse("admin:tenants_auditentry_changelist") + f"?tenant__id__exact={obj.pk}"
-        return format_html('<ul>{}</ul><a class="text-primary-600" href="{}">Full audit log</a>', items, url)
+        rows = [(utc_iso(e.at), e.action, e.actor_name or "-", e.via) for e in entries]
+        return _panel("recent_audit", {"entries": rows, "url": url})

@@ -216,9 +216,9 @@ RESULT_MODELS: dict[str, type[ReportResult]] = {
 
 
 class MeterExport(models.Model):
-    """One attempt of the metering export (spark_reports/lake.py): the id range (lo_id, hi_id] of
-    `usage_commandmeter` written to the Parquet lake under `export=<id>`. Only `committed` attempts
-    are part of the lake; the export watermark is the largest committed hi_id. A `pending` attempt
+    """One attempt of the metering export (spark_reports/lake_export.py; this table is the lake's
+    commit log, spark_reports/lake_log.py): the id range (lo_id, hi_id] of `usage_commandmeter`
+    written to the Parquet lake under `export=<id>`. Only `committed` attempts are part of the lake; the export watermark is the largest committed hi_id. A `pending` attempt
     that a later export finds was interrupted (a crash, kill -9) is marked `abandoned` and its
     files are never read; its rows are exported again by the next attempt. Every attempt also writes
     a snapshot of the report's other inputs for the days from `inputs_from` on (all days when null).

@@ -23,7 +23,7 @@ from apps.usage.models import (
     ReportRun,
     ReportTopIdentity,
 )
-from spark_reports import extract, lake, load, transform
+from spark_reports import extract, lake_export, lake_log, lake_read, load, transform
 from spark_reports.config import database_from_url
 from spark_reports.transform import DAILY_COLUMNS
 from spark_reports.usage_report import run as run_job
@@ -255,15 +255,15 @@ def test_the_report_reads_only_the_lake_pruned_by_day_and_tenant(spark, tenant_a
     )
     db = database_from_url(services.report_database_url())
     # Before the first export the lake holds nothing: empty local frames, no file, no database read.
-    for frame in (lake.read_meters(spark, db, day, day), lake.read_inputs(spark, db, day, day)):
+    for frame in (lake_read.read_meters(spark, db, day, day), lake_read.read_inputs(spark, db, day, day)):
         frame.explain()
         plan = capsys.readouterr().out
         assert "JDBCRelation" not in plan and "LocalTableScan" in plan, plan
 
-    assert lake.export(spark, db)["rows"] == 1
-    rows = lake.read_meters(spark, db, day, day, [tenant_a.pk])
+    assert lake_export.export(spark, db)["rows"] == 1
+    rows = lake_read.read_meters(spark, db, day, day, [tenant_a.pk])
     partials = transform.meter_partials(rows)
-    inputs = lake.read_inputs(spark, db, day, day, [tenant_a.pk])
+    inputs = lake_read.read_inputs(spark, db, day, day, [tenant_a.pk])
     transform.input_figures(inputs, day, day)[0].explain()
     plan = capsys.readouterr().out
     assert "JDBCRelation" not in plan and "LocalTableScan" in plan, plan  # no registration, pending or stored event
@@ -311,10 +311,10 @@ def test_the_export_reads_id_ranges_in_parallel_and_spark_aggregates_the_lake(sp
     assert hi - lo == 29
     assert extract.id_ranges((lo, hi, 30), 3) == [(lo, lo + 10), (lo + 10, lo + 20), (lo + 20, hi + 1)]
     db = database_from_url(services.report_database_url())
-    lake.read_range(spark, db, lake.Attempt(0, lo - 1, hi)).explain()
+    lake_export.read_range(spark, db, lake_log.Attempt(0, lo - 1, hi)).explain()
     assert capsys.readouterr().out.count("JDBCRelation") == 3
-    assert lake.export(spark, db)["rows"] == 30
-    rows = lake.read_meters(spark, db, day, day, [tenant_a.pk])
+    assert lake_export.export(spark, db)["rows"] == 30
+    rows = lake_read.read_meters(spark, db, day, day, [tenant_a.pk])
     assert sorted(r["id"] for r in rows.select("id").collect()) == ids
     merged = transform.merge_meters(transform.meter_partials(rows), day, day)
     got = {

@@ -1,4 +1,4 @@
-"""The metering export (spark_reports/lake.py) as a real process, killed with SIGKILL at its worst
+"""The metering export (spark_reports/lake.py, lake_export.py) as a real process, killed with SIGKILL at its worst
 moments, then run again: every metering row is in the lake's committed exports exactly once, and the
 figures Spark computes from the lake equal an SQL oracle over the metering table, across UTC day
 edges, tenants and protocols."""
@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from apps.usage import services, tasks
 from apps.usage.models import CommandMeter, MeterExport
-from spark_reports import lake, transform
+from spark_reports import lake, lake_cleanup, lake_compaction, lake_export, lake_layout, lake_read, transform
 from spark_reports.config import database_from_url
 
 from . import dataset
@@ -72,7 +72,7 @@ def start_export(env_extra: dict[str, str]) -> subprocess.Popen:
 
 
 def committed_ids(spark, db) -> list[int]:
-    rows = lake.read_meters(spark, db, DAY.date() - timedelta(days=1), DAY.date() + timedelta(days=4))
+    rows = lake_read.read_meters(spark, db, DAY.date() - timedelta(days=1), DAY.date() + timedelta(days=4))
     return sorted(r["id"] for r in rows.select("id").collect())
 
 
@@ -101,18 +101,20 @@ def test_an_export_killed_mid_write_then_run_again_has_every_row_exactly_once(
     if kill == "after_write_before_commit":
         # Its files are complete in the lake: read without the commit rule they would double every row.
         files = (
-            spark.read.schema(lake.LAKE_SCHEMA).parquet(lake.meters_uri(lake_dir)).where(F.col("export") == killed.pk)
+            spark.read.schema(lake_layout.LAKE_SCHEMA)
+            .parquet(lake_layout.meters_uri(lake_dir))
+            .where(F.col("export") == killed.pk)
         )
         assert files.count() == 600
 
     meter_rows([tenant_a, tenant_b], 150, start=600)  # traffic goes on meanwhile
-    result = lake.export(spark, db)
+    result = lake_export.export(spark, db)
     assert (result["abandoned"], result["rows"]) == (1, 750)
     killed.refresh_from_db()
     assert killed.state == MeterExport.State.ABANDONED
     expected = sorted(CommandMeter.objects.values_list("pk", flat=True))
     assert committed_ids(spark, db) == expected  # every row, none twice
-    assert lake.export(spark, db)["rows"] == 0  # nothing new: nothing exported again
+    assert lake_export.export(spark, db)["rows"] == 0  # nothing new: nothing exported again
     assert committed_ids(spark, db) == expected
 
 
@@ -120,8 +122,10 @@ def test_spark_figures_from_the_lake_equal_sql_across_days_tenants_and_protocols
     meter_rows([tenant_a, tenant_b], 900)
     db = database_from_url(services.report_database_url())
     first, last = DAY.date(), DAY.date() + timedelta(days=2)
-    lake.export(spark, db)
-    merged = transform.merge_meters(transform.meter_partials(lake.read_meters(spark, db, first, last)), first, last)
+    lake_export.export(spark, db)
+    merged = transform.merge_meters(
+        transform.meter_partials(lake_read.read_meters(spark, db, first, last)), first, last
+    )
     counts = transform.merged_counts(merged)
     got = {
         (r["tenant_id"], r["day"], r["protocol"]): (r["commands"], r["errors"], r["bytes_in"], r["bytes_out"])
@@ -171,7 +175,7 @@ def test_the_beat_task_exports_through_a_job_process(spark, tenant_a, tenant_b):
 
 def export_folders(lake_dir: str, day) -> set[tuple[str, str]]:
     """The (tenant_id=, export=) folders of one day of the lake's metering rows."""
-    root = Path(lake.meters_uri(lake_dir)) / f"day={day.isoformat()}"
+    root = Path(lake_layout.meters_uri(lake_dir)) / f"day={day.isoformat()}"
     return {(p.parent.name, p.name) for p in root.glob("tenant_id=*/export=*")}
 
 
@@ -181,7 +185,7 @@ def test_compaction_rewrites_closed_days_and_readers_see_every_row_once_at_every
     db = database_from_url(services.report_database_url())
     for start in (0, 90, 180):  # three exports, each with rows on the three days and both tenants
         meter_rows([tenant_a, tenant_b], 90, start=start)
-        lake.export(spark, db)
+        lake_export.export(spark, db)
     days = [DAY.date() + timedelta(days=i) for i in range(3)]
     today = days[-1] + timedelta(days=1)
     expected = sorted(CommandMeter.objects.values_list("pk", flat=True))
@@ -194,11 +198,11 @@ def test_compaction_rewrites_closed_days_and_readers_see_every_row_once_at_every
         raise Died  # the compaction's files are written, its commit never comes
 
     with pytest.raises(Died):
-        lake.compact(spark, db, today=today, after_write=die)
+        lake_compaction.compact(spark, db, today=today, after_write=die)
     assert MeterExport.objects.get(state=MeterExport.State.PENDING).day == days[0]
     assert committed_ids(spark, db) == expected  # its files are there, unread
 
-    result = lake.compact(spark, db, today=today)
+    result = lake_compaction.compact(spark, db, today=today)
     assert [(c["day"], c["rows"]) for c in result["compacted"]] == [(d.isoformat(), 90) for d in days]
     assert MeterExport.objects.filter(day__isnull=False, state=MeterExport.State.ABANDONED).count() == 1
     # Old and new files are both on disk until CLEAN_AFTER: readers take one set of them.
@@ -206,12 +210,12 @@ def test_compaction_rewrites_closed_days_and_readers_see_every_row_once_at_every
     assert committed_ids(spark, db) == expected
 
     meter_rows([tenant_a, tenant_b], 30, start=270)  # late rows of the compacted days
-    lake.export(spark, db)
+    lake_export.export(spark, db)
     expected = sorted(CommandMeter.objects.values_list("pk", flat=True))
     assert committed_ids(spark, db) == expected
 
-    later = datetime.now(UTC) + lake.CLEAN_AFTER + timedelta(minutes=1)
-    result = lake.compact(spark, db, today=today, now=later)
+    later = datetime.now(UTC) + lake_cleanup.CLEAN_AFTER + timedelta(minutes=1)
+    result = lake_compaction.compact(spark, db, today=today, now=later)
     assert [c["day"] for c in result["compacted"]] == [d.isoformat() for d in days]  # the late rows joined
     assert result["cleaned_folders"] > 0
     latest = MeterExport.objects.filter(state=MeterExport.State.COMPACTED, day=days[0]).latest("pk")
@@ -219,4 +223,4 @@ def test_compaction_rewrites_closed_days_and_readers_see_every_row_once_at_every
         (f"tenant_id={t.pk}", f"export={-latest.pk}") for t in (tenant_a, tenant_b)
     }
     assert committed_ids(spark, db) == expected
-    assert lake.compact(spark, db, today=today, now=later)["compacted"] == []  # nothing left to do
+    assert lake_compaction.compact(spark, db, today=today, now=later)["compacted"] == []  # nothing left to do

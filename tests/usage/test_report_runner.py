@@ -17,7 +17,7 @@ from django.db.models import Max
 
 from apps.usage import services, views
 from apps.usage.models import CommandMeter, MeterExport, ReportRun
-from spark_reports import lake
+from spark_reports import lake_export
 from spark_reports.config import database_from_url
 from spark_reports.usage_report import STEPS
 
@@ -148,7 +148,7 @@ def test_an_export_that_finds_no_new_row_does_no_spark_work(tenant_a, lake_dir):
     # As if an earlier export had taken every row up to now.
     MeterExport.objects.create(lo_id=0, hi_id=hi, state="committed", rows=1, started_at=FROZEN, first_at=FROZEN)
     db = database_from_url(services.report_database_url())
-    result = lake.export(NoSpark(), db, lake_dir)
+    result = lake_export.export(NoSpark(), db, lake_dir)
     assert (result["from_id"], result["to_id"], result["rows"], result["abandoned"]) == (hi, hi, 0, 0)
     attempt = MeterExport.objects.get(pk=result["export"])
     assert (attempt.state, attempt.lo_id, attempt.hi_id, attempt.rows) == ("committed", hi, hi, 0)
