@@ -30,4 +30,5 @@ async def nothing_before_a_push(comm: WebsocketCommunicator, tenant_id: int, did
     group = group_name(tenant_id, did)
     marker = canonical_str({"type": "ORDERING_MARKER", "id": str(uuid.uuid4())})
     await get_channel_layer().group_send(group, {"type": PUSH_TYPE, "group": group, "text": marker})
-    assert await comm.receive_from(timeout=10) == marker
+    received = await comm.receive_from(timeout=10)
+    assert received == marker, f"received {received} before the marker"
