@@ -19,6 +19,7 @@ import channels_redis
 import pytest
 import redis
 from asgiref.sync import async_to_sync
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
@@ -121,15 +122,23 @@ def _join(layer, group: str, n: int) -> list[str]:
 
 
 def _drain(layer, channel: str) -> list[dict]:
-    """Every message waiting on `channel`, in order."""
+    """Every message waiting on `channel`, in order: those received before a marker sent to it now
+    (once there is room for it: the oldest are taken first while the channel is at its capacity).
+    channels_redis keeps a channel's messages in a sorted set scored by the time they were sent
+    and hands out the oldest first, so whatever was sent before the marker comes before it."""
+    marker = {"type": "drain.marker", "id": uuid.uuid4().hex}
 
     async def body():
         got = []
         while True:
             try:
-                got.append(await asyncio.wait_for(layer.receive(channel), 0.3))
-            except TimeoutError:
-                return got
+                await layer.send(channel, marker)
+                break
+            except ChannelFull:
+                got.append(await asyncio.wait_for(layer.receive(channel), 10))
+        while (message := await asyncio.wait_for(layer.receive(channel), 10)) != marker:
+            got.append(message)
+        return got
 
     return async_to_sync(body)()
 

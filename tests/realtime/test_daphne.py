@@ -65,14 +65,15 @@ class Deployment:
         return await open_authenticated(f"ws://{self.host}/ws", who, connect_to=("127.0.0.1", self.ports[i]))
 
     def pair(self) -> tuple[Identity, Identity]:
-        """Alice and Bob registered here, Bob holding a contract with Alice (so she may send)."""
+        """Alice and Bob registered here, each holding a contract with the other (so either may send)."""
         alice = Identity.create("alice", self.tenant.did)
         bob = Identity.create("bob", self.tenant.did)
         http = self.clients[0]
         http.register(alice)
         http.register(bob)
-        signed, _, _ = signed_contract(alice, bob)
-        http.command(bob, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
+        for requestor, saver in ((alice, bob), (bob, alice)):
+            signed, _, _ = signed_contract(requestor, saver)
+            http.command(saver, {"type": "SAVE_COMMUNICATION_CONTRACT", "signed_communication_contract": signed})
         return alice, bob
 
     def close(self) -> None:
@@ -100,12 +101,21 @@ def _expected(event_id: str, sender: Identity, payload: str) -> dict:
     return {"type": "PENDING_EVENTS", "events": [{"id": event_id, "sender_did": sender.did, "payload": payload}]}
 
 
-async def _no_frame(sock: MediatorSocket, seconds: float = 0.3) -> bool:
-    try:
-        await sock.recv(seconds)
-    except TimeoutError:
-        return True
-    return False
+async def _nothing_before_events(sock: MediatorSocket, to: Identity, sender: Identity, clients) -> list[str]:
+    """Instead of waiting for no frame: `sender` sends `to` one marker event through each of
+    `clients` (each process whose earlier commands must not have pushed to `sock`), and the next
+    frames on `sock` (a socket of `to`) are exactly those events, in either order. A command's
+    push leaves its process in order (on the in-memory layer before its reply, over Redis through
+    that process's pusher, oldest first) and a socket takes its channel's messages in order, so a
+    frame an earlier command of the same process had pushed to `sock` would come before its marker.
+    Returns the markers' event ids (pending for `to` until acknowledged)."""
+    sent = []
+    for http in clients:
+        blob = f"marker-{uuid.uuid4()}"
+        sent.append(_expected(await asyncio.to_thread(http.send_sealed, sender, to.did, blob), sender, blob))
+    got = [await sock.recv(10) for _ in sent]
+    assert sorted(got, key=json.dumps) == sorted(sent, key=json.dumps)
+    return [frame["events"][0]["id"] for frame in sent]
 
 
 def test_every_socket_of_a_did_receives_the_push_and_a_refusal_carries_its_close_code(deploy):
@@ -125,7 +135,7 @@ def test_every_socket_of_a_did_receives_the_push_and_a_refusal_carries_its_close
                 "type": "chat.message",
                 "text": "hi",
             }
-        assert await _no_frame(alice_socket)
+        await _nothing_before_events(alice_socket, alice, bob, [http])
         for sock in [*bob_sockets, alice_socket]:
             await sock.close()
 
@@ -164,7 +174,7 @@ def test_a_push_crosses_daphne_processes_over_redis(deploy):
         )
         assert await bob_on_1.next_of("CONTRACTS_UPDATED", 5) == {"type": "CONTRACTS_UPDATED"}
         assert await bob_on_2.next_of("CONTRACTS_UPDATED", 5) == {"type": "CONTRACTS_UPDATED"}
-        assert await _no_frame(alice_on_2)
+        await _nothing_before_events(alice_on_2, alice, bob, d.clients)
         for sock in (bob_on_1, bob_on_2, alice_on_2):
             await sock.close()
 
@@ -194,13 +204,14 @@ def test_a_socket_dropped_mid_stream_gets_the_backlog_again_on_reconnect(deploy)
             "type": "PENDING_EVENTS",
             "events": [{"id": i, "sender_did": alice.did, "payload": b} for i, b in sent],
         }
-        assert await _no_frame(again)
-        await asyncio.to_thread(http.ack_events, bob, [i for i, _ in sent])
+        markers = await _nothing_before_events(again, bob, alice, [http])
+        await asyncio.to_thread(http.ack_events, bob, [i for i, _ in sent] + markers)
         await again.close()
 
-        # Acknowledged events are gone from the backlog.
+        # Acknowledged events are gone from the backlog: the socket sends it before it takes the
+        # marker's push, and a marker stored before the backlog was read is all of it.
         last = await d.socket(bob)
-        assert await _no_frame(last, 0.5)
+        await _nothing_before_events(last, bob, alice, [http])
         await last.close()
 
     asyncio.run(body())
@@ -300,7 +311,7 @@ def test_a_socket_that_stops_reading_is_closed_over_its_send_budget_and_its_even
         while len(backlog) < len(sent):
             backlog += [e["id"] for e in (await again.next_of("PENDING_EVENTS", 10))["events"]]
         assert backlog == sent
-        assert await _no_frame(again)
+        await _nothing_before_events(again, bob, alice, [http])
         await again.close()
 
     asyncio.run(body())

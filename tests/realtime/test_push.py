@@ -13,6 +13,7 @@ from apps.realtime.groups import group_name
 from apps.wire import contract as wc
 from apps.wire.did import parse_decentrl
 from tests.conftest import HOST_B
+from tests.support.ordering import nothing_before_a_push
 from tests.support.registration import contract_both_ways, register, signed_contract
 
 from .conftest import connect_authenticated, run, send
@@ -51,14 +52,14 @@ def test_two_way_private_pushes_pending_events_to_every_socket_of_the_recipient(
         }
         assert await bob_phone.receive_json_from() == expected
         assert await bob_laptop.receive_json_from() == expected
-        assert await alice_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(alice_sock, tenant_a.pk, alice.did)
         for comm in (bob_phone, bob_laptop, alice_sock):
             await comm.disconnect()
 
     run(body)
 
 
-def test_a_refused_two_way_private_pushes_nothing(post_a, pair, committed):
+def test_a_refused_two_way_private_pushes_nothing(post_a, tenant_a, pair, committed):
     alice, bob = pair  # no contract between them
 
     async def body():
@@ -67,13 +68,13 @@ def test_a_refused_two_way_private_pushes_nothing(post_a, pair, committed):
             lambda: post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
         )
         assert (status, reply) == (404, {"type": "ERROR", "code": "COMMUNICATION_CONTRACT_NOT_FOUND"})
-        assert await bob_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(bob_sock, tenant_a.pk, bob.did)
         await bob_sock.disconnect()
 
     run(body)
 
 
-def test_a_forwarded_contract_request_pushes_contracts_updated_to_the_recipient(post_a, pair, committed):
+def test_a_forwarded_contract_request_pushes_contracts_updated_to_the_recipient(post_a, tenant_a, pair, committed):
     alice, bob = pair
     req = wc.build_request(
         requestor_did=alice.did,
@@ -94,7 +95,7 @@ def test_a_forwarded_contract_request_pushes_contracts_updated_to_the_recipient(
         status, reply = await committed(lambda: post_a.command(alice, payload, recipient_did=bob.did))
         assert status == 200, reply
         assert await bob_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
-        assert await alice_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(alice_sock, tenant_a.pk, alice.did)
         await bob_sock.disconnect()
         await alice_sock.disconnect()
 
@@ -107,13 +108,13 @@ def test_a_registration_request_pushes_nothing(post_a, tenant_a, pair, committed
     async def body():
         alice_sock = await connect_authenticated(alice)
         await committed(lambda: register(post_a, alice, tenant_a))
-        assert await alice_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(alice_sock, tenant_a.pk, alice.did)
         await alice_sock.disconnect()
 
     run(body)
 
 
-def test_a_contract_response_pushes_contracts_updated_to_the_other_party(post_a, pair, committed):
+def test_a_contract_response_pushes_contracts_updated_to_the_other_party(post_a, tenant_a, pair, committed):
     alice, bob = pair
     signed, _, _ = signed_contract(alice, bob)
     payload = {"type": "COMMUNICATION_CONTRACT_RESPONSE", "signed_communication_contract": signed}
@@ -124,7 +125,7 @@ def test_a_contract_response_pushes_contracts_updated_to_the_other_party(post_a,
         status, reply = await committed(lambda: post_a.command(bob, payload, recipient_did=alice.did))
         assert status == 200, reply
         assert await alice_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
-        assert await bob_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(bob_sock, tenant_a.pk, bob.did)
         await alice_sock.disconnect()
         await bob_sock.disconnect()
 
@@ -142,7 +143,7 @@ def test_save_contract_pushes_contracts_updated_to_the_sender(post_a, tenant_a, 
         status, reply = await committed(lambda: post_a.command(bob, payload, recipient_did=tenant_a.did))
         assert status == 200, reply
         assert await bob_sock.receive_json_from() == {"type": "CONTRACTS_UPDATED"}
-        assert await alice_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(alice_sock, tenant_a.pk, alice.did)
         await alice_sock.disconnect()
         await bob_sock.disconnect()
 
@@ -163,7 +164,7 @@ def test_a_push_for_one_tenant_never_reaches_another_tenants_socket(
             lambda: post_a.command(alice, "opaque-blob", recipient_did=bob.did, channel="TWO_WAY_PRIVATE")
         )
         assert status == 200
-        assert await carol_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(carol_sock, tenant_b.pk, carol.did)
         await carol_sock.disconnect()
 
     run(body)
@@ -186,9 +187,9 @@ def test_the_backlog_follows_auth_success_in_order_without_acknowledged_events(t
                 if i != 1
             ],
         }
-        assert await bob_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(bob_sock, tenant_a.pk, bob.did)
         alice_sock = await connect_authenticated(alice)  # the sender has no backlog
-        assert await alice_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(alice_sock, tenant_a.pk, alice.did)
         await bob_sock.disconnect()
         await alice_sock.disconnect()
 
@@ -212,7 +213,7 @@ def test_a_long_backlog_arrives_in_batches(tenant_a, pair):
             seen.extend(e["id"] for e in frame["events"])
         assert sizes == [50, 50, 20]
         assert seen == ids
-        assert await bob_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(bob_sock, tenant_a.pk, bob.did)
         await bob_sock.disconnect()
 
     run(body)
@@ -229,7 +230,7 @@ def test_backlog_frames_stay_under_a_mebibyte_unless_one_event_is_bigger(tenant_
         bob_sock = await connect_authenticated(bob)
         counts = [len((await bob_sock.receive_json_from())["events"]) for _ in range(3)]
         assert counts == [1, 1, 2]
-        assert await bob_sock.receive_nothing(timeout=0.1)
+        await nothing_before_a_push(bob_sock, tenant_a.pk, bob.did)
         await bob_sock.disconnect()
 
     run(body)
@@ -255,12 +256,15 @@ def test_it_pings_at_the_configured_interval_and_accepts_pong(settings, pair):
 
 def test_no_ping_before_authentication(settings, pair):
     settings.MEDIATOR_WS_PING_INTERVAL_S = 0.05
+    settings.MEDIATOR_WS_AUTH_TIMEOUT_S = 0.2
     from .conftest import communicator
 
     async def body():
         comm = communicator()
         assert (await comm.connect())[0]
-        assert await comm.receive_nothing(timeout=0.3)
+        # A PING timer started at the connect would have been due well before the AUTHENTICATE
+        # deadline, and the socket's loop runs its timers in the order they are due.
+        assert await comm.receive_json_from(timeout=5) == {"type": "AUTH_FAILED", "code": "AUTH_TIMEOUT"}
         await comm.disconnect()
 
     run(body)

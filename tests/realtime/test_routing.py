@@ -61,20 +61,31 @@ def test_a_client_gone_before_the_handshake_ends_the_catch_all_quietly():
         comm = _socket("/nonexistent")
         await comm.send_input({"type": "websocket.disconnect", "code": 1006})
         await comm.wait()
-        assert await comm.receive_nothing()
+        # The application has returned: nothing more can be sent.
+        assert comm.output_queue.empty()
 
     run(body)
 
 
 def test_ws_and_didcomm_ws_still_reach_their_consumers(tenant_a):
     """A served host: /ws waits for AUTHENTICATE (nothing sent, no close), /didcomm/ws for a
-    message; the catch-all would have refused both at once."""
+    message; the catch-all would have refused both at once. Each consumer's answer to a first frame
+    that is not a message is the first frame it sends: a refusal at connect would have come before."""
 
     async def body():
         for path in ("/ws", "/didcomm/ws"):
             comm = _socket(path)
             assert await comm.connect() == (True, None)
-            assert await comm.receive_nothing(timeout=0.3)
+            await comm.send_to(text_data="not a message")
+            answer = json.loads(await comm.receive_from(timeout=10))
+            if path == "/ws":
+                assert answer == {"type": "AUTH_FAILED", "code": "INVALID_MESSAGE"}
+                await expect_close(comm, 4002)
+            else:
+                assert (answer["type"], answer["body"]) == (
+                    "https://didcomm.org/report-problem/2.0/problem-report",
+                    {"code": "e.p.msg", "comment": "envelope is not JSON"},
+                )
             await comm.disconnect()
 
     run(body)

@@ -10,6 +10,7 @@ import pytest
 from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_resume, tenant_suspend, tenant_update
 from tests.conftest import HOST_B
+from tests.support.ordering import nothing_before_a_push
 from tests.support.registration import register
 
 from .conftest import communicator, connect_authenticated, expect_close, run
@@ -25,7 +26,9 @@ def registered(post_a, post_b, tenant_a, tenant_b, alice, bob, carol):
     return alice, bob, carol
 
 
-def test_it_closes_every_socket_of_a_suspended_tenant_with_mediator_unavailable(tenant_a, registered, committed):
+def test_it_closes_every_socket_of_a_suspended_tenant_with_mediator_unavailable(
+    tenant_a, tenant_b, registered, committed
+):
     alice, bob, carol = registered
 
     async def body():
@@ -38,7 +41,7 @@ def test_it_closes_every_socket_of_a_suspended_tenant_with_mediator_unavailable(
             assert await comm.receive_json_from() == {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}
             await expect_close(comm, 4503)
         # Tenant B's socket is not affected, and tenant A refuses new sockets as before.
-        assert await carol_sock.receive_nothing(timeout=0.2)
+        await nothing_before_a_push(carol_sock, tenant_b.pk, carol.did)
         again = communicator()
         assert (await again.connect())[0]
         assert await again.receive_json_from() == {"type": "ERROR", "code": "MEDIATOR_UNAVAILABLE"}
@@ -55,13 +58,13 @@ def test_saves_that_keep_the_tenant_serving_leave_its_sockets_open(tenant_a, reg
         sock = await connect_authenticated(alice)
         await committed(lambda: tenant_update(tenant=tenant_a, actor=CLI, name="Renamed"))
         await committed(lambda: tenant_resume(tenant=tenant_a, actor=CLI))  # already active: a no-op save
-        assert await sock.receive_nothing(timeout=0.2)
+        await nothing_before_a_push(sock, tenant_a.pk, alice.did)
         await sock.disconnect()
 
     run(body)
 
 
-def test_it_closes_every_socket_of_a_deleted_tenant_with_unknown_mediator(tenant_a, registered, committed):
+def test_it_closes_every_socket_of_a_deleted_tenant_with_unknown_mediator(tenant_a, tenant_b, registered, committed):
     alice, _, carol = registered
 
     async def body():
@@ -70,7 +73,7 @@ def test_it_closes_every_socket_of_a_deleted_tenant_with_unknown_mediator(tenant
         await committed(lambda: Tenant.objects.filter(pk=tenant_a.pk).delete())
         assert await sock.receive_json_from() == {"type": "ERROR", "code": "UNKNOWN_MEDIATOR"}
         await expect_close(sock, 4404)
-        assert await carol_sock.receive_nothing(timeout=0.2)
+        await nothing_before_a_push(carol_sock, tenant_b.pk, carol.did)
         await carol_sock.disconnect()
 
     run(body)
