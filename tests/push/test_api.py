@@ -425,8 +425,8 @@ ALLOWING = {"view_pushprovider": {"view_pushprovider", "change_pushprovider"},
             "view_device": {"view_device", "change_device"}}  # fmt: skip
 
 
-def _client(django_user_model, *codenames: str, staff: bool = True) -> APIClient:
-    user = django_user_model.objects.create_user("stella", password="pw", is_staff=staff)
+def _client(django_user_model, *codenames: str, staff: bool = True, name: str = "stella") -> APIClient:
+    user = django_user_model.objects.create_user(name, password="pw", is_staff=staff)
     user.user_permissions.set(Permission.objects.filter(content_type__app_label="push", codename__in=codenames))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
@@ -450,16 +450,8 @@ def test_each_operation_needs_its_model_permission(django_user_model, world, nam
     resp = _call(_client(django_user_model, *others), method, path, body)
     assert (resp.status_code, resp["Content-Type"], resp.json()) == (403, "application/json", DENIED)
     assert _state() == before
-    resp = _call(_client_named(django_user_model, "sam", needs), method, path, body)
+    resp = _call(_client(django_user_model, needs, name="sam"), method, path, body)
     assert resp.status_code == ok, resp.content[:500]
-
-
-def _client_named(django_user_model, name: str, *codenames: str) -> APIClient:
-    user = django_user_model.objects.create_user(name, password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="push", codename__in=codenames))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user).key}")
-    return client
 
 
 @pytest.mark.parametrize("view", ["view_pushprovider", "view_pushpolicy", "view_device"])
@@ -479,6 +471,24 @@ def test_a_non_staff_user_with_every_permission_and_no_token_are_refused(
     assert (resp.status_code, resp.json()) == (403, DENIED)
     resp = _call(APIClient(), method, path, body)
     assert (resp.status_code, resp.json()) == (401, {"detail": "Authentication credentials were not provided."})
+    assert _state() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "codename"),
+    [
+        ("/api/v1/push/providers/tenant-b/webhook/", "change_pushprovider"),
+        ("/api/v1/push/policies/tenant-a/", "change_pushpolicy"),
+        ("/api/v1/push/devices/tenant-a/", "change_device"),
+    ],
+)
+def test_a_method_no_route_handles_needs_its_permission_before_the_405(django_user_model, world, path, codename):
+    before = _state()
+    assert (
+        _client(django_user_model, codename.replace("change_", "view_")).put(path, {}, format="json").status_code == 403
+    )
+    resp = _client(django_user_model, codename, name="sam").put(path, {}, format="json")
+    assert (resp.status_code, resp.json()) == (405, {"detail": 'Method "PUT" not allowed.'})
     assert _state() == before
 
 
