@@ -525,10 +525,14 @@ SPECTACULAR_SETTINGS = {
     # Request bodies get components of their own (`TenantCreateRequest`), without the read-only
     # members, and with what the request needs (`minLength: 1` for a member that may not be blank).
     "COMPONENT_SPLIT_REQUEST": True,
-    # Two models call their choices "status": each enum gets a name of its own.
+    # Models that share a choices' name ("status", "state", "kind"): each enum gets a name of its own.
     "ENUM_NAME_OVERRIDES": {
         "TenantStatusEnum": "apps.tenants.models.Tenant.Status",
         "ReportRunStatusEnum": "apps.usage.models.ReportRun.Status",
+        "PushProviderKindEnum": "apps.push.models.PushProvider.Kind",
+        "PushProviderStateEnum": "apps.push.models.PushProvider.State",
+        "MediationStateEnum": "apps.didcomm.models.Mediation.State",
+        "ReportRunKindEnum": "apps.usage.models.ReportRun.Kind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

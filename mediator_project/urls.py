@@ -15,6 +15,7 @@ urlpatterns = [
     path("dashboard/", include("apps.usage.urls")),
     path("api/v1/usage/", include("apps.usage.api_urls")),
     path("api/v1/didcomm/", include("apps.didcomm.api_urls")),
+    path("api/v1/push/", include("apps.push.api_urls")),
     path("api/v1/", include("apps.console.api_urls")),
     path("", include("apps.didcomm.urls")),
     path("", include("apps.decentrl.urls")),

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from apps.didcomm.identity import identity_rotate
 from apps.didcomm.models import DidcommPolicy, Mediation
 from apps.didcomm.selectors import identity_summary
+from apps.push.models import Device, PushPolicy, PushProvider
 from apps.tenants import apibase, texts
 from apps.tenants.apibase import StrictSerializer, pk_or_404, service_call
 from apps.tenants.models import AuditEntry, Tenant
@@ -48,7 +49,7 @@ from apps.wire.display import utc_iso
 from .services import tenant_purge_expired, tenant_statistics
 
 # The models the operator API reads (its views' querysets); see SchemaPermission.
-API_MODELS = (Tenant, AuditEntry, DidcommPolicy, Mediation, ReportRun)
+API_MODELS = (Tenant, AuditEntry, DidcommPolicy, Mediation, ReportRun, PushProvider, PushPolicy, Device)
 
 
 class SchemaPermission(BasePermission):

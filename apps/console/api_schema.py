@@ -21,6 +21,14 @@ SUMMARIES = {
     "didcomm_policies_list": "List tenants' DIDComm policies",
     "didcomm_policies_retrieve": "Read a tenant's DIDComm policy",
     "didcomm_policies_partial_update": "Change a tenant's DIDComm policy",
+    "push_providers_list": "List a tenant's push providers",
+    "push_providers_create": "Add a push provider to a tenant",
+    "push_providers_retrieve": "Read a tenant's push provider",
+    "push_providers_partial_update": "Change a tenant's push provider (credentials are write-only)",
+    "push_providers_destroy": "Remove a tenant's push provider",
+    "push_policies_retrieve": "Read a tenant's push policy",
+    "push_policies_partial_update": "Change a tenant's push policy",
+    "push_devices_retrieve": "Count a tenant's push devices per service",
     "audit_list": "List operator actions (audit log)",
     "audit_retrieve": "Read one audit entry",
     "usage_reports_list": "List usage report runs",
@@ -44,11 +52,15 @@ _ANSWERS = {
     "400": ("Bad input: nothing was changed.", "ValidationErrors"),
     "401": ("No credentials: send `Authorization: Token <key>` (or log into the console).", "ErrorDetail"),
     "403": ("A non-staff user, or a staff user without the model permission this action needs.", "ErrorDetail"),
-    "404": ("No such tenant, report run or audit entry.", "ErrorDetail"),
-    "409": ("A slug or host another tenant already has: nothing was changed.", "ValidationErrors"),
+    "404": ("No such tenant, grant, push provider, report run or audit entry.", "ErrorDetail"),
+    "409": (
+        "A slug or host another tenant already has, or a push provider kind the tenant already has: "
+        "nothing was changed.",
+        "ValidationErrors",
+    ),
 }
 # Operations that can name a slug or host already taken (apibase.service_call answers 409).
-_CONFLICTS = {"tenants_create", "tenants_partial_update"}
+_CONFLICTS = {"tenants_create", "tenants_partial_update", "push_providers_create"}
 # RotateRequest: `{}` and `{"signing": false, "prekey": false}` are refused (RotateSerializer).
 _ROTATE_ONE = {
     "anyOf": [

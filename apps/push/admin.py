@@ -15,7 +15,6 @@ also needs the right to change the tenant (the page is saved as a whole).
 from __future__ import annotations
 
 import json
-import re
 
 from django import forms
 from django.conf import settings
@@ -27,16 +26,14 @@ from unfold.widgets import UnfoldAdminPasswordWidget
 
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import operator_may
+from apps.tenants.services import Actor
 
 from . import services
 from .models import PushPolicy, PushProvider
 
-# A localisation key or collapse id: the names apps use for their strings (APNs' collapse id is at
-# most 64 bytes; FCM's tag and collapse key take these too).
-_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-# The wake interval an operator may choose, in seconds (a day at most: a phone asleep longer than
-# that is woken by its user).
-WAKE_INTERVAL_MAX_S = 86_400
+
+def _admin_actor(request) -> Actor:
+    return Actor(user=request.user, via="admin")
 
 
 class PushProviderForm(forms.ModelForm):
@@ -86,10 +83,11 @@ class PushProviderForm(forms.ModelForm):
             raise forms.ValidationError(f"{provider.get_kind_display()}: {exc}") from None
         return data
 
-    def save_provider(self) -> PushProvider:
-        """Save the checked provider through the one service (sealing the credentials entered)."""
+    def save_provider(self, *, actor: Actor) -> PushProvider:
+        """Save the checked provider through the one service (sealing the credentials entered; audited)."""
         return services.provider_save(
             provider=self.instance,
+            actor=actor,
             enabled=self.cleaned_data["enabled"],
             settings_=self.cleaned_data.get("settings") or {},
             credentials=self._credentials,
@@ -122,45 +120,56 @@ class PushPolicyForm(forms.ModelForm):
         if "wake_interval_s" in self.fields:
             self.fields["wake_interval_s"].help_text += f" Now {settings.PUSH_WAKE_INTERVAL_S} s."
 
-    def clean_wake_interval_s(self):
-        value = self.cleaned_data.get("wake_interval_s")
-        if value is not None and value > WAKE_INTERVAL_MAX_S:
-            raise forms.ValidationError(f"the wake interval is at most {WAKE_INTERVAL_MAX_S} seconds")
-        return value
-
     def clean(self):
         data = super().clean()
-        for name in ("title_loc_key", "body_loc_key", "collapse_id"):
-            value = data.get(name) or ""
-            if value and not _KEY.fullmatch(value):
-                self.add_error(name, "1 to 64 of A-Z a-z 0-9 _ . -")
-        if data.get("visible") and not data.get("body_loc_key"):
-            self.add_error("body_loc_key", "a visible alert needs the body's localisation key")
+        # The service's rule (policy_update applies it again when the formset saves).
+        if not any(name in self.errors for name in services.POLICY_FIELDS):
+            for name, messages in services.policy_errors(data).items():
+                for message in messages:
+                    self.add_error(name, message)
         return data
 
 
 class _ProviderFormSet(BaseInlineFormSet):
-    """The tenant's providers: each saved through the service, never by the model form."""
+    """The tenant's providers: each saved through the service, never by the model form. `actor`
+    is the request's (`_TenantSection.get_formset`)."""
+
+    actor: Actor
 
     @classmethod
     def get_default_prefix(cls) -> str:
         return "push_providers"  # the tenant foreign key has no reverse name ("+")
 
     def save_new(self, form, commit=True):
-        return form.save_provider()
+        return form.save_provider(actor=self.actor)
 
     def save_existing(self, form, obj, commit=True):
-        return form.save_provider()
+        return form.save_provider(actor=self.actor)
 
     def delete_existing(self, obj, commit=True):
         if commit:
-            services.provider_delete(provider=obj)
+            services.provider_delete(provider=obj, actor=self.actor)
 
 
 class _PolicyFormSet(BaseInlineFormSet):
+    """The tenant's push policy: saved through `services.policy_update` (audited), never by the
+    model form."""
+
+    actor: Actor
+
     @classmethod
     def get_default_prefix(cls) -> str:
         return "push_policy"
+
+    def _update(self, form) -> PushPolicy:
+        changes = {name: form.cleaned_data[name] for name in services.POLICY_FIELDS if name in form.cleaned_data}
+        return services.policy_update(tenant=self.instance, actor=self.actor, **changes)
+
+    def save_new(self, form, commit=True):
+        return self._update(form)
+
+    def save_existing(self, form, obj, commit=True):
+        return self._update(form)
 
 
 class _TenantSection(InlineModelAdmin):
@@ -171,6 +180,12 @@ class _TenantSection(InlineModelAdmin):
 
     def _tenant_editable(self, request, obj) -> bool:
         return obj is not None and operator_may(request.user, Tenant, "change")
+
+    def get_formset(self, request, obj=None, **kwargs):
+        # A class of its own per call (inlineformset_factory): the request's actor for its saves.
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.actor = _admin_actor(request)
+        return formset
 
     def get_queryset(self, request):
         # Django asks here without the tenant (the formset then keeps the tenant's rows): the push
@@ -242,4 +257,13 @@ class PushProviderAdmin(ModelAdmin):
         return [*fields, "tenant", "kind"] if obj is not None else fields
 
     def save_model(self, request, obj, form, change):
-        form.save_provider()
+        form.save_provider(actor=_admin_actor(request))
+
+    def delete_model(self, request, obj):
+        services.provider_delete(provider=obj, actor=_admin_actor(request))
+
+    def delete_queryset(self, request, queryset):
+        # The bulk "delete selected": each provider through the service (one audit entry each).
+        actor = _admin_actor(request)
+        for provider in queryset.select_related("tenant"):
+            services.provider_delete(provider=provider, actor=actor)

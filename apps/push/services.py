@@ -11,12 +11,14 @@ import re
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.messaging import notify, presence, wake
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import TenantCache
+from apps.tenants.services import Actor, audit_record
 from apps.wire.display import utc_iso
 
 from .models import Device, PushPolicy, PushProvider, Service
@@ -270,22 +272,132 @@ def provider_check(*, provider: PushProvider, settings_: dict, credentials: dict
         raise ProviderInvalid(str(exc)) from None
 
 
+# What an audit entry says of a provider beside its kind (credentials only as "changed or not").
+PROVIDER_AUDITED = ("enabled", "settings")
+
+
 @transaction.atomic
-def provider_save(*, provider: PushProvider, enabled: bool, settings_: dict, credentials: dict | None) -> PushProvider:
-    """Save a tenant's provider: `credentials` None keeps the sealed ones; both are checked with
-    the provider's own `check` first (ProviderInvalid), and the state starts over as unchecked."""
+def provider_save(
+    *, provider: PushProvider, actor: Actor, enabled: bool, settings_: dict, credentials: dict | None
+) -> PushProvider:
+    """Save a tenant's provider (new or not): `credentials` None keeps the sealed ones; both are
+    checked with the provider's own `check` first (ProviderInvalid), and the state starts over as
+    unchecked. A save that changes nothing is not written. Audited as `push.save_provider`: the
+    kind, the changed fields before and after, and `credentials_changed` (never the credentials).
+    A kind the tenant already has is a ValidationError with the code "conflict"."""
     provider_check(provider=provider, settings_=settings_, credentials=credentials)
+    stored = PushProvider.objects.select_for_update().filter(pk=provider.pk).first() if provider.pk else None
+    before = {name: getattr(stored, name) for name in PROVIDER_AUDITED} if stored else {}
+    credentials_changed = credentials is not None and (stored is None or credentials != stored.credentials())
     provider.enabled = enabled
     provider.settings = settings_
-    if credentials is not None:
+    after = {name: getattr(provider, name) for name in PROVIDER_AUDITED}
+    changed = [name for name in PROVIDER_AUDITED if stored is None or after[name] != before[name]]
+    if not (changed or credentials_changed):
+        return provider
+    if credentials is not None and credentials_changed:
         provider.seal(credentials)
     provider.state, provider.last_error = PushProvider.State.UNCHECKED, ""
     provider.updated_at = timezone.now()
-    provider.save()
+    try:
+        with transaction.atomic():
+            provider.save()
+    except IntegrityError:
+        # A provider of this kind added meanwhile (the tenant's one per kind: the constraint decides).
+        raise ValidationError({"kind": [ValidationError(_already(provider), code="conflict")]}) from None
+    audit_record(
+        actor=actor,
+        action="push.save_provider",
+        tenant=provider.tenant,
+        before=None if stored is None else {"kind": provider.kind, **{n: before[n] for n in changed}},
+        after={"kind": provider.kind, **{n: after[n] for n in changed}, "credentials_changed": credentials_changed},
+    )
     return provider
 
 
-def provider_delete(*, provider: PushProvider) -> None:
-    """Remove a tenant's provider (its sealed credentials with it); its devices stay registered and
-    are woken again once a provider of their service is configured."""
-    PushProvider.objects.filter(pk=provider.pk, tenant_id=provider.tenant_id).delete()
+def _already(provider: PushProvider) -> str:
+    return f"The tenant already has a {provider.kind} provider."
+
+
+@transaction.atomic
+def provider_delete(*, provider: PushProvider, actor: Actor) -> bool:
+    """Remove a tenant's provider (its sealed credentials with it); whether it was there. Its
+    devices stay registered and are woken again once a provider of their service is configured.
+    Audited as `push.delete_provider` with the kind and the audited fields before."""
+    stored = PushProvider.objects.select_for_update().filter(pk=provider.pk, tenant_id=provider.tenant_id).first()
+    if stored is None:
+        return False
+    stored.delete()
+    audit_record(
+        actor=actor,
+        action="push.delete_provider",
+        tenant=provider.tenant,
+        before={"kind": stored.kind, **{n: getattr(stored, n) for n in PROVIDER_AUDITED}},
+        after=None,
+    )
+    return True
+
+
+# A tenant's push policy (models.PushPolicy): what an operator edits, in the admin and the API.
+POLICY_FIELDS = ("wake_interval_s", "visible", "title_loc_key", "body_loc_key", "collapse_id")
+POLICY_KEYS = ("title_loc_key", "body_loc_key", "collapse_id")
+# The wake interval an operator may choose, in seconds (a day at most: a phone asleep longer than
+# that is woken by its user).
+WAKE_INTERVAL_MAX_S = 86_400
+# A localisation key or collapse id: the names apps use for their strings (APNs' collapse id is at
+# most 64 bytes; FCM's tag and collapse key take these too). Empty: none.
+KEY_PATTERN = r"[A-Za-z0-9_.-]{0,64}"
+KEY_MESSAGE = "1 to 64 of A-Z a-z 0-9 _ . -"
+_KEY = re.compile(KEY_PATTERN)
+
+
+def policy_errors(values: dict) -> dict[str, list[str]]:
+    """What is wrong with a push policy's `values` (every field of POLICY_FIELDS), field by field;
+    the rule the admin's form and `policy_update` both apply."""
+    errors: dict[str, list[str]] = {}
+    interval = values.get("wake_interval_s")
+    if interval is not None and interval > WAKE_INTERVAL_MAX_S:
+        errors["wake_interval_s"] = [f"the wake interval is at most {WAKE_INTERVAL_MAX_S} seconds"]
+    for name in POLICY_KEYS:
+        if not _KEY.fullmatch(values.get(name) or ""):
+            errors[name] = [KEY_MESSAGE]
+    if values.get("visible") and not values.get("body_loc_key") and "body_loc_key" not in errors:
+        errors["body_loc_key"] = ["a visible alert needs the body's localisation key"]
+    return errors
+
+
+def policy_of(*, tenant: Tenant) -> PushPolicy:
+    """The tenant's push policy; with none stored, the defaults (unsaved: no row is created)."""
+    return PushPolicy.objects.filter(tenant=tenant).first() or PushPolicy(tenant=tenant)
+
+
+@transaction.atomic
+def policy_update(*, tenant: Tenant, actor: Actor, **changes) -> PushPolicy:
+    """Edit the tenant's push policy (fields of POLICY_FIELDS; the row is created on the first
+    edit), checked by `policy_errors` (a ValidationError); audited as `push.update_policy` with
+    the changed fields before and after, only when something changed."""
+    unknown = sorted(set(changes) - set(POLICY_FIELDS))
+    if unknown:
+        raise ValidationError({name: ["Unknown field."] for name in unknown})
+    PushPolicy.objects.get_or_create(tenant=tenant)
+    # The row lock serialises two edits of one tenant's policy.
+    policy = PushPolicy.objects.select_for_update().get(tenant=tenant)
+    before = {name: getattr(policy, name) for name in changes}
+    for name, value in changes.items():
+        setattr(policy, name, value)
+    policy.full_clean(exclude=["tenant"])  # the model's own bounds (types, lengths, not negative)
+    errors = policy_errors({name: getattr(policy, name) for name in POLICY_FIELDS})
+    if errors:
+        raise ValidationError(errors)
+    after = {name: getattr(policy, name) for name in changes}
+    changed = [name for name in changes if after[name] != before[name]]
+    if changed:
+        policy.save(update_fields=changed)
+        audit_record(
+            actor=actor,
+            action="push.update_policy",
+            tenant=tenant,
+            before={n: before[n] for n in changed},
+            after={n: after[n] for n in changed},
+        )
+    return policy

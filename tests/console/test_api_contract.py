@@ -14,6 +14,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from apps.didcomm.models import Mediation
+from apps.push.models import PushProvider
 from apps.tenants.models import AuditEntry, Tenant
 from apps.tenants.services import api_token_issue
 from apps.usage.models import ReportRun
@@ -24,6 +25,7 @@ LISTS = [
     "/api/v1/didcomm/grants/",
     "/api/v1/didcomm/policies/",
     "/api/v1/usage/reports/",
+    "/api/v1/push/providers/tenant-a/",
 ]
 LONG_HOST = ("a" * 60 + ".") * 4 + "b" * 10  # 254 characters, every label within 63
 LIMIT = {"limit": ["Must be an integer between 1 and 500."]}
@@ -140,9 +142,13 @@ def test_options_on_a_grant_action_answers(api, grant):
         ("POST", "/api/v1/tenants/tenant-a/purge-expired/"),
         ("PATCH", "/api/v1/didcomm/policies/tenant-a/"),
         ("POST", "/api/v1/usage/reports/"),
+        ("POST", "/api/v1/push/providers/tenant-a/"),
+        ("PATCH", "/api/v1/push/providers/tenant-a/webhook/"),
+        ("PATCH", "/api/v1/push/policies/tenant-a/"),
     ],
 )
 def test_a_body_that_is_not_json_answers_the_documented_400_shape(api, tenant_a, method, path):
+    PushProvider.objects.create(tenant=tenant_a, kind="webhook", settings={"url": "https://gw.example/"})
     resp = api.generic(method, path, "\x00", content_type="application/json")
     assert (resp.status_code, resp.json()) == (
         400,
@@ -349,7 +355,17 @@ def test_a_staff_user_without_permissions_cannot_read_the_schema_or_its_pages(cl
 
 
 @pytest.mark.parametrize(
-    "codename", ["view_tenant", "view_auditentry", "view_mediation", "view_reportrun", "change_didcommpolicy"]
+    "codename",
+    [
+        "view_tenant",
+        "view_auditentry",
+        "view_mediation",
+        "view_reportrun",
+        "change_didcommpolicy",
+        "view_pushprovider",
+        "view_pushpolicy",
+        "view_device",
+    ],
 )
 def test_a_staff_user_with_one_api_permission_reads_the_schema_and_its_pages(client, django_user_model, codename):
     token = _staff_token(django_user_model, codename)

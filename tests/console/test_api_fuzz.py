@@ -2,8 +2,8 @@
 (docs/operators.md#the-schema-is-tested).
 
 A real Daphne (DEBUG off, as in production) serves the test database, seeded with tenants (one
-suspended), a DIDComm grant, a published and a queued report run; schemathesis (its CLI, pinned in
-requirements-dev.txt) reads /api/v1/schema/ with a superuser's token and runs its coverage phase
+suspended), a DIDComm grant, a published and a queued report run, and tenant A's push provider,
+policy and device; schemathesis (its CLI, pinned in requirements-dev.txt) reads /api/v1/schema/ with a superuser's token and runs its coverage phase
 (boundary and type-mutated values of every parameter and member, valid and invalid) and its fuzzing
 phase, in deterministic mode: the same cases on every run. The checks (api_fuzz.toml): no 5xx; each
 status, content type and body as documented; valid input accepted, invalid input refused.
@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 from apps.didcomm.models import Mediation
+from apps.push import services as push
+from apps.push.models import PushProvider
 from apps.tenants.services import Actor, api_token_issue, tenant_create, tenant_suspend
 from apps.usage.models import ReportDaily, ReportRun
 from tests.support.servers import ROOT, server_env, start_daphne
@@ -46,6 +48,16 @@ def _seed(operator) -> ReportRun:
     )
     ReportDaily.objects.create(run=run, tenant=a, day=day, commands=3, errors=0, error_rate=0, bytes_in=10)
     ReportRun.objects.create(date_from=day, date_to=day)
+    # Tenant A's push section (the push operations are fuzzed on tenant A: api_fuzz.toml).
+    push.provider_save(
+        provider=PushProvider(tenant=a, kind="webhook"),
+        actor=actor,
+        enabled=True,
+        settings_={"url": "https://gateway.example/wake"},
+        credentials={"secret": "operator-secret-" * 3},
+    )
+    push.policy_update(tenant=a, actor=actor, wake_interval_s=300)
+    push.device_set(tenant=a, subject="did:example:phone", service="fcm", token="fcm-token-1", platform=None)
     return run
 
 

@@ -452,4 +452,7 @@ def test_every_api_route_names_the_permission_of_each_of_its_actions():
         "ReportRunCsv",
         "GrantViewSet",
         "PolicyViewSet",
+        "PushProviderViewSet",
+        "PushPolicyViewSet",
+        "PushDeviceViewSet",
     }

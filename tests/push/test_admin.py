@@ -13,6 +13,8 @@ from apps.didcomm.models import Mediation
 from apps.didcomm.recipients import did_hash
 from apps.push import services
 from apps.push.models import Device, PushPolicy, PushProvider
+from apps.tenants.models import AuditEntry
+from apps.tenants.services import Actor
 from tests.console.test_admin import _add_form
 from tests.push.test_ended_subjects import v1_connection
 from tests.support.operators import push_section_form
@@ -261,3 +263,91 @@ def test_a_v1_connections_page_and_the_registrations_list_say_whether_a_device_i
     Device.objects.filter(service="apns").update(last_woken_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     page = admin_client.get(listing).content.decode()
     assert "Apple Push Notification service (ios): last woken 2026-01-02T03:04:05Z" in page and token not in page
+
+
+# --- audit: each save and removal of a provider and each edit of the policy, from the console -----
+
+
+def _audits(action: str) -> list[tuple]:
+    return list(
+        AuditEntry.objects.filter(action=action)
+        .order_by("id")
+        .values_list("via", "actor_name", "tenant_slug", "before", "after")
+    )
+
+
+@pytest.mark.django_db
+def test_the_tenant_page_audits_each_provider_save_and_removal_without_credentials(staff_client, tenant_a):
+    resp = _save(staff_client, tenant_a, _webhook_fields(credentials_json=f'{{"secret": "{SECRET}"}}'))
+    assert resp.status_code == 302, resp.content.decode()[:3000]
+    provider = PushProvider.objects.get()
+    changed = _webhook_fields(
+        id=str(provider.pk), tenant=str(tenant_a.pk), enabled="", settings=f'{{"url": "{URL}/2"}}'
+    )
+    assert _save(staff_client, tenant_a, changed, initial=1).status_code == 302
+    rotated = _webhook_fields(id=str(provider.pk), tenant=str(tenant_a.pk), enabled="", settings=f'{{"url": "{URL}/2"}}',
+                              credentials_json=f'{{"secret": "{SECRET}!"}}')  # fmt: skip
+    assert _save(staff_client, tenant_a, rotated, initial=1).status_code == 302
+    assert _audits("push.save_provider") == [
+        ("admin", "olivia", "tenant-a", None,
+         {"kind": "webhook", "enabled": True, "settings": {"url": URL}, "credentials_changed": True}),
+        ("admin", "olivia", "tenant-a", {"kind": "webhook", "enabled": True, "settings": {"url": URL}},
+         {"kind": "webhook", "enabled": False, "settings": {"url": f"{URL}/2"}, "credentials_changed": False}),
+        ("admin", "olivia", "tenant-a", {"kind": "webhook"}, {"kind": "webhook", "credentials_changed": True}),
+    ]  # fmt: skip
+    removed = _webhook_fields(id=str(provider.pk), tenant=str(tenant_a.pk), DELETE="on")
+    assert _save(staff_client, tenant_a, removed, initial=1).status_code == 302
+    assert not PushProvider.objects.exists()
+    assert _audits("push.delete_provider") == [
+        ("admin", "olivia", "tenant-a", {"kind": "webhook", "enabled": False, "settings": {"url": f"{URL}/2"}}, None)
+    ]
+    assert not any(SECRET in str(row) for row in AuditEntry.objects.values_list("before", "after"))
+
+
+@pytest.mark.django_db
+def test_the_tenant_page_audits_a_policy_edit_and_not_an_unchanged_one(staff_client, tenant_a):
+    policy = {"wake_interval_s": "300", "visible": "on", "title_loc_key": "", "body_loc_key": "wake_body",
+              "collapse_id": ""}  # fmt: skip
+    assert _save(staff_client, tenant_a, policy=policy).status_code == 302
+    assert _audits("push.update_policy") == [
+        ("admin", "olivia", "tenant-a", {"wake_interval_s": None, "visible": False, "body_loc_key": ""},
+         {"wake_interval_s": 300, "visible": True, "body_loc_key": "wake_body"}),
+    ]  # fmt: skip
+    data = _tenant_form()
+    data.update(
+        push_section_form(policy={**policy, "id": str(PushPolicy.objects.get().pk), "tenant": str(tenant_a.pk)})
+    )
+    data["push_policy-INITIAL_FORMS"] = "1"
+    assert staff_client.post(f"/admin/tenants/tenant/{tenant_a.pk}/change/", data).status_code == 302
+    data["push_policy-0-wake_interval_s"] = ""
+    assert staff_client.post(f"/admin/tenants/tenant/{tenant_a.pk}/change/", data).status_code == 302
+    assert _audits("push.update_policy")[1:] == [
+        ("admin", "olivia", "tenant-a", {"wake_interval_s": 300}, {"wake_interval_s": None}),
+    ]
+
+
+@pytest.mark.django_db
+def test_the_providers_page_audits_a_removal_and_each_of_a_bulk_removal(admin_client, tenant_a, tenant_b):
+    first = _post(admin_client, tenant_a, credentials_json=f'{{"secret": "{SECRET}"}}')
+    second = _post(admin_client, tenant_b, credentials_json=f'{{"secret": "{SECRET}"}}')
+    assert (first.status_code, second.status_code) == (302, 302)
+    assert [row[:3] for row in _audits("push.save_provider")] == [
+        ("admin", "admin", "tenant-a"),
+        ("admin", "admin", "tenant-b"),
+    ]
+    a, b = PushProvider.objects.order_by("tenant__slug")
+    resp = admin_client.post(f"/admin/push/pushprovider/{a.pk}/delete/", {"post": "yes"})
+    assert resp.status_code == 302 and not PushProvider.objects.filter(pk=a.pk).exists()
+    services.provider_save(provider=PushProvider(tenant=tenant_a, kind="webhook"), actor=Actor(None, "cli"),
+                           enabled=True, settings_={"url": URL}, credentials={"secret": SECRET})  # fmt: skip
+    resp = admin_client.post(
+        "/admin/push/pushprovider/",
+        {"action": "delete_selected", "_selected_action": [p.pk for p in PushProvider.objects.all()], "post": "yes"},
+    )
+    assert resp.status_code == 302 and not PushProvider.objects.exists()
+    before = {"kind": "webhook", "enabled": True, "settings": {"url": URL}}
+    assert sorted(_audits("push.delete_provider"), key=lambda row: row[2]) == [
+        ("admin", "admin", "tenant-a", before, None),
+        ("admin", "admin", "tenant-a", before, None),
+        ("admin", "admin", "tenant-b", before, None),
+    ]
