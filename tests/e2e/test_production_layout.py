@@ -279,11 +279,18 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
                     outcomes.append((name, False))
                 time.sleep(0.01)
 
+    def commands_in(name: str, n: int = 5, timeout: float = 10) -> None:
+        """Wait until the thread has posted `n` commands in phase `name` (not a fixed time)."""
+        started = time.monotonic()
+        while sum(1 for p, _ in outcomes if p == name) < n and time.monotonic() - started < timeout:
+            time.sleep(0.01)
+        assert sum(1 for p, _ in outcomes if p == name) >= n, name
+
     thread = threading.Thread(target=load, daemon=True)
     thread.start()
     recovered: dict[str, float] = {}
     try:
-        time.sleep(1)
+        commands_in("warmup")
         for name in programs:
             old = pid(name)
             orphans = _children(old)
@@ -309,7 +316,7 @@ def test_a_killed_process_is_restarted_alone_while_the_others_keep_answering(lay
                 time.sleep(0.1)
             assert [ok for n, ok in outcomes[-5:]] == [True] * 5, name
         phase["name"] = "after"
-        time.sleep(0.5)
+        commands_in("after")
     finally:
         stop.set()
         thread.join(timeout=10)

@@ -18,6 +18,7 @@ from django.utils import timezone
 from apps.messaging import services, sql
 from apps.messaging.models import Contract, PendingEvent
 from apps.wire.envelope import Pagination
+from tests.support.pglocks import another_session_waits_for_a_lock
 
 
 def _enqueue(tenant, recipient_did: str, payload: str) -> None:
@@ -100,13 +101,14 @@ def test_the_cursor_runs_the_shared_registration_statement(tenant_a):
             assert [bool(v) if i == 0 else v for i, v in enumerate(cur.fetchone())] == [want, "écho"]
 
 
-def _hold(key: str, events: list[str], entered: threading.Event, hold_s: float) -> None:
+def _hold(key: str, events: list[str], entered: threading.Event, release: threading.Event) -> None:
+    """Hold `key` from `entered` until `release` is set (the test says when, not a clock)."""
     try:
         with transaction.atomic():
             sql.serialise(key)
             entered.set()
             events.append(f"{key} first in")
-            time.sleep(hold_s)
+            assert release.wait(30)
             events.append(f"{key} first out")
     finally:
         connection.close()
@@ -123,14 +125,20 @@ def _second(key: str, events: list[str]) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_holders_of_one_key_take_turns_until_the_transaction_ends(tenant_a):
-    """A second holder of the key gets in only after the first transaction ended."""
+    """A second holder of the key gets in only after the first transaction ended: it is seen
+    waiting for the lock while the first holds it, and gets in once the first lets go."""
     events: list[str] = []
-    entered = threading.Event()
-    first = threading.Thread(target=_hold, args=("public:1:did", events, entered, 0.5))
+    entered, release = threading.Event(), threading.Event()
+    first = threading.Thread(target=_hold, args=("public:1:did", events, entered, release))
     first.start()
-    assert entered.wait(10)
-    second = threading.Thread(target=_second, args=("public:1:did", events))
-    second.start()
+    try:
+        assert entered.wait(10)
+        second = threading.Thread(target=_second, args=("public:1:did", events))
+        second.start()
+        assert another_session_waits_for_a_lock()
+        assert events == ["public:1:did first in"]
+    finally:
+        release.set()
     first.join(10)
     second.join(10)
     assert events == ["public:1:did first in", "public:1:did first out", "public:1:did second in"]
@@ -138,14 +146,19 @@ def test_holders_of_one_key_take_turns_until_the_transaction_ends(tenant_a):
 
 @pytest.mark.django_db(transaction=True)
 def test_holders_of_different_keys_never_wait(tenant_a):
+    """The second key's holder gets in while the first key is still held (released only after)."""
     events: list[str] = []
-    entered = threading.Event()
-    first = threading.Thread(target=_hold, args=("public:1:a", events, entered, 1.0))
+    entered, release = threading.Event(), threading.Event()
+    first = threading.Thread(target=_hold, args=("public:1:a", events, entered, release))
     first.start()
-    assert entered.wait(10)
-    second = threading.Thread(target=_second, args=("public:1:b", events))
-    second.start()
-    second.join(10)
+    try:
+        assert entered.wait(10)
+        second = threading.Thread(target=_second, args=("public:1:b", events))
+        second.start()
+        second.join(10)
+        assert events == ["public:1:a first in", "public:1:b second in"]
+    finally:
+        release.set()
     first.join(10)
     assert events == ["public:1:a first in", "public:1:b second in", "public:1:a first out"]
 

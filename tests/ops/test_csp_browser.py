@@ -8,6 +8,8 @@ import pytest
 from django.conf import settings
 
 from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.csp_marker import reported
+from tests.support.csp_marker import violations as csp_violations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -30,13 +32,8 @@ def test_the_staff_pages_render_under_their_content_security_policy(daphne, djan
     # Protocol endpoints answer machines and carry none.
     assert "Content-Security-Policy" not in httpx.get(f"{daphne.url}/health", timeout=10).headers
 
-    violations: list[str] = []
     with admin_page(daphne.url, "olivia", "correct-horse-battery") as page:
-        page.on("console", lambda m: violations.append(m.text) if m.text.startswith("CSP violation") else None)
-        page.add_init_script(
-            "document.addEventListener('securitypolicyviolation',"
-            " e => console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))"
-        )
+        violations = csp_violations(page)
         checks = [
             ("/admin/", "#content, main"),
             (f"/admin/tenants/tenant/{tenant.pk}/change/", "table.live-figures"),
@@ -49,7 +46,7 @@ def test_the_staff_pages_render_under_their_content_security_policy(daphne, djan
         for path, selector in checks:
             page.goto(f"{daphne.url}{path}")
             page.wait_for_selector(selector)
-            page.wait_for_timeout(300)  # late violations (fonts, workers)
+            reported(page, violations)  # this page's violations so far, before it is left
             seen[path] = page.inner_text(selector.split(",")[0].strip())
             page.screenshot(path=str(ARTIFACTS / f"csp{path.replace('/', '-').rstrip('-')}.png"), full_page=False)
             if path == "/dashboard/":

@@ -12,6 +12,8 @@ import pytest
 import zxingcpp
 
 from tests.support.browser import ARTIFACTS, admin_page
+from tests.support.csp_marker import reported
+from tests.support.csp_marker import violations as csp_violations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -44,14 +46,9 @@ def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the
     assert url_v1.startswith("http://qr.mediator.test/didcomm?oob=")
     django_user_model.objects.create_superuser("olivia", "olivia@ops.test", "correct-horse-battery")
 
-    violations: list[str] = []
     with admin_page(daphne.url, "olivia", "correct-horse-battery") as page:
         page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=daphne.url)
-        page.on("console", lambda m: violations.append(m.text) if m.text.startswith("CSP violation") else None)
-        page.add_init_script(
-            "document.addEventListener('securitypolicyviolation',"
-            " e => console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))"
-        )
+        violations = csp_violations(page)
         page.goto(f"{daphne.url}/admin/tenants/tenant/{tenant.pk}/change/")
         # OOB 2.0 (DIDComm v2) and Aries OOB 1.1 (DIDComm v1: ACA-Py, Credo), each with its QR and Copy
         for dom_id, expected in (("didcomm-oob", url), ("didcomm-oob-v1", url_v1)):
@@ -71,5 +68,4 @@ def test_the_invitation_qr_decodes_to_the_invitation_url_and_copy_puts_it_on_the
             )
             assert button.inner_text() == "Copied"
             assert page.evaluate("navigator.clipboard.readText()") == expected
-        page.wait_for_timeout(300)  # late violations
-    assert violations == []
+        assert reported(page, violations) == []

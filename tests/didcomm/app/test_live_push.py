@@ -10,6 +10,7 @@ import json
 import uuid
 
 import pytest
+from channels.layers import get_channel_layer
 
 from apps.didcomm import identity, policy, queue, recipients
 from apps.didcomm.mediation import mediation_revoke
@@ -22,6 +23,7 @@ from apps.realtime.push import PUSH_TYPE, pusher
 from tests.didcomm.app.conftest import REDIS_DB_URL
 from tests.support.didcomm_agent import PICKUP, Agent, forward_for
 from tests.support.layers import redis_channel_layers
+from tests.support.live_marker import is_marker, send_marker
 
 LIVE = {"live_delivery": True}
 
@@ -55,16 +57,24 @@ async def _pushed(ws, wallet: Agent) -> tuple[dict, str]:
     return message, decrypted.sender_kid
 
 
-async def _nothing(ws, seconds: float = 1.5) -> None:
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(ws.recv(), seconds)
+async def _also_live(deploy, ws, client: Agent) -> None:
+    """`client` live on `ws` too (a socket carries any number of live clients)."""
+    await ws.send(client.pack(client.message(PICKUP + "live-delivery-change", LIVE), deploy.mediator_did).decode())
+    status, _ = client.unpack(await asyncio.wait_for(ws.recv(), 10))
+    assert status["body"] == {"message_count": 0, **LIVE}
+
+
+async def _nothing_before_a_marker(deploy, ws, client: Agent) -> None:
+    """Nothing was pushed on `ws` by the events this process sent it before: the next frame is the
+    marker's, a wake for `client` (live on `ws`) sent after them (tests/support/live_marker.py)."""
+    marker = await send_marker(deploy.tenant.pk, client.did)
+    delivery, _ = await _pushed(ws, client)
+    assert is_marker(delivery, marker), delivery
 
 
 async def _wake(deploy, did: str, wake: dict, *, with_group: bool = True) -> None:
     """A wake straight onto the channel layer, as apps.realtime.push sends it, after the pushes this
     process queued before it (an operator's revoke or rotate) have been sent."""
-    from channels.layers import get_channel_layer
-
     await asyncio.to_thread(pusher(sync_sender(get_channel_layer())).flush)
     group = group_name(deploy.tenant.pk, did)
     event = {"type": PUSH_TYPE, "text": json.dumps(wake)}
@@ -102,7 +112,7 @@ def test_a_push_is_packed_from_the_wake_without_reading_the_queue(deploy):
             # An event that does not name its group (an older sender) reads the queue: the ghost is not there.
             await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [ghost["id"]],
                         "items": [{"id": ghost["id"], "data": json.dumps(ghost["data"])}]}, with_group=False)  # fmt: skip
-            await _nothing(ws)
+            await _nothing_before_a_marker(deploy, ws, wallet)
             return real
         finally:
             await ws.close()
@@ -129,7 +139,7 @@ def test_over_64_kib_the_socket_reads_the_pushed_message_from_the_queue(deploy):
             assert kid == deploy.mediator_did + "#key-2"
             # A wake without items for a message that is not queued pushes nothing.
             await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [str(uuid.uuid4())]})
-            await _nothing(ws)
+            await _nothing_before_a_marker(deploy, ws, wallet)
             return delivery["attachments"]
         finally:
             await ws.close()
@@ -146,17 +156,19 @@ def test_a_revoked_grant_stops_pushing_at_once(deploy):
 
     wallet, rcpt = deploy.grant()
     other, other_rcpt = deploy.grant()
+    marker, _ = deploy.grant()  # live on the wallet's socket too: it carries the marker
 
     async def body():
         ws, ws_other = await _live(deploy, wallet), await _live(deploy, other)
         try:
+            await _also_live(deploy, ws, marker)
             mediation = await asyncio.to_thread(Mediation.objects.get, client_hash=recipients.did_hash(wallet.did))
             await asyncio.to_thread(mediation_revoke, mediation=mediation, actor=Actor(None, "cli"))
             # A wake that was already on its way when the grant went (the socket kept the grant in memory).
             mid = str(uuid.uuid4())
             wake = {"type": queue.WAKE, "ids": [mid], "items": [{"id": mid, "data": '{"json":{"a":1}}'}]}
             await _wake(deploy, wallet.did, wake)
-            await _nothing(ws)
+            await _nothing_before_a_marker(deploy, ws, marker)
             # The other client's socket is not affected.
             assert (
                 await asyncio.to_thread(deploy.post, forward_for(other_rcpt, deploy.mediator_did))
@@ -216,7 +228,7 @@ def test_a_message_in_the_backlog_and_in_a_wake_is_pushed_once(deploy):
             [first] = backlog["attachments"]
             item = {"id": first["id"], "data": json.dumps(first["data"])}
             await _wake(deploy, wallet.did, {"type": queue.WAKE, "ids": [first["id"]], "items": [item]})
-            await _nothing(ws)
+            await _nothing_before_a_marker(deploy, ws, wallet)
             assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
             delivery, _ = await _pushed(ws, wallet)
             [second] = delivery["attachments"]
@@ -282,8 +294,10 @@ async def _live_becomes(deploy, did: str, expected: int, seconds: float = 10.0) 
 
 def test_live_mode_marks_its_client_present_until_it_ends(deploy):
     wallet, rcpt = deploy.grant()
+    marker, marker_rcpt = deploy.grant()
 
     async def body():
+        layer = get_channel_layer()
         assert await asyncio.to_thread(_live_count, deploy, wallet.did) is None
         ws = await _live(deploy, wallet)
         await _live_becomes(deploy, wallet.did, 1)
@@ -302,9 +316,23 @@ def test_live_mode_marks_its_client_present_until_it_ends(deploy):
         await _live_becomes(deploy, wallet.did, 1)
         await ws.close()
         await _live_becomes(deploy, wallet.did, 0)
-        # Nobody live: the forward is stored and no wake leaves; the socket that is not live hears nothing.
+        # Nobody live: the forward is stored and no wake leaves; the socket that is not live hears
+        # nothing. A channel of this process in the client's group would get such a wake. The
+        # marker: a forward to a client live on `second`, which must wake it. Daphne's pusher sends
+        # its wakes in the order the forwards committed (one thread, oldest first), so a wake for
+        # the first forward would reach the spy before the marker's.
+        spy = await layer.new_channel()
+        await layer.group_add(group_name(deploy.tenant.pk, wallet.did), spy)
+        await layer.group_add(group_name(deploy.tenant.pk, marker.did), spy)
+        await _also_live(deploy, second, marker)
+        await _live_becomes(deploy, marker.did, 1)
         assert (await asyncio.to_thread(deploy.post, forward_for(rcpt, deploy.mediator_did))).status_code == 202
-        await _nothing(second, 1.0)
+        assert (await asyncio.to_thread(deploy.post, forward_for(marker_rcpt, deploy.mediator_did))).status_code == 202
+        woken = await asyncio.wait_for(layer.receive(spy), 10)
+        assert (woken["type"], woken["group"]) == (PUSH_TYPE, group_name(deploy.tenant.pk, marker.did))
+        delivery, _ = await _pushed(second, marker)
+        [att] = delivery["attachments"]
+        assert marker_rcpt.unpack(att["data"]["json"])[0]["body"] == {"n": 1}
         await second.close()
 
     asyncio.run(body())

@@ -20,6 +20,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import Actor, tenant_suspend, tenant_update
 from tests.conftest import HOST_A, HOST_B
 from tests.support.didcomm_agent import CM2, PICKUP, Agent
+from tests.support.live_marker import is_marker, send_marker
 
 CLI = Actor(None, "cli")
 PROBLEM = "https://didcomm.org/report-problem/2.0/problem-report"
@@ -57,8 +58,15 @@ def granted(didcomm_a, wallet):
     return wallet
 
 
-async def _live(mediator: str, wallet: Agent) -> WebsocketCommunicator:
-    comm = await _open()
+async def _next_is_marker(comm: WebsocketCommunicator, wallet: Agent, marker: dict) -> None:
+    """The socket's next frame is the marker's delivery (packed for `wallet`), not a problem report."""
+    frame = await comm.receive_from(timeout=2)
+    assert "ciphertext" in json.loads(frame), frame
+    assert is_marker(wallet.unpack(frame)[0], marker)
+
+
+async def _live(mediator: str, wallet: Agent, host: str = HOST_A) -> WebsocketCommunicator:
+    comm = await _open(host)
     await comm.send_to(bytes_data=wallet.pack(wallet.message(PICKUP + "live-delivery-change", LIVE), mediator))
     status, _ = wallet.unpack(await comm.receive_from(timeout=2))
     assert status["body"] == {"message_count": 0, **LIVE}
@@ -76,6 +84,10 @@ async def _live(mediator: str, wallet: Agent) -> WebsocketCommunicator:
 def test_it_closes_the_sockets_of_a_tenant_that_stops_serving_didcomm(
     tenant_a, tenant_b, didcomm_a, didcomm_b, granted, committed, change, code, close
 ):
+    carol = Agent()  # live on tenant B's socket: it carries the marker
+    status, answer, _ = didcomm_b.send(carol, carol.message(CM2 + "mediate-request"))
+    assert (status, answer["type"]) == (200, CM2 + "mediate-grant")
+
     def apply():
         if change == "suspend":
             tenant_suspend(tenant=tenant_a, actor=CLI)
@@ -84,17 +96,17 @@ def test_it_closes_the_sockets_of_a_tenant_that_stops_serving_didcomm(
         else:
             Tenant.objects.filter(pk=tenant_a.pk).delete()
 
-    didcomm_b.invitation()  # tenant B's DIDComm identity and policy exist too
-    mediator = didcomm_a.mediator_did
+    mediator, mediator_b = didcomm_a.mediator_did, didcomm_b.mediator_did
 
     async def body():
         live = await _live(mediator, granted)
         idle = await _open()
-        other = await _open(HOST_B)
+        other = await _live(mediator_b, carol, HOST_B)
         await committed(apply)
         for comm in (live, idle):
             await _closed_with(comm, code, close)
-        assert await other.receive_nothing(timeout=0.2)
+        # Tenant B's socket got nothing: the marker, sent after A's change, is its next frame.
+        await _next_is_marker(other, carol, await send_marker(tenant_b.pk, carol.did))
         # And a new connection is refused the same way.
         await _closed_with(await _open(), code, close)
         await other.disconnect()
@@ -109,7 +121,8 @@ def test_a_save_that_keeps_didcomm_on_leaves_the_sockets_open(tenant_a, didcomm_
         live = await _live(mediator, granted)
         await committed(lambda: tenant_update(tenant=tenant_a, actor=CLI, name="Renamed"))
         await committed(lambda: policy.policy_update(tenant=tenant_a, actor=CLI, queue_cap=10))
-        assert await live.receive_nothing(timeout=0.2)
+        # Open and live: the marker sent after both saves is its next frame, not a close.
+        await _next_is_marker(live, granted, await send_marker(tenant_a.pk, granted.did))
         await live.disconnect()
 
     async_to_sync(body)()
