@@ -17,7 +17,15 @@ from tests.conftest import HOST_A
 from .conftest import expect_close, run
 
 DECENTRL_PATHS = ["/", "/ws/", "/nonexistent", "//ws", "/./ws", "/x/../ws", "/ws/x", "/wss", "/didcommx/ws"]
-DIDCOMM_PATHS = ["/didcomm", "/didcomm/", "/didcomm//ws", "/didcomm/ws/", "/didcomm/x/../ws"]
+DIDCOMM_PATHS = [
+    "/didcomm",
+    "/didcomm/",
+    "/didcomm//ws",
+    "/didcomm/./ws",
+    "/didcomm/../ws",
+    "/didcomm/ws/",
+    "/didcomm/x/../ws",
+]
 
 
 def _socket(path: str) -> WebsocketCommunicator:
