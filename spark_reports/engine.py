@@ -58,8 +58,8 @@ PORT_CONF = "spark.connect.grpc.binding.port"
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # The driver JVM's JIT: C1 only. Its code is compiled sooner and at less CPU than C2's: on the
-# 2-core box the engine started in ~0.35x the time, its first report in ~0.35x, and warm reports
-# were not slower (0.47x: a report's Spark work is mostly freshly generated code run a few times,
+# 2-core box the engine started in ~0.35x the time, its first report in ~0.3x, and warm reports
+# were not slower (~0.5x: a report's Spark work is mostly freshly generated code run a few times,
 # where C2's compiling competes for the cores; docs/benchmarks.md). SPARK_ENGINE_JAVA_OPTS
 # replaces it ("" for the JVM's default tiered JIT).
 DRIVER_JIT_OPTS = "-XX:TieredStopAtLevel=1"

@@ -19,9 +19,9 @@ and stored events arrive as the export's per tenant and day snapshot of them (ex
 - `report_from` derives all four tables from that small result (a few thousand times smaller than
   the rows) and the snapshot in ONE aggregation with four grouping sets (per tenant and day; per
   protocol and type; per code; per sender) and ONE window pass (the senders' ranks, the day's
-  commands for by_code's shares): one Spark plan, a row per table row. (The four tables as four
-  branches, each with its own aggregation or window, and a union for daily took about twice as
-  long to plan: docs/benchmarks.md.)
+  commands for by_code's shares): one Spark plan, a row per table row. (Four branches, each with
+  its own aggregation or window, and unions took longer to plan and ~3x as long to generate code
+  for: docs/benchmarks.md.)
 
 Command latency percentiles: the nearest-rank percentile (PostgreSQL's percentile_disc) is the
 value of rank r = ceil(q * n). Cumulative counts over the buckets in order (a fold over the day's
