@@ -22,7 +22,7 @@ reading the lake, beside the same aggregates computed by PostgreSQL alone.
   every run; `ratio_vs_groupby_runs` is each run's report / GROUP BY.
   The report itself reads no metering row from PostgreSQL (its export ran first and found nothing new).
 - stages: the job's own step timestamps (from its progress lines), when its result line came and
-  when the process ended, and the phases its result line reports (session, bounds, merge, tables,
+  when the process ended, and the phases its result line reports (session, export, bounds, tables,
   write, stop), per run;
 - --runs 0: the exports only (no report, no SQL); --keep-data: the reports and SQL only, on the
   database and lake the last run of the same size left (no insert, no export).

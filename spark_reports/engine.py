@@ -10,7 +10,8 @@ engine keeps one JVM warm, with the JDBC drivers on its classpath; each report i
 Connect client (`config.build_session`). The server listens on SPARK_ENGINE_HOST (default
 127.0.0.1, loopback only) and SPARK_ENGINE_PORT when set, else on a free port it records with its
 pid in MEDIATOR_VAR_DIR/spark-engine.json, and runs its executors on SPARK_ENGINE_MASTER (default
-local[*]). Settings of the server: SPARK_DRIVER_MEMORY, SPARK_JDBC_JARS, SPARK_LOCAL_IP.
+local[*]). Settings of the server: SPARK_DRIVER_MEMORY, SPARK_JDBC_JARS, SPARK_LOCAL_IP, and
+SPARK_ENGINE_JAVA_OPTS (the driver's JIT options, default DRIVER_JIT_OPTS).
 
 One engine per deployment: the server carries its deployment's name (config.DEPLOYMENT_CONF, from
 its var/ folder), a client refuses an engine with another name (config.ForeignEngine), and `start`
@@ -56,6 +57,12 @@ START_TIMEOUT_S = 120.0
 PORT_CONF = "spark.connect.grpc.binding.port"
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# The driver JVM's JIT: C1 only. Its code is compiled sooner and at less CPU than C2's: on the
+# 2-core box the engine started in ~0.35x the time, its first report in ~0.3x, and warm reports
+# were not slower (~0.5x: a report's Spark work is mostly freshly generated code run a few times,
+# where C2's compiling competes for the cores; docs/benchmarks.md). SPARK_ENGINE_JAVA_OPTS
+# replaces it ("" for the JVM's default tiered JIT).
+DRIVER_JIT_OPTS = "-XX:TieredStopAtLevel=1"
 
 
 def spark_submit() -> Path:
@@ -69,6 +76,7 @@ def server_command(host: str, port: int) -> list[str]:
     """spark-submit argv for the Connect server (no secrets: the database URL travels per query)."""
     log4j = ROOT / "spark_reports" / "log4j2.properties"
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
+    jit = os.environ.get("SPARK_ENGINE_JAVA_OPTS", DRIVER_JIT_OPTS).strip()
     local_ip = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     confs = {
         "spark.connect.grpc.binding.address": host,
@@ -77,7 +85,7 @@ def server_command(host: str, port: int) -> list[str]:
         "spark.driver.host": local_ip,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": f"{java_opts} {jit}".strip(),
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "false",

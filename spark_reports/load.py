@@ -4,9 +4,9 @@ under the run's id in ONE database transaction, into tables created by Django mi
 (apps/usage/models.py). Nothing is created, truncated or dropped here.
 
 Why not a JDBC write per table: each table would cost a `count` job and a write job, seconds of task
-scheduling apiece on a busy small box, for a few hundred rows. One collect lets the engine
-compute the shared `command_counts` shuffle once for all four tables; one transaction makes the
-rows appear together (or not at all).
+scheduling apiece on a busy small box, for a few hundred rows. One collect of the report's one
+frame (transform.report_from: all four tables from one aggregation) computes everything at once;
+one transaction makes the rows appear together (or not at all).
 
 Staging and publishing: the rows carry the id of a ReportRun that is still `running`; readers
 only ever read rows of `succeeded` runs. The launcher flips the run to `succeeded` in one UPDATE
@@ -15,12 +15,12 @@ after this process exits cleanly, or deletes the run's rows and marks it `failed
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from .config import Database
-from .transform import DAILY_COLUMNS, UsageReport
+from .transform import TABLE_COLUMNS, UsageReport
 
 TABLES = {
     "daily": "usage_reportdaily",
@@ -28,32 +28,28 @@ TABLES = {
     "by_code": "usage_reporterrorcode",
     "top": "usage_reporttopidentity",
 }
-COLUMNS = {
-    "daily": DAILY_COLUMNS,
-    "by_type": ["tenant_id", "day", "protocol", "command_type", "commands", "errors"],
-    "by_code": ["tenant_id", "day", "code", "commands", "rate"],
-    "top": ["tenant_id", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out"],
-}
+COLUMNS = TABLE_COLUMNS
+# How many of a table's first COLUMNS are its key: its rows are written in that key's order (a
+# CSV lists a tenant-day's rows in the order written), not in the order Spark returns them.
+KEY_COLUMNS = {"daily": 2, "by_type": 4, "by_code": 3, "top": 3}
 Rows = dict[str, list[tuple]]
 
 
 def collect_report(report: UsageReport) -> Rows:
-    """Every table's rows (tuples in COLUMNS order), from one Spark operation: the four tables as
-    one union, each in a struct column of its own (the others null on its rows)."""
-    tables = report.tables()
-    union: DataFrame | None = None
-    for name, df in tables.items():
-        part = df.select(F.struct(*COLUMNS[name]).alias(name))
-        union = part if union is None else union.unionByName(part, allowMissingColumns=True)
-    rows: Rows = {name: [] for name in tables}
-    if union is None:
-        return rows
-    for row in union.collect():
-        for name in tables:
+    """Every table's rows (tuples in COLUMNS order, by KEY_COLUMNS), from one Spark operation: the
+    report's one frame, each row one table's row in that table's struct column (the others null)."""
+    rows: Rows = {name: [] for name in TABLES}
+    for row in report.rows.collect():
+        for name in TABLES:
             value = row[name]
             if value is not None:
                 rows[name].append(tuple(value))
-    return rows
+    return {name: sorted(table_rows, key=_key(KEY_COLUMNS[name])) for name, table_rows in rows.items()}
+
+
+def _key(columns: int) -> Callable[[tuple], tuple]:
+    """A row's first `columns` values, to sort a table's rows by its key."""
+    return lambda row: row[:columns]
 
 
 def write_rows(db: Database, run_id: int, rows: Rows) -> dict[str, int]:

@@ -16,15 +16,16 @@ Inputs: the metering rows arrive as rows from the Parquet lake (lake_read.py), w
 aggregates in ONE scan into two kinds of aggregates (a grouping set each); registrations, pending
 and stored events arrive as the export's per tenant and day snapshot of them (extract.SCHEMAS
 ["inputs"]: counts, and the delivery latency histogram in the same buckets as command latency).
-- `command_counts` merges the per-range (tenant, day, protocol, type, code, sender) counts into one
-  table a few thousand times smaller than the rows, from which daily counts, by_type, by_code and
-  top are all derived;
-- `command_latency` merges the per-range latency histograms (tenant, day, bucket: commands and the
-  bucket's largest duration) and reads p50/p95 off them.
+- `report_from` derives all four tables from that small result (a few thousand times smaller than
+  the rows) and the snapshot in ONE aggregation with four grouping sets (per tenant and day; per
+  protocol and type; per code; per sender) and ONE window pass (the senders' ranks, the day's
+  commands for by_code's shares): one Spark plan, a row per table row. (Four branches, each with
+  its own aggregation or window, and unions took longer to plan and ~3x as long to generate code
+  for: docs/benchmarks.md.)
 
 Command latency percentiles: the nearest-rank percentile (PostgreSQL's percentile_disc) is the
-value of rank r = ceil(q * n). Cumulative counts over the buckets in order find the bucket holding
-rank r exactly; the report gives that bucket's largest duration. Both lie in one bucket
+value of rank r = ceil(q * n). Cumulative counts over the buckets in order (a fold over the day's
+buckets, collected and sorted: `_percentiles`) find the bucket holding rank r exactly; the report gives that bucket's largest duration. Both lie in one bucket
 [e^(b/1000), e^((b+1)/1000)), so the reported value v' and the exact one v satisfy
 v <= v' < v * e^(1/1000): at most 0.1 % (0.10005 %) above, never below, and always a duration of
 the data (exact when the bucket holds one distinct duration).
@@ -32,9 +33,9 @@ Delivery latency percentiles (created -> acknowledged) are read the same way off
 histogram, with the same bound.
 
 Cost: Spark scans the lake's columns once and aggregates them in one shuffle (`meter_partials`:
-both aggregates, two grouping sets), then only reshapes aggregates thousands of times smaller than
-the rows. The database is not read for metering. (`merge_meters` merges partial aggregates of the
-same shape, e.g. of several sources.)
+both aggregates, two grouping sets), then aggregates that result once more (`report_from`). The
+database is not read for metering. (`merge_meters` merges partial aggregates of the same shape,
+e.g. of several sources.)
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ COUNTS_COLUMNS = [
     "bytes_in",
     "bytes_out",
 ]
-LATENCY_COLUMNS = ["tenant_id", "day", "latency_p50_ms", "latency_p95_ms"]
 DAILY_COLUMNS = [
     "tenant_id",
     "day",
@@ -104,17 +104,6 @@ COUNT_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class UsageReport:
-    daily: DataFrame
-    by_type: DataFrame
-    by_code: DataFrame
-    top: DataFrame
-
-    def tables(self) -> dict[str, DataFrame]:
-        return {"daily": self.daily, "by_type": self.by_type, "by_code": self.by_code, "top": self.top}
-
-
 def _in_range(day: Column, date_from: date, date_to: date) -> Column:
     return (day >= F.lit(date_from)) & (day <= F.lit(date_to))
 
@@ -130,23 +119,6 @@ def _labels() -> dict[str, Column]:
         "code": F.col("code"),
         "sender_did": F.coalesce(F.col("sender_did"), F.lit("")),
     }
-
-
-def command_counts(partials: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    """The per-range partial counts merged: per tenant, day, protocol, command type, code and
-    sender, the commands and bytes. Every count-like output is an aggregate of this small table."""
-    return (
-        partials.where(_in_range(F.col("day"), date_from, date_to))
-        .select(
-            "tenant_id", "day", *[c.alias(name) for name, c in _labels().items()], "commands", "bytes_in", "bytes_out"
-        )
-        .groupBy("tenant_id", "day", "protocol", "command_type", "code", "sender_did")
-        .agg(
-            F.sum("commands").cast("long").alias("commands"),
-            F.sum("bytes_in").cast("long").alias("bytes_in"),
-            F.sum("bytes_out").cast("long").alias("bytes_out"),
-        )
-    )
 
 
 def latency_bucket(duration: Column) -> Column:
@@ -201,9 +173,10 @@ def meter_partials(rows: DataFrame) -> DataFrame:
 
 def merge_meters(partials: DataFrame, date_from: date, date_to: date) -> DataFrame:
     """Both kinds of per-range partials (extract.SCHEMAS["meters"]: counts rows with histogram 0,
-    latency rows with histogram 1) merged in ONE aggregation: `command_counts` for the counts rows,
-    the merged histogram (commands and the largest duration per bucket) for the latency rows.
-    Split with `merged_counts` and `merged_histogram`."""
+    latency rows with histogram 1) merged in ONE aggregation: per tenant, day, protocol, command
+    type, code and sender (labelled as the report shows them) the commands and bytes for the
+    counts rows, the merged histogram (commands and the largest duration per bucket) for the
+    latency rows: rows of `meter_partials`' shape. Split with `merged_counts` and `merged_histogram`."""
     counts_row = F.col("histogram") == 0
     return (
         partials.where(_in_range(F.col("day"), date_from, date_to))
@@ -229,7 +202,7 @@ def merge_meters(partials: DataFrame, date_from: date, date_to: date) -> DataFra
 
 
 def merged_counts(merged: DataFrame) -> DataFrame:
-    """The counts part of `merge_meters`: what `command_counts` gives."""
+    """The counts part of `merge_meters` (COUNTS_COLUMNS)."""
     return merged.where(F.col("histogram") == 0).select(*COUNTS_COLUMNS)
 
 
@@ -238,156 +211,205 @@ def merged_histogram(merged: DataFrame) -> DataFrame:
     return merged.where(F.col("histogram") == 1).select("tenant_id", "day", "bucket", "commands", "top_ms")
 
 
-def _errors(commands: str = "commands") -> Column:
-    return F.sum(F.when(F.col("code").isin(*NOT_ERRORS), 0).otherwise(F.col(commands))).cast("long")
+# The report's four tables as grouping sets of one aggregation (report_from): each row of its
+# result is one table's row, told apart by grouping_id() (a bit per key of KEYS left out).
+KEYS = ["tenant_id", "day", "protocol", "command_type", "code", "sender_did"]
+GROUPING_SETS = {
+    "daily": ["tenant_id", "day"],
+    "by_type": ["tenant_id", "day", "protocol", "command_type"],
+    "by_code": ["tenant_id", "day", "code"],
+    "top": ["tenant_id", "day", "sender_did"],
+}
+GROUPING_ID = {
+    name: sum(1 << (len(KEYS) - 1 - i) for i, key in enumerate(KEYS) if key not in keys)
+    for name, keys in GROUPING_SETS.items()
+}
+TABLE_COLUMNS = {
+    "daily": DAILY_COLUMNS,
+    "by_type": ["tenant_id", "day", "protocol", "command_type", "commands", "errors"],
+    "by_code": ["tenant_id", "day", "code", "commands", "rate"],
+    "top": ["tenant_id", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out"],
+}
+INPUTS_ROW = 2  # the `histogram` of the inputs' snapshot rows beside the meters' 0 (counts) and 1 (latency)
 
 
-def _rank_value(q: float) -> Column:
-    """The largest duration of the first bucket whose cumulative count reaches rank ceil(q * n)."""
-    reached = F.col("cumulative") >= F.ceil(F.lit(q) * F.col("total"))
-    return F.min(F.when(reached, F.struct(F.col("bucket"), F.col("top_ms")))).getField("top_ms")
+@dataclass(frozen=True)
+class UsageReport:
+    """The report as ONE DataFrame: a struct column per table (TABLE_COLUMNS), exactly one of them
+    set on each row. `daily`, `by_type`, `by_code` and `top` are the tables apart (each a filter
+    of `rows`); the job collects `rows` itself, in one Spark operation (load.collect_report)."""
+
+    rows: DataFrame
+
+    def table(self, name: str) -> DataFrame:
+        return self.rows.where(F.col(name).isNotNull()).select(*[F.col(f"{name}.{c}") for c in TABLE_COLUMNS[name]])
+
+    @property
+    def daily(self) -> DataFrame:
+        return self.table("daily")
+
+    @property
+    def by_type(self) -> DataFrame:
+        return self.table("by_type")
+
+    @property
+    def by_code(self) -> DataFrame:
+        return self.table("by_code")
+
+    @property
+    def top(self) -> DataFrame:
+        return self.table("top")
+
+    def tables(self) -> dict[str, DataFrame]:
+        return {name: self.table(name) for name in TABLE_COLUMNS}
 
 
-def command_latency(histogram: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    """p50/p95 command latency per tenant and day from the per-range latency histograms (the error
-    bound is in the module's docstring)."""
-    return latency_percentiles(
-        histogram.where(_in_range(F.col("day"), date_from, date_to))
-        .groupBy("tenant_id", "day", "bucket")
-        .agg(F.sum("commands").alias("commands"), F.max("top_ms").alias("top_ms"))
+def _histogram(rows: Column, commands: str) -> list[Column]:
+    """Aggregates of a histogram's rows (one per bucket, those where `rows` holds): their
+    (bucket, commands, top_ms) as a list, and their commands in all (n)."""
+    bucket = F.struct(F.col("bucket"), F.col(commands).alias("commands"), F.col("top_ms"))
+    return [F.collect_list(F.when(rows, bucket)), F.sum(F.when(rows, F.col(commands)))]
+
+
+def _percentiles(histogram: Column, n: Column) -> Column:
+    """p50 and p95 (fields p50, p95) of a histogram list (`_histogram`): its buckets in order,
+    the cumulative count, and the largest duration of the first bucket whose cumulative count
+    reaches rank ceil(q * n) (the error bound is in the module's docstring); null when empty."""
+    ranks = {"p50": F.ceil(F.lit(0.5) * n), "p95": F.ceil(F.lit(0.95) * n)}
+    start = F.struct(
+        F.lit(0).cast("long").alias("cumulative"),
+        *[F.lit(False).alias(f"{p}_found") for p in ranks],
+        *[F.lit(None).cast("double").alias(p) for p in ranks],
+    )
+
+    def step(acc: Column, bucket: Column) -> Column:
+        cumulative = acc["cumulative"] + bucket["commands"]
+        return F.struct(
+            cumulative.alias("cumulative"),
+            *[(acc[f"{p}_found"] | (cumulative >= r)).alias(f"{p}_found") for p, r in ranks.items()],
+            *[
+                F.when(acc[f"{p}_found"], acc[p]).when(cumulative >= r, bucket["top_ms"]).alias(p)
+                for p, r in ranks.items()
+            ],
+        )
+
+    return F.aggregate(F.array_sort(histogram), start, step)
+
+
+def latency_percentiles(histogram: DataFrame) -> DataFrame:
+    """p50/p95 command latency (latency_p50_ms, latency_p95_ms) per tenant and day of a merged
+    histogram (one row per tenant, day and bucket: `merged_histogram`), as the report reads them."""
+    latency, n = _histogram(F.lit(True), "commands")
+    folded = histogram.groupBy("tenant_id", "day").agg(_percentiles(latency, n).alias("latency"))
+    return folded.select(
+        "tenant_id",
+        "day",
+        F.col("latency.p50").cast("double").alias("latency_p50_ms"),
+        F.col("latency.p95").cast("double").alias("latency_p95_ms"),
     )
 
 
-def latency_percentiles(merged: DataFrame, name: str = "latency") -> DataFrame:
-    """p50/p95 per tenant and day from a merged histogram (one row per tenant, day and bucket), as
-    `<name>_p50_ms` and `<name>_p95_ms`."""
-    day = Window.partitionBy("tenant_id", "day")
-    ranked = merged.withColumn("total", F.sum("commands").over(day)).withColumn(
-        "cumulative",
-        F.sum("commands").over(day.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)),
-    )
-    return ranked.groupBy("tenant_id", "day").agg(
-        _rank_value(0.5).cast("double").alias(f"{name}_p50_ms"),
-        _rank_value(0.95).cast("double").alias(f"{name}_p95_ms"),
-    )
+def report_from(merged: DataFrame, inputs: DataFrame, date_from: date, date_to: date) -> UsageReport:
+    """The report from the merged metering aggregates (`merge_meters`' or `meter_partials`' rows,
+    already in the range) and the inputs' snapshot, in ONE aggregation and ONE window pass.
 
-
-def command_totals(counts: DataFrame) -> DataFrame:
-    """Per tenant and day: commands, errors, bytes and distinct active identities, from `counts`."""
+    The meters' rows and the snapshot's are one union (`histogram` 0: counts, 1: latency
+    buckets, 2: the snapshot), aggregated with four grouping sets (GROUPING_SETS): per tenant
+    and day every daily figure (sums of the rows of its kind, the distinct active identities,
+    both histograms as lists), per protocol and type, per code, per sender. A row of a set whose
+    key comes only from the other kinds' rows (a null protocol, code or sender) is dropped with
+    SUCCESS and the empty sender. Then one window per tenant and day, the senders' rows first by
+    commands, bytes and DID: their rank (top TOP_N kept), and the day's commands (by_code's
+    share). One row per table row; a day appears when any of its rows does (absent counts 0,
+    absent percentiles null)."""
+    snapshot = inputs.where(_in_range(F.col("day"), date_from, date_to)).select(
+        F.lit(INPUTS_ROW).cast("long").alias("histogram"),
+        "tenant_id",
+        "day",
+        "bucket",
+        "top_ms",
+        "registrations",
+        "pending_created",
+        "delivered",
+        "stored_events",
+        "stored_bytes",
+    )
+    rows = merged.unionByName(snapshot, allowMissingColumns=True)
+    counted = F.col("histogram") == 0
     ok = F.col("code").isin(*NOT_ERRORS)
-    return counts.groupBy("tenant_id", "day").agg(
-        F.sum("commands").cast("long").alias("commands"),
-        _errors().alias("errors"),
-        F.sum("bytes_in").alias("bytes_in"),
-        F.sum("bytes_out").alias("bytes_out"),
-        F.countDistinct(F.when(ok & (F.col("sender_did") != ""), F.col("sender_did"))).alias("active_identities"),
-    )
-
-
-def input_figures(inputs: DataFrame, date_from: date, date_to: date) -> list[DataFrame]:
-    """The daily figures of the inputs' snapshot (extract.SCHEMAS["inputs"] per tenant and day):
-    new registrations, pending events created and delivered, stored events and bytes, and the
-    delivery latency percentiles read off its histogram rows."""
-    rows = inputs.where(_in_range(F.col("day"), date_from, date_to))
-    totals = rows.groupBy("tenant_id", "day").agg(
+    latency, latency_n = _histogram(F.col("histogram") == 1, "commands")
+    delivery, delivery_n = _histogram((F.col("histogram") == INPUTS_ROW) & F.col("bucket").isNotNull(), "delivered")
+    grouped = rows.groupingSets([[F.col(c) for c in keys] for keys in GROUPING_SETS.values()], *map(F.col, KEYS)).agg(
+        F.grouping_id().alias("set"),
+        F.sum(F.when(counted, F.col("commands"))).cast("long").alias("commands"),
+        F.sum(F.when(counted, F.when(ok, 0).otherwise(F.col("commands")))).cast("long").alias("errors"),
+        F.sum(F.when(counted, F.col("bytes_in"))).cast("long").alias("bytes_in"),
+        F.sum(F.when(counted, F.col("bytes_out"))).cast("long").alias("bytes_out"),
+        F.size(F.collect_set(F.when(counted & ok & (F.col("sender_did") != ""), F.col("sender_did"))))
+        .cast("long")
+        .alias("active_identities"),
+        latency.alias("latency_histogram"),
+        latency_n.alias("latency_n"),
+        delivery.alias("delivery_histogram"),
+        delivery_n.alias("delivery_n"),
         F.sum("registrations").alias("new_registrations"),
         F.sum("pending_created").alias("pending_created"),
         F.sum("delivered").alias("pending_delivered"),
         F.sum("stored_events").alias("stored_events"),
         F.sum("stored_bytes").alias("stored_bytes"),
     )
-    histogram = rows.where(F.col("bucket").isNotNull()).select(
-        "tenant_id", "day", "bucket", F.col("delivered").alias("commands"), "top_ms"
-    )
-    return [totals, latency_percentiles(histogram, "delivery")]
-
-
-def _merge(parts: list[DataFrame], columns: list[str]) -> DataFrame:
-    """Combine per-(tenant, day) partial results with one union and one shuffle instead of outer joins.
-
-    Each part has at most one row per key and some of `columns`; the union fills the others with
-    nulls, so `max` over it picks the one non-null value of every column. (Named columns, never
-    `df.columns`: over Spark Connect every schema question is a round trip to the engine.)
-    """
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part, allowMissingColumns=True)
-    return union.groupBy("tenant_id", "day").agg(*[F.max(c).alias(c) for c in columns])
-
-
-def daily(counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date) -> DataFrame:
-    """One row per tenant and day with any activity; absent counts are 0, absent percentiles null."""
-    out = _merge(
-        [command_totals(counts), latency, *input_figures(inputs, date_from, date_to)],
-        [c for c in DAILY_COLUMNS if c not in ("tenant_id", "day", "error_rate")],
-    )
-    for c in COUNT_COLUMNS:
-        out = out.withColumn(c, F.coalesce(F.col(c).cast("long"), F.lit(0).cast("long")))
-    out = out.withColumn(
-        "error_rate", F.when(F.col("commands") > 0, F.col("errors") / F.col("commands")).otherwise(F.lit(0.0))
-    )
-    return out.select(*DAILY_COLUMNS)
-
-
-def by_type(counts: DataFrame) -> DataFrame:
-    return counts.groupBy("tenant_id", "day", "protocol", "command_type").agg(
-        F.sum("commands").cast("long").alias("commands"), _errors().alias("errors")
-    )
-
-
-def by_code(counts: DataFrame) -> DataFrame:
-    per_day = Window.partitionBy("tenant_id", "day")
-    counted = counts.groupBy("tenant_id", "day", "code").agg(F.sum("commands").cast("long").alias("commands"))
-    return (
-        counted.withColumn("rate", F.col("commands") / F.sum("commands").over(per_day))
-        .where(F.col("code") != SUCCESS)
-        .select("tenant_id", "day", "code", "commands", "rate")
-    )
-
-
-def top_identities(counts: DataFrame, n: int = TOP_N) -> DataFrame:
-    volume = (
-        counts.where(F.col("sender_did") != "")
-        .groupBy("tenant_id", "day", "sender_did")
-        .agg(
-            F.sum("commands").cast("long").alias("commands"),
-            F.sum("bytes_in").cast("long").alias("bytes_in"),
-            F.sum("bytes_out").cast("long").alias("bytes_out"),
-        )
+    kind = F.col("set")
+    kept = grouped.where(
+        F.when(kind == GROUPING_ID["daily"], True)
+        .when(kind == GROUPING_ID["by_type"], F.col("protocol").isNotNull())
+        .when(kind == GROUPING_ID["by_code"], F.col("code") != SUCCESS)
+        .otherwise(F.col("sender_did") != "")
     )
     order = Window.partitionBy("tenant_id", "day").orderBy(
-        F.col("commands").desc(), (F.col("bytes_in") + F.col("bytes_out")).desc(), F.col("sender_did").asc()
+        (kind != GROUPING_ID["top"]).asc(),
+        F.col("commands").desc(),
+        (F.col("bytes_in") + F.col("bytes_out")).desc(),
+        F.col("sender_did").asc(),
     )
-    return (
-        volume.withColumn("rank", F.row_number().over(order))
-        .where(F.col("rank") <= n)
-        .select("tenant_id", "day", "rank", "sender_did", "commands", "bytes_in", "bytes_out")
+    whole_day = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ranked = kept.select(
+        "*",
+        F.row_number().over(order).alias("rank"),
+        F.max(F.when(kind == GROUPING_ID["daily"], F.col("commands"))).over(whole_day).alias("day_commands"),
+    ).where((kind != GROUPING_ID["top"]) | (F.col("rank") <= TOP_N))
+    ranked = ranked.select(
+        "*",
+        *[_percentiles(F.col(f"{h}_histogram"), F.col(f"{h}_n")).alias(h) for h in ("latency", "delivery")],
     )
-
-
-def report_from(
-    counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date
-) -> UsageReport:
-    """The report from the merged metering aggregates (`command_counts`, `command_latency`) and the
-    inputs' snapshot."""
-    return UsageReport(
-        daily=daily(counts, latency, inputs, date_from, date_to),
-        by_type=by_type(counts),
-        by_code=by_code(counts),
-        top=top_identities(counts),
+    zero = F.lit(0).cast("long")
+    daily = {c: F.coalesce(F.col(c).cast("long"), zero) for c in COUNT_COLUMNS}
+    daily.update(
+        error_rate=F.when(F.col("commands") > 0, F.col("errors") / F.col("commands")).otherwise(F.lit(0.0)),
+        **{
+            f"{name}_{p}_ms": F.col(f"{name}.{p}").cast("double")
+            for name in ("latency", "delivery")
+            for p in ("p50", "p95")
+        },
     )
+    columns = {
+        "daily": {"tenant_id": F.col("tenant_id"), "day": F.col("day"), **daily},
+        "by_code": {"rate": F.col("commands") / F.col("day_commands")},
+    }
+    tables = {
+        name: F.struct(*[columns.get(name, {}).get(c, F.col(c)).alias(c) for c in names])
+        for name, names in TABLE_COLUMNS.items()
+    }
+    return UsageReport(ranked.select(*[F.when(kind == GROUPING_ID[name], t).alias(name) for name, t in tables.items()]))
 
 
 def usage_report(
     counts: DataFrame, latency: DataFrame, inputs: DataFrame, date_from: date, date_to: date
 ) -> UsageReport:
-    """The whole report for [date_from, date_to] from the metering rows' two partial aggregates and
-    the inputs' snapshot. (The job merges the two first and keeps them on the engine:
-    spark_reports.usage_report.settle.)"""
-    return report_from(
-        command_counts(counts, date_from, date_to),
-        command_latency(latency, date_from, date_to),
-        inputs,
-        date_from,
-        date_to,
+    """The whole report for [date_from, date_to] from the metering rows' two partial aggregates
+    apart (extract.SCHEMAS "counts" and "latency") and the inputs' snapshot: `merge_meters` of
+    both, then `report_from`. (The job aggregates the lake's rows with `meter_partials` instead:
+    spark_reports.usage_report.run.)"""
+    both = counts.select(F.lit(0).cast("long").alias("histogram"), "*").unionByName(
+        latency.select(F.lit(1).cast("long").alias("histogram"), "*"), allowMissingColumns=True
     )
+    return report_from(merge_meters(both, date_from, date_to), inputs, date_from, date_to)

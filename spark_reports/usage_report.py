@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame
 from . import lake_export, lake_layout, lake_log, lake_read
 from .config import Database, build_session, database_from_env, env_int, session_target
 from .load import collect_report, load
-from .transform import latency_percentiles, merged_counts, merged_histogram, meter_partials, report_from
+from .transform import UsageReport, meter_partials, report_from
 
 RESULT_MARKER = "USAGE_REPORT_RESULT"
 PROGRESS_MARKER = "USAGE_REPORT_PROGRESS"
@@ -111,19 +111,14 @@ def shuffle_partitions(rows: int) -> int:
     return max(1, min(most, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
 
 
-def settle(rows: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
-    """Aggregate the lake's metering rows in ONE Spark job (one scan of the files, one aggregation
-    with two grouping sets: `transform.meter_partials`) and keep the result (small) on the engine,
-    so that the four tables read it instead of the metering rows (a lazily cached `command_counts`
-    made the tables rescan them). It is kept in one partition, or hash-partitioned by tenant and day
-    in `partitions`: every later aggregation and window groups by tenant and day (and more), so the
-    four tables need no shuffle of it, only one stage each instead of one per aggregation.
-    Returns the merged counts and the latency percentiles."""
-    partials = meter_partials(rows)
-    # One partition: a coalesce (no shuffle) already holds every tenant and day together.
-    placed = partials.coalesce(1) if partitions == 1 else partials.repartition(partitions, "tenant_id", "day")
-    merged = placed.localCheckpoint()
-    return merged_counts(merged), latency_percentiles(merged_histogram(merged))
+def report_of(rows: DataFrame, inputs: DataFrame, date_from: date, date_to: date) -> UsageReport:
+    """The report of the lake's metering rows and the inputs' snapshot, as ONE plan the load
+    collects in ONE Spark operation: the rows aggregated in one scan (`transform.meter_partials`:
+    one aggregation, two grouping sets), then the four tables from that small result
+    (`transform.report_from`: one aggregation, four grouping sets, one window). The result is
+    read once, so nothing is kept on the engine between two operations (the job's earlier
+    checkpoint of it cost an operation of its own: its planning, code generation and tasks)."""
+    return report_from(meter_partials(rows), inputs, date_from, date_to)
 
 
 def run(
@@ -154,11 +149,8 @@ def run(
     if progress:
         progress.state["rows_total"] = sizes["meters"]
         progress.step("computing the report")
-    partitions = shuffle_partitions(sizes["meters"])
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    meter_counts, latency = settle(rows, partitions)
-    phases["merge"] = time.perf_counter() - started - sum(phases.values())
-    report = report_from(meter_counts, latency, inputs, date_from, date_to)
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(sizes["meters"])))
+    report = report_of(rows, inputs, date_from, date_to)
 
     def computed() -> None:
         phases["tables"] = time.perf_counter() - started - sum(phases.values())
@@ -211,9 +203,8 @@ def warm_up(spark, folder: str) -> float:
     frame = spark.createDataFrame([tuple(r.get(n) for n in names) for r in rows], lake_layout.LAKE_SCHEMA)
     frame.write.mode("overwrite").partitionBy(*lake_layout.PARTITIONS).parquet(folder)
     read = spark.read.schema(lake_layout.LAKE_SCHEMA).parquet(folder)
-    counts, latency = settle(read, 1)
     inputs = spark.createDataFrame([], lake_layout.INPUTS_SCHEMA)
-    collect_report(report_from(counts, latency, inputs, WARM_DAY, WARM_DAY))
+    collect_report(report_of(read, inputs, WARM_DAY, WARM_DAY))
     return time.perf_counter() - started
 
 
@@ -322,7 +313,7 @@ class Job:
         counts["phases"]["session"] = round(session_s, 3)
         counts["total_seconds"] = round(time.perf_counter() - t0, 3)
         print(f"{RESULT_MARKER} {json.dumps(counts, sort_keys=True)}", flush=True)
-        # The run's DataFrames are gone: their checkpoint on the engine is released now, not later.
+        # The run's DataFrames are dropped now, not later (any engine state one holds goes with it).
         gc.collect()
         return 0
 

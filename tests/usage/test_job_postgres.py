@@ -264,7 +264,7 @@ def test_the_report_reads_only_the_lake_pruned_by_day_and_tenant(spark, tenant_a
     rows = lake_read.read_meters(spark, db, day, day, [tenant_a.pk])
     partials = transform.meter_partials(rows)
     inputs = lake_read.read_inputs(spark, db, day, day, [tenant_a.pk])
-    transform.input_figures(inputs, day, day)[0].explain()
+    inputs.explain()
     plan = capsys.readouterr().out
     assert "JDBCRelation" not in plan and "LocalTableScan" in plan, plan  # no registration, pending or stored event
     partials.explain()

@@ -154,8 +154,7 @@ def test_top_identities_rank_by_commands_then_bytes(spark):
         for _ in range(12 - i):  # did:00 sends 12 commands, did:11 sends 1
             rows.append((1, ts(D1, 1), "QUERY_EVENTS", "SUCCESS", 200, 10, 10, 1.0, f"did:{i:02d}"))
     rows.append((1, ts(D1, 2), "QUERY_EVENTS", "SUCCESS", 200, 500, 10, 1.0, "did:big"))  # 1 command, more bytes
-    counts, _ = meters(spark, rows)
-    top = transform.top_identities(transform.command_counts(counts, D1, D1)).orderBy("rank").collect()
+    top = transform.usage_report(*meters(spark, rows), snapshot(spark), D1, D1).top.orderBy("rank").collect()
     assert [r["rank"] for r in top] == list(range(1, 11))
     assert [r["sender_did"] for r in top] == [f"did:{i:02d}" for i in range(10)]
     assert (top[0]["commands"], top[0]["bytes_in"], top[0]["bytes_out"]) == (12, 120, 120)
@@ -191,18 +190,19 @@ def test_command_types_are_counted_per_protocol(spark):
         (1, ts(D1, 3), "forward", "SUCCESS", 200, 1, 1, 1.0, "did:a"),
         (1, ts(D1, 4), "forward", "INVALID_MESSAGE", 200, 1, 1, 1.0, "did:a"),
     ]
-    counts, _ = meters(spark, rows, protocol=["decentrl", None, "didcomm", "didcomm"])
+    m = meters(spark, rows, protocol=["decentrl", None, "didcomm", "didcomm"])
     got = {
         (r["protocol"], r["command_type"]): (r["commands"], r["errors"])
-        for r in transform.by_type(transform.command_counts(counts, D1, D1)).collect()
+        for r in transform.usage_report(*m, snapshot(spark), D1, D1).by_type.collect()
     }
     assert got == {("decentrl", "TWO_WAY_PRIVATE"): (2, 0), ("didcomm", "forward"): (2, 1)}
 
 
 def latency(spark, partials):
-    """p50, p95 of one tenant-day from histogram rows (bucket, commands, top_ms)."""
+    """p50, p95 of one tenant-day in the report from partial histogram rows (bucket, commands, top_ms)."""
     df = spark.createDataFrame([(1, D1, *p) for p in partials], schema=extract.schema("latency"))
-    row = transform.command_latency(df, D1, D1).collect()[0]
+    no_counts = spark.createDataFrame([], schema=extract.schema("counts"))
+    row = transform.usage_report(no_counts, df, snapshot(spark), D1, D1).daily.collect()[0]
     return row["latency_p50_ms"], row["latency_p95_ms"]
 
 
@@ -240,9 +240,9 @@ def test_a_zero_duration_is_the_lowest_latency(spark):
 
 
 def test_one_aggregation_merges_both_kinds_of_partials_as_the_two_merges_do(spark):
-    # The job reads each id range as ONE frame of both partial aggregates (extract.SCHEMAS["meters"],
-    # `histogram` 0 or 1) and merges them in one aggregation: the same rows as command_counts and
-    # command_latency over the two kinds apart, labels included (NULL protocol, "" type, NULL sender).
+    # ONE frame of both partial aggregates (extract.SCHEMAS["meters"], `histogram` 0 or 1) merged in
+    # one aggregation: the counts labelled as the report shows them (NULL protocol, "" type, NULL
+    # sender), the histogram's percentiles those of the report over the two kinds apart.
     rows = [
         (1, ts(D1, 1), "TWO_WAY_PRIVATE", "SUCCESS", 200, 3, 4, 2.0, "did:a"),
         (1, ts(D1, 2), "", "INVALID_MESSAGE", 400, 5, 6, 9.0, None),
@@ -259,14 +259,12 @@ def test_one_aggregation_merges_both_kinds_of_partials_as_the_two_merges_do(spar
         (1, D1, "decentrl", "TWO_WAY_PRIVATE", "SUCCESS", "did:a", 2, 10, 12),
         (2, D2, "didcomm", "forward", "EVICTED", "did:b", 1, 1, 1),
     ]
-    assert sorted(tuple(r) for r in transform.merged_counts(merged).collect()) == sorted(
-        tuple(r) for r in transform.command_counts(counts, D1, D2).collect()
-    )
     assert sorted(tuple(r) for r in transform.latency_percentiles(transform.merged_histogram(merged)).collect()) == [
         (1, D1, 2.0, 9.0),
         (2, D2, 40.0, 40.0),
     ]
-    assert sorted(tuple(r) for r in transform.command_latency(latency, D1, D2).collect()) == [
+    daily = transform.usage_report(counts, latency, snapshot(spark), D1, D2).daily
+    assert sorted(tuple(r) for r in daily.select("tenant_id", "day", "latency_p50_ms", "latency_p95_ms").collect()) == [
         (1, D1, 2.0, 9.0),
         (2, D2, 40.0, 40.0),
     ]
