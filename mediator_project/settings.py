@@ -313,12 +313,13 @@ PUSH_WEBHOOK_ALLOW_HTTP = env_bool("PUSH_WEBHOOK_ALLOW_HTTP", False)
 # Wakes (docs/push.md, "When a wake leaves"): at most one per subject between two pickups, and no
 # closer together than this many seconds. A send the provider asks to retry waits
 # PUSH_RETRY_BASE_S * 2^attempt with jitter (or its Retry-After), at most PUSH_RETRY_CAP_S, for at
-# most PUSH_RETRY_MAX_ATTEMPTS attempts; the wake tasks run on the Celery queue PUSH_QUEUE.
+# most PUSH_RETRY_MAX_ATTEMPTS attempts; the wake tasks run on the Celery queue PUSH_QUEUE, which
+# the production layouts give a worker of its own (docs/push.md, "The worker").
 PUSH_WAKE_INTERVAL_S = env_int("PUSH_WAKE_INTERVAL_S", 60)
 PUSH_RETRY_BASE_S = env_int("PUSH_RETRY_BASE_S", 5)
 PUSH_RETRY_CAP_S = env_int("PUSH_RETRY_CAP_S", 900)
 PUSH_RETRY_MAX_ATTEMPTS = env_int("PUSH_RETRY_MAX_ATTEMPTS", 8)
-PUSH_QUEUE = env("PUSH_QUEUE", "celery")
+PUSH_QUEUE = env("PUSH_QUEUE", "push")
 if PUSH_WAKE_INTERVAL_S < 0 or PUSH_RETRY_BASE_S < 1 or PUSH_RETRY_CAP_S < PUSH_RETRY_BASE_S:
     raise ImproperlyConfigured(
         "PUSH_WAKE_INTERVAL_S >= 0, PUSH_RETRY_BASE_S >= 1, PUSH_RETRY_CAP_S >= PUSH_RETRY_BASE_S"

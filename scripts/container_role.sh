@@ -5,7 +5,10 @@
 # would under supervisord).
 #   http      Granian, the HTTP tier (mediator_project/http_server.py) on HTTP_HOST:HTTP_PORT
 #   sockets   Daphne, /ws and /didcomm/ws (mediator_project/socket_server.py) on WS_HOST:WS_PORT
-#   worker    the Celery worker
+#   worker    the Celery worker: the queue celery, and the push wake-ups' queue PUSH_QUEUE too
+#             unless PUSH_WORKER=1 says a push-worker container of its own takes those
+#   push-worker  the push wake-ups' worker (docs/push.md, "The worker"): PUSH_QUEUE only, a pool
+#             of PUSH_CONCURRENCY threads
 #   beat      Celery beat: exactly one per deployment; its schedule file in MEDIATOR_STATE_DIR
 #   migrate   the one-shot job: database migrations, then the first operator when
 #             DJANGO_SUPERUSER_USERNAME and DJANGO_SUPERUSER_PASSWORD (or _FILE) are set and no
@@ -38,7 +41,12 @@ case "$role" in
     exec python -m mediator_project.socket_server -b "${WS_HOST:-0.0.0.0}" -p "${WS_PORT:-8001}" "$@" ;;
   worker)
     metrics
-    exec celery -A mediator_project worker --concurrency "${CELERY_CONCURRENCY:-1}" -l "${CELERY_LOG_LEVEL:-warning}" "$@" ;;
+    [ "${PUSH_WORKER:-0}" = 1 ] && queues=celery || queues="celery,${PUSH_QUEUE:-push}"
+    exec celery -A mediator_project worker -Q "$queues" --concurrency "${CELERY_CONCURRENCY:-1}" -l "${CELERY_LOG_LEVEL:-warning}" "$@" ;;
+  push-worker)
+    metrics
+    exec celery -A mediator_project worker -Q "${PUSH_QUEUE:-push}" --pool threads --concurrency "${PUSH_CONCURRENCY:-8}" \
+      -n "push@%h" -l "${CELERY_LOG_LEVEL:-warning}" "$@" ;;
   beat)
     metrics
     exec celery -A mediator_project beat -l "${CELERY_LOG_LEVEL:-warning}" -s "${MEDIATOR_STATE_DIR:-/var/lib/mediator}/celerybeat-schedule" "$@" ;;

@@ -16,5 +16,6 @@ mkdir -p "$VAR_DIR"
 # (USAGE_ENGINE_PRESTART=0: on the first report or export instead), so the first report finds it ready.
 export USAGE_ENGINE_PRESTART="${USAGE_ENGINE_PRESTART:-1}"
 # exec: run_embedded.sh stops this pid, which is then the worker itself.
-exec "$VENV/bin/celery" -A mediator_project worker -B --concurrency 1 --pool solo \
+# It takes the push wake-ups' queue too (PUSH_QUEUE, docs/push.md).
+exec "$VENV/bin/celery" -A mediator_project worker -B -Q "celery,${PUSH_QUEUE:-push}" --concurrency 1 --pool solo \
   --loglevel "${CELERY_LOG_LEVEL:-info}" -s "$VAR_DIR/celerybeat-schedule" -n "embedded@%h"

@@ -2,7 +2,7 @@
 # The production serving layout on one box (docs/serving.md), as one command:
 #   nginx :PORT  ──/ws──▶ daphne :WS_PORT (Channels consumer, Redis channel layer)
 #               └──/────▶ granian :HTTP_PORT (WSGI workers, mediator_project/http_server.py: POST / and the rest)
-#   celery worker + celery beat on the Redis broker
+#   celery worker + the push worker (queue PUSH_QUEUE, PUSH_CONCURRENCY threads) + celery beat on the Redis broker
 #   the warm Spark engine of the usage reports (spark_reports/engine.py; not with NO_CELERY, or
 #   when SPARK_REMOTE or SPARK_MASTER points the reports elsewhere)
 # Every process is a program of supervisord (deploy/supervisord.conf.template), which runs in the
@@ -62,6 +62,7 @@ fi
 sed -e "$celery" -e "$proxy" -e "$engine" -e "s#@RUN_DIR@#$RUN_DIR_ABS#g" -e "s#@ROOT@#$ROOT#g" -e "s#@VENV@#$VENV_ABS#g" \
   -e "s#@PYTHON@#$VENV_ABS/bin/python#g" -e "s#@NGINX@#${NGINX:-nginx}#g" -e "s/@WS_PORT@/$WS_PORT/g" \
   -e "s/@CELERY_CONCURRENCY@/${CELERY_CONCURRENCY:-1}/g" \
+  -e "s/@PUSH_QUEUE@/${PUSH_QUEUE:-push}/g" -e "s/@PUSH_CONCURRENCY@/${PUSH_CONCURRENCY:-8}/g" \
   -e "s/@HTTP_DB_CONN_MAX_AGE@/${HTTP_DB_CONN_MAX_AGE:-600}/g" \
   deploy/supervisord.conf.template > "$RUN_DIR_ABS/supervisord.conf"
 [ "${1:-}" = render ] && exit 0

@@ -87,9 +87,14 @@ def _picked_up(mediation: Mediation) -> None:
 def messages_rows(
     *, mediation: Mediation, recipient: RecipientKey | None, limit: int, ids: list[str] | None = None
 ) -> list[Row]:
-    """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay queued."""
+    """Up to `limit` queued messages, oldest first: (message id, stored data, received at); they stay
+    queued. The client read its queue: a pickup."""
     _picked_up(mediation)
-    qs = _queue(mediation, recipient).order_by("id")
+    return _rows(_queue(mediation, recipient), limit=limit, ids=ids)
+
+
+def _rows(qs, *, limit: int, ids: list[str] | None) -> list[Row]:
+    qs = qs.order_by("id")
     if ids is not None:
         qs = qs.filter(message_id__in=_uuids(ids))
     rows = qs.values_list("message_id", "data", "received_at")[:limit]
@@ -148,8 +153,11 @@ def live_unacked(*, tenant_id: int, mediation_id: int, client_did: str, ids: lis
     """Of `ids`, pushed live to the client and not acknowledged within the ack timeout, the ones
     still queued (oldest first), announced once as `live_unacknowledged` and a wake of the client's
     devices asked for (its socket may be asleep: docs/push.md); the rest were acknowledged (or
-    expired, evicted) and are never delivered again."""
-    rows = messages_rows(mediation=Mediation(pk=mediation_id), recipient=None, limit=len(ids), ids=ids)
+    expired, evicted) and are never delivered again. The read is the tenant's own, and it is the
+    socket's check, not the client reading its queue: no pickup (so the wake asked for stays
+    coalesced across the resends)."""
+    queued = QueuedMessage.objects.filter(tenant_id=tenant_id, mediation_id=mediation_id)
+    rows = _rows(queued, limit=len(ids), ids=ids)
     if rows:
         live_unacknowledged.send(
             sender=None,

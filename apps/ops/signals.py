@@ -21,7 +21,8 @@ def _task_name(sender) -> str | None:
     """The job name a task's run is counted under: its function's name (`prune_metering`), like the
     jobs run_job counts (`purge_didcomm_messages`), so the console's Scheduled jobs list names only.
     None for Celery's own tasks and for tasks marked `counts_itself` (they run through run_job,
-    which counts them, also when run by hand)."""
+    which counts them, also when run by hand; or, like the push wakes, one runs per event and
+    metrics of their own count them)."""
     name = getattr(sender, "name", None)
     if not name or name.startswith("celery.") or getattr(sender, "counts_itself", False):
         return None

@@ -12,9 +12,12 @@ class PushConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from apps.tenants.models import Tenant
+
         from . import receivers
-        from .models import PushPolicy
-        from .services import POLICIES
+        from .models import PushPolicy, PushProvider
+        from .services import POLICIES, SENDERS
 
         receivers.connect()
         POLICIES.clear_on_change(PushPolicy)
+        SENDERS.clear_on_change(PushProvider, Tenant)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -31,7 +32,6 @@ from django.utils import timezone
 from apps.messaging import wake
 from apps.ops import metrics
 from apps.ops.logconfig import code_path
-from apps.tenants.models import Tenant
 
 from . import services
 from .models import Device, PushProvider
@@ -104,27 +104,34 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
     return ceiling / 2 + random.random() * ceiling / 2  # noqa: S311 - jitter, not a secret
 
 
-def _providers(tenant: Tenant) -> dict[str, PushProvider]:
-    return {p.kind: p for p in PushProvider.objects.filter(tenant=tenant, enabled=True).select_related("tenant")}
+# How long a provider's unchanged state goes unwritten (per process): its state is written when an
+# answer changes it, else at most this often, so the provider's row is not rewritten on every send.
+STATE_REFRESH_S = 30.0
+# provider pk -> (state, last error, time.monotonic() of the write) of this process's last write.
+_written: dict[int, tuple[str, str, float]] = {}
+_written_lock = threading.Lock()
 
 
 def _record(provider: PushProvider, result: Result) -> None:
-    """The provider's state after an answer (one UPDATE; the reason is a bounded code)."""
+    """The provider's state after an answer (one UPDATE when it changed or STATE_REFRESH_S passed
+    since this process wrote it; the reason is a bounded code)."""
+    ok = result.outcome in ("sent", "dead_token")
+    state = PushProvider.State.OK if ok else PushProvider.State.FAILING
+    error = "" if ok else f"{result.outcome}: {result.reason}"[:200]
+    at = time.monotonic()
+    with _written_lock:
+        last = _written.get(provider.pk)
+        if last is not None and last[:2] == (state, error) and at - last[2] < STATE_REFRESH_S:
+            return
+        _written[provider.pk] = (state, error, at)
     now = timezone.now()
-    if result.outcome in ("sent", "dead_token"):
-        PushProvider.objects.filter(pk=provider.pk).update(
-            state=PushProvider.State.OK, last_error="", last_success_at=now
-        )
-    else:
-        PushProvider.objects.filter(pk=provider.pk).update(
-            state=PushProvider.State.FAILING, last_error=f"{result.outcome}: {result.reason}"[:200], last_failure_at=now
-        )
+    stamp = {"last_success_at": now} if ok else {"last_failure_at": now}
+    PushProvider.objects.filter(pk=provider.pk).update(state=state, last_error=error, **stamp)
 
 
-def _send(
-    tenant: Tenant, device: Device, providers: dict[str, PushProvider], attempt: int, what: Wake
-) -> tuple[bool, Retry | None]:
+def _send(senders: services.Senders, device: Device, attempt: int, what: Wake) -> tuple[bool, Retry | None]:
     """One device's send and its answer applied: (woken, the retry to queue if any)."""
+    providers = senders.providers
     provider = providers.get(device.service) or providers.get(PushProvider.Kind.WEBHOOK)
     impl = PROVIDERS.get(provider.kind) if provider is not None else None
     if provider is None or impl is None:
@@ -138,7 +145,7 @@ def _send(
         # What every provider's settings get beside the tenant's own (the webhook's body uses them).
         opts = {
             **(provider.settings or {}),
-            "tenant": tenant.slug,
+            "tenant": senders.tenant_slug,
             "service": device.service,
             "platform": device.platform,
         }
@@ -154,7 +161,7 @@ def _send(
         Device.objects.filter(pk=device.pk).update(last_woken_at=timezone.now())
         return True, None
     if result.outcome == "dead_token":
-        if services.device_prune(tenant_id=tenant.pk, device_id=device.pk, token=device.token):
+        if services.device_prune(tenant_id=device.tenant_id, device_id=device.pk, token=device.token):
             metrics.PUSH_PRUNED.labels(kind).inc()
         return False, None
     metrics.PUSH_FAILED.labels(kind, result.outcome, result.reason or "other").inc()
@@ -174,19 +181,21 @@ def _finish(tenant_id: int, subject: str, done: Sent, what: str) -> Sent:
 
 def wake_send(*, tenant_id: int, subject: str) -> Sent:
     """Send the subject's claimed wake to each of its devices (see the module docstring), unless the
-    subject picked up since the claim (a wake the interval delayed: the phone is awake already)."""
+    subject picked up since the claim (a wake the interval delayed: the phone is awake already).
+    Its database cost: one read of the devices (with the claim's check), the tenant's providers from
+    the per-process cache, one UPDATE per device woken."""
     done = Sent()
-    if not wake.still_woken(tenant_id=tenant_id, subject=subject):
+    devices = services.devices_to_wake(tenant_id=tenant_id, subject=subject)
+    if not devices and not wake.still_woken(tenant_id=tenant_id, subject=subject):
         done.summary = "wake: no longer wanted"
         return done
-    tenant = Tenant.objects.filter(pk=tenant_id).first()
-    if tenant is None:
+    senders = services.senders_of(tenant_id=tenant_id)
+    if senders is None:
         done.summary = "no tenant"
         return done
-    providers = _providers(tenant)
     what = services.choices_of(tenant_id=tenant_id).wake
-    for device in services.devices_of(tenant=tenant, subject=subject):
-        woken, retry = _send(tenant, device, providers, 0, what)
+    for device in devices:
+        woken, retry = _send(senders, device, 0, what)
         done.sent += woken
         if retry is not None:
             done.retries.append(retry)
@@ -196,12 +205,13 @@ def wake_send(*, tenant_id: int, subject: str) -> Sent:
 def device_resend(*, tenant_id: int, device_id: int, attempt: int) -> Sent:
     """Retry one device's wake, unless its subject picked up since or the device is gone."""
     done = Sent()
-    device = Device.objects.filter(tenant_id=tenant_id, pk=device_id).select_related("tenant").first()
-    if device is None or not wake.still_woken(tenant_id=tenant_id, subject=device.subject):
+    device = Device.objects.filter(tenant_id=tenant_id, pk=device_id).first()
+    senders = services.senders_of(tenant_id=tenant_id)
+    if device is None or senders is None or not wake.still_woken(tenant_id=tenant_id, subject=device.subject):
         done.summary = "resend: no longer wanted"
         return done
     what = services.choices_of(tenant_id=tenant_id).wake
-    woken, retry = _send(device.tenant, device, _providers(device.tenant), attempt, what)
+    woken, retry = _send(senders, device, attempt, what)
     done.sent += woken
     if retry is not None:
         done.retries.append(retry)

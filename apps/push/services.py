@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.messaging import notify, presence, wake
+from apps.messaging.models import PendingQueueDepth
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import TenantCache
 from apps.tenants.services import Actor, audit_record
@@ -177,6 +179,17 @@ def devices_forget(*, tenant_id: int, subjects: list[str]) -> int:
     return removed
 
 
+def devices_to_wake(*, tenant_id: int, subject: str) -> list[Device]:
+    """Every device of the subject while its claimed wake still stands (no pickup since the
+    claim), in one query; none when the subject picked up (or has no device)."""
+    still_woken = PendingQueueDepth.objects.filter(
+        tenant_id=OuterRef("tenant_id"), recipient_did=OuterRef("subject"), woken=True
+    )
+    return list(
+        Device.objects.filter(tenant_id=tenant_id, subject=subject).filter(Exists(still_woken)).order_by("service")
+    )
+
+
 def devices_words(*, tenant_id: int, subject: str) -> str:
     """What an operator page says of a subject's devices: each one's service, platform and when it
     was last woken, or "none registered". Never a token (the query does not read it)."""
@@ -254,6 +267,33 @@ def choices_of(*, tenant_id: int) -> Choices:
     """The tenant's wake interval (default PUSH_WAKE_INTERVAL_S) and what its pushes say
     (a silent, content-free wake unless it chose a visible alert)."""
     return POLICIES.load(tenant_id, lambda: _choices(tenant_id))[0]
+
+
+@dataclass(frozen=True)
+class Senders:
+    """What the sender needs of a tenant: its slug (the webhook's body names it) and its enabled
+    providers by kind (their credentials still sealed)."""
+
+    tenant_slug: str
+    providers: dict[str, PushProvider]
+
+
+# Per process, per tenant, like POLICIES; cleared on every save or delete of a provider or a tenant
+# (PushConfig.ready), so a provider saved on the tenant page sends within the cache's TTL everywhere.
+SENDERS: TenantCache[Senders | None] = TenantCache("push-sender-cache", max_entries=4096)
+
+
+def _senders(tenant_id: int) -> Senders | None:
+    tenant = Tenant.objects.filter(pk=tenant_id).only("slug").first()
+    if tenant is None:
+        return None
+    enabled = PushProvider.objects.filter(tenant_id=tenant_id, enabled=True)
+    return Senders(tenant.slug, {p.kind: p for p in enabled})
+
+
+def senders_of(*, tenant_id: int) -> Senders | None:
+    """The tenant's slug and enabled providers (None: no such tenant), cached per process."""
+    return SENDERS.load(tenant_id, lambda: _senders(tenant_id))[0]
 
 
 class ProviderInvalid(Exception):

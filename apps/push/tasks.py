@@ -3,7 +3,9 @@
 `wake` sends a claimed wake to every device of its subject; `resend` retries one device's send
 after the delay the provider asked for (Retry-After) or the backoff gave. Both take ids and
 re-read everything, so a task that runs twice or late does no harm (a resend whose subject picked
-up meanwhile, or whose device is gone, sends nothing).
+up meanwhile, or whose device is gone, sends nothing). Both are `counts_itself`: one runs per wake,
+and the push metrics count them (pushes sent, failed, coalesced), not a JobStat row updated by every
+wake (two more round trips each, and one hot row every worker thread waits on).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _queue_retries(tenant_id: int, retries: list[sender.Retry]) -> None:
             sender.wake_given_back(tenant_id=tenant_id, subject=r.subject)
 
 
-@shared_task(name="apps.push.tasks.wake", ignore_result=True)
+@shared_task(name="apps.push.tasks.wake", ignore_result=True, counts_itself=True)
 def wake(tenant_id: int, subject: str) -> str:
     """Send the subject's claimed wake to each of its devices."""
     done = sender.wake_send(tenant_id=tenant_id, subject=subject)
@@ -48,7 +50,7 @@ def wake(tenant_id: int, subject: str) -> str:
     return done.summary
 
 
-@shared_task(name="apps.push.tasks.resend", ignore_result=True)
+@shared_task(name="apps.push.tasks.resend", ignore_result=True, counts_itself=True)
 def resend(tenant_id: int, device_id: int, attempt: int) -> str:
     """Retry one device's wake (attempt `attempt`, counted from 0)."""
     done = sender.device_resend(tenant_id=tenant_id, device_id=device_id, attempt=attempt)

@@ -13,6 +13,8 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.didcomm import forward as storage
@@ -323,3 +325,23 @@ def test_a_decentrl_recipient_with_a_device_is_woken_by_two_way_private(
     assert [(b["service"], b["token"]) for b in gateway.accepted] == [("apns", "cd" * 32)]
     status, body = post_a.command(bob, {"type": "QUERY_PENDING_EVENTS"}, recipient_did=tenant_a.did)
     assert _row(tenant_a, bob.did)[1] is False
+
+
+def test_the_live_ack_check_reads_only_its_tenants_queue_and_is_no_pickup(
+    client, tenant_b, django_capture_on_commit_callbacks
+):
+    """queue.live_unacked (a socket's check of its unacknowledged live pushes) reads the still-queued
+    messages of the tenant's own mediation, and touches no queue-depth row: it is not the client
+    reading its queue, so the claimed wake stays coalesced. It once read through an unsaved
+    stand-in Mediation, whose pickup UPDATE ran with tenant_id NULL and whose read had no tenant."""
+    _forward(client, django_capture_on_commit_callbacks)
+    subject = _subject(client)
+    ids = [str(QueuedMessage.objects.get(mediation=client.mediation).message_id)]
+    args = {"mediation_id": client.mediation_id, "client_did": client.mediation.client_did, "ids": ids}
+    with CaptureQueriesContext(connection) as other_tenant:
+        assert queue.live_unacked(tenant_id=tenant_b.pk, **args) == []
+    with CaptureQueriesContext(connection) as own_tenant:
+        assert [mid for mid, _, _ in queue.live_unacked(tenant_id=client.tenant_id, **args)] == ids
+    depth_table = PendingQueueDepth._meta.db_table
+    assert [q["sql"] for q in [*other_tenant, *own_tenant] if depth_table in q["sql"]] == []
+    assert _row(client.tenant, subject)[1] is True

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from django.conf import settings as django_settings
 
 from .base import Result, Wake, register
-from .http import TIMEOUT, bounded, retry_after, transport_failure
+from .http import TIMEOUT, LazyClient, bounded, retry_after, transport_failure
 from .tokens import Token, TokenCache, credentials_key
 
 KIND = "apns"
@@ -169,13 +169,11 @@ class ApnsProvider:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.tokens = TokenCache()
-        self._client: httpx.Client | None = None
+        # APNs wants long-lived connections: one pooled client per process, HTTP/2 only.
+        self._client = LazyClient(lambda: httpx.Client(http1=False, http2=True, timeout=TIMEOUT))
 
     def _http(self) -> httpx.Client:
-        if self._client is None:
-            # APNs wants long-lived connections: one pooled client per process, HTTP/2 only.
-            self._client = httpx.Client(http1=False, http2=True, timeout=TIMEOUT)
-        return self._client
+        return self._client.get()
 
     def check(self, credentials: dict, settings: dict) -> None:
         """The key is a P-256 PEM key, the ids and the bundle id have Apple's shapes."""

@@ -41,7 +41,7 @@ from django.conf import settings as django_settings
 from google.oauth2 import service_account
 
 from .base import Result, Wake, register
-from .http import TIMEOUT, bounded, retry_after, transport_failure
+from .http import TIMEOUT, LazyClient, bounded, retry_after, transport_failure
 from .tokens import Token, TokenCache, credentials_key
 
 KIND = "fcm"
@@ -186,14 +186,12 @@ class FcmProvider:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.tokens = TokenCache()
-        self._client: httpx.Client | None = None
-        self._auth_request: _Request | None = None
+        self._client = LazyClient(lambda: httpx.Client(http2=True, timeout=TIMEOUT))
+        # google-auth's transport (a requests session, one per thread: sessions are not thread-safe).
+        self._auth_request = LazyClient(_Request, per_thread=True)
 
     def _http(self) -> tuple[httpx.Client, _Request]:
-        if self._client is None or self._auth_request is None:
-            self._client = httpx.Client(http2=True, timeout=TIMEOUT)
-            self._auth_request = _Request()
-        return self._client, self._auth_request
+        return self._client.get(), self._auth_request.get()
 
     def check(self, credentials: dict, settings: dict) -> None:
         """The key file's shape and its private key (offline: nothing is sent on save)."""

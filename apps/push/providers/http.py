@@ -8,7 +8,9 @@ bounded set of short codes: the provider's own error code when it is one the pro
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 import httpx
@@ -20,6 +22,31 @@ from .base import Result
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 # Retry-After above this is taken as this: a provider never parks a device for longer.
 RETRY_AFTER_CAP_S = 3600.0
+
+
+class LazyClient:
+    """A provider's one HTTP client in this process, made on first use under a lock (the push worker
+    sends from several threads): its connections stay open between sends, so a wake costs a request,
+    not a TCP (and TLS) handshake. `make` builds the client (an httpx.Client, or a requests.Session
+    per thread when `per_thread`, requests' sessions not being thread-safe)."""
+
+    def __init__(self, make: Callable[[], object], *, per_thread: bool = False) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._shared: object | None = None
+        self._local = threading.local() if per_thread else None
+
+    def get(self):
+        if self._local is not None:
+            client = getattr(self._local, "client", None)
+            if client is None:
+                client = self._local.client = self._make()
+            return client
+        if self._shared is None:
+            with self._lock:
+                if self._shared is None:
+                    self._shared = self._make()
+        return self._shared
 
 
 def retry_after(value: str | None, *, now: float | None = None) -> float | None:

@@ -33,7 +33,7 @@ import httpx
 from django.conf import settings as django_settings
 
 from .base import Result, Wake, register
-from .http import TIMEOUT, retry_after, transport_failure
+from .http import TIMEOUT, LazyClient, retry_after, transport_failure
 
 KIND = "webhook"
 SECRET_MIN = 32
@@ -73,6 +73,7 @@ class WebhookProvider:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
+        self._http = LazyClient(lambda: httpx.Client(timeout=TIMEOUT, follow_redirects=False))
 
     def check(self, credentials: dict, settings: dict) -> None:
         secret = credentials.get("secret")
@@ -102,8 +103,7 @@ class WebhookProvider:
             SIGNATURE_HEADER: signature(credentials["secret"], int(self._clock()), raw),
         }
         try:
-            with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as client:
-                answer = client.post(settings["url"], content=raw, headers=headers)
+            answer = self._http.get().post(settings["url"], content=raw, headers=headers)
         except httpx.HTTPError as exc:
             return transport_failure(exc)
         status = answer.status_code

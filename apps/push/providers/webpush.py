@@ -41,7 +41,7 @@ from pywebpush import WebPusher, WebPushException
 from apps.ops import egress
 
 from .base import Result, Wake, register
-from .http import TIMEOUT, retry_after
+from .http import TIMEOUT, LazyClient, retry_after
 
 KIND = "webpush"
 TTL_S = 86400
@@ -196,12 +196,10 @@ class WebPushProvider:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self._session: requests.Session | None = None
+        self._session = LazyClient(requests.Session, per_thread=True)
 
     def _http(self) -> requests.Session:
-        if self._session is None:
-            self._session = requests.Session()
-        return self._session
+        return self._session.get()
 
     def check(self, credentials: dict, settings: dict) -> None:
         """The VAPID key is a P-256 key; the subject is a mailto: or https: URL."""
