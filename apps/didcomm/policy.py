@@ -8,7 +8,7 @@ from django.db import transaction
 
 from apps.realtime.push import tenant_state_on_commit
 from apps.tenants.models import Tenant
-from apps.tenants.services import Actor, audit_record
+from apps.tenants.services import Actor, audited_edit
 
 from .models import DidcommPolicy
 
@@ -31,22 +31,14 @@ def policy_update(*, tenant: Tenant, actor: Actor, **changes) -> DidcommPolicy:
         raise ValidationError({name: ["Unknown field."] for name in unknown})
     # The policy row lock serialises edits with grants (mediation_request locks it too).
     policy = DidcommPolicy.objects.select_for_update().get(pk=policy_for(tenant=tenant).pk)
-    before = {name: getattr(policy, name) for name in changes}
-    for name, value in changes.items():
-        setattr(policy, name, value)
-    policy.full_clean(exclude=["tenant"])
-    after = {name: getattr(policy, name) for name in changes}
-    changed = [name for name in changes if after[name] != before[name]]
-    if changed:
-        policy.save(update_fields=changed)
-        audit_record(
-            actor=actor,
-            action="didcomm.update_policy",
-            tenant=tenant,
-            before={n: before[n] for n in changed},
-            after={n: after[n] for n in changed},
-        )
-    return policy
+    return audited_edit(
+        actor=actor,
+        action="didcomm.update_policy",
+        tenant=tenant,
+        row=policy,
+        changes=changes,
+        check=lambda row: row.full_clean(exclude=["tenant"]),
+    )
 
 
 def policy_saved(

@@ -20,7 +20,7 @@ from apps.messaging import notify, presence, wake
 from apps.messaging.models import PendingQueueDepth
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import TenantCache
-from apps.tenants.services import Actor, audit_record
+from apps.tenants.services import Actor, audit_record, audited_edit
 from apps.wire.display import utc_iso
 
 from .models import Device, PushPolicy, PushProvider, Service
@@ -422,22 +422,13 @@ def policy_update(*, tenant: Tenant, actor: Actor, **changes) -> PushPolicy:
     PushPolicy.objects.get_or_create(tenant=tenant)
     # The row lock serialises two edits of one tenant's policy.
     policy = PushPolicy.objects.select_for_update().get(tenant=tenant)
-    before = {name: getattr(policy, name) for name in changes}
-    for name, value in changes.items():
-        setattr(policy, name, value)
-    policy.full_clean(exclude=["tenant"])  # the model's own bounds (types, lengths, not negative)
-    errors = policy_errors({name: getattr(policy, name) for name in POLICY_FIELDS})
-    if errors:
-        raise ValidationError(errors)
-    after = {name: getattr(policy, name) for name in changes}
-    changed = [name for name in changes if after[name] != before[name]]
-    if changed:
-        policy.save(update_fields=changed)
-        audit_record(
-            actor=actor,
-            action="push.update_policy",
-            tenant=tenant,
-            before={n: before[n] for n in changed},
-            after={n: after[n] for n in changed},
-        )
-    return policy
+
+    def check(row: PushPolicy) -> None:
+        row.full_clean(exclude=["tenant"])  # the model's own bounds (types, lengths, not negative)
+        errors = policy_errors({name: getattr(row, name) for name in POLICY_FIELDS})
+        if errors:
+            raise ValidationError(errors)
+
+    return audited_edit(
+        actor=actor, action="push.update_policy", tenant=tenant, row=policy, changes=changes, check=check
+    )

@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from apps.wire.crypto import Ed25519KeyPair, X25519KeyPair
@@ -123,6 +124,30 @@ def audit_record(
         before=before,
         after=after,
     )
+
+
+def audited_edit(
+    *, actor: Actor, action: str, tenant: Tenant, row: models.Model, changes: dict, check: Callable[[Any], None]
+) -> Any:
+    """Set `changes` (fields the caller allows) on `row` (locked by the caller), `check` it (raises ValidationError), then save
+    only the fields whose value changed and audit them as `action` (those fields before and after).
+    Nothing changed: no save, no entry. The one rule of the policy editors (DIDComm's, push's)."""
+    before = {name: getattr(row, name) for name in changes}
+    for name, value in changes.items():
+        setattr(row, name, value)
+    check(row)
+    after = {name: getattr(row, name) for name in changes}
+    changed = [name for name in changes if after[name] != before[name]]
+    if changed:
+        row.save(update_fields=changed)
+        audit_record(
+            actor=actor,
+            action=action,
+            tenant=tenant,
+            before={n: before[n] for n in changed},
+            after={n: after[n] for n in changed},
+        )
+    return row
 
 
 def not_a_host_message(value: str) -> str:
