@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start deploy/compose.yaml with podman-compose in the order its depends_on says (docs/containers.md):
-# PostgreSQL and Redis, healthy; the migrate job, exited 0; then HTTP, sockets, the worker and beat.
+# PostgreSQL and Redis, healthy; the migrate job, exited 0; then HTTP, sockets, the workers and beat.
 #   scripts/compose_up.sh [-p project]        # the variables of compose.yaml from the environment
 # Why not `podman-compose up -d` alone: podman-compose turns depends_on into podman's --requires,
 # which refuses to start a container whose dependency has exited (the one-shot migrate job), and
@@ -36,5 +36,5 @@ until [ "$(podman inspect --format '{{.State.Status}}' "${project}_migrate_1")" 
 done
 code="$(podman inspect --format '{{.State.ExitCode}}' "${project}_migrate_1")"
 [ "$code" = 0 ] || { log "migrate exited $code"; podman logs --tail 30 "${project}_migrate_1"; exit 1; }
-up http sockets worker beat && healthy http sockets
+up http sockets worker push-worker beat && healthy http sockets
 log "up: HTTP on ${HTTP_PORT:-8001}, sockets on ${WS_PORT:-8002}"

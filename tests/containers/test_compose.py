@@ -203,7 +203,7 @@ def stack(tmp_path_factory):
         run([str(ROOT / "scripts" / "compose_up.sh"), "-p", s.project], env=s.env, timeout=600)
         s.up_seconds = time.monotonic() - started
         assert s.inspect("migrate", "{{.State.ExitCode}}") == "0", s.logs("migrate")
-        for service in ("worker", "beat"):
+        for service in ("worker", "push-worker", "beat"):
             assert s.inspect(service, "{{.State.Status}}") == "running", s.logs(service)
         # A tenant without per-DID limits (the load below sends from one DID), made in the container.
         s.tenant_did = s.exec_python(
@@ -225,7 +225,7 @@ def client(stack: Stack) -> MediatorClient:
 
 
 def test_the_containers_run_read_only_as_a_user_with_json_logs_on_stdout(stack):
-    for service in ("http", "sockets", "worker", "beat"):
+    for service in ("http", "sockets", "worker", "push-worker", "beat"):
         assert stack.inspect(service, "{{.HostConfig.ReadonlyRootfs}}") == "true"
         assert stack.inspect(service, "{{.Config.User}}") == "10001:10001"
     assert "10001" in podman("exec", stack.name("http"), "id", "-u")
@@ -316,7 +316,7 @@ def test_podman_run_to_healthy_and_memory_per_role_at_rest(stack):
     to its first healthy check. Written to var/image/measurements.json; the bound asserted is a
     sanity bound for a shared box, the docs give the measured figures against the target (10 s)."""
     memory = {}
-    for service in ("http", "sockets", "worker", "beat", "postgres", "redis"):
+    for service in ("http", "sockets", "worker", "push-worker", "beat", "postgres", "redis"):
         usage = podman("stats", "--no-stream", "--format", "{{.MemUsage}}", stack.name(service)).split("/")[0]
         memory[service] = usage.strip()
     secrets = Path(stack.env["MEDIATOR_SECRETS_DIR"])

@@ -69,6 +69,7 @@ def test_the_layout_the_issue_asks_for(base):
     assert sorted(deployments) == [
         "mediator-beat",
         "mediator-http",
+        "mediator-push-worker",
         "mediator-sockets",
         "mediator-spark-engine",
         "mediator-worker",
